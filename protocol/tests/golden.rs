@@ -1,0 +1,63 @@
+//! Golden JSON for every wire type: a format change shows up as a diff in review.
+//! Set `UPDATE_GOLDEN=1` to rewrite the files after an intended change.
+
+mod common;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+fn check<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str, value: &T) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{name}.json"));
+    let mut json = serde_json::to_string_pretty(value).unwrap();
+    json.push('\n');
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &json).unwrap();
+    }
+    let golden = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
+    assert_eq!(
+        json,
+        golden,
+        "{name}: serialization differs from {}",
+        path.display()
+    );
+    let parsed: T = serde_json::from_str(&golden).unwrap();
+    assert_eq!(
+        &parsed, value,
+        "{name}: golden file does not parse back to the same value"
+    );
+}
+
+#[test]
+fn inventory_report() {
+    check("inventory-report", &common::inventory_report());
+}
+
+#[test]
+fn deploy_plan() {
+    let plan = common::deploy_plan();
+    plan.validate().unwrap();
+    check("deploy-plan", &plan);
+}
+
+#[test]
+fn wipe_report() {
+    check("wipe-report", &common::wipe_report("node-1"));
+}
+
+#[test]
+fn firmware_report() {
+    check("firmware-report", &common::firmware_report());
+}
+
+#[test]
+fn unknown_fields_are_refused() {
+    let mut value = serde_json::to_value(common::wipe_report("node-1")).unwrap();
+    value["disks"][0]["erasedByMagic"] = true.into();
+    let err = serde_json::from_value::<metal_protocol::WipeReport>(value).unwrap_err();
+    assert!(err.to_string().contains("erasedByMagic"), "{err}");
+}
