@@ -19,9 +19,7 @@ pub enum WipeRefusal {
     #[error("malformed wipe report: {0}")]
     Malformed(String),
     /// The signature does not verify under the signer certificate's key.
-    #[error(
-        "bad signature: the report was not signed by the key of its certificate, or was altered"
-    )]
+    #[error("bad signature: the report was not signed by the key of its certificate, or was altered")]
     BadSignature,
     /// The signer certificate does not chain to this site's CA.
     #[error("certificate does not chain to this site's CA: {0}")]
@@ -127,9 +125,7 @@ pub fn verify_wipe_report(
     }
     let signature = envelope.single_signature()?;
     let chain = signature.certificate_ders()?;
-    let leaf = chain
-        .first()
-        .ok_or_else(|| WipeRefusal::Malformed("signature carries no certificate".into()))?;
+    let leaf = chain.first().ok_or_else(|| WipeRefusal::Malformed("signature carries no certificate".into()))?;
     let signer = ca.verify(leaf, expect.at)?;
     envelope.verify_signature(signature, &signer.public_key)?;
 
@@ -138,25 +134,16 @@ pub fn verify_wipe_report(
         return Err(WipeRefusal::RoleNotAllowed(identity.role));
     }
     if identity.node != expect.node_id {
-        return Err(WipeRefusal::WrongNode {
-            expected: expect.node_id.to_owned(),
-            found: identity.node.clone(),
-        });
+        return Err(WipeRefusal::WrongNode { expected: expect.node_id.to_owned(), found: identity.node.clone() });
     }
     if identity.generation != expect.generation {
-        return Err(WipeRefusal::StaleGeneration {
-            current: expect.generation,
-            found: identity.generation,
-        });
+        return Err(WipeRefusal::StaleGeneration { current: expect.generation, found: identity.generation });
     }
 
     let report: WipeReport = serde_json::from_slice(&envelope.payload_bytes()?)
         .map_err(|e| WipeRefusal::Malformed(format!("payload is not a wipe report: {e}")))?;
     if report.node_id != expect.node_id {
-        return Err(WipeRefusal::WrongNode {
-            expected: expect.node_id.to_owned(),
-            found: report.node_id,
-        });
+        return Err(WipeRefusal::WrongNode { expected: expect.node_id.to_owned(), found: report.node_id });
     }
     // Match inventory disks to report disks one to one, so one erased disk cannot answer for two.
     let mut unmatched: Vec<&DiskIdentity> = report.disks.iter().map(|d| &d.identity).collect();
@@ -168,11 +155,7 @@ pub fn verify_wipe_report(
             None => return Err(WipeRefusal::MissingDisk(wanted.label())),
         }
     }
-    if let Some(failed) = report
-        .disks
-        .iter()
-        .find(|d| d.result != WipeResult::Pass || d.verification.is_none())
-    {
+    if let Some(failed) = report.disks.iter().find(|d| d.result != WipeResult::Pass || d.verification.is_none()) {
         return Err(WipeRefusal::DiskFailed {
             disk: failed.identity.label(),
             first_bad_offset: failed.first_bad_offset,

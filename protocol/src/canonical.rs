@@ -27,8 +27,7 @@ pub enum CanonicalError {
 
 /// Serializes `value` to canonical JSON bytes.
 pub fn to_canonical_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CanonicalError> {
-    let value =
-        serde_json::to_value(value).map_err(|e| CanonicalError::Serialize(e.to_string()))?;
+    let value = serde_json::to_value(value).map_err(|e| CanonicalError::Serialize(e.to_string()))?;
     let mut out = Vec::new();
     write_value(&value, &mut out)?;
     Ok(out)
@@ -153,10 +152,7 @@ mod tests {
 
     #[test]
     fn numbers_follow_ecmascript() {
-        assert_eq!(
-            canonical("[-0.0, 1.0, 100, 1e21, 1e-7, 0.1]"),
-            "[0,1,100,1e+21,1e-7,0.1]"
-        );
+        assert_eq!(canonical("[-0.0, 1.0, 100, 1e21, 1e-7, 0.1]"), "[0,1,100,1e+21,1e-7,0.1]");
     }
 
     #[test]

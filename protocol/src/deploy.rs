@@ -160,20 +160,14 @@ pub struct PlanError {
 }
 
 fn plan_error(field: &'static str, message: impl Into<String>) -> PlanError {
-    PlanError {
-        field,
-        message: message.into(),
-    }
+    PlanError { field, message: message.into() }
 }
 
 fn check_hex(field: &'static str, hex: &str, len: usize) -> Result<(), PlanError> {
     if hex.len() == len && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         Ok(())
     } else {
-        Err(plan_error(
-            field,
-            format!("must be {len} lower-case hex digits"),
-        ))
+        Err(plan_error(field, format!("must be {len} lower-case hex digits")))
     }
 }
 
@@ -192,9 +186,7 @@ impl ChunkManifest {
     /// Length of chunk `index` (the last one may be short).
     pub fn chunk_len(&self, index: u64) -> u64 {
         let start = index.saturating_mul(self.chunk_size);
-        self.raw_size_bytes
-            .saturating_sub(start)
-            .min(self.chunk_size)
+        self.raw_size_bytes.saturating_sub(start).min(self.chunk_size)
     }
 }
 
@@ -207,10 +199,7 @@ impl DeployPlan {
     pub fn validate(&self) -> Result<(), PlanError> {
         let url = &self.image.url;
         if !(url.starts_with("https://") || url.starts_with("http://")) {
-            return Err(plan_error(
-                "image.url",
-                "must be an https:// (or explicitly allowed http://) URL",
-            ));
+            return Err(plan_error("image.url", "must be an https:// (or explicitly allowed http://) URL"));
         }
         self.image.digest.validate("image.digest.hex")?;
         let m = &self.chunks;
@@ -222,16 +211,10 @@ impl DeployPlan {
             ));
         }
         if !CHUNK_SIZE_RANGE.contains(&m.chunk_size) || !m.chunk_size.is_power_of_two() {
-            return Err(plan_error(
-                "chunks.chunkSize",
-                "must be a power of two between 64 KiB and 256 MiB",
-            ));
+            return Err(plan_error("chunks.chunkSize", "must be a power of two between 64 KiB and 256 MiB"));
         }
         if m.raw_size_bytes == 0 {
-            return Err(plan_error(
-                "chunks.rawSizeBytes",
-                "must be greater than zero",
-            ));
+            return Err(plan_error("chunks.rawSizeBytes", "must be greater than zero"));
         }
         let expected = ChunkManifest::chunk_count(m.raw_size_bytes, m.chunk_size);
         if u64::try_from(m.sha256.len()).ok() != Some(expected) {
@@ -249,18 +232,12 @@ impl DeployPlan {
             check_hex("chunks.sha256", digest, 64)?;
         }
         if self.image.format == ImageFormat::Raw && self.image.size_bytes != m.raw_size_bytes {
-            return Err(plan_error(
-                "image.sizeBytes",
-                "a raw image's size must equal chunks.rawSizeBytes",
-            ));
+            return Err(plan_error("image.sizeBytes", "a raw image's size must equal chunks.rawSizeBytes"));
         }
-        if let (Some(min), Some(max)) = (self.target.min_size_bytes, self.target.max_size_bytes) {
-            if min > max {
-                return Err(plan_error(
-                    "target.minSizeBytes",
-                    "is larger than target.maxSizeBytes",
-                ));
-            }
+        if let (Some(min), Some(max)) = (self.target.min_size_bytes, self.target.max_size_bytes)
+            && min > max
+        {
+            return Err(plan_error("target.minSizeBytes", "is larger than target.maxSizeBytes"));
         }
         Ok(())
     }

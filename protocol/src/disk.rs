@@ -54,11 +54,7 @@ impl DiskIdentity {
         if self.size_bytes != other.size_bytes {
             return false;
         }
-        for (a, b) in [
-            (&self.wwn, &other.wwn),
-            (&self.serial, &other.serial),
-            (&self.by_path, &other.by_path),
-        ] {
+        for (a, b) in [(&self.wwn, &other.wwn), (&self.serial, &other.serial), (&self.by_path, &other.by_path)] {
             if let (Some(a), Some(b)) = (a, b) {
                 return a == b;
             }
@@ -68,12 +64,7 @@ impl DiskIdentity {
 
     /// A short human label: serial, WWN, by-path or model, whichever exists first.
     pub fn label(&self) -> String {
-        let name = self
-            .serial
-            .as_ref()
-            .or(self.wwn.as_ref())
-            .or(self.by_path.as_ref())
-            .or(self.model.as_ref());
+        let name = self.serial.as_ref().or(self.wwn.as_ref()).or(self.by_path.as_ref()).or(self.model.as_ref());
         match name {
             Some(name) => format!("{name} ({} bytes)", self.size_bytes),
             None => format!("unnamed disk ({} bytes)", self.size_bytes),

@@ -125,11 +125,7 @@ impl Envelope {
     }
 
     /// Signs a value serialized as canonical JSON.
-    pub fn sign_json<T: Serialize>(
-        payload_type: &str,
-        value: &T,
-        signer: &Signer,
-    ) -> Result<Self, EnvelopeError> {
+    pub fn sign_json<T: Serialize>(payload_type: &str, value: &T, signer: &Signer) -> Result<Self, EnvelopeError> {
         Ok(Self::sign(payload_type, &to_canonical_vec(value)?, signer))
     }
 
@@ -140,9 +136,7 @@ impl Envelope {
 
     /// The decoded payload bytes.
     pub fn payload_bytes(&self) -> Result<Vec<u8>, EnvelopeError> {
-        BASE64
-            .decode(&self.payload)
-            .map_err(|_| EnvelopeError::Base64 { field: "payload" })
+        BASE64.decode(&self.payload).map_err(|_| EnvelopeError::Base64 { field: "payload" })
     }
 
     /// The only signature, for envelopes that must carry exactly one.
@@ -155,19 +149,11 @@ impl Envelope {
 
     /// Checks `signature` (one of this envelope's) under `key`. Strict Ed25519 verification:
     /// non-canonical signatures and weak keys are refused.
-    pub fn verify_signature(
-        &self,
-        signature: &EnvelopeSignature,
-        key: &VerifyingKey,
-    ) -> Result<(), EnvelopeError> {
+    pub fn verify_signature(&self, signature: &EnvelopeSignature, key: &VerifyingKey) -> Result<(), EnvelopeError> {
         let payload = self.payload_bytes()?;
-        let bytes = BASE64
-            .decode(&signature.sig)
-            .map_err(|_| EnvelopeError::Base64 { field: "sig" })?;
-        let signature = ed25519_dalek::Signature::from_slice(&bytes)
-            .map_err(|_| EnvelopeError::BadSignature)?;
-        key.verify_strict(&pae(&self.payload_type, &payload), &signature)
-            .map_err(|_| EnvelopeError::BadSignature)
+        let bytes = BASE64.decode(&signature.sig).map_err(|_| EnvelopeError::Base64 { field: "sig" })?;
+        let signature = ed25519_dalek::Signature::from_slice(&bytes).map_err(|_| EnvelopeError::BadSignature)?;
+        key.verify_strict(&pae(&self.payload_type, &payload), &signature).map_err(|_| EnvelopeError::BadSignature)
     }
 }
 
@@ -176,11 +162,7 @@ impl EnvelopeSignature {
     pub fn certificate_ders(&self) -> Result<Vec<Vec<u8>>, EnvelopeError> {
         self.certificates
             .iter()
-            .map(|b64| {
-                BASE64.decode(b64).map_err(|_| EnvelopeError::Base64 {
-                    field: "certificates",
-                })
-            })
+            .map(|b64| BASE64.decode(b64).map_err(|_| EnvelopeError::Base64 { field: "certificates" }))
             .collect()
     }
 }
@@ -202,21 +184,13 @@ mod tests {
     fn sign_and_verify_round_trip() {
         let key = SigningKey::from_bytes(&[7u8; 32]);
         let signer = Signer::new(key.clone(), vec![vec![1, 2, 3]]);
-        let env = Envelope::sign_json(
-            "application/json",
-            &serde_json::json!({"b": 1, "a": [true]}),
-            &signer,
-        )
-        .unwrap();
+        let env = Envelope::sign_json("application/json", &serde_json::json!({"b": 1, "a": [true]}), &signer).unwrap();
         assert_eq!(env.payload_bytes().unwrap(), br#"{"a":[true],"b":1}"#);
         let sig = env.single_signature().unwrap();
         env.verify_signature(sig, &key.verifying_key()).unwrap();
         assert_eq!(sig.certificate_ders().unwrap(), vec![vec![1, 2, 3]]);
         let other = SigningKey::from_bytes(&[8u8; 32]).verifying_key();
-        assert!(matches!(
-            env.verify_signature(sig, &other),
-            Err(EnvelopeError::BadSignature)
-        ));
+        assert!(matches!(env.verify_signature(sig, &other), Err(EnvelopeError::BadSignature)));
         let json = serde_json::to_vec(&env).unwrap();
         assert_eq!(Envelope::from_json(&json).unwrap(), env);
     }
@@ -227,9 +201,6 @@ mod tests {
         let mut env = Envelope::sign("a/b", b"x", &Signer::new(key.clone(), vec![]));
         env.payload_type = "a/c".into();
         let sig = env.signatures[0].clone();
-        assert!(matches!(
-            env.verify_signature(&sig, &key.verifying_key()),
-            Err(EnvelopeError::BadSignature)
-        ));
+        assert!(matches!(env.verify_signature(&sig, &key.verifying_key()), Err(EnvelopeError::BadSignature)));
     }
 }

@@ -14,8 +14,8 @@ use ed25519_dalek::pkcs8::{DecodePrivateKey as _, EncodePrivateKey as _};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use rand::RngCore as _;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyIdMethod, KeyUsagePurpose, PublicKeyData, SanType, SerialNumber, SignatureAlgorithm,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod,
+    KeyUsagePurpose, PublicKeyData, SanType, SerialNumber, SignatureAlgorithm,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -66,14 +66,9 @@ impl fmt::Display for Role {
 impl FromStr for Role {
     type Err = IdentityError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Role::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| {
-                IdentityError::InvalidName(format!(
-                    "unknown role {s:?} (expected ramdisk, node, node-tenant or agent)"
-                ))
-            })
+        Role::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| {
+            IdentityError::InvalidName(format!("unknown role {s:?} (expected ramdisk, node, node-tenant or agent)"))
+        })
     }
 }
 
@@ -94,17 +89,12 @@ pub struct Identity {
 impl Identity {
     /// The URI SAN form, `spiffe://SITE/node/NODE/gen/N/ROLE`.
     pub fn to_uri(&self) -> String {
-        format!(
-            "spiffe://{}/node/{}/gen/{}/{}",
-            self.site, self.node, self.generation, self.role
-        )
+        format!("spiffe://{}/node/{}/gen/{}/{}", self.site, self.node, self.generation, self.role)
     }
 
     /// Parses the URI SAN form, validating every part.
     pub fn parse_uri(uri: &str) -> Result<Self, IdentityError> {
-        let bad = || {
-            IdentityError::InvalidName(format!("{uri:?} is not spiffe://SITE/node/NODE/gen/N/ROLE"))
-        };
+        let bad = || IdentityError::InvalidName(format!("{uri:?} is not spiffe://SITE/node/NODE/gen/N/ROLE"));
         let rest = uri.strip_prefix("spiffe://").ok_or_else(bad)?;
         let parts: Vec<&str> = rest.split('/').collect();
         let [site, "node", node, "gen", generation, role] = parts.as_slice() else {
@@ -113,19 +103,13 @@ impl Identity {
         validate_name("site", site)?;
         validate_name("node id", node)?;
         let generation = parse_generation(generation).ok_or_else(bad)?;
-        Ok(Identity {
-            site: (*site).to_owned(),
-            node: (*node).to_owned(),
-            generation,
-            role: role.parse()?,
-        })
+        Ok(Identity { site: (*site).to_owned(), node: (*node).to_owned(), generation, role: role.parse()? })
     }
 }
 
 /// Canonical decimal only: no sign, no leading zeros, so one generation has one spelling.
 fn parse_generation(s: &str) -> Option<u64> {
-    let canonical =
-        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+    let canonical = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
     canonical.then(|| s.parse().ok()).flatten()
 }
 
@@ -134,9 +118,7 @@ pub fn validate_name(what: &str, name: &str) -> Result<(), IdentityError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && !name.starts_with(['.', '-'])
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if ok {
         Ok(())
     } else {
@@ -223,8 +205,7 @@ fn random_serial() -> SerialNumber {
 }
 
 fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| t.to_string())
+    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_else(|_| t.to_string())
 }
 
 /// The site CA's certificate: the trust anchor every verifier holds.
@@ -241,9 +222,7 @@ impl CaCertificate {
         let parsed = StrictCert::parse(der)?;
         let cert = &parsed.cert;
         if !cert.is_ca() {
-            return Err(IdentityError::Malformed(
-                "certificate is not a CA (basicConstraints cA is not set)".into(),
-            ));
+            return Err(IdentityError::Malformed("certificate is not a CA (basicConstraints cA is not set)".into()));
         }
         let key = parsed.public_key()?;
         parsed
@@ -253,23 +232,15 @@ impl CaCertificate {
             .uris()?
             .into_iter()
             .find_map(|u| u.strip_prefix("spiffe://").map(str::to_owned))
-            .ok_or_else(|| {
-                IdentityError::Malformed("CA certificate names no spiffe:// site".into())
-            })?;
+            .ok_or_else(|| IdentityError::Malformed("CA certificate names no spiffe:// site".into()))?;
         validate_name("site", &site)?;
-        Ok(Self {
-            der: der.to_vec(),
-            site,
-            key,
-        })
+        Ok(Self { der: der.to_vec(), site, key })
     }
 
     /// Reads a CA certificate from PEM (the first CERTIFICATE block).
     pub fn from_pem(pem: &str) -> Result<Self, IdentityError> {
         let ders = certificates_from_pem(pem)?;
-        let first = ders
-            .first()
-            .ok_or_else(|| IdentityError::Malformed("no CERTIFICATE block in PEM".into()))?;
+        let first = ders.first().ok_or_else(|| IdentityError::Malformed("no CERTIFICATE block in PEM".into()))?;
         Self::from_der(first)
     }
 
@@ -295,49 +266,31 @@ impl CaCertificate {
 
     /// Verifies a role certificate (DER) against this CA at time `at` and returns its identity
     /// and public key. Refuses foreign, malformed, expired and not-yet-valid certificates.
-    pub fn verify(
-        &self,
-        leaf_der: &[u8],
-        at: SystemTime,
-    ) -> Result<VerifiedCertificate, IdentityError> {
+    pub fn verify(&self, leaf_der: &[u8], at: SystemTime) -> Result<VerifiedCertificate, IdentityError> {
         let parsed = StrictCert::parse(leaf_der)?;
         let cert = &parsed.cert;
         if cert.tbs_certificate.issuer.as_raw() != self.subject_raw()? {
-            return Err(IdentityError::ForeignCa(format!(
-                "issuer is {}",
-                cert.tbs_certificate.issuer
-            )));
+            return Err(IdentityError::ForeignCa(format!("issuer is {}", cert.tbs_certificate.issuer)));
         }
-        parsed.check_signed_by(&self.key).map_err(|()| {
-            IdentityError::ForeignCa("signature does not verify under the site CA key".into())
-        })?;
+        parsed
+            .check_signed_by(&self.key)
+            .map_err(|()| IdentityError::ForeignCa("signature does not verify under the site CA key".into()))?;
         if cert.is_ca() {
-            return Err(IdentityError::Malformed(
-                "a CA certificate cannot be a role certificate".into(),
-            ));
+            return Err(IdentityError::Malformed("a CA certificate cannot be a role certificate".into()));
         }
         let at = OffsetDateTime::from(at);
         let validity = cert.validity();
         let not_before = validity.not_before.to_datetime();
         let not_after = validity.not_after.to_datetime();
         if at < not_before {
-            return Err(IdentityError::NotYetValid {
-                not_before: rfc3339(not_before),
-                at: rfc3339(at),
-            });
+            return Err(IdentityError::NotYetValid { not_before: rfc3339(not_before), at: rfc3339(at) });
         }
         if at > not_after {
-            return Err(IdentityError::Expired {
-                not_after: rfc3339(not_after),
-                at: rfc3339(at),
-            });
+            return Err(IdentityError::Expired { not_after: rfc3339(not_after), at: rfc3339(at) });
         }
         let uris = parsed.uris()?;
         let [uri] = uris.as_slice() else {
-            return Err(IdentityError::Malformed(format!(
-                "expected exactly one URI SAN, found {}",
-                uris.len()
-            )));
+            return Err(IdentityError::Malformed(format!("expected exactly one URI SAN, found {}", uris.len())));
         };
         let identity = Identity::parse_uri(uri)?;
         if identity.site != self.site {
@@ -346,20 +299,11 @@ impl CaCertificate {
                 identity.site, self.site
             )));
         }
-        Ok(VerifiedCertificate {
-            identity,
-            public_key: parsed.public_key()?,
-            not_after: SystemTime::from(not_after),
-        })
+        Ok(VerifiedCertificate { identity, public_key: parsed.public_key()?, not_after: SystemTime::from(not_after) })
     }
 
     fn subject_raw(&self) -> Result<Vec<u8>, IdentityError> {
-        Ok(StrictCert::parse(&self.der)?
-            .cert
-            .tbs_certificate
-            .subject
-            .as_raw()
-            .to_vec())
+        Ok(StrictCert::parse(&self.der)?.cert.tbs_certificate.subject.as_raw().to_vec())
     }
 }
 
@@ -384,16 +328,12 @@ impl<'a> StrictCert<'a> {
         let (rest, cert) = X509Certificate::from_der(der)
             .map_err(|e| IdentityError::Malformed(format!("not an X.509 certificate: {e}")))?;
         if !rest.is_empty() {
-            return Err(IdentityError::Malformed(
-                "trailing bytes after the certificate".into(),
-            ));
+            return Err(IdentityError::Malformed("trailing bytes after the certificate".into()));
         }
         let signature = cert.signature_value.as_ref();
         let tbs = cert.tbs_certificate.as_ref();
         if signature.len() != 64 {
-            return Err(IdentityError::Malformed(
-                "not an Ed25519 certificate".into(),
-            ));
+            return Err(IdentityError::Malformed("not an Ed25519 certificate".into()));
         }
         // Rebuild the whole certificate from the signed TBS and the signature: any other byte
         // (algorithm identifiers, unused-bit counts, lengths) then has exactly one allowed value.
@@ -402,14 +342,10 @@ impl<'a> StrictCert<'a> {
         body.extend_from_slice(&[0x03, 0x41, 0x00]);
         body.extend_from_slice(signature);
         if der_sequence(&body) != der {
-            return Err(IdentityError::Malformed(
-                "certificate is not a canonical Ed25519 certificate".into(),
-            ));
+            return Err(IdentityError::Malformed("certificate is not a canonical Ed25519 certificate".into()));
         }
         if cert.tbs_certificate.signature.algorithm.to_id_string() != "1.3.101.112" {
-            return Err(IdentityError::Malformed(
-                "TBS signature algorithm is not Ed25519".into(),
-            ));
+            return Err(IdentityError::Malformed("TBS signature algorithm is not Ed25519".into()));
         }
         Ok(Self { cert })
     }
@@ -417,9 +353,7 @@ impl<'a> StrictCert<'a> {
     fn public_key(&self) -> Result<VerifyingKey, IdentityError> {
         let spki = self.cert.public_key();
         if spki.algorithm.algorithm.to_id_string() != "1.3.101.112" {
-            return Err(IdentityError::Malformed(
-                "subject key is not Ed25519".into(),
-            ));
+            return Err(IdentityError::Malformed("subject key is not Ed25519".into()));
         }
         let bytes: [u8; 32] = spki
             .subject_public_key
@@ -431,15 +365,9 @@ impl<'a> StrictCert<'a> {
     }
 
     fn check_signed_by(&self, key: &VerifyingKey) -> Result<(), ()> {
-        let bytes: [u8; 64] = self
-            .cert
-            .signature_value
-            .as_ref()
-            .try_into()
-            .map_err(|_| ())?;
+        let bytes: [u8; 64] = self.cert.signature_value.as_ref().try_into().map_err(|_| ())?;
         let signature = ed25519_dalek::Signature::from_bytes(&bytes);
-        key.verify_strict(self.cert.tbs_certificate.as_ref(), &signature)
-            .map_err(|_| ())
+        key.verify_strict(self.cert.tbs_certificate.as_ref(), &signature).map_err(|_| ())
     }
 
     fn uris(&self) -> Result<Vec<&'a str>, IdentityError> {
@@ -453,14 +381,8 @@ impl<'a> StrictCert<'a> {
                         }
                     }
                 }
-                ParsedExtension::UnsupportedExtension { .. }
-                | ParsedExtension::ParseError { .. }
-                    if ext.critical =>
-                {
-                    return Err(IdentityError::Malformed(format!(
-                        "unsupported critical extension {}",
-                        ext.oid
-                    )));
+                ParsedExtension::UnsupportedExtension { .. } | ParsedExtension::ParseError { .. } if ext.critical => {
+                    return Err(IdentityError::Malformed(format!("unsupported critical extension {}", ext.oid)));
                 }
                 _ => {}
             }
@@ -494,9 +416,7 @@ pub struct SiteCa {
 impl fmt::Debug for SiteCa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never print the private key.
-        f.debug_struct("SiteCa")
-            .field("site", &self.certificate.site)
-            .finish_non_exhaustive()
+        f.debug_struct("SiteCa").field("site", &self.certificate.site).finish_non_exhaustive()
     }
 }
 
@@ -507,23 +427,13 @@ impl SiteCa {
         let key = SigningKey::generate(&mut rand::rngs::OsRng);
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "metal");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("metal site CA {site}"));
-        params.subject_alt_names = vec![SanType::URI(
-            format!("spiffe://{site}").try_into().map_err(issue_error)?,
-        )];
+        params.distinguished_name.push(DnType::OrganizationName, "metal");
+        params.distinguished_name.push(DnType::CommonName, format!("metal site CA {site}"));
+        params.subject_alt_names = vec![SanType::URI(format!("spiffe://{site}").try_into().map_err(issue_error)?)];
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        params.key_identifier_method =
-            KeyIdMethod::PreSpecified(key_identifier(&key.verifying_key()));
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_identifier_method = KeyIdMethod::PreSpecified(key_identifier(&key.verifying_key()));
         params.serial_number = Some(random_serial());
         params.not_before = OffsetDateTime::from(now);
         params.not_after = OffsetDateTime::from(now + validity);
@@ -535,12 +445,9 @@ impl SiteCa {
     /// Loads a CA from its certificate and PKCS#8 private key (PEM), checking they belong together.
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, IdentityError> {
         let certificate = CaCertificate::from_pem(cert_pem)?;
-        let key = SigningKey::from_pkcs8_pem(key_pem)
-            .map_err(|e| IdentityError::Malformed(format!("CA key: {e}")))?;
+        let key = SigningKey::from_pkcs8_pem(key_pem).map_err(|e| IdentityError::Malformed(format!("CA key: {e}")))?;
         if key.verifying_key() != certificate.key {
-            return Err(IdentityError::Malformed(
-                "CA key does not match the CA certificate".into(),
-            ));
+            return Err(IdentityError::Malformed("CA key does not match the CA certificate".into()));
         }
         Ok(Self { key, certificate })
     }
@@ -567,24 +474,12 @@ impl SiteCa {
         validity: Duration,
     ) -> Result<Vec<u8>, IdentityError> {
         validate_name("node id", node)?;
-        let identity = Identity {
-            site: self.certificate.site.clone(),
-            node: node.to_owned(),
-            generation,
-            role,
-        };
+        let identity = Identity { site: self.certificate.site.clone(), node: node.to_owned(), generation, role };
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "metal");
-        params.distinguished_name.push(
-            DnType::CommonName,
-            format!("{role} {node} gen {generation}"),
-        );
-        params.subject_alt_names = vec![SanType::URI(
-            identity.to_uri().try_into().map_err(issue_error)?,
-        )];
+        params.distinguished_name.push(DnType::OrganizationName, "metal");
+        params.distinguished_name.push(DnType::CommonName, format!("{role} {node} gen {generation}"));
+        params.subject_alt_names = vec![SanType::URI(identity.to_uri().try_into().map_err(issue_error)?)];
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
@@ -594,9 +489,7 @@ impl SiteCa {
         params.not_before = OffsetDateTime::from(now);
         params.not_after = OffsetDateTime::from(now + validity);
         let issuer = Issuer::new(self.issuer_params()?, DalekKey(&self.key));
-        let cert = params
-            .signed_by(&SubjectKey(subject), &issuer)
-            .map_err(issue_error)?;
+        let cert = params.signed_by(&SubjectKey(subject), &issuer).map_err(issue_error)?;
         Ok(cert.der().to_vec())
     }
 }
@@ -612,23 +505,15 @@ impl SiteCa {
                 "2.5.4.3" => DnType::CommonName,
                 "2.5.4.10" => DnType::OrganizationName,
                 other => {
-                    return Err(IdentityError::Malformed(format!(
-                        "CA subject has an unsupported attribute {other}"
-                    )));
+                    return Err(IdentityError::Malformed(format!("CA subject has an unsupported attribute {other}")));
                 }
             };
-            let value = attribute
-                .as_str()
-                .map_err(|e| IdentityError::Malformed(format!("CA subject: {e}")))?;
+            let value = attribute.as_str().map_err(|e| IdentityError::Malformed(format!("CA subject: {e}")))?;
             params.distinguished_name.push(kind, value);
         }
-        params.key_identifier_method =
-            KeyIdMethod::PreSpecified(key_identifier(&self.key.verifying_key()));
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        params.key_identifier_method = KeyIdMethod::PreSpecified(key_identifier(&self.key.verifying_key()));
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         Ok(params)
     }
 }
@@ -639,14 +524,12 @@ fn issue_error(e: rcgen::Error) -> IdentityError {
 
 /// A signing key as PKCS#8 PEM (zeroed when dropped).
 pub fn signing_key_pem(key: &SigningKey) -> Result<Zeroizing<String>, IdentityError> {
-    key.to_pkcs8_pem(Default::default())
-        .map_err(|e| IdentityError::Malformed(format!("encode key: {e}")))
+    key.to_pkcs8_pem(Default::default()).map_err(|e| IdentityError::Malformed(format!("encode key: {e}")))
 }
 
 /// Reads an Ed25519 signing key from PKCS#8 PEM.
 pub fn signing_key_from_pem(pem: &str) -> Result<SigningKey, IdentityError> {
-    SigningKey::from_pkcs8_pem(pem)
-        .map_err(|e| IdentityError::Malformed(format!("Ed25519 PKCS#8 key: {e}")))
+    SigningKey::from_pkcs8_pem(pem).map_err(|e| IdentityError::Malformed(format!("Ed25519 PKCS#8 key: {e}")))
 }
 
 /// PEM-encodes DER under `label`.
@@ -677,9 +560,7 @@ pub fn certificates_from_pem(pem: &str) -> Result<Vec<Vec<u8>>, IdentityError> {
                 Some("-----END CERTIFICATE-----") => break,
                 Some(l) => b64.push_str(l),
                 None => {
-                    return Err(IdentityError::Malformed(
-                        "unterminated CERTIFICATE block".into(),
-                    ));
+                    return Err(IdentityError::Malformed("unterminated CERTIFICATE block".into()));
                 }
             }
         }

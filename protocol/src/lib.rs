@@ -19,8 +19,7 @@ pub mod wipe;
 
 pub use attest::{WipeExpectation, WipeRefusal, verify_wipe_report};
 pub use deploy::{
-    ChunkManifest, CloudInitSeed, DeployPlan, Digest, DigestAlgorithm, ImageFormat, ImageSource,
-    RootDeviceHints,
+    ChunkManifest, CloudInitSeed, DeployPlan, Digest, DigestAlgorithm, ImageFormat, ImageSource, RootDeviceHints,
 };
 pub use disk::{DiskIdentity, Transport};
 pub use dsse::{Envelope, EnvelopeSignature, Signer};

@@ -9,27 +9,17 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 fn check<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str, value: &T) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(format!("{name}.json"));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.json"));
     let mut json = serde_json::to_string_pretty(value).unwrap();
     json.push('\n');
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, &json).unwrap();
     }
-    let golden = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
-    assert_eq!(
-        json,
-        golden,
-        "{name}: serialization differs from {}",
-        path.display()
-    );
+    let golden =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
+    assert_eq!(json, golden, "{name}: serialization differs from {}", path.display());
     let parsed: T = serde_json::from_str(&golden).unwrap();
-    assert_eq!(
-        &parsed, value,
-        "{name}: golden file does not parse back to the same value"
-    );
+    assert_eq!(&parsed, value, "{name}: golden file does not parse back to the same value");
 }
 
 #[test]

@@ -8,31 +8,20 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use common::{identity, site, t0, wipe_report};
 use metal_protocol::wipe::WipeResult;
-use metal_protocol::{
-    Envelope, Role, SiteCa, WipeExpectation, WipeRefusal, WipeReport, verify_wipe_report,
-};
+use metal_protocol::{Envelope, Role, SiteCa, WipeExpectation, WipeRefusal, WipeReport, verify_wipe_report};
 use proptest::prelude::*;
 
 const NODE: &str = "node-1";
 const GENERATION: u64 = 4;
 
 fn signed(ca: &SiteCa, report: &WipeReport, node: &str, generation: u64, role: Role) -> Envelope {
-    Envelope::sign_json(
-        WipeReport::PAYLOAD_TYPE,
-        report,
-        &identity(ca, node, generation, role),
-    )
-    .unwrap()
+    Envelope::sign_json(WipeReport::PAYLOAD_TYPE, report, &identity(ca, node, generation, role)).unwrap()
 }
 
 fn check(ca: &SiteCa, envelope: &Envelope) -> Result<WipeReport, WipeRefusal> {
     let disks = vec![common::nvme_disk(), common::sata_disk()];
-    let expect = WipeExpectation {
-        node_id: NODE,
-        generation: GENERATION,
-        disks: &disks,
-        at: t0() + Duration::from_secs(60),
-    };
+    let expect =
+        WipeExpectation { node_id: NODE, generation: GENERATION, disks: &disks, at: t0() + Duration::from_secs(60) };
     verify_wipe_report(envelope, ca.certificate(), &expect)
 }
 
@@ -65,13 +54,7 @@ fn refusal_bad_signature() {
 fn refusal_foreign_ca() {
     let ca = site("site-a");
     let impostor = site("site-a");
-    let env = signed(
-        &impostor,
-        &wipe_report(NODE),
-        NODE,
-        GENERATION,
-        Role::Ramdisk,
-    );
+    let env = signed(&impostor, &wipe_report(NODE), NODE, GENERATION, Role::Ramdisk);
     let err = check(&ca, &env).unwrap_err();
     assert!(matches!(err, WipeRefusal::ForeignCa(_)), "{err}");
     assert_eq!(err.code(), "foreign-ca");
@@ -82,12 +65,8 @@ fn refusal_certificate_expired() {
     let ca = site("site-a");
     let env = signed(&ca, &wipe_report(NODE), NODE, GENERATION, Role::Ramdisk);
     let disks = vec![common::nvme_disk(), common::sata_disk()];
-    let expect = WipeExpectation {
-        node_id: NODE,
-        generation: GENERATION,
-        disks: &disks,
-        at: t0() + Duration::from_secs(7200),
-    };
+    let expect =
+        WipeExpectation { node_id: NODE, generation: GENERATION, disks: &disks, at: t0() + Duration::from_secs(7200) };
     let err = verify_wipe_report(&env, ca.certificate(), &expect).unwrap_err();
     assert!(matches!(err, WipeRefusal::CertificateExpired(_)), "{err}");
 }
@@ -96,15 +75,9 @@ fn refusal_certificate_expired() {
 fn refusal_node_tenant_even_for_the_same_node_and_generation() {
     let ca = site("site-a");
     let env = signed(&ca, &wipe_report(NODE), NODE, GENERATION, Role::NodeTenant);
-    assert_eq!(
-        check(&ca, &env).unwrap_err(),
-        WipeRefusal::RoleNotAllowed(Role::NodeTenant)
-    );
+    assert_eq!(check(&ca, &env).unwrap_err(), WipeRefusal::RoleNotAllowed(Role::NodeTenant));
     let env = signed(&ca, &wipe_report(NODE), NODE, GENERATION, Role::Agent);
-    assert_eq!(
-        check(&ca, &env).unwrap_err(),
-        WipeRefusal::RoleNotAllowed(Role::Agent)
-    );
+    assert_eq!(check(&ca, &env).unwrap_err(), WipeRefusal::RoleNotAllowed(Role::Agent));
 }
 
 #[test]
@@ -112,22 +85,10 @@ fn refusal_another_node() {
     let ca = site("site-a");
     // The certificate is another node's.
     let env = signed(&ca, &wipe_report(NODE), "node-2", GENERATION, Role::Ramdisk);
-    assert_eq!(
-        check(&ca, &env).unwrap_err(),
-        WipeRefusal::WrongNode {
-            expected: NODE.into(),
-            found: "node-2".into()
-        }
-    );
+    assert_eq!(check(&ca, &env).unwrap_err(), WipeRefusal::WrongNode { expected: NODE.into(), found: "node-2".into() });
     // The certificate is ours but the report speaks of another node.
     let env = signed(&ca, &wipe_report("node-2"), NODE, GENERATION, Role::Ramdisk);
-    assert_eq!(
-        check(&ca, &env).unwrap_err(),
-        WipeRefusal::WrongNode {
-            expected: NODE.into(),
-            found: "node-2".into()
-        }
-    );
+    assert_eq!(check(&ca, &env).unwrap_err(), WipeRefusal::WrongNode { expected: NODE.into(), found: "node-2".into() });
 }
 
 #[test]
@@ -136,10 +97,7 @@ fn refusal_stale_generation() {
     let env = signed(&ca, &wipe_report(NODE), NODE, GENERATION - 1, Role::Ramdisk);
     assert_eq!(
         check(&ca, &env).unwrap_err(),
-        WipeRefusal::StaleGeneration {
-            current: GENERATION,
-            found: GENERATION - 1
-        }
+        WipeRefusal::StaleGeneration { current: GENERATION, found: GENERATION - 1 }
     );
 }
 
@@ -150,10 +108,7 @@ fn refusal_missing_disk() {
     report.disks.remove(1);
     let env = signed(&ca, &report, NODE, GENERATION, Role::Ramdisk);
     let err = check(&ca, &env).unwrap_err();
-    assert!(
-        matches!(&err, WipeRefusal::MissingDisk(d) if d.contains("SATA0002")),
-        "{err}"
-    );
+    assert!(matches!(&err, WipeRefusal::MissingDisk(d) if d.contains("SATA0002")), "{err}");
 }
 
 #[test]
@@ -162,10 +117,7 @@ fn refusal_one_erased_disk_cannot_answer_for_two() {
     let mut report = wipe_report(NODE);
     report.disks[1] = report.disks[0].clone();
     let env = signed(&ca, &report, NODE, GENERATION, Role::Ramdisk);
-    assert!(matches!(
-        check(&ca, &env).unwrap_err(),
-        WipeRefusal::MissingDisk(_)
-    ));
+    assert!(matches!(check(&ca, &env).unwrap_err(), WipeRefusal::MissingDisk(_)));
 }
 
 #[test]
@@ -176,13 +128,7 @@ fn refusal_disk_failed_read_back() {
     report.disks[0].first_bad_offset = Some(4096 * 3 + 17);
     let env = signed(&ca, &report, NODE, GENERATION, Role::Ramdisk);
     let err = check(&ca, &env).unwrap_err();
-    assert_eq!(
-        err,
-        WipeRefusal::DiskFailed {
-            disk: common::nvme_disk().label(),
-            first_bad_offset: Some(12305)
-        }
-    );
+    assert_eq!(err, WipeRefusal::DiskFailed { disk: common::nvme_disk().label(), first_bad_offset: Some(12305) });
     assert!(err.to_string().contains("12305"), "{err}");
 }
 
@@ -192,10 +138,7 @@ fn refusal_a_pass_without_verification_is_not_a_pass() {
     let mut report = wipe_report(NODE);
     report.disks[1].verification = None;
     let env = signed(&ca, &report, NODE, GENERATION, Role::Ramdisk);
-    assert!(matches!(
-        check(&ca, &env).unwrap_err(),
-        WipeRefusal::DiskFailed { .. }
-    ));
+    assert!(matches!(check(&ca, &env).unwrap_err(), WipeRefusal::DiskFailed { .. }));
 }
 
 #[test]
@@ -210,11 +153,7 @@ fn refusal_malformed_envelopes() {
     two_sigs.signatures.push(good.signatures[0].clone());
     let mut no_cert = good.clone();
     no_cert.signatures[0].certificates.clear();
-    let not_a_report = Envelope::sign(
-        WipeReport::PAYLOAD_TYPE,
-        b"{}",
-        &identity(&ca, NODE, GENERATION, Role::Ramdisk),
-    );
+    let not_a_report = Envelope::sign(WipeReport::PAYLOAD_TYPE, b"{}", &identity(&ca, NODE, GENERATION, Role::Ramdisk));
     for env in [wrong_type, no_sig, two_sigs, no_cert, not_a_report] {
         let err = check(&ca, &env).unwrap_err();
         assert!(matches!(err, WipeRefusal::Malformed(_)), "{err}");
@@ -265,10 +204,7 @@ fn every_single_bit_of_the_certificate_and_signature_matters() {
         flip(&mut flipped, bit);
         let mut bad = env.clone();
         bad.signatures[0].certificates[0] = B64.encode(flipped);
-        assert!(
-            check(&ca, &bad).is_err(),
-            "certificate bit {bit} flipped was accepted"
-        );
+        assert!(check(&ca, &bad).is_err(), "certificate bit {bit} flipped was accepted");
     }
     let sig = B64.decode(&env.signatures[0].sig).unwrap();
     for bit in 0..sig.len() * 8 {
@@ -276,10 +212,6 @@ fn every_single_bit_of_the_certificate_and_signature_matters() {
         flip(&mut flipped, bit);
         let mut bad = env.clone();
         bad.signatures[0].sig = B64.encode(flipped);
-        assert_eq!(
-            check(&ca, &bad).unwrap_err(),
-            WipeRefusal::BadSignature,
-            "signature bit {bit}"
-        );
+        assert_eq!(check(&ca, &bad).unwrap_err(), WipeRefusal::BadSignature, "signature bit {bit}");
     }
 }

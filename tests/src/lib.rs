@@ -1,1 +1,3 @@
-//! placeholder
+//! Cross-crate and hardware-in-the-loop test support: the harness lives here, the tests in `tests/`.
+
+pub mod elf;

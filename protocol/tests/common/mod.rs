@@ -9,8 +9,7 @@ use metal_protocol::deploy::SeedVolume;
 use metal_protocol::firmware::{Comparison, ComponentCheck};
 use metal_protocol::inventory::{Cpu, Dimm, Disk, Dmi, Memory, Nic, TestKind, TestResult, Tool};
 use metal_protocol::wipe::{
-    DeviceCommand, NistCategory, RejectedMethod, SanitizeMethod, Verification, VerifyMode,
-    WipePolicy, WipeResult,
+    DeviceCommand, NistCategory, RejectedMethod, SanitizeMethod, Verification, VerifyMode, WipePolicy, WipeResult,
 };
 use metal_protocol::*;
 use time::macros::datetime;
@@ -21,10 +20,7 @@ pub fn t0() -> SystemTime {
 }
 
 pub fn tool() -> Tool {
-    Tool {
-        name: "metal-erase".into(),
-        version: "0.1.0".into(),
-    }
+    Tool { name: "metal-erase".into(), version: "0.1.0".into() }
 }
 
 pub fn nvme_disk() -> DiskIdentity {
@@ -86,10 +82,7 @@ pub fn wipe_report(node: &str) -> WipeReport {
         node_id: node.into(),
         inventory_disks: vec![nvme_disk(), sata_disk()],
         policy: WipePolicy::Purge,
-        disks: vec![
-            disk_wipe(nvme_disk(), "/dev/nvme0n1"),
-            disk_wipe(sata_disk(), "/dev/sda"),
-        ],
+        disks: vec![disk_wipe(nvme_disk(), "/dev/nvme0n1"), disk_wipe(sata_disk(), "/dev/sda")],
         started_at: datetime!(2026-11-20 10:00:00 UTC),
         finished_at: datetime!(2026-11-20 10:05:00 UTC),
         tool: tool(),
@@ -146,29 +139,19 @@ pub fn inventory_report() -> InventoryReport {
             bios_date: Some("04/01/2014".into()),
             ..Dmi::default()
         },
-        firmware: vec![FirmwareVersion {
-            component: "bios".into(),
-            version: "1.16.3".into(),
-            source: "dmi".into(),
-        }],
+        firmware: vec![FirmwareVersion { component: "bios".into(), version: "1.16.3".into(), source: "dmi".into() }],
         tests: vec![TestResult {
             kind: TestKind::Memory,
             passed: true,
             details: "pattern test of 256 MiB (10% of free memory): no errors".into(),
             duration_ms: 812,
         }],
-        tool: Tool {
-            name: "metal-boot".into(),
-            version: "0.1.0".into(),
-        },
+        tool: Tool { name: "metal-boot".into(), version: "0.1.0".into() },
     }
 }
 
 pub fn deploy_plan() -> DeployPlan {
-    let digest = Digest {
-        algorithm: DigestAlgorithm::Sha256,
-        hex: "ab".repeat(32),
-    };
+    let digest = Digest { algorithm: DigestAlgorithm::Sha256, hex: "ab".repeat(32) };
     DeployPlan {
         image: ImageSource {
             url: "https://images.site-a/debian-13.raw.zst".into(),
@@ -180,12 +163,7 @@ pub fn deploy_plan() -> DeployPlan {
             image_digest: digest,
             raw_size_bytes: 3 * 1024 * 1024 + 5,
             chunk_size: 1024 * 1024,
-            sha256: vec![
-                "01".repeat(32),
-                "02".repeat(32),
-                "03".repeat(32),
-                "04".repeat(32),
-            ],
+            sha256: vec!["01".repeat(32), "02".repeat(32), "03".repeat(32), "04".repeat(32)],
         },
         target: RootDeviceHints {
             serial: Some("NVME0001".into()),
@@ -204,11 +182,7 @@ pub fn deploy_plan() -> DeployPlan {
 pub fn firmware_report() -> FirmwareReport {
     FirmwareReport {
         node_id: "node-1".into(),
-        baseline: [
-            ("bios".to_string(), "2.4.1".to_string()),
-            ("bmc".to_string(), "1.12.0".to_string()),
-        ]
-        .into(),
+        baseline: [("bios".to_string(), "2.4.1".to_string()), ("bmc".to_string(), "1.12.0".to_string())].into(),
         comparison: Comparison::Exact,
         components: vec![
             ComponentCheck {
@@ -226,10 +200,7 @@ pub fn firmware_report() -> FirmwareReport {
         ],
         compliant: false,
         checked_at: datetime!(2026-11-20 11:00:00 UTC),
-        tool: Tool {
-            name: "metal-firmware".into(),
-            version: "0.1.0".into(),
-        },
+        tool: Tool { name: "metal-firmware".into(), version: "0.1.0".into() },
     }
 }
 
@@ -241,15 +212,6 @@ pub fn site(name: &str) -> SiteCa {
 /// A key pair with a one-hour role certificate from `ca`.
 pub fn identity(ca: &SiteCa, node: &str, generation: u64, role: Role) -> Signer {
     let key = SigningKey::generate(&mut rand::rngs::OsRng);
-    let cert = ca
-        .issue(
-            &key.verifying_key(),
-            node,
-            generation,
-            role,
-            t0(),
-            Duration::from_secs(3600),
-        )
-        .unwrap();
+    let cert = ca.issue(&key.verifying_key(), node, generation, role, t0(), Duration::from_secs(3600)).unwrap();
     Signer::new(key, vec![cert, ca.certificate().der().to_vec()])
 }

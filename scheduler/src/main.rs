@@ -1,0 +1,105 @@
+//! `metal-scheduler`: parses the command line and dispatches to the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use metal_protocol::Role;
+use metal_scheduler::ca_files::{self, IssueRequest};
+use metal_scheduler::duration::parse_duration;
+
+/// The metal control plane: nodes, pools, reservations, whole-node leases, teardown and billing.
+#[derive(Parser, Debug)]
+#[command(name = "metal-scheduler", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Manage the site CA that signs every ramdisk, node and agent identity.
+    #[command(subcommand)]
+    Ca(CaCommand),
+    /// Run the control plane service (not built yet: arrives with the scheduler core issue).
+    Serve,
+}
+
+#[derive(Subcommand, Debug)]
+enum CaCommand {
+    /// Create a new site CA: DIR/ca.crt (share it) and DIR/ca.key (mode 0600, keep it secret).
+    ///
+    /// Refuses to overwrite an existing CA. The SHA-256 fingerprint it prints is what ramdisks
+    /// pin on their kernel command line (metal.ca=...).
+    Init {
+        /// Directory for the CA files (created if missing).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Site name: the SPIFFE trust domain in every certificate (A-Z a-z 0-9 . _ -).
+        #[arg(long, default_value = "metal")]
+        site: String,
+        /// How long the CA certificate is valid (s, m, h or d).
+        #[arg(long, default_value = "3650d", value_parser = parse_duration)]
+        valid_for: Duration,
+    },
+    /// Issue a role certificate with a fresh Ed25519 key: writes PREFIX.key and PREFIX.crt.
+    ///
+    /// PREFIX.crt holds the chain (role certificate, then CA certificate). The identity is
+    /// spiffe://SITE/node/NODE/gen/GENERATION/ROLE.
+    Issue {
+        /// Directory holding ca.crt and ca.key.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Role: ramdisk, node, node-tenant or agent.
+        #[arg(long)]
+        role: Role,
+        /// Node id the certificate speaks for.
+        #[arg(long)]
+        node: String,
+        /// The node's current identity generation.
+        #[arg(long)]
+        generation: u64,
+        /// Output prefix: PREFIX.key and PREFIX.crt are written (never overwritten).
+        #[arg(long)]
+        out: PathBuf,
+        /// How long the certificate is valid (s, m, h or d). Role certificates are short-lived.
+        #[arg(long, default_value = "12h", value_parser = parse_duration)]
+        valid_for: Duration,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("metal-scheduler: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Ca(CaCommand::Init { dir, site, valid_for }) => {
+            let ca = ca_files::init(&dir, &site, valid_for)?;
+            println!("site CA for {site:?} created in {}", dir.display());
+            println!("fingerprint (sha256): {}", ca.certificate().fingerprint_sha256());
+        }
+        Command::Ca(CaCommand::Issue { dir, role, node, generation, out, valid_for }) => {
+            let ca = ca_files::load(&dir)?;
+            let request = IssueRequest { role, node: &node, generation, validity: valid_for };
+            let files = ca_files::issue(&ca, &request, &out)?;
+            println!("{role} certificate for node {node} generation {generation}");
+            println!("key:         {}", files.key.display());
+            println!("certificate: {}", files.cert.display());
+        }
+        Command::Serve => anyhow::bail!(
+            "the service is not built yet: it arrives with the scheduler core issue \
+             (nodes, pools, reservations, placement, billing and events over HTTP). \
+             Today this binary manages the site CA: see `metal-scheduler ca --help`."
+        ),
+    }
+    Ok(())
+}
