@@ -11,6 +11,8 @@ struct Cli {}
 
 fn main() -> std::process::ExitCode {
     let _ = Cli::parse();
-    eprintln!("metal-boot: no commands yet. Runs as /init of the ramdisk or as a plain command. Its tasks (commission, deploy, inventory, plan) arrive with the metal-boot issue.");
+    eprintln!(
+        "metal-boot: no commands yet. Runs as /init of the ramdisk or as a plain command. Its tasks (commission, deploy, inventory, plan) arrive with the metal-boot issue."
+    );
     std::process::ExitCode::from(2)
 }

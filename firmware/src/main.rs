@@ -11,6 +11,8 @@ struct Cli {}
 
 fn main() -> std::process::ExitCode {
     let _ = Cli::parse();
-    eprintln!("metal-firmware: no commands yet. Its commands (inventory, check, reflash) arrive with the firmware issue.");
+    eprintln!(
+        "metal-firmware: no commands yet. Its commands (inventory, check, reflash) arrive with the firmware issue."
+    );
     std::process::ExitCode::from(2)
 }

@@ -29,7 +29,12 @@ fn each_inconsistency_names_its_field() {
     assert_eq!(refused(|p| p.chunks.chunk_size = 1000), "chunks.chunkSize");
     assert_eq!(refused(|p| p.chunks.chunk_size = 1024), "chunks.chunkSize");
     assert_eq!(refused(|p| p.chunks.raw_size_bytes = 0), "chunks.rawSizeBytes");
-    assert_eq!(refused(|p| { p.chunks.sha256.pop(); }), "chunks.sha256");
+    assert_eq!(
+        refused(|p| {
+            p.chunks.sha256.pop();
+        }),
+        "chunks.sha256"
+    );
     assert_eq!(refused(|p| p.chunks.sha256[2] = "zz".repeat(32)), "chunks.sha256");
     assert_eq!(refused(|p| p.image.format = ImageFormat::Raw), "image.sizeBytes");
     assert_eq!(

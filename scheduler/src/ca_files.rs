@@ -108,13 +108,22 @@ pub fn issue(ca: &SiteCa, request: &IssueRequest<'_>, prefix: &Path) -> Result<I
         if path.exists() {
             return Err(CaFileError::Io {
                 path: path.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, "file exists (refusing to overwrite it)"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "file exists (refusing to overwrite it)",
+                ),
             });
         }
     }
     let key = SigningKey::generate(&mut rand::rngs::OsRng);
-    let der =
-        ca.issue(&key.verifying_key(), request.node, request.generation, request.role, SystemTime::now(), request.validity)?;
+    let der = ca.issue(
+        &key.verifying_key(),
+        request.node,
+        request.generation,
+        request.role,
+        SystemTime::now(),
+        request.validity,
+    )?;
     let chain = format!("{}{}", pem_encode("CERTIFICATE", &der), ca.certificate().pem());
     write_file(&files.key, signing_key_pem(&key)?.as_bytes(), 0o600)?;
     write_file(&files.cert, chain.as_bytes(), 0o644)?;

@@ -18,10 +18,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if number == 0 {
         return Err(format!("{text:?} must be longer than zero"));
     }
-    number
-        .checked_mul(seconds_per_unit)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("{text:?} is too long"))
+    number.checked_mul(seconds_per_unit).map(Duration::from_secs).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 #[cfg(test)]

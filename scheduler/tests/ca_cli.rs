@@ -40,7 +40,22 @@ fn init_then_issue_gives_a_certificate_the_ca_verifies() {
     assert!(!printed.contains("PRIVATE KEY"));
 
     let prefix = tmp.path().join("n7");
-    ok(&["ca", "issue", "--dir", d, "--role", "ramdisk", "--node", "n7", "--generation", "3", "--out", prefix.to_str().unwrap(), "--valid-for", "1h"]);
+    ok(&[
+        "ca",
+        "issue",
+        "--dir",
+        d,
+        "--role",
+        "ramdisk",
+        "--node",
+        "n7",
+        "--generation",
+        "3",
+        "--out",
+        prefix.to_str().unwrap(),
+        "--valid-for",
+        "1h",
+    ]);
     let key_path = tmp.path().join("n7.key");
     assert_eq!(mode(&key_path), 0o600);
     let key = signing_key_from_pem(&std::fs::read_to_string(&key_path).unwrap()).unwrap();
@@ -48,7 +63,10 @@ fn init_then_issue_gives_a_certificate_the_ca_verifies() {
     assert_eq!(chain.len(), 2, "chain is the role certificate then the CA");
     assert_eq!(chain[1], ca.der());
     let verified = ca.verify(&chain[0], SystemTime::now()).unwrap();
-    assert_eq!(verified.identity, Identity { site: "site-a".into(), node: "n7".into(), generation: 3, role: Role::Ramdisk });
+    assert_eq!(
+        verified.identity,
+        Identity { site: "site-a".into(), node: "n7".into(), generation: 3, role: Role::Ramdisk }
+    );
     assert_eq!(verified.public_key, key.verifying_key());
     // Short-lived as asked: invalid after an hour and a minute.
     assert!(ca.verify(&chain[0], SystemTime::now() + Duration::from_secs(3660)).is_err());
@@ -79,9 +97,25 @@ fn bad_arguments_get_errors_that_name_the_problem() {
     ok(&["ca", "init", "--dir", d]);
     let err = fails(&["ca", "issue", "--dir", d, "--role", "root", "--node", "n1", "--generation", "1", "--out", "x"]);
     assert!(err.contains("unknown role") && err.contains("node-tenant"), "{err}");
-    let err = fails(&["ca", "issue", "--dir", d, "--role", "node", "--node", "../etc", "--generation", "1", "--out", "x"]);
+    let err =
+        fails(&["ca", "issue", "--dir", d, "--role", "node", "--node", "../etc", "--generation", "1", "--out", "x"]);
     assert!(err.contains("node id"), "{err}");
-    let err = fails(&["ca", "issue", "--dir", d, "--role", "node", "--node", "n1", "--generation", "1", "--out", "x", "--valid-for", "1w"]);
+    let err = fails(&[
+        "ca",
+        "issue",
+        "--dir",
+        d,
+        "--role",
+        "node",
+        "--node",
+        "n1",
+        "--generation",
+        "1",
+        "--out",
+        "x",
+        "--valid-for",
+        "1w",
+    ]);
     assert!(err.contains("use s, m, h or d"), "{err}");
     let err = fails(&["ca", "init", "--dir", tmp.path().join("other").to_str().unwrap(), "--site", "a/b"]);
     assert!(err.contains("site"), "{err}");

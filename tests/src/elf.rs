@@ -19,16 +19,21 @@ pub struct ElfInfo {
     pub needs_libraries: bool,
 }
 
+/// `N` bytes at `off`, or an error naming the offset when the file is too short.
+fn field<const N: usize>(b: &[u8], off: usize) -> Result<[u8; N], String> {
+    b.get(off..off + N).and_then(|s| s.try_into().ok()).ok_or_else(|| format!("truncated at offset {off}"))
+}
+
 fn u16_at(b: &[u8], off: usize) -> Result<u16, String> {
-    b.get(off..off + 2).map(|s| u16::from_le_bytes([s[0], s[1]])).ok_or_else(|| format!("truncated at {off}"))
+    field(b, off).map(u16::from_le_bytes)
 }
 
 fn u32_at(b: &[u8], off: usize) -> Result<u32, String> {
-    b.get(off..off + 4).map(|s| u32::from_le_bytes(s.try_into().unwrap_or_default())).ok_or_else(|| format!("truncated at {off}"))
+    field(b, off).map(u32::from_le_bytes)
 }
 
 fn u64_at(b: &[u8], off: usize) -> Result<u64, String> {
-    b.get(off..off + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap_or_default())).ok_or_else(|| format!("truncated at {off}"))
+    field(b, off).map(u64::from_le_bytes)
 }
 
 fn usize_at(b: &[u8], off: usize) -> Result<usize, String> {
