@@ -51,3 +51,14 @@ fn unknown_fields_are_refused() {
     let err = serde_json::from_value::<metal_protocol::WipeReport>(value).unwrap_err();
     assert!(err.to_string().contains("erasedByMagic"), "{err}");
 }
+
+#[test]
+fn envelope() {
+    // Ed25519 is deterministic: a fixed key and payload give a fixed envelope, so this pins
+    // the canonical payload bytes, the PAE and the envelope JSON together.
+    let key = ed25519_dalek::SigningKey::from_bytes(&[42u8; 32]);
+    let signer = metal_protocol::Signer::new(key, vec![b"certificate DER".to_vec()]);
+    let report = common::wipe_report("node-1");
+    let env = metal_protocol::Envelope::sign_json(metal_protocol::WipeReport::PAYLOAD_TYPE, &report, &signer).unwrap();
+    check("envelope", &env);
+}
