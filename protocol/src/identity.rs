@@ -307,6 +307,17 @@ impl CaCertificate {
     }
 }
 
+/// Reads the identity and public key a role certificate names, WITHOUT checking who issued
+/// it. For a signer to learn its own identity from its certificate; never a basis for trust.
+pub fn read_unverified(der: &[u8]) -> Result<(Identity, VerifyingKey), IdentityError> {
+    let parsed = StrictCert::parse(der)?;
+    let uris = parsed.uris()?;
+    let [uri] = uris.as_slice() else {
+        return Err(IdentityError::Malformed(format!("expected exactly one URI SAN, found {}", uris.len())));
+    };
+    Ok((Identity::parse_uri(uri)?, parsed.public_key()?))
+}
+
 /// What a verified role certificate says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedCertificate {
