@@ -3,22 +3,30 @@
 //!
 //! Request numbers are spelled out (with the `_IO`/`_IOR` they come from, per
 //! `include/uapi/linux/fs.h`) rather than taken from libc, which does not carry them all.
+//! They are 32-bit values; `libc::Ioctl` is `c_ulong` on glibc and `c_int` on musl, where
+//! the high ones wrap to negative numbers exactly as in musl's own headers.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// `_IOR(0x12, 114, size_t)`: device size in bytes (u64).
-const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+const BLKGETSIZE64: libc::Ioctl = request(0x8008_1272);
 /// `_IO(0x12, 104)`: logical block size (int).
-const BLKSSZGET: libc::c_ulong = 0x1268;
+const BLKSSZGET: libc::Ioctl = request(0x1268);
 /// `_IO(0x12, 123)`: physical block size (unsigned int).
-const BLKPBSZGET: libc::c_ulong = 0x127b;
+const BLKPBSZGET: libc::Ioctl = request(0x127b);
 /// `_IO(0x12, 119)`: discard a byte range (u64[2]: start, length).
-const BLKDISCARD: libc::c_ulong = 0x1277;
+const BLKDISCARD: libc::Ioctl = request(0x1277);
 /// `_IO(0x12, 125)`: secure discard a byte range (u64[2]: start, length).
-const BLKSECDISCARD: libc::c_ulong = 0x127d;
+const BLKSECDISCARD: libc::Ioctl = request(0x127d);
 /// `_IO(0x12, 97)`: flush and invalidate the buffer cache of the device.
-const BLKFLSBUF: libc::c_ulong = 0x1261;
+const BLKFLSBUF: libc::Ioctl = request(0x1261);
+
+/// A 32-bit request number as this libc's ioctl request type.
+#[allow(clippy::cast_possible_wrap, clippy::cast_lossless, clippy::unnecessary_cast)]
+const fn request(number: u32) -> libc::Ioctl {
+    number as libc::Ioctl
+}
 
 fn check(ret: libc::c_int) -> io::Result<()> {
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
