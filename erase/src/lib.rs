@@ -4,13 +4,14 @@
 //! Flow: `device` discovers disks and decides which may be touched; `plan` orders the
 //! methods a disk supports under a policy; `engine` runs one worker per disk (erase, then
 //! `verify`); `report` turns the outcomes into a signed `protocol::WipeReport`. All ioctls
-//! live in `ioctl`.
+//! live in `ioctl`; `passthrough` builds and parses the NVMe/ATA/SCSI commands they carry.
 
 pub mod cli;
 pub mod device;
 pub mod engine;
-pub mod ioctl;
 pub mod io;
+pub mod ioctl;
+pub mod passthrough;
 pub mod pattern;
 pub mod plan;
 pub mod progress;
