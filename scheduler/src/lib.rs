@@ -1,5 +1,14 @@
-//! The metal control plane: today the site CA's files; the service (nodes, pools,
-//! reservations, placement, leases, billing, events) arrives with the scheduler core issue.
+//! The metal control plane: the service (`app`, `api`, `store`, `model`), its clock and
+//! configuration, the site CA's files, and the HTTP client `metalctl` uses.
 
+pub mod api;
+pub mod app;
 pub mod ca_files;
+pub mod client;
+pub mod clock;
+pub mod config;
 pub mod duration;
+pub mod error;
+pub mod metrics;
+pub mod model;
+pub mod store;

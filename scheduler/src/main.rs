@@ -7,6 +7,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use metal_protocol::Role;
 use metal_scheduler::ca_files::{self, IssueRequest};
+use metal_scheduler::clock::SystemClock;
+use metal_scheduler::config::{Config, ConfigLayer};
 use metal_scheduler::duration::parse_duration;
 
 /// The metal control plane: nodes, pools, reservations, whole-node leases, teardown and billing.
@@ -22,8 +24,28 @@ enum Command {
     /// Manage the site CA that signs every ramdisk, node and agent identity.
     #[command(subcommand)]
     Ca(CaCommand),
-    /// Run the control plane service (not built yet: arrives with the scheduler core issue).
-    Serve,
+    /// Run the control plane service: the HTTP API on --listen, data in --data-dir.
+    ///
+    /// Settings come from defaults, then --config FILE (TOML), then METAL_* environment
+    /// variables, then these flags. With no database URL the service embeds SQLite in the data
+    /// directory. On first start it creates a platform admin credential and writes its token
+    /// to DATA_DIR/admin.token (mode 0600).
+    Serve(ServeArgs),
+    /// Print the OpenAPI document of the HTTP API.
+    Openapi,
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// TOML configuration file (keys: listen, data-dir, database-url, *-deadline, reaper-interval).
+    #[arg(long, env = "METAL_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address and port to listen on [default: 127.0.0.1:7450].
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Data directory [default: /var/lib/metal].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -69,6 +91,33 @@ enum CaCommand {
     },
 }
 
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = Config::default();
+    if let Some(path) = &args.config {
+        ConfigLayer::from_file(path)?.apply(&mut config)?;
+    }
+    ConfigLayer::from_env(|k| std::env::var(k).ok())?.apply(&mut config)?;
+    ConfigLayer { listen: args.listen, data_dir: args.data_dir, ..ConfigLayer::default() }.apply(&mut config)?;
+    init_logging();
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+        let app = metal_scheduler::app::start(config, std::sync::Arc::new(SystemClock)).await?;
+        metal_scheduler::app::serve(app, listener).await?;
+        anyhow::Ok(())
+    })
+}
+
+/// Logs to stderr: human-readable on a terminal, JSON lines otherwise.
+fn init_logging() {
+    use std::io::IsTerminal as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("METAL_LOG").unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::io::stderr().is_terminal() { builder.init() } else { builder.json().init() }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
@@ -95,11 +144,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("key:         {}", files.key.display());
             println!("certificate: {}", files.cert.display());
         }
-        Command::Serve => anyhow::bail!(
-            "the service is not built yet: it arrives with the scheduler core issue \
-             (nodes, pools, reservations, placement, billing and events over HTTP). \
-             Today this binary manages the site CA: see `metal-scheduler ca --help`."
-        ),
+        Command::Serve(args) => serve(args)?,
+        Command::Openapi => print!("{}", metal_scheduler::api::openapi_json()),
     }
     Ok(())
 }

@@ -120,9 +120,3 @@ fn bad_arguments_get_errors_that_name_the_problem() {
     let err = fails(&["ca", "init", "--dir", tmp.path().join("other").to_str().unwrap(), "--site", "a/b"]);
     assert!(err.contains("site"), "{err}");
 }
-
-#[test]
-fn serve_says_it_is_not_built_yet_instead_of_pretending() {
-    let err = fails(&["serve"]);
-    assert!(err.contains("not built yet"), "{err}");
-}

@@ -1,16 +1,332 @@
-//! `metalctl`: the command-line client of metal-scheduler.
+//! `metalctl`: parses the command line and dispatches to the scheduler's HTTP API.
 
-use clap::Parser;
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use metal_scheduler::client::{Client, ClientConfig, ClientError, RequestBody, config_path, table};
+use serde_json::{Value, json};
 
 /// Command-line client of the metal-scheduler HTTP API.
 ///
-/// Not built yet: its operations arrive with the scheduler core issue, together with the API.
+/// The server URL comes from --url, METAL_URL or `url` in the config file
+/// (~/.config/metal/metalctl.toml, or METALCTL_CONFIG); the token from --token-file,
+/// METAL_TOKEN or `token-file` in the config file. Tokens never go on the command line.
 #[derive(Parser, Debug)]
 #[command(name = "metalctl", version, about, long_about)]
-struct Cli {}
+struct Cli {
+    /// Scheduler URL, e.g. http://127.0.0.1:7450.
+    #[arg(long, env = "METAL_URL", global = true)]
+    url: Option<String>,
+    /// File holding the bearer token.
+    #[arg(long, global = true)]
+    token_file: Option<PathBuf>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Output::Table, global = true)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() -> std::process::ExitCode {
-    let _ = Cli::parse();
-    eprintln!("metalctl: no operations yet; they arrive with the scheduler core issue (see --help)");
-    std::process::ExitCode::from(2)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Nodes: enrol, import, list, show, move along the lifecycle, maintenance and cordon.
+    #[command(subcommand)]
+    Node(NodeCommand),
+    /// Tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// API credentials.
+    #[command(subcommand)]
+    Credential(CredentialCommand),
+    /// Events after a sequence number (with --follow, wait for more until interrupted).
+    Events {
+        /// Start after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// Keep waiting for new events.
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum NodeCommand {
+    /// List nodes.
+    List {
+        /// Only nodes in this state.
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// Show one node.
+    Show { id: String },
+    /// Enrol one node.
+    Enrol {
+        id: String,
+        /// Boot NIC MAC.
+        #[arg(long)]
+        boot_mac: Option<String>,
+        /// Label key=value (repeatable), e.g. rack=r1.
+        #[arg(long = "label", value_name = "KEY=VALUE")]
+        labels: Vec<String>,
+        /// Taint key=value:NoSchedule (repeatable).
+        #[arg(long = "taint")]
+        taints: Vec<String>,
+        /// Bookable devices class=count (repeatable), e.g. gpu=8.
+        #[arg(long = "devices", value_name = "CLASS=COUNT")]
+        devices: Vec<String>,
+    },
+    /// Enrol many nodes from a CSV (id,bootMac,labels,taints,devices) or JSON file; - is stdin.
+    Import { file: PathBuf },
+    /// Move a node from one lifecycle state to another (compare-and-set).
+    Move {
+        id: String,
+        /// The state you believe it is in.
+        #[arg(long)]
+        from: String,
+        /// The state to move it to.
+        #[arg(long)]
+        to: String,
+        /// Who drives the new state (required for commissioning, deploying, releasing).
+        #[arg(long)]
+        owner: Option<String>,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Turn maintenance on or off.
+    Maintenance {
+        id: String,
+        #[arg(value_parser = ["on", "off"])]
+        mode: String,
+    },
+    /// Cordon or uncordon.
+    Cordon {
+        id: String,
+        #[arg(value_parser = ["on", "off"])]
+        mode: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TenantCommand {
+    /// List tenants.
+    List,
+    /// Create a tenant.
+    Create {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CredentialCommand {
+    /// Create a credential; its token is printed once (store it in a file).
+    Create {
+        /// platform-admin or tenant-member.
+        #[arg(long)]
+        role: String,
+        /// Tenant of a tenant member.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// A name to recognise it by.
+        #[arg(long)]
+        name: String,
+    },
+}
+
+const NODE_COLUMNS: [(&str, &str); 7] = [
+    ("ID", "id"),
+    ("STATE", "state"),
+    ("POWER", "power"),
+    ("MAINT", "maintenance"),
+    ("CORDON", "cordoned"),
+    ("TRUST", "trust"),
+    ("LABELS", "labels"),
+];
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("metalctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn connect(cli: &Cli) -> Result<Client, ClientError> {
+    let file: ClientConfig = match config_path().filter(|p| p.exists()) {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| ClientError::Config(format!("{}: {e}", path.display())))?;
+            toml::from_str(&text).map_err(|e| ClientError::Config(format!("{}: {e}", path.display())))?
+        }
+        None => ClientConfig::default(),
+    };
+    let url = cli
+        .url
+        .clone()
+        .or(file.url)
+        .ok_or_else(|| ClientError::Config("no server: pass --url or set METAL_URL".into()))?;
+    let token = match cli.token_file.clone().or(file.token_file) {
+        Some(path) => std::fs::read_to_string(&path)
+            .map_err(|e| ClientError::Config(format!("token file {}: {e}", path.display())))?,
+        None => std::env::var("METAL_TOKEN")
+            .map_err(|_| ClientError::Config("no token: pass --token-file or set METAL_TOKEN".into()))?,
+    };
+    Ok(Client::new(&url, &token))
+}
+
+fn key_values(items: &[String], what: &str) -> Result<serde_json::Map<String, Value>, ClientError> {
+    items
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
+                .ok_or_else(|| ClientError::Config(format!("{what} {kv:?} is not key=value")))
+        })
+        .collect()
+}
+
+fn print(output: Output, value: &Value, columns: &[(&str, &str)]) {
+    match (output, value) {
+        (Output::Json, v) => println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
+        (Output::Table, Value::Array(rows)) => print!("{}", table(rows, columns)),
+        (Output::Table, row) => print!("{}", table(std::slice::from_ref(row), columns)),
+    }
+}
+
+fn run(cli: Cli) -> Result<(), ClientError> {
+    let client = connect(&cli)?;
+    let out = cli.output;
+    match cli.command {
+        Command::Node(NodeCommand::List { state }) => {
+            let path = state.map(|s| format!("/v1/nodes?state={s}")).unwrap_or_else(|| "/v1/nodes".into());
+            print(out, &client.request("GET", &path, None)?, &NODE_COLUMNS);
+        }
+        Command::Node(NodeCommand::Show { id }) => {
+            let node = client.request("GET", &format!("/v1/nodes/{id}"), None)?;
+            match out {
+                Output::Json => print(out, &node, &[]),
+                Output::Table => {
+                    for (k, v) in node.as_object().into_iter().flatten() {
+                        println!(
+                            "{k:<20} {}",
+                            if v.is_string() { v.as_str().unwrap_or_default().to_owned() } else { v.to_string() }
+                        );
+                    }
+                }
+            }
+        }
+        Command::Node(NodeCommand::Enrol { id, boot_mac, labels, taints, devices }) => {
+            let mut atoms = Vec::new();
+            for (class, count) in key_values(&devices, "devices")? {
+                let count: u32 = count
+                    .as_str()
+                    .unwrap_or("")
+                    .parse()
+                    .map_err(|_| ClientError::Config(format!("devices {class}: count is not a number")))?;
+                atoms.extend((0..count).map(|i| json!({"id": format!("{class}{i}"), "class": class, "healthy": true})));
+            }
+            let body = json!({"id": id, "bootMac": boot_mac, "labels": key_values(&labels, "label")?, "taints": taints, "devices": atoms});
+            print(out, &client.request("POST", "/v1/nodes", Some(RequestBody::Json(body)))?, &NODE_COLUMNS);
+        }
+        Command::Node(NodeCommand::Import { file }) => {
+            let mut text = String::new();
+            if file.as_os_str() == "-" {
+                std::io::stdin().read_to_string(&mut text).map_err(|e| ClientError::Config(format!("stdin: {e}")))?;
+            } else {
+                text = std::fs::read_to_string(&file)
+                    .map_err(|e| ClientError::Config(format!("{}: {e}", file.display())))?;
+            }
+            let body = match serde_json::from_str::<Value>(&text) {
+                Ok(json) => RequestBody::Json(json),
+                Err(_) => RequestBody::Csv(text),
+            };
+            let result = client.request("POST", "/v1/nodes/import", Some(body))?;
+            match out {
+                Output::Json => print(out, &result, &[]),
+                Output::Table => {
+                    println!("created: {}", result["created"].as_array().map(Vec::len).unwrap_or(0));
+                    for s in result["skipped"].as_array().into_iter().flatten() {
+                        println!("skipped {}: {}", s["id"].as_str().unwrap_or("?"), s["reason"].as_str().unwrap_or(""));
+                    }
+                }
+            }
+        }
+        Command::Node(NodeCommand::Move { id, from, to, owner, reason }) => {
+            let body = json!({"from": from, "to": to, "owner": owner, "reason": reason});
+            print(
+                out,
+                &client.request("POST", &format!("/v1/nodes/{id}/transitions"), Some(RequestBody::Json(body)))?,
+                &NODE_COLUMNS,
+            );
+        }
+        Command::Node(NodeCommand::Maintenance { id, mode }) => {
+            let body = json!({"maintenance": mode == "on"});
+            print(
+                out,
+                &client.request("PATCH", &format!("/v1/nodes/{id}"), Some(RequestBody::Json(body)))?,
+                &NODE_COLUMNS,
+            );
+        }
+        Command::Node(NodeCommand::Cordon { id, mode }) => {
+            let body = json!({"cordoned": mode == "on"});
+            print(
+                out,
+                &client.request("PATCH", &format!("/v1/nodes/{id}"), Some(RequestBody::Json(body)))?,
+                &NODE_COLUMNS,
+            );
+        }
+        Command::Tenant(TenantCommand::List) => {
+            print(out, &client.request("GET", "/v1/tenants", None)?, &[("ID", "id"), ("NAME", "name")])
+        }
+        Command::Tenant(TenantCommand::Create { id, name }) => {
+            let tenant =
+                client.request("POST", "/v1/tenants", Some(RequestBody::Json(json!({"id": id, "name": name}))))?;
+            print(out, &tenant, &[("ID", "id"), ("NAME", "name")]);
+        }
+        Command::Credential(CredentialCommand::Create { role, tenant, name }) => {
+            let body = json!({"role": role, "tenantId": tenant, "name": name});
+            let created = client.request("POST", "/v1/credentials", Some(RequestBody::Json(body)))?;
+            print(
+                out,
+                &created,
+                &[("ID", "id"), ("ROLE", "role"), ("TENANT", "tenantId"), ("TOKEN (shown once)", "token")],
+            );
+        }
+        Command::Events { mut after, follow } => loop {
+            let wait = if follow { 30 } else { 0 };
+            let page = client.request("GET", &format!("/v1/events?after={after}&wait={wait}"), None)?;
+            let events = page["events"].as_array().cloned().unwrap_or_default();
+            match out {
+                Output::Json => events.iter().for_each(|e| println!("{e}")),
+                Output::Table => events.iter().for_each(|e| {
+                    println!(
+                        "{:>6}  {}  {:<24} {:<16} {}",
+                        e["seq"],
+                        e["at"].as_str().unwrap_or(""),
+                        e["kind"].as_str().unwrap_or(""),
+                        e["subject"].as_str().unwrap_or(""),
+                        e["data"]
+                    )
+                }),
+            }
+            after = page["next"].as_i64().unwrap_or(after);
+            if !follow {
+                break;
+            }
+        },
+    }
+    Ok(())
 }

@@ -1,0 +1,99 @@
+//! Reading the outbox: `GET /v1/events?after=SEQ&wait=SECONDS` (long-poll) and
+//! `GET /v1/events/stream?after=SEQ` (Server-Sent Events). Tenants see only their own.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::Stream;
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::{ApiJson, Caller};
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::model::event::EventPage;
+use crate::store;
+
+/// Longest long-poll wait.
+const MAX_WAIT_SECS: u64 = 60;
+/// Events per page.
+const PAGE: i64 = 500;
+
+/// Where to read from.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct EventQuery {
+    /// Return events after this sequence number (default 0: from the start).
+    #[serde(default)]
+    pub after: i64,
+    /// Seconds to wait for an event when none is there yet (0 to 60, default 0).
+    #[serde(default)]
+    pub wait: u64,
+}
+
+/// Events after a sequence number, waiting up to `wait` seconds for the first one.
+#[utoipa::path(get, path = "/v1/events", params(EventQuery), responses((status = 200, body = EventPage)))]
+pub async fn list_events(
+    State(app): State<AppState>,
+    caller: Caller,
+    Query(query): Query<EventQuery>,
+) -> ApiResult<ApiJson<EventPage>> {
+    if query.wait > MAX_WAIT_SECS {
+        return Err(ApiError::invalid("wait", format!("at most {MAX_WAIT_SECS} seconds")));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(query.wait);
+    loop {
+        // Register interest before reading, so an event committed in between still wakes us.
+        let notified = app.events.notified();
+        let events = store::events::after(app.store.pool(), query.after, PAGE, caller.tenant_scope()).await?;
+        if !events.is_empty() || tokio::time::Instant::now() >= deadline {
+            let next = events.last().map_or(query.after, |e| e.seq);
+            return Ok(ApiJson(EventPage { events, next }));
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            let next = query.after;
+            return Ok(ApiJson(EventPage { events: Vec::new(), next }));
+        }
+    }
+}
+
+/// A Server-Sent Events stream of events after `after`, each with its sequence number as id.
+pub async fn stream_events(
+    State(app): State<AppState>,
+    caller: Caller,
+    Query(query): Query<EventQuery>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let scope = caller.tenant_scope().map(str::to_owned);
+    let stream = futures::stream::unfold((app, query.after, Vec::new()), move |(app, mut after, mut pending)| {
+        let scope = scope.clone();
+        async move {
+            loop {
+                if let Some(event) = pending.pop() {
+                    let event: crate::model::event::Event = event;
+                    let sse = SseEvent::default()
+                        .id(event.seq.to_string())
+                        .event(event.kind.clone())
+                        .json_data(&event)
+                        .unwrap_or_else(|_| SseEvent::default().comment("unserialisable event"));
+                    return Some((Ok(sse), (app, after, pending)));
+                }
+                let notified = app.events.notified();
+                match store::events::after(app.store.pool(), after, PAGE, scope.as_deref()).await {
+                    Ok(events) if !events.is_empty() => {
+                        after = events.last().map_or(after, |e| e.seq);
+                        pending = events.into_iter().rev().collect();
+                    }
+                    Ok(_) => {
+                        let _ = tokio::time::timeout(Duration::from_secs(15), notified).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "event stream read failed; ending stream");
+                        return None;
+                    }
+                }
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

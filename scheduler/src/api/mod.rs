@@ -1,0 +1,110 @@
+//! The HTTP API: routes, the JSON extractor that answers in the API's error shape, the
+//! request-counting middleware and the OpenAPI document generated from the handlers.
+
+mod auth;
+mod events;
+mod health;
+mod nodes;
+mod tenants;
+
+use axum::extract::{FromRequest, MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Router, middleware};
+use utoipa::OpenApi;
+
+pub use auth::Caller;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+
+/// JSON bodies whose rejections use the API's error shape.
+#[derive(Debug, FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct ApiJson<T>(pub T);
+
+impl<T: serde::Serialize> axum::response::IntoResponse for ApiJson<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
+        ApiError::BadBody(rejection.body_text())
+    }
+}
+
+/// The OpenAPI document of every route.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "metal-scheduler", description = "The metal control plane API. Errors are always {\"error\": {\"code\", \"message\", \"field\"}}."),
+    paths(
+        health::healthz,
+        nodes::create_node,
+        nodes::import_nodes,
+        nodes::list_nodes,
+        nodes::get_node,
+        nodes::patch_node,
+        nodes::transition_node,
+        tenants::create_tenant,
+        tenants::list_tenants,
+        tenants::get_tenant,
+        tenants::create_credential,
+        events::list_events,
+    ),
+    components(schemas(crate::error::ErrorBody)),
+    modifiers(&BearerAuth)
+)]
+#[derive(Debug)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        openapi.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
+    }
+}
+
+/// The OpenAPI document as pretty JSON (what `scheduler/openapi.json` holds).
+pub fn openapi_json() -> String {
+    let mut json = ApiDoc::openapi().to_pretty_json().unwrap_or_default();
+    json.push('\n');
+    json
+}
+
+async fn count_requests(state: axum::extract::State<AppState>, request: Request, next: Next) -> Response {
+    let method = request.method().to_string();
+    let route =
+        request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
+    let response = next.run(request).await;
+    state.metrics.count_request(&method, &route, response.status().as_u16());
+    response
+}
+
+/// Every route of the service.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/metrics", get(health::metrics))
+        .route("/v1/nodes", post(nodes::create_node).get(nodes::list_nodes))
+        .route("/v1/nodes/import", post(nodes::import_nodes))
+        .route("/v1/nodes/{id}", get(nodes::get_node).patch(nodes::patch_node))
+        .route("/v1/nodes/{id}/transitions", post(nodes::transition_node))
+        .route("/v1/tenants", post(tenants::create_tenant).get(tenants::list_tenants))
+        .route("/v1/tenants/{id}", get(tenants::get_tenant))
+        .route("/v1/credentials", post(tenants::create_credential))
+        .route("/v1/events", get(events::list_events))
+        .route("/v1/events/stream", get(events::stream_events))
+        .fallback(|| async { ApiError::NotFound("route".into()) })
+        .route_layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .with_state(state)
+}

@@ -1,0 +1,268 @@
+//! Node routes: enrol, import (CSV or JSON), read, patch placement attributes, and
+//! lifecycle transitions. All admin-only.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::{ApiJson, Caller};
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::model::node::{Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};
+use crate::store::{self, nodes::NewNode};
+
+fn validated(create: &NodeCreate, prefix: &str) -> ApiResult<NewNode> {
+    let (taints, boot_mac) = create.validate(prefix)?;
+    Ok(NewNode {
+        id: create.id.clone(),
+        boot_mac,
+        labels: create.labels.clone(),
+        taints,
+        devices: create.devices.clone(),
+    })
+}
+
+/// Enrol one node (state `new`).
+#[utoipa::path(post, path = "/v1/nodes", request_body = NodeCreate,
+    responses((status = 201, body = Node), (status = 409, description = "id or boot MAC already enrolled", body = crate::error::ErrorBody)))]
+pub async fn create_node(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiJson(create): ApiJson<NodeCreate>,
+) -> ApiResult<(StatusCode, ApiJson<Node>)> {
+    caller.admin("nodes")?;
+    let node = validated(&create, "")?;
+    let mut tx = app.store.write().await?;
+    let created = store::nodes::insert(&mut tx.tx, &node, app.clock.now())
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("node {} (or its boot MAC) is already enrolled", node.id)))?;
+    tx.commit().await?;
+    app.events.notify_waiters();
+    Ok((StatusCode::CREATED, ApiJson(created)))
+}
+
+/// Outcome of an import.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportResult {
+    /// Ids enrolled.
+    pub created: Vec<String>,
+    /// Entries left alone because the node (or its boot MAC) already exists.
+    pub skipped: Vec<Skipped>,
+}
+
+/// An entry an import left alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Skipped {
+    /// The node id.
+    pub id: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Parses the CSV import format: a header row naming columns `id` (required), `bootMac`,
+/// `labels` (`k=v;k=v`), `taints` (`k=v:NoSchedule;...`), `devices` (`class=count;...`,
+/// expanded to healthy atoms `class0..classN-1`).
+pub fn parse_csv(text: &str) -> ApiResult<Vec<NodeCreate>> {
+    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    let (_, header) = lines.next().ok_or_else(|| {
+        ApiError::invalid("csv", "empty: expected a header row such as id,bootMac,labels,taints,devices")
+    })?;
+    let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+    for c in &columns {
+        if !["id", "bootMac", "labels", "taints", "devices"].contains(c) {
+            return Err(ApiError::invalid(
+                "csv",
+                format!("unknown column {c:?} (columns: id, bootMac, labels, taints, devices)"),
+            ));
+        }
+    }
+    if !columns.contains(&"id") {
+        return Err(ApiError::invalid("csv", "the header has no id column"));
+    }
+    let mut nodes = Vec::new();
+    for (number, line) in lines {
+        let line_no = number + 1;
+        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+        if cells.len() != columns.len() {
+            return Err(ApiError::invalid(
+                format!("csv line {line_no}"),
+                format!("has {} cells, the header has {}", cells.len(), columns.len()),
+            ));
+        }
+        let mut node = NodeCreate {
+            id: String::new(),
+            boot_mac: None,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            devices: Vec::new(),
+        };
+        for (column, cell) in columns.iter().zip(cells) {
+            let list = || cell.split(';').map(str::trim).filter(|s| !s.is_empty());
+            match *column {
+                "id" => node.id = cell.to_owned(),
+                "bootMac" if !cell.is_empty() => node.boot_mac = Some(cell.to_owned()),
+                "labels" => {
+                    for kv in list() {
+                        let (k, v) = kv.split_once('=').ok_or_else(|| {
+                            ApiError::invalid(format!("csv line {line_no} labels"), format!("{kv:?} is not key=value"))
+                        })?;
+                        node.labels.insert(k.to_owned(), v.to_owned());
+                    }
+                }
+                "taints" => node.taints = list().map(str::to_owned).collect(),
+                "devices" => {
+                    for kv in list() {
+                        let bad = || {
+                            ApiError::invalid(
+                                format!("csv line {line_no} devices"),
+                                format!("{kv:?} is not class=count"),
+                            )
+                        };
+                        let (class, count) = kv.split_once('=').ok_or_else(bad)?;
+                        let count: u32 = count.parse().map_err(|_| bad())?;
+                        node.devices.extend((0..count).map(|i| Device {
+                            id: format!("{class}{i}"),
+                            class: class.to_owned(),
+                            healthy: true,
+                        }));
+                    }
+                }
+                _ => {}
+            }
+        }
+        nodes.push(node);
+    }
+    Ok(nodes)
+}
+
+/// Enrol many nodes from CSV (`Content-Type: text/csv`) or a JSON array of node enrolments.
+/// Existing nodes are skipped and reported; any invalid entry rejects the whole import.
+#[utoipa::path(post, path = "/v1/nodes/import",
+    request_body(content = Vec<NodeCreate>, description = "JSON array, or text/csv with columns id,bootMac,labels,taints,devices"),
+    responses((status = 200, body = ImportResult)))]
+pub async fn import_nodes(
+    State(app): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<ApiJson<ImportResult>> {
+    caller.admin("nodes")?;
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let entries = if content_type.starts_with("text/csv") {
+        parse_csv(std::str::from_utf8(&body).map_err(|_| ApiError::invalid("csv", "is not UTF-8"))?)?
+    } else {
+        serde_json::from_slice::<Vec<NodeCreate>>(&body)
+            .map_err(|e| ApiError::BadBody(format!("expected a JSON array of nodes or text/csv: {e}")))?
+    };
+    let validated: Vec<NewNode> =
+        entries.iter().enumerate().map(|(i, e)| validated(e, &format!("nodes[{i}]."))).collect::<ApiResult<_>>()?;
+    let mut tx = app.store.write().await?;
+    let now = app.clock.now();
+    let mut result = ImportResult { created: Vec::new(), skipped: Vec::new() };
+    for node in &validated {
+        match store::nodes::insert(&mut tx.tx, node, now).await? {
+            Some(created) => result.created.push(created.id),
+            None => {
+                result.skipped.push(Skipped { id: node.id.clone(), reason: "already enrolled (id or boot MAC)".into() })
+            }
+        }
+    }
+    tx.commit().await?;
+    app.events.notify_waiters();
+    Ok(ApiJson(result))
+}
+
+/// Filter for listing nodes.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct NodeFilter {
+    /// Only nodes in this state.
+    pub state: Option<NodeState>,
+}
+
+/// List nodes.
+#[utoipa::path(get, path = "/v1/nodes", params(NodeFilter), responses((status = 200, body = Vec<Node>)))]
+pub async fn list_nodes(
+    State(app): State<AppState>,
+    caller: Caller,
+    Query(filter): Query<NodeFilter>,
+) -> ApiResult<ApiJson<Vec<Node>>> {
+    caller.admin("nodes")?;
+    Ok(ApiJson(store::nodes::list(app.store.pool(), filter.state).await?))
+}
+
+async fn load(app: &AppState, id: &str) -> ApiResult<Node> {
+    let mut conn = app.store.pool().acquire().await?;
+    store::nodes::get(&mut conn, id).await?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))
+}
+
+/// One node.
+#[utoipa::path(get, path = "/v1/nodes/{id}", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = Node), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn get_node(State(app): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<ApiJson<Node>> {
+    caller.admin(&format!("node {id}"))?;
+    Ok(ApiJson(load(&app, &id).await?))
+}
+
+/// Change maintenance, cordon, labels, taints or devices.
+#[utoipa::path(patch, path = "/v1/nodes/{id}", params(("id" = String, Path, description = "node id")), request_body = NodePatch,
+    responses((status = 200, body = Node), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn patch_node(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(patch): ApiJson<NodePatch>,
+) -> ApiResult<ApiJson<Node>> {
+    caller.admin(&format!("node {id}"))?;
+    let mut tx = app.store.write().await?;
+    let mut node = store::nodes::get(&mut tx.tx, &id).await?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
+    // Validate the replacement values with the enrolment rules.
+    let check = NodeCreate {
+        id: id.clone(),
+        boot_mac: None,
+        labels: patch.labels.clone().unwrap_or_else(|| node.labels.clone()),
+        taints: patch.taints.clone().unwrap_or_default(),
+        devices: patch.devices.clone().unwrap_or_else(|| node.devices.clone()),
+    };
+    let (taints, _) = check.validate("")?;
+    if let Some(v) = patch.maintenance {
+        node.maintenance = v;
+    }
+    if let Some(v) = patch.cordoned {
+        node.cordoned = v;
+    }
+    node.labels = check.labels;
+    node.devices = check.devices;
+    if patch.taints.is_some() {
+        node.taints = taints;
+    }
+    let node = store::nodes::update_attributes(&mut tx.tx, &node, patch.generation, app.clock.now()).await?;
+    tx.commit().await?;
+    app.events.notify_waiters();
+    Ok(ApiJson(node))
+}
+
+/// Move a node along its lifecycle (compare-and-set on `from`, and `generation` if given).
+#[utoipa::path(post, path = "/v1/nodes/{id}/transitions", params(("id" = String, Path, description = "node id")), request_body = NodeTransition,
+    responses((status = 200, body = Node), (status = 409, description = "illegal move or lost race", body = crate::error::ErrorBody)))]
+pub async fn transition_node(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<NodeTransition>,
+) -> ApiResult<ApiJson<Node>> {
+    caller.admin(&format!("node {id}"))?;
+    if request.to.in_progress() && request.owner.is_none() {
+        return Err(ApiError::invalid("owner", format!("moving to {} needs an owner (who drives it)", request.to)));
+    }
+    let mut tx = app.store.write().await?;
+    let node = store::nodes::transition(&mut tx.tx, &id, &request, &app.config.deadlines, app.clock.now()).await?;
+    tx.commit().await?;
+    app.events.notify_waiters();
+    Ok(ApiJson(node))
+}

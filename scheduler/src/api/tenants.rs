@@ -1,0 +1,112 @@
+//! Tenants and API credentials (admin-only, except that a tenant member may read its own
+//! tenant).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+
+use super::{ApiJson, Caller};
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::model::tenant::{CredentialCreate, CredentialCreated, CredentialRole, Tenant, TenantCreate};
+use crate::store;
+
+/// Create a tenant.
+#[utoipa::path(post, path = "/v1/tenants", request_body = TenantCreate,
+    responses((status = 201, body = Tenant), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn create_tenant(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiJson(create): ApiJson<TenantCreate>,
+) -> ApiResult<(StatusCode, ApiJson<Tenant>)> {
+    caller.admin("tenants")?;
+    metal_protocol::identity::validate_name("tenant id", &create.id)
+        .map_err(|e| ApiError::invalid("id", e.to_string()))?;
+    let name = create.name.unwrap_or_else(|| create.id.clone());
+    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid("name", "must be 1 to 200 printable characters"));
+    }
+    let tenant = Tenant { id: create.id, name };
+    let mut tx = app.store.write().await?;
+    if !store::auth::create_tenant(&mut tx.tx, &tenant, app.clock.now()).await? {
+        return Err(ApiError::Conflict(format!("tenant {} already exists", tenant.id)));
+    }
+    store::events::append(
+        &mut tx.tx,
+        "tenant.created",
+        &format!("tenant/{}", tenant.id),
+        Some(&tenant.id),
+        &serde_json::json!({"tenant": tenant.id}),
+        app.clock.now(),
+    )
+    .await?;
+    tx.commit().await?;
+    app.events.notify_waiters();
+    Ok((StatusCode::CREATED, ApiJson(tenant)))
+}
+
+/// List tenants.
+#[utoipa::path(get, path = "/v1/tenants", responses((status = 200, body = Vec<Tenant>)))]
+pub async fn list_tenants(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<Tenant>>> {
+    caller.admin("tenants")?;
+    Ok(ApiJson(store::auth::list_tenants(app.store.pool()).await?))
+}
+
+/// One tenant (a tenant member sees only its own).
+#[utoipa::path(get, path = "/v1/tenants/{id}", params(("id" = String, Path, description = "tenant id")),
+    responses((status = 200, body = Tenant), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn get_tenant(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<Tenant>> {
+    let not_found = || ApiError::NotFound(format!("tenant {id}"));
+    if caller.tenant_scope().is_some_and(|own| own != id) {
+        return Err(not_found());
+    }
+    Ok(ApiJson(store::auth::get_tenant(app.store.pool(), &id).await?.ok_or_else(not_found)?))
+}
+
+/// Create an API credential. The token is in this response only; it is stored hashed.
+#[utoipa::path(post, path = "/v1/credentials", request_body = CredentialCreate,
+    responses((status = 201, body = CredentialCreated), (status = 422, body = crate::error::ErrorBody)))]
+pub async fn create_credential(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiJson(create): ApiJson<CredentialCreate>,
+) -> ApiResult<(StatusCode, ApiJson<CredentialCreated>)> {
+    caller.admin("credentials")?;
+    if create.name.trim().is_empty() || create.name.len() > 200 {
+        return Err(ApiError::invalid("name", "must be 1 to 200 characters"));
+    }
+    let tenant_id = match (create.role, create.tenant_id.as_deref()) {
+        (CredentialRole::TenantMember, None) => {
+            return Err(ApiError::invalid("tenantId", "a tenant member credential needs a tenant"));
+        }
+        (CredentialRole::PlatformAdmin, Some(_)) => {
+            return Err(ApiError::invalid("tenantId", "a platform admin belongs to no tenant"));
+        }
+        (_, t) => t,
+    };
+    if let Some(t) = tenant_id
+        && store::auth::get_tenant(app.store.pool(), t).await?.is_none()
+    {
+        return Err(ApiError::invalid("tenantId", format!("no tenant {t}")));
+    }
+    let mut tx = app.store.write().await?;
+    let (credential, token) =
+        store::auth::create_credential(&mut tx.tx, create.role, tenant_id, &create.name, app.clock.now()).await?;
+    store::events::append(
+        &mut tx.tx,
+        "credential.created",
+        &format!("credential/{}", credential.id),
+        tenant_id,
+        &serde_json::json!({"credential": credential.id, "role": create.role, "name": create.name}),
+        app.clock.now(),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((
+        StatusCode::CREATED,
+        ApiJson(CredentialCreated { id: credential.id, role: credential.role, tenant_id: credential.tenant_id, token }),
+    ))
+}

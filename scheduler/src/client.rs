@@ -1,0 +1,147 @@
+//! The HTTP client `metalctl` uses: where the server is, who we are, one request helper that
+//! turns API errors into their message, and table rendering for people.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Where `metalctl` reads its defaults: `$METALCTL_CONFIG`, else `~/.config/metal/metalctl.toml`.
+pub fn config_path() -> Option<PathBuf> {
+    std::env::var_os("METALCTL_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config/metal/metalctl.toml")))
+}
+
+/// The config file: `url = "http://..."`, `token-file = "/path"`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ClientConfig {
+    /// Server URL.
+    pub url: Option<String>,
+    /// File holding the bearer token (keeps the token off command lines).
+    pub token_file: Option<PathBuf>,
+}
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an API error.
+    #[error("{code}: {message}{}", field.as_ref().map(|f| format!(" (field {f})")).unwrap_or_default())]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// Stable code.
+        code: String,
+        /// Message.
+        message: String,
+        /// Offending field.
+        field: Option<String>,
+    },
+    /// The server could not be reached or answered nonsense.
+    #[error("{0}")]
+    Transport(String),
+    /// Local configuration problem.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// A connection to one scheduler.
+#[derive(Debug)]
+pub struct Client {
+    url: String,
+    token: String,
+    http: reqwest::blocking::Client,
+}
+
+impl Client {
+    /// A client for `url` with bearer `token`.
+    pub fn new(url: &str, token: &str) -> Self {
+        Self {
+            url: url.trim_end_matches('/').to_owned(),
+            token: token.trim().to_owned(),
+            http: reqwest::blocking::Client::new(),
+        }
+    }
+
+    /// Sends a request; returns the JSON answer or the API's error.
+    pub fn request(&self, method: &str, path: &str, body: Option<RequestBody>) -> Result<Value, ClientError> {
+        let method: reqwest::Method =
+            method.parse().map_err(|_| ClientError::Config(format!("bad method {method}")))?;
+        let mut request = self.http.request(method, format!("{}{path}", self.url)).bearer_auth(&self.token);
+        request = match body {
+            Some(RequestBody::Json(v)) => request.json(&v),
+            Some(RequestBody::Csv(text)) => request.header("content-type", "text/csv").body(text),
+            None => request,
+        };
+        let response = request.send().map_err(|e| ClientError::Transport(format!("cannot reach {}: {e}", self.url)))?;
+        let status = response.status().as_u16();
+        let text = response.text().map_err(|e| ClientError::Transport(e.to_string()))?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if (200..300).contains(&status) {
+            return Ok(value);
+        }
+        let error = &value["error"];
+        Err(ClientError::Api {
+            status,
+            code: error["code"].as_str().unwrap_or("HTTP_ERROR").to_owned(),
+            message: error["message"].as_str().map(str::to_owned).unwrap_or_else(|| format!("HTTP {status}: {value}")),
+            field: error["field"].as_str().map(str::to_owned),
+        })
+    }
+}
+
+/// A request body.
+#[derive(Debug)]
+pub enum RequestBody {
+    /// JSON.
+    Json(Value),
+    /// CSV text.
+    Csv(String),
+}
+
+fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items.iter().map(cell).collect::<Vec<_>>().join(","),
+        Value::Object(map) => map.iter().map(|(k, v)| format!("{k}={}", cell(v))).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+/// Renders rows (JSON objects) as an aligned table of the named columns (JSON keys).
+pub fn table(rows: &[Value], columns: &[(&str, &str)]) -> String {
+    let cells: Vec<Vec<String>> =
+        rows.iter().map(|r| columns.iter().map(|(_, key)| cell(&r[*key])).collect()).collect();
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (title, _))| cells.iter().map(|c| c[i].chars().count()).chain([title.len()]).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    let line = |values: Vec<&str>| {
+        values.iter().zip(&widths).map(|(v, w)| format!("{v:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_owned()
+            + "\n"
+    };
+    out.push_str(&line(columns.iter().map(|(t, _)| *t).collect()));
+    for row in &cells {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_and_flatten() {
+        let rows = vec![
+            serde_json::json!({"id": "n1", "state": "ready", "labels": {"rack": "r1"}}),
+            serde_json::json!({"id": "node-22", "state": "new", "labels": {}}),
+        ];
+        let text = table(&rows, &[("ID", "id"), ("STATE", "state"), ("LABELS", "labels")]);
+        assert_eq!(text, "ID       STATE  LABELS\nn1       ready  rack=r1\nnode-22  new\n");
+    }
+}

@@ -1,0 +1,146 @@
+//! Service configuration: defaults, then a TOML file, then `METAL_*` environment variables,
+//! then command-line flags, each overriding the one before.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::duration::parse_duration;
+use crate::model::node::Deadlines;
+
+/// The effective configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Address the HTTP API listens on.
+    pub listen: SocketAddr,
+    /// Directory for the embedded database, the admin token and the site CA.
+    pub data_dir: PathBuf,
+    /// Database URL; `None` is SQLite in the data directory.
+    pub database_url: Option<String>,
+    /// Time limits of in-progress node states.
+    pub deadlines: Deadlines,
+    /// How often the reaper looks for overdue work.
+    pub reaper_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7450)),
+            data_dir: PathBuf::from("/var/lib/metal"),
+            database_url: None,
+            deadlines: Deadlines::default(),
+            reaper_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The file and environment layer: every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ConfigLayer {
+    /// `listen = "0.0.0.0:7450"`.
+    pub listen: Option<SocketAddr>,
+    /// `data-dir = "/var/lib/metal"`.
+    pub data_dir: Option<PathBuf>,
+    /// `database-url = "postgres://..."`.
+    pub database_url: Option<String>,
+    /// `commissioning-deadline = "1h"`.
+    pub commissioning_deadline: Option<String>,
+    /// `deploying-deadline = "2h"`.
+    pub deploying_deadline: Option<String>,
+    /// `releasing-deadline = "12h"`.
+    pub releasing_deadline: Option<String>,
+    /// `reaper-interval = "30s"`.
+    pub reaper_interval: Option<String>,
+}
+
+/// A configuration error, naming the setting.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {setting}: {message}")]
+pub struct ConfigError {
+    /// The setting (file key or environment variable).
+    pub setting: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn config_error(setting: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError { setting: setting.to_owned(), message: message.into() }
+}
+
+impl ConfigLayer {
+    /// Reads a TOML file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| config_error(&path.display().to_string(), e.to_string()))?;
+        toml::from_str(&text).map_err(|e| config_error(&path.display().to_string(), e.to_string()))
+    }
+
+    /// Reads `METAL_LISTEN`, `METAL_DATA_DIR`, `METAL_DATABASE_URL`, `METAL_*_DEADLINE` and
+    /// `METAL_REAPER_INTERVAL` through `get` (the process environment in production).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let listen = get("METAL_LISTEN")
+            .map(|v| v.parse().map_err(|_| config_error("METAL_LISTEN", format!("{v:?} is not ADDRESS:PORT"))))
+            .transpose()?;
+        Ok(Self {
+            listen,
+            data_dir: get("METAL_DATA_DIR").map(PathBuf::from),
+            database_url: get("METAL_DATABASE_URL"),
+            commissioning_deadline: get("METAL_COMMISSIONING_DEADLINE"),
+            deploying_deadline: get("METAL_DEPLOYING_DEADLINE"),
+            releasing_deadline: get("METAL_RELEASING_DEADLINE"),
+            reaper_interval: get("METAL_REAPER_INTERVAL"),
+        })
+    }
+
+    /// Applies this layer over `config`.
+    pub fn apply(self, config: &mut Config) -> Result<(), ConfigError> {
+        let duration = |setting: &str, v: &str| parse_duration(v).map_err(|e| config_error(setting, e));
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if let Some(v) = self.data_dir {
+            config.data_dir = v;
+        }
+        if let Some(v) = self.database_url {
+            config.database_url = Some(v);
+        }
+        if let Some(v) = self.commissioning_deadline {
+            config.deadlines.commissioning = duration("commissioning-deadline", &v)?;
+        }
+        if let Some(v) = self.deploying_deadline {
+            config.deadlines.deploying = duration("deploying-deadline", &v)?;
+        }
+        if let Some(v) = self.releasing_deadline {
+            config.deadlines.releasing = duration("releasing-deadline", &v)?;
+        }
+        if let Some(v) = self.reaper_interval {
+            config.reaper_interval = duration("reaper-interval", &v)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_override_in_order_and_errors_name_the_setting() {
+        let mut config = Config::default();
+        let file: ConfigLayer = toml::from_str("listen = \"0.0.0.0:8000\"\ndeploying-deadline = \"3h\"").unwrap();
+        file.apply(&mut config).unwrap();
+        let env = ConfigLayer::from_env(|k| (k == "METAL_LISTEN").then(|| "127.0.0.1:9000".to_owned())).unwrap();
+        env.apply(&mut config).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(config.deadlines.deploying, Duration::from_secs(3 * 3600));
+        let err = ConfigLayer::from_env(|k| (k == "METAL_LISTEN").then(|| "nope".to_owned())).unwrap_err();
+        assert!(err.to_string().contains("METAL_LISTEN"), "{err}");
+        assert!(toml::from_str::<ConfigLayer>("lisen = \"x\"").is_err(), "unknown keys are refused");
+        let bad: ConfigLayer = toml::from_str("reaper-interval = \"soon\"").unwrap();
+        assert!(bad.apply(&mut config).unwrap_err().to_string().contains("reaper-interval"));
+    }
+}

@@ -1,0 +1,144 @@
+//! The one error type of the API and its one HTTP mapping.
+//!
+//! Every failure a client can see is an `ApiError` with a stable code; the body is always
+//! `{"error": {"code": "...", "message": "...", "field": "..."}}`. Internal errors are logged
+//! with their detail and answered with a generic message, so nothing internal leaks.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Stable error codes of the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    /// The request is malformed or breaks a validation rule.
+    InvalidInput,
+    /// The configuration the request relies on is missing or wrong.
+    InvalidConfig,
+    /// No such resource (or not visible to the caller).
+    NotFound,
+    /// The resource is not in a state that allows the request (including lost races).
+    Conflict,
+    /// The caller is authenticated but may not do this.
+    Forbidden,
+    /// No valid credential.
+    Unauthenticated,
+    /// Something failed on the server.
+    Internal,
+}
+
+/// The error body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code.
+    pub code: ErrorCode,
+    /// Human-readable message.
+    pub message: String,
+    /// The offending request field, when one is to blame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// An error the API answers with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A request field is invalid.
+    #[error("{field}: {message}")]
+    InvalidInput {
+        /// The field, in the request's JSON naming.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The request body is not valid JSON of the expected shape.
+    #[error("{0}")]
+    BadBody(String),
+    /// Configuration is missing or wrong.
+    #[error("{0}")]
+    InvalidConfig(String),
+    /// Not found (or not visible).
+    #[error("{0} not found")]
+    NotFound(String),
+    /// State conflict.
+    #[error("{0}")]
+    Conflict(String),
+    /// Not allowed.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Not authenticated.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Server-side failure (detail is logged, not returned).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// An invalid-input error naming `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::InvalidInput { field: field.into(), message: message.into() }
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ApiError::InvalidInput { .. } | ApiError::BadBody(_) => ErrorCode::InvalidInput,
+            ApiError::InvalidConfig(_) => ErrorCode::InvalidConfig,
+            ApiError::NotFound(_) => ErrorCode::NotFound,
+            ApiError::Conflict(_) => ErrorCode::Conflict,
+            ApiError::Forbidden(_) => ErrorCode::Forbidden,
+            ApiError::Unauthenticated(_) => ErrorCode::Unauthenticated,
+            ApiError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// The HTTP status for the code.
+    pub fn status(&self) -> StatusCode {
+        match self.code() {
+            ErrorCode::InvalidInput | ErrorCode::InvalidConfig => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::Conflict => StatusCode::CONFLICT,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The body a client sees.
+    pub fn body(&self) -> ErrorBody {
+        let (message, field) = match self {
+            ApiError::InvalidInput { field, message } => (message.clone(), Some(field.clone())),
+            ApiError::Internal(_) => ("internal error; see the scheduler's log".to_owned(), None),
+            other => (other.to_string(), None),
+        };
+        ErrorBody { error: ErrorDetail { code: self.code(), message, field } }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(detail) = &self {
+            tracing::error!(error = %detail, "internal error");
+        }
+        (self.status(), Json(self.body())).into_response()
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        ApiError::Internal(format!("database: {e}"))
+    }
+}
+
+/// Result of an API operation.
+pub type ApiResult<T> = Result<T, ApiError>;

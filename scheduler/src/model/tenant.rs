@@ -1,0 +1,73 @@
+//! Tenants and API credentials.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// What a credential may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CredentialRole {
+    /// Everything.
+    PlatformAdmin,
+    /// Its tenant's reservations, leases and usage, and the pools offered to it.
+    TenantMember,
+}
+
+impl CredentialRole {
+    /// Name as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CredentialRole::PlatformAdmin => "platform-admin",
+            CredentialRole::TenantMember => "tenant-member",
+        }
+    }
+}
+
+/// A tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Tenant {
+    /// Id (A-Z a-z 0-9 . _ -).
+    pub id: String,
+    /// Display name.
+    pub name: String,
+}
+
+/// Creates a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TenantCreate {
+    /// Id (A-Z a-z 0-9 . _ -, at most 64).
+    pub id: String,
+    /// Display name (defaults to the id).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Creates an API credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CredentialCreate {
+    /// Role.
+    pub role: CredentialRole,
+    /// Tenant, required for tenant members.
+    #[serde(default)]
+    pub tenant_id: Option<String>,
+    /// A name to recognise it by.
+    pub name: String,
+}
+
+/// A newly created credential: the token is shown this once and stored only hashed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialCreated {
+    /// Credential id.
+    pub id: String,
+    /// Role.
+    pub role: CredentialRole,
+    /// Tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    /// The bearer token. Not retrievable later.
+    pub token: String,
+}

@@ -1,0 +1,292 @@
+//! The node API over real HTTP against a real SQLite file.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Site, error};
+use serde_json::json;
+
+#[tokio::test]
+async fn requests_need_a_valid_token_and_errors_have_one_shape() {
+    let site = Site::start().await;
+    let (s, body) = site.call(None, "GET", "/v1/nodes", None).await;
+    assert_eq!(s, 401);
+    error(&body, "UNAUTHENTICATED");
+    let (s, body) = site.call(Some("mtl_nope"), "GET", "/v1/nodes", None).await;
+    assert_eq!(s, 401);
+    error(&body, "UNAUTHENTICATED");
+    let (s, body) = site.admin("GET", "/v1/nowhere", None).await;
+    assert_eq!(s, 404);
+    error(&body, "NOT_FOUND");
+    let (s, _) = site.call(None, "GET", "/healthz", None).await;
+    assert_eq!(s, 200);
+}
+
+#[tokio::test]
+async fn enrol_read_and_refuse_duplicates_and_bad_input() {
+    let site = Site::start().await;
+    let node = json!({"id": "n1", "bootMac": "52-54-00-AA-BB-01", "labels": {"rack": "r1"}, "taints": ["dedicated=acme:NoSchedule"],
+                      "devices": [{"id": "gpu0", "class": "gpu", "healthy": true}]});
+    let (s, created) = site.admin("POST", "/v1/nodes", Some(node.clone())).await;
+    assert_eq!(s, 201, "{created}");
+    assert_eq!(created["state"], "new");
+    assert_eq!(created["bootMac"], "52:54:00:aa:bb:01");
+    assert_eq!(created["taints"][0], json!({"key": "dedicated", "value": "acme", "effect": "NoSchedule"}));
+    let (s, got) = site.admin("GET", "/v1/nodes/n1", None).await;
+    assert_eq!((s, &got), (200, &created));
+
+    let (s, body) = site.admin("POST", "/v1/nodes", Some(node)).await;
+    assert_eq!(s, 409);
+    error(&body, "CONFLICT");
+
+    for (bad, field) in [
+        (json!({"id": "bad/id"}), "id"),
+        (json!({"id": "n2", "bootMac": "nope"}), "bootMac"),
+        (json!({"id": "n2", "taints": ["x=y:NoExecute"]}), "taints"),
+        (
+            json!({"id": "n2", "devices": [{"id": "g", "class": "gpu", "healthy": true}, {"id": "g", "class": "gpu", "healthy": true}]}),
+            "devices",
+        ),
+    ] {
+        let (s, body) = site.admin("POST", "/v1/nodes", Some(bad.clone())).await;
+        assert_eq!(s, 422, "{bad}");
+        error(&body, "INVALID_INPUT");
+        assert_eq!(body["error"]["field"], field, "{body}");
+    }
+    let (s, body) = site.admin("POST", "/v1/nodes", Some(json!({"id": "n3", "colour": "red"}))).await;
+    assert_eq!(s, 422);
+    assert!(error(&body, "INVALID_INPUT").contains("colour"), "{body}");
+    let (s, nodes) = site.admin("GET", "/v1/nodes", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(nodes.as_array().unwrap().len(), 1, "nothing invalid was stored");
+}
+
+#[tokio::test]
+async fn import_from_csv_and_json_skips_existing_and_rejects_invalid_whole() {
+    let site = Site::start().await;
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
+    let csv = "id,bootMac,labels,taints,devices\n\
+               n1,,,,\n\
+               n2,52:54:00:00:00:02,rack=r1;switch=s1,,gpu=8\n\
+               n3,52:54:00:00:00:03,rack=r2,dedicated=acme:NoSchedule,\n";
+    let response = site
+        .http
+        .post(format!("{}/v1/nodes/import", site.url))
+        .bearer_auth(&site.admin)
+        .header("content-type", "text/csv")
+        .body(csv)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let result: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(result["created"], json!(["n2", "n3"]));
+    assert_eq!(result["skipped"][0]["id"], "n1");
+    let (_, n2) = site.admin("GET", "/v1/nodes/n2", None).await;
+    assert_eq!(n2["devices"].as_array().unwrap().len(), 8);
+    assert_eq!(n2["labels"]["switch"], "s1");
+
+    // One bad entry: nothing from this import lands.
+    let (s, body) = site.admin("POST", "/v1/nodes/import", Some(json!([{"id": "n4"}, {"id": "n 5"}]))).await;
+    assert_eq!(s, 422);
+    assert_eq!(body["error"]["field"], "nodes[1].id");
+    let (s, _) = site.admin("GET", "/v1/nodes/n4", None).await;
+    assert_eq!(s, 404);
+    let (s, result) = site.admin("POST", "/v1/nodes/import", Some(json!([{"id": "n4"}, {"id": "n2"}]))).await;
+    assert_eq!(s, 200);
+    assert_eq!(result["created"], json!(["n4"]));
+}
+
+async fn mv(site: &Site, id: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    site.admin("POST", &format!("/v1/nodes/{id}/transitions"), Some(body)).await
+}
+
+#[tokio::test]
+async fn lifecycle_moves_are_compare_and_set() {
+    let site = Site::start().await;
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
+    let (s, body) = mv(&site, "n1", json!({"from": "new", "to": "commissioning"})).await;
+    assert_eq!(s, 422, "in-progress states need an owner");
+    assert_eq!(body["error"]["field"], "owner");
+    let (s, node) = mv(&site, "n1", json!({"from": "new", "to": "commissioning", "owner": "ramdisk"})).await;
+    assert_eq!(s, 200, "{node}");
+    assert_eq!(node["deadline"], "2026-12-01T11:00:00Z", "commissioning gets its one-hour deadline");
+    let (s, body) = mv(&site, "n1", json!({"from": "new", "to": "commissioning", "owner": "x"})).await;
+    assert_eq!(s, 409, "a stale 'from' loses");
+    assert!(error(&body, "CONFLICT").contains("commissioning"));
+    let (s, _) = mv(&site, "n1", json!({"from": "commissioning", "to": "deployed"})).await;
+    assert_eq!(s, 409, "not in the table");
+    let generation = node["generation"].as_i64().unwrap();
+    let (s, _) = mv(&site, "n1", json!({"from": "commissioning", "to": "ready", "generation": generation - 1})).await;
+    assert_eq!(s, 409, "a stale generation loses");
+    let (s, node) = mv(
+        &site,
+        "n1",
+        json!({"from": "commissioning", "to": "failed", "generation": generation, "reason": "memory test failed"}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        (node["failedFrom"].as_str(), node["stateReason"].as_str()),
+        (Some("commissioning"), Some("memory test failed"))
+    );
+    assert!(node.get("deadline").is_none() && node.get("owner").is_none());
+    let (s, _) = site.admin("POST", "/v1/nodes/ghost/transitions", Some(json!({"from": "new", "to": "retired"}))).await;
+    assert_eq!(s, 409, "new -> retired is not a move, whatever the node");
+    let (s, _) =
+        site.admin("POST", "/v1/nodes/ghost/transitions", Some(json!({"from": "failed", "to": "retired"}))).await;
+    assert_eq!(s, 404);
+}
+
+#[tokio::test]
+async fn fifty_concurrent_callers_exactly_one_wins() {
+    let site = Site::start().await;
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
+    mv(&site, "n1", json!({"from": "new", "to": "commissioning", "owner": "r"})).await;
+    mv(&site, "n1", json!({"from": "commissioning", "to": "ready"})).await;
+    let site = std::sync::Arc::new(site);
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let site = site.clone();
+            tokio::spawn(async move {
+                mv(&site, "n1", json!({"from": "ready", "to": "allocated", "reason": format!("caller {i}")})).await.0
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 49, "{statuses:?}");
+}
+
+#[tokio::test]
+async fn the_reaper_fails_overdue_work_with_a_reason() {
+    let site = Site::start().await;
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "n2"}))).await;
+    mv(&site, "n1", json!({"from": "new", "to": "commissioning", "owner": "ramdisk-7"})).await;
+    site.clock.advance(Duration::from_secs(30 * 60));
+    mv(&site, "n2", json!({"from": "new", "to": "commissioning", "owner": "ramdisk-8"})).await;
+    site.clock.advance(Duration::from_secs(31 * 60));
+    assert_eq!(metal_scheduler::app::reap_once(&site.app).await.unwrap(), 1, "only n1 is past its hour");
+    let (_, n1) = site.admin("GET", "/v1/nodes/n1", None).await;
+    assert_eq!(n1["state"], "failed");
+    assert_eq!(n1["failedFrom"], "commissioning");
+    assert!(n1["stateReason"].as_str().unwrap().contains("ramdisk-7"), "{n1}");
+    let (_, n2) = site.admin("GET", "/v1/nodes/n2", None).await;
+    assert_eq!(n2["state"], "commissioning");
+    assert_eq!(metal_scheduler::app::reap_once(&site.app).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn patches_change_placement_attributes_and_respect_generations() {
+    let site = Site::start().await;
+    let (_, node) = site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
+    let (s, patched) = site
+        .admin(
+            "PATCH",
+            "/v1/nodes/n1",
+            Some(json!({"maintenance": true, "taints": ["dedicated=acme:NoSchedule"], "labels": {"rack": "r9"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{patched}");
+    assert_eq!((patched["maintenance"].as_bool(), patched["labels"]["rack"].as_str()), (Some(true), Some("r9")));
+    assert_eq!(patched["generation"].as_i64().unwrap(), node["generation"].as_i64().unwrap() + 1);
+    let (s, _) =
+        site.admin("PATCH", "/v1/nodes/n1", Some(json!({"cordoned": true, "generation": node["generation"]}))).await;
+    assert_eq!(s, 409);
+    let (s, body) = site.admin("PATCH", "/v1/nodes/n1", Some(json!({"taints": ["bad"]}))).await;
+    assert_eq!(s, 422);
+    assert_eq!(body["error"]["field"], "taints");
+}
+
+#[tokio::test]
+async fn tenants_see_none_of_the_platform() {
+    let site = Site::start().await;
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
+    let acme = site.tenant("acme").await;
+    site.tenant("globex").await;
+    for path in ["/v1/nodes", "/v1/nodes/n1", "/v1/tenants", "/v1/tenants/globex"] {
+        let (s, body) = site.call(Some(&acme), "GET", path, None).await;
+        assert_eq!(s, 404, "{path}: {body}");
+        error(&body, "NOT_FOUND");
+    }
+    let (s, own) = site.call(Some(&acme), "GET", "/v1/tenants/acme", None).await;
+    assert_eq!((s, own["id"].as_str()), (200, Some("acme")));
+    let (s, _) = site.call(Some(&acme), "POST", "/v1/nodes", Some(json!({"id": "mine"}))).await;
+    assert_eq!(s, 404);
+    // Its event feed holds only its own tenant's events.
+    let (_, page) = site.call(Some(&acme), "GET", "/v1/events", None).await;
+    let events = page["events"].as_array().unwrap();
+    assert!(!events.is_empty() && events.iter().all(|e| e["tenantId"] == "acme"), "{page}");
+}
+
+#[tokio::test]
+async fn credentials_are_shown_once_and_validated() {
+    let site = Site::start().await;
+    let (s, body) = site.admin("POST", "/v1/credentials", Some(json!({"role": "tenant-member", "name": "x"}))).await;
+    assert_eq!(s, 422);
+    assert_eq!(body["error"]["field"], "tenantId");
+    let (s, body) = site
+        .admin("POST", "/v1/credentials", Some(json!({"role": "tenant-member", "tenantId": "nobody", "name": "x"})))
+        .await;
+    assert_eq!(s, 422);
+    assert_eq!(body["error"]["field"], "tenantId");
+    let token = site.tenant("acme").await;
+    assert!(token.starts_with("mtl_") && token.len() == 68);
+    let (_, page) = site.admin("GET", "/v1/events", None).await;
+    assert!(!page.to_string().contains(&token), "a token leaked into an event");
+}
+
+#[tokio::test]
+async fn events_long_poll_wakes_on_a_new_event_and_sse_streams_them() {
+    let site = std::sync::Arc::new(Site::start().await);
+    let (_, page) = site.admin("GET", "/v1/events", None).await;
+    let after = page["next"].as_i64().unwrap();
+    let waiter = {
+        let site = site.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let (_, page) = site.admin("GET", &format!("/v1/events?after={after}&wait=30"), None).await;
+            (started.elapsed(), page)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
+    let (waited, page) = waiter.await.unwrap();
+    assert!(waited < Duration::from_secs(10), "the long-poll did not wake: {waited:?}");
+    assert_eq!(page["events"][0]["kind"], "node.created");
+    assert_eq!(page["next"].as_i64().unwrap(), after + 1);
+
+    let (s, body) = site.admin("GET", "/v1/events?wait=61", None).await;
+    assert_eq!(s, 422);
+    assert_eq!(body["error"]["field"], "wait");
+
+    let mut response = site
+        .http
+        .get(format!("{}/v1/events/stream?after={after}", site.url))
+        .bearer_auth(&site.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.unwrap().unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("event: node.created") && text.contains(&format!("id: {}", after + 1)), "{text}");
+}
+
+#[tokio::test]
+async fn metrics_count_requests_and_nodes() {
+    let site = Site::start().await;
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
+    site.admin("GET", "/v1/nodes/n1", None).await;
+    let text = site.http.get(format!("{}/metrics", site.url)).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("metal_http_requests_total{method=\"POST\",route=\"/v1/nodes\",status=\"201\"} 1"), "{text}");
+    assert!(text.contains("metal_nodes{state=\"new\"} 1"), "{text}");
+}

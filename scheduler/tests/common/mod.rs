@@ -1,0 +1,75 @@
+//! A real scheduler on a loopback port with a manual clock and a temporary SQLite file.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::sync::Arc;
+
+use metal_scheduler::app::{self, App};
+use metal_scheduler::clock::ManualClock;
+use metal_scheduler::config::Config;
+use serde_json::Value;
+use time::macros::datetime;
+
+pub struct Site {
+    pub url: String,
+    pub admin: String,
+    pub clock: ManualClock,
+    pub app: Arc<App>,
+    pub http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl Site {
+    pub async fn start() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config { data_dir: dir.path().to_path_buf(), ..Config::default() };
+        let clock = ManualClock::new(datetime!(2026-12-01 10:00:00 UTC));
+        let app = app::start(config, Arc::new(clock.clone())).await.unwrap();
+        let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let router = metal_scheduler::api::router(app.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        Site { url, admin, clock, app, http: reqwest::Client::new(), _dir: dir }
+    }
+
+    /// Sends a request with `token` (None: no Authorization header); returns status and JSON.
+    pub async fn call(&self, token: Option<&str>, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self.http.request(method.parse().unwrap(), format!("{}{path}", self.url));
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            request = request.json(&b);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.call(Some(&self.admin.clone()), method, path, body).await
+    }
+
+    /// Creates a tenant and a tenant-member token for it.
+    pub async fn tenant(&self, id: &str) -> String {
+        let (s, _) = self.admin("POST", "/v1/tenants", Some(serde_json::json!({"id": id}))).await;
+        assert_eq!(s, 201);
+        let (s, v) = self
+            .admin(
+                "POST",
+                "/v1/credentials",
+                Some(serde_json::json!({"role": "tenant-member", "tenantId": id, "name": "test"})),
+            )
+            .await;
+        assert_eq!(s, 201, "{v}");
+        v["token"].as_str().unwrap().to_owned()
+    }
+}
+
+/// Asserts the API's error shape and code; returns the message.
+pub fn error(body: &Value, code: &str) -> String {
+    assert_eq!(body["error"]["code"], code, "{body}");
+    body["error"]["message"].as_str().unwrap().to_owned()
+}

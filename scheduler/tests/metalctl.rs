@@ -1,0 +1,82 @@
+//! metalctl against a real scheduler: tables for people, JSON for scripts, API errors as
+//! their messages, token from the environment or a file.
+
+mod common;
+
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+fn metalctl(url: &str, token: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metalctl"))
+        .args(args)
+        .env("METAL_URL", url)
+        .env("METAL_TOKEN", token)
+        .env("METALCTL_CONFIG", "/nonexistent")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn metalctl_drives_nodes_tenants_and_events() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let site = runtime.block_on(common::Site::start());
+    let (url, admin) = (site.url.clone(), site.admin.clone());
+    let run = |args: &[&str]| metalctl(&url, &admin, args, None);
+
+    let o =
+        run(&["node", "enrol", "n1", "--boot-mac", "52:54:00:00:00:01", "--label", "rack=r1", "--devices", "gpu=2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = metalctl(&url, &admin, &["node", "import", "-"], Some("id,labels\nn2,rack=r2\nn1,\n"));
+    assert!(o.status.success() && text(&o).contains("created: 1") && text(&o).contains("skipped n1"), "{}", text(&o));
+
+    let o = run(&["node", "list"]);
+    let listing = text(&o);
+    assert!(listing.starts_with("ID  STATE  POWER"), "{listing}");
+    assert!(listing.contains("n1  new    unknown  false  false   platform  rack=r1"), "{listing}");
+
+    let o = run(&["-o", "json", "node", "show", "n1"]);
+    let node: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(node["devices"].as_array().unwrap().len(), 2);
+
+    let o = run(&["node", "move", "n1", "--from", "new", "--to", "ready"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("metalctl: CONFLICT: a node cannot move from new to ready"), "{}", text(&o));
+    let o = run(&["node", "move", "n1", "--from", "new", "--to", "commissioning", "--owner", "me"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&["node", "maintenance", "n1", "on"]);
+    assert!(o.status.success() && text(&o).contains("true"), "{}", text(&o));
+
+    let o = run(&["tenant", "create", "acme"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&["-o", "json", "credential", "create", "--role", "tenant-member", "--tenant", "acme", "--name", "ci"]);
+    let created: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tenant_token = created["token"].as_str().unwrap().to_owned();
+    let o = metalctl(&url, &tenant_token, &["node", "list"], None);
+    assert!(!o.status.success() && text(&o).contains("NOT_FOUND"), "{}", text(&o));
+
+    let o = run(&["events", "--after", "0"]);
+    let events = text(&o);
+    assert!(
+        events.contains("node.created") && events.contains("node.state.changed") && events.contains("tenant.created"),
+        "{events}"
+    );
+
+    // Missing configuration is named.
+    let o = Command::new(env!("CARGO_BIN_EXE_metalctl"))
+        .args(["node", "list"])
+        .env_remove("METAL_URL")
+        .env("METALCTL_CONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).contains("--url"), "{}", text(&o));
+    drop(site);
+}

@@ -1,0 +1,51 @@
+//! Property: whatever sequence of moves callers request through the store, a node only ever
+//! takes moves from the table, and a refused request changes nothing.
+
+use std::collections::BTreeMap;
+
+use metal_scheduler::model::node::{Deadlines, NodeState, NodeTransition};
+use metal_scheduler::store::{Store, nodes};
+use proptest::prelude::*;
+use time::macros::datetime;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn only_table_moves_happen(requests in proptest::collection::vec((0usize..9, 0usize..9), 1..40)) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(&Store::sqlite_url(dir.path())).await.unwrap();
+            let now = datetime!(2026-12-01 10:00:00 UTC);
+            let new = nodes::NewNode { id: "n1".into(), boot_mac: None, labels: BTreeMap::new(), taints: vec![], devices: vec![] };
+            let mut tx = store.write().await.unwrap();
+            nodes::insert(&mut tx.tx, &new, now).await.unwrap().unwrap();
+            tx.commit().await.unwrap();
+            let mut actual = NodeState::New;
+            for (from, to) in requests {
+                let request = NodeTransition {
+                    from: NodeState::ALL[from],
+                    to: NodeState::ALL[to],
+                    generation: None,
+                    owner: Some("prop".into()),
+                    reason: None,
+                };
+                let mut tx = store.write().await.unwrap();
+                let outcome = nodes::transition(&mut tx.tx, "n1", &request, &Deadlines::default(), now).await;
+                tx.commit().await.unwrap();
+                let mut conn = store.pool().acquire().await.unwrap();
+                let stored = nodes::get(&mut conn, "n1").await.unwrap().unwrap().state;
+                match outcome {
+                    Ok(node) => {
+                        assert!(request.from == actual && actual.can_move_to(request.to), "{actual} -> {} accepted", request.to);
+                        assert_eq!(node.state, request.to);
+                        actual = request.to;
+                    }
+                    Err(_) => assert!(request.from != actual || !actual.can_move_to(request.to), "{actual} -> {} refused", request.to),
+                }
+                assert_eq!(stored, actual);
+            }
+        });
+    }
+}
