@@ -52,6 +52,9 @@ pub enum StartError {
     Database(#[from] sqlx::Error),
 }
 
+/// The platform's own tenant, which owns platform pools (seed 000's `tenantId: 'root'`).
+pub const ROOT_TENANT: &str = "root";
+
 /// File in the data directory holding the first admin token (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 
@@ -66,6 +69,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
     info!(backend = ?store.backend(), "database ready");
     if !store::auth::has_admin(store.pool()).await? {
         let mut tx = store.write().await?;
+        let root = crate::model::tenant::Tenant { id: ROOT_TENANT.into(), name: "platform".into() };
+        store::auth::create_tenant(&mut tx.tx, &root, clock.now()).await?;
         let (_, token) = store::auth::create_credential(
             &mut tx.tx,
             CredentialRole::PlatformAdmin,
@@ -128,6 +133,64 @@ pub async fn reap_once(app: &App) -> Result<usize, crate::error::ApiError> {
     Ok(failed)
 }
 
+/// How long a node binding may wait for its deploy to bind before the lease fails (seed 000).
+pub const BIND_LIMIT: time::Duration = time::Duration::hours(2);
+
+/// Moves reservations along with the clock: pending ones whose start came become active
+/// (node bindings wait for their deploy instead, and fail when not bound within
+/// [`BIND_LIMIT`]; they are never placed again); active ones whose end came are ended.
+/// Returns how many reservations changed.
+pub async fn tick_reservations(app: &App) -> Result<usize, crate::error::ApiError> {
+    use crate::model::reservation::ReservationState::{Active, Ended, Failed, Pending};
+    let now = app.clock.now();
+    let mut changed = 0;
+    let mut conn = app.store.pool().acquire().await?;
+    let starting = store::capacity::due(&mut conn, Pending, "start_at", now).await?;
+    let ending = store::capacity::due(&mut conn, Active, "end_at", now).await?;
+    let overdue_binds = store::capacity::due(&mut conn, Pending, "start_at", now - BIND_LIMIT).await?;
+    drop(conn);
+    let mut moves: Vec<(
+        String,
+        Vec<crate::model::reservation::ReservationState>,
+        crate::model::reservation::ReservationState,
+        String,
+    )> = Vec::new();
+    for id in ending {
+        moves.push((id, vec![Active], Ended, "its time ended".into()));
+    }
+    for id in overdue_binds {
+        moves.push((
+            id,
+            vec![Pending],
+            Failed,
+            "not bound within 2 hours of its start (deploy limit); not placed again".into(),
+        ));
+    }
+    for id in starting {
+        moves.push((id, vec![Pending], Active, "its start came".into()));
+    }
+    for (id, from, to, reason) in moves {
+        let mut tx = app.store.write().await?;
+        let Some(current) = store::capacity::get_reservation(&mut tx.tx, &id).await? else { continue };
+        // Node bindings start only when bound.
+        if to == Active && current.request.binding.is_some() {
+            continue;
+        }
+        match store::capacity::set_state(&mut tx.tx, &id, &from, to, Some(&reason), now).await {
+            Ok(_) => {
+                tx.commit().await?;
+                changed += 1;
+            }
+            Err(crate::error::ApiError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if changed > 0 {
+        app.events.notify_waiters();
+    }
+    Ok(changed)
+}
+
 /// Runs the reaper until the process ends.
 pub fn spawn_reaper(app: AppState) {
     tokio::spawn(async move {
@@ -136,6 +199,9 @@ pub fn spawn_reaper(app: AppState) {
             tick.tick().await;
             if let Err(e) = reap_once(&app).await {
                 warn!(error = %e, "reaper pass failed");
+            }
+            if let Err(e) = tick_reservations(&app).await {
+                warn!(error = %e, "reservation pass failed");
             }
         }
     });

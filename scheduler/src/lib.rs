@@ -11,4 +11,5 @@ pub mod duration;
 pub mod error;
 pub mod metrics;
 pub mod model;
+pub mod placement;
 pub mod store;

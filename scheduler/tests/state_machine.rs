@@ -18,7 +18,7 @@ proptest! {
             let dir = tempfile::tempdir().unwrap();
             let store = Store::open(&Store::sqlite_url(dir.path())).await.unwrap();
             let now = datetime!(2026-12-01 10:00:00 UTC);
-            let new = nodes::NewNode { id: "n1".into(), boot_mac: None, labels: BTreeMap::new(), taints: vec![], devices: vec![] };
+            let new = nodes::NewNode { id: "n1".into(), boot_mac: None, pool_id: None, labels: BTreeMap::new(), taints: vec![], devices: vec![] };
             let mut tx = store.write().await.unwrap();
             nodes::insert(&mut tx.tx, &new, now).await.unwrap().unwrap();
             tx.commit().await.unwrap();

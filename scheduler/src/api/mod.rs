@@ -5,6 +5,8 @@ mod auth;
 mod events;
 mod health;
 mod nodes;
+mod pools;
+mod reservations;
 mod tenants;
 
 use axum::extract::{FromRequest, MatchedPath, Request};
@@ -53,6 +55,16 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
         tenants::get_tenant,
         tenants::create_credential,
         events::list_events,
+        pools::create_pool,
+        pools::offer_pool,
+        pools::list_pools,
+        pools::get_pool,
+        reservations::create_reservation,
+        reservations::list_reservations,
+        reservations::get_reservation,
+        reservations::cancel_reservation,
+        reservations::release_reservation,
+        reservations::bind_reservation,
     ),
     components(schemas(crate::error::ErrorBody)),
     modifiers(&BearerAuth)
@@ -102,6 +114,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tenants", post(tenants::create_tenant).get(tenants::list_tenants))
         .route("/v1/tenants/{id}", get(tenants::get_tenant))
         .route("/v1/credentials", post(tenants::create_credential))
+        .route("/v1/pools", post(pools::create_pool).get(pools::list_pools))
+        .route("/v1/pools/{id}", get(pools::get_pool))
+        .route("/v1/pools/{id}/offers", post(pools::offer_pool))
+        .route("/v1/reservations", post(reservations::create_reservation).get(reservations::list_reservations))
+        .route("/v1/reservations/{id}", get(reservations::get_reservation))
+        .route("/v1/reservations/{id}/cancel", post(reservations::cancel_reservation))
+        .route("/v1/reservations/{id}/release", post(reservations::release_reservation))
+        .route("/v1/reservations/{id}/bind", post(reservations::bind_reservation))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::stream_events))
         .fallback(|| async { ApiError::NotFound("route".into()) })

@@ -20,10 +20,21 @@ fn validated(create: &NodeCreate, prefix: &str) -> ApiResult<NewNode> {
     Ok(NewNode {
         id: create.id.clone(),
         boot_mac,
+        pool_id: create.pool_id.clone(),
         labels: create.labels.clone(),
         taints,
         devices: create.devices.clone(),
     })
+}
+
+async fn ensure_pools_exist(conn: &mut sqlx::AnyConnection, nodes: &[NewNode], prefix: &str) -> ApiResult<()> {
+    let pools: std::collections::BTreeSet<&str> = nodes.iter().filter_map(|n| n.pool_id.as_deref()).collect();
+    for pool in pools {
+        if store::capacity::get_pool(&mut *conn, pool).await?.is_none() {
+            return Err(ApiError::invalid(format!("{prefix}poolId"), format!("no pool {pool}")));
+        }
+    }
+    Ok(())
 }
 
 /// Enrol one node (state `new`).
@@ -37,6 +48,7 @@ pub async fn create_node(
     caller.admin("nodes")?;
     let node = validated(&create, "")?;
     let mut tx = app.store.write().await?;
+    ensure_pools_exist(&mut tx.tx, std::slice::from_ref(&node), "").await?;
     let created = store::nodes::insert(&mut tx.tx, &node, app.clock.now())
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("node {} (or its boot MAC) is already enrolled", node.id)))?;
@@ -75,10 +87,10 @@ pub fn parse_csv(text: &str) -> ApiResult<Vec<NodeCreate>> {
     })?;
     let columns: Vec<&str> = header.split(',').map(str::trim).collect();
     for c in &columns {
-        if !["id", "bootMac", "labels", "taints", "devices"].contains(c) {
+        if !["id", "bootMac", "poolId", "labels", "taints", "devices"].contains(c) {
             return Err(ApiError::invalid(
                 "csv",
-                format!("unknown column {c:?} (columns: id, bootMac, labels, taints, devices)"),
+                format!("unknown column {c:?} (columns: id, bootMac, poolId, labels, taints, devices)"),
             ));
         }
     }
@@ -98,6 +110,7 @@ pub fn parse_csv(text: &str) -> ApiResult<Vec<NodeCreate>> {
         let mut node = NodeCreate {
             id: String::new(),
             boot_mac: None,
+            pool_id: None,
             labels: BTreeMap::new(),
             taints: Vec::new(),
             devices: Vec::new(),
@@ -107,6 +120,7 @@ pub fn parse_csv(text: &str) -> ApiResult<Vec<NodeCreate>> {
             match *column {
                 "id" => node.id = cell.to_owned(),
                 "bootMac" if !cell.is_empty() => node.boot_mac = Some(cell.to_owned()),
+                "poolId" if !cell.is_empty() => node.pool_id = Some(cell.to_owned()),
                 "labels" => {
                     for kv in list() {
                         let (k, v) = kv.split_once('=').ok_or_else(|| {
@@ -144,7 +158,7 @@ pub fn parse_csv(text: &str) -> ApiResult<Vec<NodeCreate>> {
 /// Enrol many nodes from CSV (`Content-Type: text/csv`) or a JSON array of node enrolments.
 /// Existing nodes are skipped and reported; any invalid entry rejects the whole import.
 #[utoipa::path(post, path = "/v1/nodes/import",
-    request_body(content = Vec<NodeCreate>, description = "JSON array, or text/csv with columns id,bootMac,labels,taints,devices"),
+    request_body(content = Vec<NodeCreate>, description = "JSON array, or text/csv with columns id,bootMac,poolId,labels,taints,devices"),
     responses((status = 200, body = ImportResult)))]
 pub async fn import_nodes(
     State(app): State<AppState>,
@@ -163,6 +177,7 @@ pub async fn import_nodes(
     let validated: Vec<NewNode> =
         entries.iter().enumerate().map(|(i, e)| validated(e, &format!("nodes[{i}]."))).collect::<ApiResult<_>>()?;
     let mut tx = app.store.write().await?;
+    ensure_pools_exist(&mut tx.tx, &validated, "nodes[].").await?;
     let now = app.clock.now();
     let mut result = ImportResult { created: Vec::new(), skipped: Vec::new() };
     for node in &validated {
@@ -225,6 +240,7 @@ pub async fn patch_node(
     let check = NodeCreate {
         id: id.clone(),
         boot_mac: None,
+        pool_id: patch.pool_id.clone().filter(|p| !p.is_empty()),
         labels: patch.labels.clone().unwrap_or_else(|| node.labels.clone()),
         taints: patch.taints.clone().unwrap_or_default(),
         devices: patch.devices.clone().unwrap_or_else(|| node.devices.clone()),
@@ -240,6 +256,12 @@ pub async fn patch_node(
     node.devices = check.devices;
     if patch.taints.is_some() {
         node.taints = taints;
+    }
+    if let Some(pool) = &patch.pool_id {
+        if !pool.is_empty() && store::capacity::get_pool(&mut tx.tx, pool).await?.is_none() {
+            return Err(ApiError::invalid("poolId", format!("no pool {pool}")));
+        }
+        node.pool_id = (!pool.is_empty()).then(|| pool.clone());
     }
     let node = store::nodes::update_attributes(&mut tx.tx, &node, patch.generation, app.clock.now()).await?;
     tx.commit().await?;

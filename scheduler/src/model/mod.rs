@@ -3,4 +3,6 @@
 
 pub mod event;
 pub mod node;
+pub mod pool;
+pub mod reservation;
 pub mod tenant;

@@ -245,6 +245,9 @@ pub struct Node {
     /// MAC of the NIC it network-boots from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_mac: Option<String>,
+    /// The pool it belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_id: Option<String>,
     /// Labels, including topology (rack, switch, ...).
     pub labels: BTreeMap<String, String>,
     /// Taints.
@@ -270,6 +273,9 @@ pub struct NodeCreate {
     /// Boot NIC MAC (aa:bb:cc:dd:ee:ff).
     #[serde(default)]
     pub boot_mac: Option<String>,
+    /// Pool to put it in.
+    #[serde(default)]
+    pub pool_id: Option<String>,
     /// Labels (topology included).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -372,6 +378,9 @@ pub struct NodePatch {
     /// Replace the devices.
     #[serde(default)]
     pub devices: Option<Vec<Device>>,
+    /// Move to this pool ("" takes it out of any pool).
+    #[serde(default)]
+    pub pool_id: Option<String>,
     /// The generation the caller last saw (optional compare-and-set).
     #[serde(default)]
     pub generation: Option<i64>,

@@ -15,7 +15,7 @@ use crate::model::node::{Deadlines, Device, Node, NodeState, NodeTransition, Tai
 use crate::store::events;
 
 const COLUMNS: &str = "id, generation, state, failed_from, state_reason, owner, deadline, power, maintenance, cordoned, \
-    tenant_root, trust, identity_generation, boot_mac, labels, taints, devices, created_at, updated_at";
+    tenant_root, trust, identity_generation, boot_mac, pool_id, labels, taints, devices, created_at, updated_at";
 
 fn decode_err(e: impl std::error::Error + Send + Sync + 'static) -> sqlx::Error {
     sqlx::Error::Decode(Box::new(e))
@@ -53,6 +53,7 @@ fn node_from_row(row: &AnyRow) -> Result<Node, sqlx::Error> {
         trust: enum_column(row, "trust")?,
         identity_generation: row.try_get("identity_generation")?,
         boot_mac: row.try_get("boot_mac")?,
+        pool_id: row.try_get("pool_id")?,
         labels: json_column(row, "labels")?,
         taints: json_column(row, "taints")?,
         devices: json_column(row, "devices")?,
@@ -68,6 +69,8 @@ pub struct NewNode {
     pub id: String,
     /// Normalised boot MAC.
     pub boot_mac: Option<String>,
+    /// Pool.
+    pub pool_id: Option<String>,
     /// Labels.
     pub labels: BTreeMap<String, String>,
     /// Taints.
@@ -93,8 +96,8 @@ pub async fn insert(
     let at = to_millis(now);
     sqlx::query(
         "INSERT INTO nodes (id, generation, state, power, maintenance, cordoned, tenant_root, trust, \
-         identity_generation, boot_mac, labels, taints, devices, created_at, updated_at) \
-         VALUES ($1, 1, 'new', 'unknown', 0, 0, 0, 'platform', 1, $2, $3, $4, $5, $6, $6)",
+         identity_generation, boot_mac, labels, taints, devices, created_at, updated_at, pool_id) \
+         VALUES ($1, 1, 'new', 'unknown', 0, 0, 0, 'platform', 1, $2, $3, $4, $5, $6, $6, $7)",
     )
     .bind(&node.id)
     .bind(node.boot_mac.as_deref())
@@ -102,6 +105,7 @@ pub async fn insert(
     .bind(serde_json::to_string(&node.taints).map_err(decode_err)?)
     .bind(serde_json::to_string(&node.devices).map_err(decode_err)?)
     .bind(at)
+    .bind(node.pool_id.as_deref())
     .execute(&mut *conn)
     .await?;
     let created = get(&mut *conn, &node.id).await?.ok_or(sqlx::Error::RowNotFound)?;
@@ -210,7 +214,8 @@ pub async fn update_attributes(
         .bind(serde_json::to_string(&current.taints).map_err(|e| ApiError::Internal(e.to_string()))?)
         .bind(serde_json::to_string(&current.devices).map_err(|e| ApiError::Internal(e.to_string()))?)
         .bind(to_millis(now))
-        .bind(&current.id);
+        .bind(&current.id)
+        .bind(current.pool_id.as_deref());
     if let Some(generation) = expected_generation {
         query = query.bind(generation);
     }

@@ -1,0 +1,192 @@
+//! Pools: a tenant's set of nodes at a site, their policy (seed 000), offers and rollups.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::error::ApiError;
+
+/// What a teardown does when firmware drifted from the baseline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum FirmwareRemediation {
+    /// Write the pool's images through the BMC, then check again.
+    Reflash,
+    /// Quarantine the node (never writes).
+    #[default]
+    Quarantine,
+}
+
+/// Whether the pool's nodes run a site agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentMode {
+    /// No agent: teardown runs the out-of-band variant (no wipe).
+    None,
+}
+
+/// A firmware image for one component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FirmwareImage {
+    /// https:// URL of the image.
+    pub url: String,
+    /// Lower-case hex SHA-256 of the image.
+    pub sha256: String,
+}
+
+/// Pool policy, as in seed 000.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolPolicy {
+    /// Hardware profile name of the pool's machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware_profile: Option<String>,
+    /// Whole-node, dedicated-root leases are allowed.
+    #[serde(default)]
+    pub tenant_root: bool,
+    /// `{component: version}` the teardown verifies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware_baseline: Option<BTreeMap<String, String>>,
+    /// What to do about drift.
+    #[serde(default)]
+    pub firmware_remediation: FirmwareRemediation,
+    /// Images to reflash, by component.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub firmware_images: BTreeMap<String, FirmwareImage>,
+    /// `none` for agentless pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentMode>,
+    /// Agentless teardown (no wipe) may return nodes to ready.
+    #[serde(default)]
+    pub allow_unverified_release: bool,
+}
+
+/// Creates a pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolCreate {
+    /// Pool id (generated when absent).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Owning tenant (the platform's is `root`).
+    pub tenant_id: String,
+    /// Site.
+    pub site_id: String,
+    /// Class, e.g. `metal-dedicated`.
+    pub class: String,
+    /// Policy.
+    #[serde(default)]
+    pub policy: PoolPolicy,
+}
+
+/// Pool capacity rollup. Nodes under tenant control add no capacity.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolCapacity {
+    /// Nodes in the pool under platform trust.
+    pub capacity: u64,
+    /// Of those, placeable now: ready, not in maintenance or cordoned, not booked now.
+    pub free: u64,
+    /// Nodes with a live allocation now.
+    pub leased: u64,
+}
+
+/// A pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Pool {
+    /// Id.
+    pub id: String,
+    /// Row generation.
+    pub generation: i64,
+    /// Owning tenant.
+    pub tenant_id: String,
+    /// Site.
+    pub site_id: String,
+    /// Class.
+    pub class: String,
+    /// Policy.
+    pub policy: PoolPolicy,
+    /// Tenants the pool is offered to.
+    pub offered_to: Vec<String>,
+    /// Capacity rollup (admins only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<PoolCapacity>,
+}
+
+/// Offers a pool to a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolOffer {
+    /// The tenant.
+    pub tenant_id: String,
+}
+
+fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
+    metal_protocol::identity::validate_name(field, value).map_err(|e| ApiError::invalid(field, e.to_string()))
+}
+
+fn component_ok(c: &str) -> bool {
+    !c.is_empty()
+        && c.len() <= 64
+        && c.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'.' | b'_' | b'-'))
+}
+
+impl PoolCreate {
+    /// Validates every field, naming the first bad one.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if let Some(id) = &self.id {
+            check_name("id", id)?;
+        }
+        check_name("tenantId", &self.tenant_id)?;
+        check_name("siteId", &self.site_id)?;
+        check_name("class", &self.class)?;
+        let p = &self.policy;
+        if let Some(profile) = &p.hardware_profile {
+            check_name("policy.hardwareProfile", profile)?;
+        }
+        if let Some(baseline) = &p.firmware_baseline {
+            for (component, version) in baseline {
+                if !component_ok(component) {
+                    return Err(ApiError::invalid(
+                        "policy.firmwareBaseline",
+                        format!("component {component:?} must be 1 to 64 of a-z 0-9 : . _ -"),
+                    ));
+                }
+                if version.is_empty() || version.len() > 64 || version.chars().any(char::is_control) {
+                    return Err(ApiError::invalid(
+                        "policy.firmwareBaseline",
+                        format!("version of {component} must be 1 to 64 printable characters"),
+                    ));
+                }
+            }
+        }
+        for (component, image) in &p.firmware_images {
+            let field = format!("policy.firmwareImages.{component}");
+            if !p.firmware_baseline.as_ref().is_some_and(|b| b.contains_key(component)) {
+                return Err(ApiError::invalid(field, "an image for a component the firmwareBaseline does not name"));
+            }
+            if !image.url.starts_with("https://")
+                || image.url.len() > 2048
+                || image.url.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(ApiError::invalid(format!("{field}.url"), "must be an https:// URL"));
+            }
+            if image.sha256.len() != 64 || !image.sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                return Err(ApiError::invalid(format!("{field}.sha256"), "must be 64 lower-case hex digits"));
+            }
+        }
+        if p.firmware_remediation == FirmwareRemediation::Reflash && p.firmware_images.is_empty() {
+            return Err(ApiError::invalid("policy.firmwareImages", "reflash remediation needs at least one image"));
+        }
+        if p.allow_unverified_release && p.agent != Some(AgentMode::None) {
+            return Err(ApiError::invalid(
+                "policy.allowUnverifiedRelease",
+                "only agentless pools (agent: none) release without a wipe",
+            ));
+        }
+        Ok(())
+    }
+}
