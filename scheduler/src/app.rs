@@ -191,6 +191,17 @@ pub async fn tick_reservations(app: &App) -> Result<usize, crate::error::ApiErro
     Ok(changed)
 }
 
+/// Writes every meter record that is due. Returns how many were written.
+pub async fn bill_once(app: &App) -> Result<usize, crate::error::ApiError> {
+    let mut tx = app.store.write().await?;
+    let written = store::billing::emit(&mut tx.tx, app.clock.now()).await?;
+    tx.commit().await?;
+    if written > 0 {
+        app.events.notify_waiters();
+    }
+    Ok(written)
+}
+
 /// Runs the reaper until the process ends.
 pub fn spawn_reaper(app: AppState) {
     tokio::spawn(async move {
@@ -202,6 +213,9 @@ pub fn spawn_reaper(app: AppState) {
             }
             if let Err(e) = tick_reservations(&app).await {
                 warn!(error = %e, "reservation pass failed");
+            }
+            if let Err(e) = bill_once(&app).await {
+                warn!(error = %e, "billing pass failed");
             }
         }
     });

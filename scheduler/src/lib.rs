@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod app;
+pub mod billing;
 pub mod ca_files;
 pub mod client;
 pub mod clock;

@@ -80,3 +80,55 @@ fn metalctl_drives_nodes_tenants_and_events() {
     assert!(!o.status.success() && text(&o).contains("--url"), "{}", text(&o));
     drop(site);
 }
+
+#[test]
+fn metalctl_places_reservations_and_shows_usage() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let site = runtime.block_on(common::Site::start());
+    let (url, admin) = (site.url.clone(), site.admin.clone());
+    let run = |args: &[&str], stdin: Option<&str>| metalctl(&url, &admin, args, stdin);
+    let pool = r#"{"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated", "policy": {"tenantRoot": true}}"#;
+    let o = run(&["pool", "create", "-"], Some(pool));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(run(&["tenant", "create", "acme"], None).status.success());
+    let o = run(&["pool", "offer", "p1", "--tenant", "acme"], None);
+    assert!(o.status.success() && text(&o).contains("acme"), "{}", text(&o));
+    for args in [
+        vec!["node", "import", "-"],
+        vec!["node", "move", "n1", "--from", "new", "--to", "commissioning", "--owner", "t"],
+        vec!["node", "move", "n1", "--from", "commissioning", "--to", "ready"],
+    ] {
+        let o = run(&args, Some("id,poolId,devices\nn1,p1,gpu=8\n"));
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    let o = run(
+        &[
+            "reservation",
+            "create",
+            "--tenant",
+            "acme",
+            "--pool",
+            "p1",
+            "--devices",
+            "gpu=8",
+            "--duration",
+            "7d",
+            "--node-profile",
+            "acme-root-os:1",
+        ],
+        None,
+    );
+    assert!(o.status.success() && text(&o).contains("pending") && text(&o).contains("n1"), "{}", text(&o));
+    let o = run(
+        &["reservation", "create", "--tenant", "acme", "--pool", "p1", "--devices", "gpu=8", "--duration", "7d"],
+        None,
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("CONFLICT: no placement: 1 nodes in the pool: 1 booked in the window"), "{}", text(&o));
+    let o = run(&["-o", "json", "pool", "list"], None);
+    let pools: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(pools[0]["capacity"]["leased"], 1);
+    let o = run(&["usage", "--tenant", "acme"], None);
+    assert!(o.status.success() && text(&o).starts_with("WINDOW"), "{}", text(&o));
+    drop(site);
+}

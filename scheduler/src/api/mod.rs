@@ -8,6 +8,7 @@ mod nodes;
 mod pools;
 mod reservations;
 mod tenants;
+mod usage;
 
 use axum::extract::{FromRequest, MatchedPath, Request};
 use axum::middleware::Next;
@@ -65,6 +66,7 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
         reservations::cancel_reservation,
         reservations::release_reservation,
         reservations::bind_reservation,
+        usage::get_usage,
     ),
     components(schemas(crate::error::ErrorBody)),
     modifiers(&BearerAuth)
@@ -122,6 +124,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/reservations/{id}/cancel", post(reservations::cancel_reservation))
         .route("/v1/reservations/{id}/release", post(reservations::release_reservation))
         .route("/v1/reservations/{id}/bind", post(reservations::bind_reservation))
+        .route("/v1/usage", get(usage::get_usage))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::stream_events))
         .fallback(|| async { ApiError::NotFound("route".into()) })

@@ -46,6 +46,24 @@ enum Command {
     /// API credentials.
     #[command(subcommand)]
     Credential(CredentialCommand),
+    /// Pools: create, offer, list with capacity.
+    #[command(subcommand)]
+    Pool(PoolCommand),
+    /// Reservations: create (whole-node placement), list, show, cancel, release.
+    #[command(subcommand)]
+    Reservation(ReservationCommand),
+    /// Metered usage of a tenant over a time range.
+    Usage {
+        /// Tenant (defaults to your own).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Windows starting at or after (RFC 3339).
+        #[arg(long)]
+        from: Option<String>,
+        /// Windows starting before (RFC 3339).
+        #[arg(long)]
+        to: Option<String>,
+    },
     /// Events after a sequence number (with --follow, wait for more until interrupted).
     Events {
         /// Start after this sequence number.
@@ -143,6 +161,77 @@ enum CredentialCommand {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum PoolCommand {
+    /// List pools.
+    List,
+    /// Create a pool from a JSON body file (as in the API: tenantId, siteId, class, policy); - is stdin.
+    Create { file: PathBuf },
+    /// Offer a pool to a tenant.
+    Offer {
+        pool: String,
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ReservationCommand {
+    /// List reservations.
+    List,
+    /// Show one reservation.
+    Show { id: String },
+    /// Create a reservation.
+    Create {
+        /// The lessee.
+        #[arg(long)]
+        tenant: String,
+        /// Pool.
+        #[arg(long)]
+        pool: String,
+        /// Devices per node, class=count (repeatable), e.g. gpu=8.
+        #[arg(long = "devices", value_name = "CLASS=COUNT")]
+        devices: Vec<String>,
+        /// Lease length, e.g. 7d.
+        #[arg(long)]
+        duration: String,
+        /// `now` or an RFC 3339 time.
+        #[arg(long)]
+        start: Option<String>,
+        /// Whole-node dedicated-root lease deploying this profile (profile-id:version).
+        #[arg(long, value_name = "PROFILE:VERSION")]
+        node_profile: Option<String>,
+        /// Gang of N nodes sharing one value of a label, N:KEY (e.g. 4:rack).
+        #[arg(long, value_name = "N:KEY")]
+        gang: Option<String>,
+        /// Idempotency key (retries with the same key replay the first answer).
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Cancel a reservation.
+    Cancel { id: String },
+    /// Release an active lease early.
+    Release { id: String },
+}
+
+const RESERVATION_COLUMNS: [(&str, &str); 7] = [
+    ("ID", "id"),
+    ("TENANT", "tenantId"),
+    ("POOL", "poolId"),
+    ("STATE", "state"),
+    ("START", "start"),
+    ("END", "end"),
+    ("NODES", "nodes"),
+];
+const POOL_COLUMNS: [(&str, &str); 6] = [
+    ("ID", "id"),
+    ("TENANT", "tenantId"),
+    ("SITE", "siteId"),
+    ("CLASS", "class"),
+    ("OFFERED TO", "offeredTo"),
+    ("CAPACITY", "capacity"),
+];
+
 const NODE_COLUMNS: [(&str, &str); 7] = [
     ("ID", "id"),
     ("STATE", "state"),
@@ -196,6 +285,16 @@ fn key_values(items: &[String], what: &str) -> Result<serde_json::Map<String, Va
                 .ok_or_else(|| ClientError::Config(format!("{what} {kv:?} is not key=value")))
         })
         .collect()
+}
+
+fn read_input(file: &PathBuf) -> Result<String, ClientError> {
+    let mut text = String::new();
+    if file.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text).map_err(|e| ClientError::Config(format!("stdin: {e}")))?;
+    } else {
+        text = std::fs::read_to_string(file).map_err(|e| ClientError::Config(format!("{}: {e}", file.display())))?;
+    }
+    Ok(text)
 }
 
 fn print(output: Output, value: &Value, columns: &[(&str, &str)]) {
@@ -304,6 +403,105 @@ fn run(cli: Cli) -> Result<(), ClientError> {
                 &created,
                 &[("ID", "id"), ("ROLE", "role"), ("TENANT", "tenantId"), ("TOKEN (shown once)", "token")],
             );
+        }
+        Command::Pool(PoolCommand::List) => print(out, &client.request("GET", "/v1/pools", None)?, &POOL_COLUMNS),
+        Command::Pool(PoolCommand::Create { file }) => {
+            let body: Value = serde_json::from_str(&read_input(&file)?)
+                .map_err(|e| ClientError::Config(format!("{}: not JSON: {e}", file.display())))?;
+            print(out, &client.request("POST", "/v1/pools", Some(RequestBody::Json(body)))?, &POOL_COLUMNS);
+        }
+        Command::Pool(PoolCommand::Offer { pool, tenant }) => {
+            let body = json!({"tenantId": tenant});
+            print(
+                out,
+                &client.request("POST", &format!("/v1/pools/{pool}/offers"), Some(RequestBody::Json(body)))?,
+                &POOL_COLUMNS,
+            );
+        }
+        Command::Reservation(ReservationCommand::List) => {
+            print(out, &client.request("GET", "/v1/reservations", None)?, &RESERVATION_COLUMNS)
+        }
+        Command::Reservation(ReservationCommand::Show { id }) => {
+            print(out, &client.request("GET", &format!("/v1/reservations/{id}"), None)?, &RESERVATION_COLUMNS)
+        }
+        Command::Reservation(ReservationCommand::Create {
+            tenant,
+            pool,
+            devices,
+            duration,
+            start,
+            node_profile,
+            gang,
+            idempotency_key,
+        }) => {
+            let devices: Vec<Value> = key_values(&devices, "devices")?
+                .into_iter()
+                .map(|(class, count)| {
+                    let count: u32 = count
+                        .as_str()
+                        .unwrap_or("")
+                        .parse()
+                        .map_err(|_| ClientError::Config(format!("devices {class}: count is not a number")))?;
+                    Ok(json!({"class": class, "count": count}))
+                })
+                .collect::<Result<_, ClientError>>()?;
+            let mut body = json!({"tenantId": tenant, "poolId": pool, "devices": devices, "duration": duration, "start": start, "idempotencyKey": idempotency_key});
+            if let Some(profile) = node_profile {
+                let (id, version) = profile
+                    .split_once(':')
+                    .ok_or_else(|| ClientError::Config("--node-profile is PROFILE:VERSION".into()))?;
+                let version: u32 = version
+                    .parse()
+                    .map_err(|_| ClientError::Config("--node-profile version is not a number".into()))?;
+                body["binding"] = json!("node");
+                body["node"] = json!({"profileId": id, "profileVersion": version});
+            }
+            if let Some(gang) = gang {
+                let (count, key) = gang.split_once(':').ok_or_else(|| ClientError::Config("--gang is N:KEY".into()))?;
+                let count: u32 =
+                    count.parse().map_err(|_| ClientError::Config("--gang count is not a number".into()))?;
+                body["gang"] = json!({"count": count, "topologyKey": key});
+            }
+            print(
+                out,
+                &client.request("POST", "/v1/reservations", Some(RequestBody::Json(body)))?,
+                &RESERVATION_COLUMNS,
+            );
+        }
+        Command::Reservation(ReservationCommand::Cancel { id }) => {
+            print(out, &client.request("POST", &format!("/v1/reservations/{id}/cancel"), None)?, &RESERVATION_COLUMNS)
+        }
+        Command::Reservation(ReservationCommand::Release { id }) => {
+            print(out, &client.request("POST", &format!("/v1/reservations/{id}/release"), None)?, &RESERVATION_COLUMNS)
+        }
+        Command::Usage { tenant, from, to } => {
+            let mut params = Vec::new();
+            for (name, value) in [("tenantId", tenant), ("from", from), ("to", to)] {
+                if let Some(v) = value {
+                    params.push(format!("{name}={}", v.replace('+', "%2B")));
+                }
+            }
+            let usage = client.request("GET", &format!("/v1/usage?{}", params.join("&")), None)?;
+            match out {
+                Output::Json => print(out, &usage, &[]),
+                Output::Table => {
+                    print!(
+                        "{}",
+                        table(
+                            usage["records"].as_array().map(Vec::as_slice).unwrap_or_default(),
+                            &[
+                                ("WINDOW", "windowStart"),
+                                ("METER", "meter"),
+                                ("QUANTITY", "quantity"),
+                                ("RESERVATION", "reservationId")
+                            ]
+                        )
+                    );
+                    for (meter, total) in usage["totals"].as_object().into_iter().flatten() {
+                        println!("total {meter}: {total}");
+                    }
+                }
+            }
         }
         Command::Events { mut after, follow } => loop {
             let wait = if follow { 30 } else { 0 };

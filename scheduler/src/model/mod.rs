@@ -6,3 +6,4 @@ pub mod node;
 pub mod pool;
 pub mod reservation;
 pub mod tenant;
+pub mod usage;

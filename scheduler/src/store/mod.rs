@@ -8,6 +8,7 @@
 //! taken by the compare-and-set UPDATEs themselves.
 
 pub mod auth;
+pub mod billing;
 pub mod capacity;
 pub mod events;
 pub mod nodes;

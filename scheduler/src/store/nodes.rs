@@ -109,6 +109,7 @@ pub async fn insert(
     .execute(&mut *conn)
     .await?;
     let created = get(&mut *conn, &node.id).await?.ok_or(sqlx::Error::RowNotFound)?;
+    crate::store::billing::record_health(&mut *conn, &created.id, created.generation, &created.devices, now).await?;
     events::append(conn, "node.created", &format!("node/{}", node.id), None, &json!({"node": node.id}), now).await?;
     Ok(Some(created))
 }
@@ -230,6 +231,7 @@ pub async fn update_attributes(
         )));
     }
     let node = get(&mut *conn, &current.id).await?.ok_or_else(|| ApiError::NotFound(format!("node {}", current.id)))?;
+    crate::store::billing::record_health(&mut *conn, &node.id, node.generation, &node.devices, now).await?;
     events::append(
         conn,
         "node.updated",

@@ -1,0 +1,58 @@
+//! Usage: a tenant's meter records over a time range, with totals.
+
+use axum::extract::{Query, State};
+use serde::Deserialize;
+use time::OffsetDateTime;
+use utoipa::IntoParams;
+
+use super::{ApiJson, Caller};
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::model::usage::Usage;
+use crate::store;
+
+/// Whose usage and when.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageQuery {
+    /// The tenant (defaults to the caller's own).
+    pub tenant_id: Option<String>,
+    /// Windows starting at or after this time (RFC 3339; default: the Unix epoch).
+    pub from: Option<String>,
+    /// Windows starting before this time (RFC 3339; default: now).
+    pub to: Option<String>,
+}
+
+fn time_param(field: &str, value: Option<&str>, default: OffsetDateTime) -> ApiResult<OffsetDateTime> {
+    value.map_or(Ok(default), |v| {
+        OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339)
+            .map_err(|_| ApiError::invalid(field, "must be an RFC 3339 time"))
+    })
+}
+
+/// Usage by tenant and time range.
+#[utoipa::path(get, path = "/v1/usage", params(UsageQuery), responses((status = 200, body = Usage)))]
+pub async fn get_usage(
+    State(app): State<AppState>,
+    caller: Caller,
+    Query(query): Query<UsageQuery>,
+) -> ApiResult<ApiJson<Usage>> {
+    let tenant = match (caller.tenant_scope(), query.tenant_id) {
+        (Some(own), None) => own.to_owned(),
+        (Some(own), Some(asked)) if asked != own => return Err(ApiError::NotFound(format!("tenant {asked}"))),
+        (_, Some(asked)) => asked,
+        (None, None) => return Err(ApiError::invalid("tenantId", "name the tenant whose usage to show")),
+    };
+    let from = time_param("from", query.from.as_deref(), OffsetDateTime::UNIX_EPOCH)?;
+    let to = time_param("to", query.to.as_deref(), app.clock.now())?;
+    if from > to {
+        return Err(ApiError::invalid("from", "is after to"));
+    }
+    let mut conn = app.store.pool().acquire().await?;
+    let records = store::billing::usage(&mut conn, &tenant, from, to).await?;
+    let mut totals = std::collections::BTreeMap::new();
+    for r in &records {
+        *totals.entry(r.meter.clone()).or_insert(0.0) += r.quantity;
+    }
+    Ok(ApiJson(Usage { tenant_id: tenant, records, totals }))
+}
