@@ -28,6 +28,8 @@ pub struct App {
     pub events: Notify,
     /// Request counters.
     pub metrics: Metrics,
+    /// Node snapshots for placement (a cache; the database decides).
+    pub placement: crate::capacity::PlacementCache,
 }
 
 /// Shared handle to the service state.
@@ -85,7 +87,14 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
         tx.commit().await?;
         info!(path = %path.display(), "created the first platform admin credential; its token is in this file");
     }
-    Ok(Arc::new(App { store, clock, config, events: Notify::new(), metrics: Metrics::default() }))
+    Ok(Arc::new(App {
+        store,
+        clock,
+        config,
+        events: Notify::new(),
+        metrics: Metrics::default(),
+        placement: Default::default(),
+    }))
 }
 
 fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
@@ -121,6 +130,7 @@ pub async fn reap_once(app: &App) -> Result<usize, crate::error::ApiError> {
         match store::nodes::transition(&mut tx.tx, &node.id, &request, &app.config.deadlines, now).await {
             Ok(_) => {
                 tx.commit().await?;
+                app.placement.invalidate();
                 app.events.notify_waiters();
                 warn!(node = %node.id, state = %node.state, "reaper failed overdue node");
                 failed += 1;
@@ -179,6 +189,7 @@ pub async fn tick_reservations(app: &App) -> Result<usize, crate::error::ApiErro
         match store::capacity::set_state(&mut tx.tx, &id, &from, to, Some(&reason), now).await {
             Ok(_) => {
                 tx.commit().await?;
+                app.placement.invalidate();
                 changed += 1;
             }
             Err(crate::error::ApiError::Conflict(_)) => {}

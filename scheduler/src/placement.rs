@@ -133,8 +133,21 @@ pub struct Refusal {
     pub message: String,
 }
 
-/// Chooses nodes for the ask, or explains why it cannot.
+/// Puts nodes in preference order: best fit first (fewest devices, so big nodes stay free for
+/// big asks), then by id. `place` relies on this order.
+pub fn sort_for_placement(nodes: &mut [Candidate]) {
+    nodes.sort_by(|a, b| a.devices.len().cmp(&b.devices.len()).then_with(|| a.id.cmp(&b.id)));
+}
+
+/// Chooses nodes for the ask, or explains why it cannot. `nodes` must be in the order of
+/// [`sort_for_placement`]: a single node is then the first eligible one, found without
+/// scanning the rest.
 pub fn place(nodes: &[Candidate], ask: &Ask<'_>) -> Result<Vec<String>, Refusal> {
+    if ask.gang.is_none()
+        && let Some(first) = nodes.iter().find(|n| eligibility(n, ask).is_ok())
+    {
+        return Ok(vec![first.id.clone()]);
+    }
     let want = ask.gang.map_or(1, |g| usize::try_from(g.count).unwrap_or(usize::MAX));
     let mut eligible: Vec<&Candidate> = Vec::new();
     let mut counts: BTreeMap<Ineligible, usize> = BTreeMap::new();
@@ -144,10 +157,8 @@ pub fn place(nodes: &[Candidate], ask: &Ask<'_>) -> Result<Vec<String>, Refusal>
             Err(why) => *counts.entry(why).or_default() += 1,
         }
     }
-    // Best fit: the fewest devices beyond what is asked, then the id, so big nodes stay free.
-    let surplus = |n: &Candidate| n.devices.len();
     let chosen: Option<Vec<&Candidate>> = match ask.gang {
-        None => eligible.iter().min_by(|a, b| surplus(a).cmp(&surplus(b)).then(a.id.cmp(&b.id))).map(|n| vec![*n]),
+        None => eligible.first().map(|n| vec![*n]),
         Some(gang) => {
             let mut domains: BTreeMap<&str, Vec<&Candidate>> = BTreeMap::new();
             for n in &eligible {
@@ -168,7 +179,7 @@ pub fn place(nodes: &[Candidate], ask: &Ask<'_>) -> Result<Vec<String>, Refusal>
                 .filter(|(_, members)| members.len() >= want)
                 .max_by(|(a, _), (b, _)| booked_in(a).cmp(&booked_in(b)).then(b.cmp(a)))
                 .map(|(_, mut members)| {
-                    members.sort_by(|a, b| surplus(a).cmp(&surplus(b)).then(a.id.cmp(&b.id)));
+                    // Members keep the preference order of `nodes`.
                     members.truncate(want);
                     members
                 })
@@ -276,6 +287,21 @@ mod tests {
         let big = Gang { count: 4, topology_key: "rack".into() };
         let refusal = place(&nodes, &Ask { gang: Some(&big), ..ask }).unwrap_err();
         assert!(refusal.message.ends_with("6 eligible, but no rack has 4 of them"), "{}", refusal.message);
+    }
+
+    fn sorted(mut nodes: Vec<Candidate>) -> Vec<Candidate> {
+        sort_for_placement(&mut nodes);
+        nodes
+    }
+
+    #[test]
+    fn a_single_node_is_the_best_fit() {
+        let nodes = sorted(vec![node("big", "r1", 8), node("small", "r1", 2), node("mid", "r1", 4)]);
+        let devices = gpus(2);
+        let ask = Ask { tenant: "t", devices: &devices, window: (0, 1), gang: None };
+        assert_eq!(place(&nodes, &ask).unwrap(), vec!["small"]);
+        let devices = gpus(3);
+        assert_eq!(place(&nodes, &Ask { devices: &devices, ..ask }).unwrap(), vec!["mid"]);
     }
 
     fn arb_nodes() -> impl Strategy<Value = Vec<Candidate>> {

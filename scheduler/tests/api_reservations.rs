@@ -343,3 +343,23 @@ async fn cancel_and_release_free_the_nodes_and_tenants_see_only_their_own() {
         site.call(Some(&acme), "POST", &format!("/v1/reservations/{}/cancel", r2["id"].as_str().unwrap()), None).await;
     assert_eq!((s, c["state"].as_str()), (200, Some("cancelled")));
 }
+
+#[tokio::test]
+async fn a_stale_placement_cache_never_books_what_the_database_forbids() {
+    let (site, acme) = site_with_nodes(1, 2).await;
+    // Warm the cache with a first placement.
+    let (s, first) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"duration": "1d"})))).await;
+    assert_eq!(s, 201);
+    // Another replica (simulated: a direct write that this process's cache never hears of)
+    // puts the remaining node into maintenance.
+    let other = if first["nodes"][0] == "r0n0" { "r0n1" } else { "r0n0" };
+    let mut tx = site.app.store.write().await.unwrap();
+    sqlx::query("UPDATE nodes SET maintenance = 1 WHERE id = $1").bind(other).execute(&mut *tx.tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let (s, body) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"duration": "1d"})))).await;
+    assert_eq!(s, 409, "{body}");
+    assert_eq!(
+        error(&body, "CONFLICT"),
+        "no placement: 2 nodes in the pool: 1 in maintenance, 1 booked in the window; 0 eligible"
+    );
+}

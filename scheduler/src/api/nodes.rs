@@ -53,6 +53,7 @@ pub async fn create_node(
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("node {} (or its boot MAC) is already enrolled", node.id)))?;
     tx.commit().await?;
+    app.placement.invalidate();
     app.events.notify_waiters();
     Ok((StatusCode::CREATED, ApiJson(created)))
 }
@@ -189,6 +190,7 @@ pub async fn import_nodes(
         }
     }
     tx.commit().await?;
+    app.placement.invalidate();
     app.events.notify_waiters();
     Ok(ApiJson(result))
 }
@@ -265,6 +267,7 @@ pub async fn patch_node(
     }
     let node = store::nodes::update_attributes(&mut tx.tx, &node, patch.generation, app.clock.now()).await?;
     tx.commit().await?;
+    app.placement.invalidate();
     app.events.notify_waiters();
     Ok(ApiJson(node))
 }
@@ -285,6 +288,7 @@ pub async fn transition_node(
     let mut tx = app.store.write().await?;
     let node = store::nodes::transition(&mut tx.tx, &id, &request, &app.config.deadlines, app.clock.now()).await?;
     tx.commit().await?;
+    app.placement.invalidate();
     app.events.notify_waiters();
     Ok(ApiJson(node))
 }

@@ -13,12 +13,8 @@ use sha2::{Digest as _, Sha256};
 use super::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::model::reservation::{Binding, Reservation, ReservationCreate, ReservationState, Window};
-use crate::placement::{self, Ask};
+use crate::model::reservation::{Reservation, ReservationCreate, ReservationState};
 use crate::store::{self, capacity::StoredResponse};
-
-/// Placement attempts before giving up on a racing writer (PostgreSQL replicas).
-const PLACEMENT_ATTEMPTS: usize = 3;
 
 fn visible(caller: &Caller, tenant: &str, what: &str) -> ApiResult<()> {
     match caller.tenant_scope() {
@@ -55,7 +51,7 @@ pub async fn create_reservation(
     }
     // Placement outcomes (a booking, or a refusal) are recorded under the key; validation
     // and internal errors are not, so a corrected retry with the same key can succeed.
-    let outcome = match place_and_book(&app, &mut tx.tx, &request, &window).await {
+    let outcome = match crate::capacity::place_and_book(&app.placement, &mut tx.tx, &request, &window, now).await {
         Ok(reservation) => Ok(reservation),
         Err(e @ (ApiError::Conflict(_) | ApiError::NotFound(_))) => Err(e),
         Err(other) => return Err(other),
@@ -69,7 +65,10 @@ pub async fn create_reservation(
         let stored = StoredResponse { body_hash, status: status.as_u16(), response: json.clone() };
         store::capacity::record_response(&mut tx.tx, &request.tenant_id, key, &stored, now).await?;
     }
-    tx.commit().await?;
+    if let Err(e) = tx.commit().await {
+        app.placement.invalidate();
+        return Err(e.into());
+    }
     app.events.notify_waiters();
     outcome.map(|_| (status, [(axum::http::header::CONTENT_TYPE, "application/json")], json).into_response())
 }
@@ -80,66 +79,6 @@ fn replay(stored: &StoredResponse) -> Response {
         (status, [(axum::http::header::CONTENT_TYPE, "application/json")], stored.response.clone()).into_response();
     response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
     response
-}
-
-async fn place_and_book(
-    app: &AppState,
-    conn: &mut sqlx::AnyConnection,
-    request: &ReservationCreate,
-    window: &Window,
-) -> ApiResult<Reservation> {
-    let pool_id = &request.pool_id;
-    let pool = store::capacity::get_pool(&mut *conn, pool_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("pool {pool_id}")))?;
-    if !pool.offered_to.contains(&request.tenant_id) && pool.tenant_id != request.tenant_id {
-        return Err(ApiError::NotFound(format!("pool {pool_id}")));
-    }
-    if request.binding == Some(Binding::Node) && !pool.policy.tenant_root {
-        return Err(ApiError::invalid(
-            "binding",
-            format!("pool {pool_id} does not allow node bindings (policy.tenantRoot is off)"),
-        ));
-    }
-    let ask = Ask {
-        tenant: &request.tenant_id,
-        devices: &request.devices,
-        window: (crate::clock::to_millis(window.start), crate::clock::to_millis(window.end)),
-        gang: request.gang.as_ref(),
-    };
-    for _ in 0..PLACEMENT_ATTEMPTS {
-        let nodes = store::capacity::candidates(&mut *conn, pool_id).await?;
-        let chosen = placement::place(&nodes, &ask).map_err(|refusal| ApiError::Conflict(refusal.message))?;
-        // The eligibility check again, on locked rows inside the committing transaction.
-        let mut still_eligible = true;
-        for id in &chosen {
-            let fresh = store::capacity::lock_candidate(&mut *conn, id).await?;
-            still_eligible &= fresh.is_some_and(|c| placement::eligibility(&c, &ask).is_ok());
-        }
-        if !still_eligible {
-            continue;
-        }
-        let id = format!("res-{}", uuid::Uuid::new_v4().simple());
-        let now = app.clock.now();
-        let state = if request.binding.is_none() && window.start <= now {
-            ReservationState::Active
-        } else {
-            ReservationState::Pending
-        };
-        let new = store::capacity::NewReservation {
-            id: &id,
-            request,
-            start: window.start,
-            end: window.end,
-            state,
-            nodes: &chosen,
-        };
-        store::capacity::insert_reservation(&mut *conn, &new, now).await?;
-        return store::capacity::get_reservation(conn, &id)
-            .await?
-            .ok_or_else(|| ApiError::Internal("reservation vanished".into()));
-    }
-    Err(ApiError::Conflict("placement kept racing with other writers; retry".into()))
 }
 
 /// Reservations: a tenant's own, or all for admins.
@@ -180,6 +119,7 @@ async fn change(
     visible(caller, &current.tenant_id, &what)?;
     let updated = store::capacity::set_state(&mut tx.tx, id, from, to, Some(reason), app.clock.now()).await?;
     tx.commit().await?;
+    app.placement.invalidate();
     app.events.notify_waiters();
     Ok(ApiJson(updated))
 }

@@ -1,0 +1,140 @@
+//! The placement service: an in-memory cache of each pool's node snapshots in placement
+//! order, and `place_and_book`, which places from the cache and books inside the caller's
+//! write transaction.
+//!
+//! The cache is only a fast first guess. The chosen nodes are re-read and re-checked on
+//! locked rows inside the committing transaction, so a stale cache can cost a retry but can
+//! never double-book or pick an ineligible node; a refusal is only given after a reload from
+//! the database. Anything other than a booking invalidates the cache.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use sqlx::AnyConnection;
+use time::OffsetDateTime;
+
+use crate::clock::to_millis;
+use crate::error::{ApiError, ApiResult};
+use crate::model::reservation::{Binding, Reservation, ReservationCreate, ReservationState, Window};
+use crate::placement::{self, Ask, Candidate};
+use crate::store;
+
+/// Placement attempts before giving up on racing writers (PostgreSQL replicas).
+const ATTEMPTS: usize = 3;
+
+/// Per-pool node snapshots in placement order.
+#[derive(Debug, Default)]
+pub struct PlacementCache {
+    pools: Mutex<HashMap<String, Vec<Candidate>>>,
+}
+
+impl PlacementCache {
+    /// Forgets everything (after any change other than a booking).
+    pub fn invalidate(&self) {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    fn forget(&self, pool: &str) {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).remove(pool);
+    }
+
+    async fn place(
+        &self,
+        conn: &mut AnyConnection,
+        pool: &str,
+        ask: &Ask<'_>,
+        fresh: bool,
+    ) -> ApiResult<Result<Vec<String>, placement::Refusal>> {
+        if !fresh {
+            let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(nodes) = pools.get(pool) {
+                return Ok(placement::place(nodes, ask));
+            }
+        }
+        let mut nodes = store::capacity::candidates(conn, pool).await?;
+        placement::sort_for_placement(&mut nodes);
+        let outcome = placement::place(&nodes, ask);
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).insert(pool.to_owned(), nodes);
+        Ok(outcome)
+    }
+
+    fn record_booking(&self, pool: &str, nodes: &[String], window: (i64, i64)) {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cached) = pools.get_mut(pool) {
+            for c in cached.iter_mut().filter(|c| nodes.contains(&c.id)) {
+                c.bookings.push(window);
+            }
+        }
+    }
+}
+
+/// Places the request in its pool and books the nodes inside `conn`'s transaction.
+/// NOT_FOUND when the pool is not offered to the tenant; CONFLICT (with per-constraint
+/// counts) when nothing fits.
+pub async fn place_and_book(
+    cache: &PlacementCache,
+    conn: &mut AnyConnection,
+    request: &ReservationCreate,
+    window: &Window,
+    now: OffsetDateTime,
+) -> ApiResult<Reservation> {
+    let pool_id = &request.pool_id;
+    let pool = store::capacity::get_pool(&mut *conn, pool_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("pool {pool_id}")))?;
+    if !pool.offered_to.contains(&request.tenant_id) && pool.tenant_id != request.tenant_id {
+        return Err(ApiError::NotFound(format!("pool {pool_id}")));
+    }
+    if request.binding == Some(Binding::Node) && !pool.policy.tenant_root {
+        return Err(ApiError::invalid(
+            "binding",
+            format!("pool {pool_id} does not allow node bindings (policy.tenantRoot is off)"),
+        ));
+    }
+    let span = (to_millis(window.start), to_millis(window.end));
+    let ask = Ask { tenant: &request.tenant_id, devices: &request.devices, window: span, gang: request.gang.as_ref() };
+    let mut fresh = false;
+    for _ in 0..ATTEMPTS {
+        let chosen = match cache.place(&mut *conn, pool_id, &ask, fresh).await? {
+            Ok(chosen) => chosen,
+            // Refuse only on what the database says, never on a cached snapshot.
+            Err(_) if !fresh => {
+                fresh = true;
+                continue;
+            }
+            Err(refusal) => return Err(ApiError::Conflict(refusal.message)),
+        };
+        // The eligibility check again, on locked rows inside the committing transaction.
+        let mut still_eligible = true;
+        for id in &chosen {
+            let row = store::capacity::lock_candidate(&mut *conn, id).await?;
+            still_eligible &= row.is_some_and(|c| placement::eligibility(&c, &ask).is_ok());
+        }
+        if !still_eligible {
+            cache.forget(pool_id);
+            fresh = true;
+            continue;
+        }
+        let id = format!("res-{}", uuid::Uuid::new_v4().simple());
+        let state = if request.binding.is_none() && window.start <= now {
+            ReservationState::Active
+        } else {
+            ReservationState::Pending
+        };
+        let new = store::capacity::NewReservation {
+            id: &id,
+            request,
+            start: window.start,
+            end: window.end,
+            state,
+            nodes: &chosen,
+        };
+        store::capacity::insert_reservation(&mut *conn, &new, now).await?;
+        // Recorded before the commit; if the commit fails the caller invalidates the cache.
+        cache.record_booking(pool_id, &chosen, span);
+        return store::capacity::get_reservation(conn, &id)
+            .await?
+            .ok_or_else(|| ApiError::Internal("reservation vanished".into()));
+    }
+    Err(ApiError::Conflict("placement kept racing with other writers; retry".into()))
+}
