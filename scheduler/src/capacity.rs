@@ -22,6 +22,16 @@ use crate::store;
 /// Placement attempts before giving up on racing writers (PostgreSQL replicas).
 const ATTEMPTS: usize = 3;
 
+/// A time as the database stores it (milliseconds), so the answer equals a later read.
+fn to_millis_round(t: OffsetDateTime) -> OffsetDateTime {
+    crate::clock::from_millis(to_millis(t))
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
 /// Per-pool node snapshots in placement order.
 #[derive(Debug, Default)]
 pub struct PlacementCache {
@@ -132,9 +142,21 @@ pub async fn place_and_book(
         store::capacity::insert_reservation(&mut *conn, &new, now).await?;
         // Recorded before the commit; if the commit fails the caller invalidates the cache.
         cache.record_booking(pool_id, &chosen, span);
-        return store::capacity::get_reservation(conn, &id)
-            .await?
-            .ok_or_else(|| ApiError::Internal("reservation vanished".into()));
+        // What a read of the stored rows would return, without reading them back.
+        return Ok(Reservation {
+            id,
+            generation: 1,
+            tenant_id: request.tenant_id.clone(),
+            pool_id: pool_id.clone(),
+            state,
+            state_reason: None,
+            request: request.clone(),
+            start: to_millis_round(window.start),
+            end: to_millis_round(window.end),
+            bound_at: None,
+            nodes: sorted(chosen),
+            created_at: to_millis_round(now),
+        });
     }
     Err(ApiError::Conflict("placement kept racing with other writers; retry".into()))
 }

@@ -363,3 +363,21 @@ async fn a_stale_placement_cache_never_books_what_the_database_forbids() {
         "no placement: 2 nodes in the pool: 1 in maintenance, 1 booked in the window; 0 eligible"
     );
 }
+
+#[tokio::test]
+async fn the_create_answer_equals_a_later_read() {
+    let (site, acme) = site_with_nodes(2, 2).await;
+    site.clock.advance(Duration::from_millis(1234));
+    let (s, created) = site
+        .call(
+            Some(&acme),
+            "POST",
+            "/v1/reservations",
+            Some(lease(json!({"gang": {"count": 2, "topologyKey": "rack"}}))),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let (_, read) =
+        site.call(Some(&acme), "GET", &format!("/v1/reservations/{}", created["id"].as_str().unwrap()), None).await;
+    assert_eq!(created, read);
+}

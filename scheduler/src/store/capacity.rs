@@ -204,22 +204,53 @@ pub async fn lock_candidate(conn: &mut AnyConnection, node: &str) -> Result<Opti
         .bind(node)
         .execute(&mut *conn)
         .await?;
-    let Some(row) = sqlx::query(&format!("SELECT {CANDIDATE_COLUMNS} FROM nodes WHERE id = $1"))
-        .bind(node)
-        .fetch_optional(&mut *conn)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let mut candidate = candidate_from_row(&row)?;
-    for row in sqlx::query("SELECT start_at, end_at FROM allocations WHERE node_id = $1 AND live = 1")
-        .bind(node)
-        .fetch_all(&mut *conn)
-        .await?
-    {
-        candidate.bookings.push((row.try_get("start_at")?, row.try_get("end_at")?));
+    let rows = sqlx::query(
+        "SELECT n.id, n.state, n.maintenance, n.cordoned, n.trust, n.taints, n.labels, n.devices, a.start_at, a.end_at \
+         FROM nodes n LEFT JOIN allocations a ON a.node_id = n.id AND a.live = 1 WHERE n.id = $1",
+    )
+    .bind(node)
+    .fetch_all(&mut *conn)
+    .await?;
+    let Some(first) = rows.first() else { return Ok(None) };
+    let mut candidate = candidate_from_row(first)?;
+    for row in &rows {
+        let (start, end): (Option<i64>, Option<i64>) = (row.try_get("start_at")?, row.try_get("end_at")?);
+        if let (Some(start), Some(end)) = (start, end) {
+            candidate.bookings.push((start, end));
+        }
     }
     Ok(Some(candidate))
+}
+
+/// What placement needs to know about a pool for a tenant, in one query: whether it exists
+/// and is visible to the tenant (owned or offered), and whether it allows node bindings.
+pub async fn pool_access(
+    conn: &mut AnyConnection,
+    pool: &str,
+    tenant: &str,
+) -> Result<Option<PoolAccess>, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT p.tenant_id, p.policy, o.tenant_id AS offered FROM pools p \
+         LEFT JOIN pool_offers o ON o.pool_id = p.id AND o.tenant_id = $2 WHERE p.id = $1",
+    )
+    .bind(pool)
+    .bind(tenant)
+    .fetch_optional(conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let owner: String = row.try_get("tenant_id")?;
+    let offered: Option<String> = row.try_get("offered")?;
+    let policy: crate::model::pool::PoolPolicy = json_column(&row, "policy")?;
+    Ok(Some(PoolAccess { visible: offered.is_some() || owner == tenant, tenant_root: policy.tenant_root }))
+}
+
+/// See [`pool_access`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolAccess {
+    /// Owned by or offered to the tenant.
+    pub visible: bool,
+    /// `policy.tenantRoot`.
+    pub tenant_root: bool,
 }
 
 // ---- reservations -------------------------------------------------------------------------
