@@ -36,14 +36,21 @@ async fn setup(nodes: usize) -> Bench {
     let app = app::start(config, Arc::new(clock)).await.unwrap();
     let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
     let bench = Bench { app, admin, _dir: dir };
-    bench.call("POST", "/v1/tenants", json!({"id": "acme"})).await;
-    bench.call("POST", "/v1/pools", json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c"})).await;
-    bench.call("POST", "/v1/pools/p1/offers", json!({"tenantId": "acme"})).await;
+    for (path, body) in [
+        ("/v1/tenants", json!({"id": "acme"})),
+        ("/v1/pools", json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c"})),
+        ("/v1/pools/p1/offers", json!({"tenantId": "acme"})),
+    ] {
+        let (status, answer) = bench.call("POST", path, body).await;
+        assert!(status < 300, "{path}: {status} {answer}");
+    }
     let gpus: Vec<Value> = (0..8).map(|g| json!({"id": format!("gpu{g}"), "class": "gpu", "healthy": true})).collect();
     let batch: Vec<Value> = (0..nodes)
         .map(|i| json!({"id": format!("n{i:05}"), "poolId": "p1", "labels": {"rack": format!("r{}", i / 40)}, "devices": gpus}))
         .collect();
-    bench.call("POST", "/v1/nodes/import", Value::Array(batch)).await;
+    let (status, answer) = bench.call("POST", "/v1/nodes/import", Value::Array(batch)).await;
+    assert_eq!(status, 200, "import: {answer}");
+    assert_eq!(answer["created"].as_array().map(Vec::len), Some(nodes));
     // Commissioning is not what is measured: mark every node ready directly.
     let mut tx = bench.app.store.write().await.unwrap();
     sqlx::query("UPDATE nodes SET state = 'ready'").execute(&mut *tx.tx).await.unwrap();

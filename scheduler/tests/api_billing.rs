@@ -8,22 +8,26 @@ use std::time::Duration;
 use common::Site;
 use serde_json::{Value, json};
 
-#[tokio::test]
-async fn a_lease_bound_and_released_mid_hour_bills_pro_rata_and_only_once() {
-    let site = Site::start().await; // clock: 2026-12-01 10:00 UTC
+/// Tenant acme, tenant-root pool p1 offered to it, and ready node n1 with 8 healthy GPUs.
+async fn site_with_one_node() -> (Site, String, Vec<Value>) {
+    let site = Site::start().await;
     let acme = site.tenant("acme").await;
-    site.admin(
-        "POST",
-        "/v1/pools",
-        Some(json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c", "policy": {"tenantRoot": true}})),
-    )
-    .await;
+    let pool = json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c", "policy": {"tenantRoot": true}});
+    site.admin("POST", "/v1/pools", Some(pool)).await;
     site.admin("POST", "/v1/pools/p1/offers", Some(json!({"tenantId": "acme"}))).await;
     let gpus: Vec<Value> = (0..8).map(|g| json!({"id": format!("gpu{g}"), "class": "gpu", "healthy": true})).collect();
     site.admin("POST", "/v1/nodes", Some(json!({"id": "n1", "poolId": "p1", "devices": gpus.clone()}))).await;
     site.admin("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "new", "to": "commissioning", "owner": "t"})))
         .await;
-    site.admin("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "commissioning", "to": "ready"}))).await;
+    let (s, _) =
+        site.admin("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "commissioning", "to": "ready"}))).await;
+    assert_eq!(s, 200);
+    (site, acme, gpus)
+}
+
+#[tokio::test]
+async fn a_lease_bound_and_released_mid_hour_bills_pro_rata_and_only_once() {
+    let (site, acme, gpus) = site_with_one_node().await; // clock: 2026-12-01 10:00 UTC
 
     site.clock.advance(Duration::from_secs(20 * 60)); // 10:20
     let body = json!({"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 8}], "duration": "7d",
@@ -78,19 +82,7 @@ async fn a_lease_bound_and_released_mid_hour_bills_pro_rata_and_only_once() {
 
 #[tokio::test]
 async fn an_unbound_or_never_started_lease_bills_nothing() {
-    let site = Site::start().await;
-    let acme = site.tenant("acme").await;
-    site.admin(
-        "POST",
-        "/v1/pools",
-        Some(json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c", "policy": {"tenantRoot": true}})),
-    )
-    .await;
-    site.admin("POST", "/v1/pools/p1/offers", Some(json!({"tenantId": "acme"}))).await;
-    site.admin("POST", "/v1/nodes", Some(json!({"id": "n1", "poolId": "p1"}))).await;
-    site.admin("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "new", "to": "commissioning", "owner": "t"})))
-        .await;
-    site.admin("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "commissioning", "to": "ready"}))).await;
+    let (site, acme, _) = site_with_one_node().await;
     let body = json!({"tenantId": "acme", "poolId": "p1", "duration": "1d", "binding": "node", "node": {"profileId": "os", "profileVersion": 1}});
     site.call(Some(&acme), "POST", "/v1/reservations", Some(body)).await;
     site.clock.advance(Duration::from_secs(3 * 3600));

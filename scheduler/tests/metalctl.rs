@@ -52,6 +52,11 @@ fn metalctl_drives_nodes_tenants_and_events() {
     assert!(text(&o).contains("metalctl: CONFLICT: a node cannot move from new to ready"), "{}", text(&o));
     let o = run(&["node", "move", "n1", "--from", "new", "--to", "commissioning", "--owner", "me"]);
     assert!(o.status.success(), "{}", text(&o));
+    let o = run(&["node", "set", "n1", "--label", "rack=r9", "--taint", "dedicated=acme:NoSchedule"]);
+    assert!(o.status.success() && text(&o).contains("rack=r9"), "{}", text(&o));
+    let o = run(&["-o", "json", "node", "show", "n1"]);
+    let node: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(node["taints"][0]["value"], "acme");
     let o = run(&["node", "maintenance", "n1", "on"]);
     assert!(o.status.success() && text(&o).contains("true"), "{}", text(&o));
 

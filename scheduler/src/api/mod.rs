@@ -22,6 +22,9 @@ pub use auth::Caller;
 use crate::app::AppState;
 use crate::error::ApiError;
 
+/// Largest node import body (CSV or JSON): room for tens of thousands of nodes.
+const IMPORT_LIMIT: usize = 64 << 20;
+
 /// JSON bodies whose rejections use the API's error shape.
 #[derive(Debug, FromRequest)]
 #[from_request(via(axum::Json), rejection(ApiError))]
@@ -110,7 +113,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))
         .route("/v1/nodes", post(nodes::create_node).get(nodes::list_nodes))
-        .route("/v1/nodes/import", post(nodes::import_nodes))
+        .route("/v1/nodes/import", post(nodes::import_nodes).layer(axum::extract::DefaultBodyLimit::max(IMPORT_LIMIT)))
         .route("/v1/nodes/{id}", get(nodes::get_node).patch(nodes::patch_node))
         .route("/v1/nodes/{id}/transitions", post(nodes::transition_node))
         .route("/v1/tenants", post(tenants::create_tenant).get(tenants::list_tenants))

@@ -131,6 +131,19 @@ enum NodeCommand {
         #[arg(value_parser = ["on", "off"])]
         mode: String,
     },
+    /// Replace a node's labels, taints or pool (each flag given replaces that whole set).
+    Set {
+        id: String,
+        /// Label key=value (repeatable; replaces all labels).
+        #[arg(long = "label", value_name = "KEY=VALUE")]
+        labels: Option<Vec<String>>,
+        /// Taint key=value:NoSchedule (repeatable; replaces all taints; --taint '' clears).
+        #[arg(long = "taint")]
+        taints: Option<Vec<String>>,
+        /// Pool ('' takes the node out of its pool).
+        #[arg(long)]
+        pool: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -212,6 +225,8 @@ enum ReservationCommand {
     Cancel { id: String },
     /// Release an active lease early.
     Release { id: String },
+    /// Mark a node binding bound (its deploy completed); admin only.
+    Bind { id: String },
 }
 
 const RESERVATION_COLUMNS: [(&str, &str); 7] = [
@@ -387,6 +402,23 @@ fn run(cli: Cli) -> Result<(), ClientError> {
                 &NODE_COLUMNS,
             );
         }
+        Command::Node(NodeCommand::Set { id, labels, taints, pool }) => {
+            let mut body = json!({});
+            if let Some(labels) = labels {
+                body["labels"] = Value::Object(key_values(&labels, "label")?);
+            }
+            if let Some(taints) = taints {
+                body["taints"] = json!(taints.into_iter().filter(|t| !t.is_empty()).collect::<Vec<_>>());
+            }
+            if let Some(pool) = pool {
+                body["poolId"] = json!(pool);
+            }
+            print(
+                out,
+                &client.request("PATCH", &format!("/v1/nodes/{id}"), Some(RequestBody::Json(body)))?,
+                &NODE_COLUMNS,
+            );
+        }
         Command::Tenant(TenantCommand::List) => {
             print(out, &client.request("GET", "/v1/tenants", None)?, &[("ID", "id"), ("NAME", "name")])
         }
@@ -473,6 +505,9 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         }
         Command::Reservation(ReservationCommand::Release { id }) => {
             print(out, &client.request("POST", &format!("/v1/reservations/{id}/release"), None)?, &RESERVATION_COLUMNS)
+        }
+        Command::Reservation(ReservationCommand::Bind { id }) => {
+            print(out, &client.request("POST", &format!("/v1/reservations/{id}/bind"), None)?, &RESERVATION_COLUMNS)
         }
         Command::Usage { tenant, from, to } => {
             let mut params = Vec::new();

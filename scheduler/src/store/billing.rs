@@ -67,8 +67,7 @@ pub async fn emit(conn: &mut AnyConnection, now: OffsetDateTime) -> Result<usize
     let mut billable = Vec::new();
     for row in rows {
         let request: String = row.try_get("request")?;
-        let request: ReservationCreate =
-            serde_json::from_str(&request).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+        let request: ReservationCreate = serde_json::from_str(&request).map_err(crate::store::decode_err)?;
         let bound_at: Option<i64> = row.try_get("bound_at")?;
         // Node bindings bill from the moment they were bound; others from their start.
         let from = if request.binding.is_some() { bound_at } else { Some(row.try_get("start_at")?) };

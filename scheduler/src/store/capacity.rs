@@ -13,16 +13,7 @@ use crate::error::ApiError;
 use crate::model::pool::{Pool, PoolCapacity, PoolCreate};
 use crate::model::reservation::{Reservation, ReservationCreate, ReservationState};
 use crate::placement::Candidate;
-use crate::store::events;
-
-fn decode_err(e: impl std::error::Error + Send + Sync + 'static) -> sqlx::Error {
-    sqlx::Error::Decode(Box::new(e))
-}
-
-fn json_column<T: serde::de::DeserializeOwned>(row: &AnyRow, name: &str) -> Result<T, sqlx::Error> {
-    let text: String = row.try_get(name)?;
-    serde_json::from_str(&text).map_err(decode_err)
-}
+use crate::store::{decode_err, events, json_column};
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, sqlx::Error> {
     serde_json::to_string(value).map_err(decode_err)

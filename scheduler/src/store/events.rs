@@ -64,7 +64,7 @@ pub async fn after(
                 kind: row.try_get("kind")?,
                 subject: row.try_get("subject")?,
                 tenant_id: row.try_get("tenant_id")?,
-                data: serde_json::from_str(&data).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+                data: serde_json::from_str(&data).map_err(crate::store::decode_err)?,
                 at: from_millis(row.try_get("at")?),
             })
         })

@@ -66,6 +66,21 @@ impl WriteTx {
     }
 }
 
+/// A decoding error for a column whose text does not parse.
+pub(crate) fn decode_err(e: impl std::error::Error + Send + Sync + 'static) -> sqlx::Error {
+    sqlx::Error::Decode(Box::new(e))
+}
+
+/// A JSON text column, parsed.
+pub(crate) fn json_column<T: serde::de::DeserializeOwned>(
+    row: &sqlx::any::AnyRow,
+    name: &str,
+) -> Result<T, sqlx::Error> {
+    use sqlx::Row as _;
+    let text: String = row.try_get(name)?;
+    serde_json::from_str(&text).map_err(decode_err)
+}
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 impl Store {

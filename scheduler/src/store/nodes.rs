@@ -12,19 +12,10 @@ use time::OffsetDateTime;
 use crate::clock::{from_millis, to_millis};
 use crate::error::ApiError;
 use crate::model::node::{Deadlines, Device, Node, NodeState, NodeTransition, Taint};
-use crate::store::events;
+use crate::store::{decode_err, events, json_column};
 
 const COLUMNS: &str = "id, generation, state, failed_from, state_reason, owner, deadline, power, maintenance, cordoned, \
     tenant_root, trust, identity_generation, boot_mac, pool_id, labels, taints, devices, created_at, updated_at";
-
-fn decode_err(e: impl std::error::Error + Send + Sync + 'static) -> sqlx::Error {
-    sqlx::Error::Decode(Box::new(e))
-}
-
-fn json_column<T: serde::de::DeserializeOwned>(row: &AnyRow, name: &str) -> Result<T, sqlx::Error> {
-    let text: String = row.try_get(name)?;
-    serde_json::from_str(&text).map_err(decode_err)
-}
 
 fn enum_column<T: serde::de::DeserializeOwned>(row: &AnyRow, name: &str) -> Result<T, sqlx::Error> {
     let text: String = row.try_get(name)?;
