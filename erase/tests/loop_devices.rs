@@ -205,17 +205,23 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `metal-erase run --yes-destroy-data` on `devices`, signing with `key`/`cert` into `report`.
+fn erase_devices(key: &Path, cert: &Path, report: &Path, devices: &[&Path]) -> Output {
+    let mut args = vec!["run", "--yes-destroy-data", "--key", s(key), "--cert", s(cert), "--report", s(report)];
+    for d in devices {
+        args.extend(["--device", s(d)]);
+    }
+    metal_erase(&args)
+}
+
 #[test]
 fn cli_erases_several_disks_at_once_and_the_signed_report_verifies_offline() {
     let disks: Vec<LoopDevice> = (0..3).map(|_| LoopDevice::new(32 * MIB)).collect();
     let tmp = tempfile::tempdir().unwrap();
     let (key, cert, ca) = identity_files(tmp.path(), Role::Ramdisk);
     let report = tmp.path().join("report.json");
-    let mut args = vec!["run", "--yes-destroy-data", "--key", s(&key), "--cert", s(&cert), "--report", s(&report)];
-    for d in &disks {
-        args.extend(["--device", s(&d.path)]);
-    }
-    let out = metal_erase(&args);
+    let paths: Vec<&Path> = disks.iter().map(|d| d.path.as_path()).collect();
+    let out = erase_devices(&key, &cert, &report, &paths);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     // JSON-lines progress on a non-terminal stderr.
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -258,18 +264,7 @@ fn a_report_signed_by_a_tenant_certificate_does_not_verify() {
     let tmp = tempfile::tempdir().unwrap();
     let (key, cert, ca) = identity_files(tmp.path(), Role::NodeTenant);
     let report = tmp.path().join("r.json");
-    let out = metal_erase(&[
-        "run",
-        "--yes-destroy-data",
-        "--key",
-        s(&key),
-        "--cert",
-        s(&cert),
-        "--report",
-        s(&report),
-        "--device",
-        s(&disk.path),
-    ]);
+    let out = erase_devices(&key, &cert, &report, &[&disk.path]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let out = metal_erase(&["verify", "--ca", s(&ca), s(&report)]);
     assert_eq!(out.status.code(), Some(1));
@@ -300,34 +295,12 @@ fn bad_arguments_exit_2_and_touch_nothing() {
     // A key that is not the certificate's.
     let other = tempfile::tempdir().unwrap();
     let (other_key, _, _) = identity_files(other.path(), Role::Ramdisk);
-    let out = metal_erase(&[
-        "run",
-        "--yes-destroy-data",
-        "--key",
-        s(&other_key),
-        "--cert",
-        s(&cert),
-        "--report",
-        s(&report),
-        "--device",
-        s(&disk.path),
-    ]);
+    let out = erase_devices(&other_key, &cert, &report, &[&disk.path]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not belong"));
     // An existing report is never overwritten.
     std::fs::write(&report, b"keep me").unwrap();
-    let out = metal_erase(&[
-        "run",
-        "--yes-destroy-data",
-        "--key",
-        s(&key),
-        "--cert",
-        s(&cert),
-        "--report",
-        s(&report),
-        "--device",
-        s(&disk.path),
-    ]);
+    let out = erase_devices(&key, &cert, &report, &[&disk.path]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(std::fs::read(&report).unwrap(), b"keep me");
     assert!(disk.read_all().iter().all(|b| *b == 0xa5), "a refused run wrote to the disk");

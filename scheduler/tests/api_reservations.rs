@@ -50,6 +50,10 @@ async fn site_with_nodes(racks: usize, per_rack: usize) -> (Site, String) {
     (site, acme)
 }
 
+async fn reserve(site: &Site, token: &str, body: Value) -> (u16, Value) {
+    site.call(Some(token), "POST", "/v1/reservations", Some(body)).await
+}
+
 fn lease(extra: Value) -> Value {
     let mut body = json!({"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 8}], "duration": "7d",
                           "binding": "node", "node": {"profileId": "acme-root-os", "profileVersion": 1}});
@@ -113,7 +117,7 @@ async fn pools_validate_field_by_field_and_tenants_see_only_offered_ones() {
     assert_eq!(s, 404);
     let (_, p1) = site.admin("GET", "/v1/pools/p1", None).await;
     assert_eq!(p1["capacity"], json!({"capacity": 2, "free": 2, "leased": 0}));
-    let (s, _) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"duration": "12h"})))).await;
+    let (s, _) = reserve(&site, &acme, lease(json!({"duration": "12h"}))).await;
     assert_eq!(s, 201);
     site.admin("PATCH", "/v1/nodes/r0n1", Some(json!({"maintenance": true}))).await;
     let (_, p1) = site.admin("GET", "/v1/pools/p1", None).await;
@@ -123,26 +127,19 @@ async fn pools_validate_field_by_field_and_tenants_see_only_offered_ones() {
 #[tokio::test]
 async fn a_lease_books_a_whole_node_and_refusals_explain_themselves() {
     let (site, acme) = site_with_nodes(1, 2).await;
-    let (s, first) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({})))).await;
+    let (s, first) = reserve(&site, &acme, lease(json!({}))).await;
     assert_eq!(s, 201, "{first}");
     assert_eq!(first["state"], "pending", "a node binding waits for its deploy");
     assert_eq!(first["nodes"].as_array().unwrap().len(), 1);
     site.admin("PATCH", "/v1/nodes/r0n1", Some(json!({"cordoned": true}))).await;
-    let (s, body) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({})))).await;
+    let (s, body) = reserve(&site, &acme, lease(json!({}))).await;
     assert_eq!(s, 409);
     assert_eq!(
         error(&body, "CONFLICT"),
         "no placement: 2 nodes in the pool: 1 cordoned, 1 booked in the window; 0 eligible"
     );
     // A window after the first lease ends fits on the same node.
-    let (s, later) = site
-        .call(
-            Some(&acme),
-            "POST",
-            "/v1/reservations",
-            Some(lease(json!({"start": "2026-12-09T00:00:00Z", "duration": "1d"}))),
-        )
-        .await;
+    let (s, later) = reserve(&site, &acme, lease(json!({"start": "2026-12-09T00:00:00Z", "duration": "1d"}))).await;
     assert_eq!(s, 201, "{later}");
     assert_eq!(later["nodes"], first["nodes"]);
 }
@@ -153,12 +150,11 @@ async fn seed_rules_are_enforced_through_the_api() {
     site.admin("POST", "/v1/pools", Some(json!({"id": "plain", "tenantId": "root", "siteId": "s", "class": "c"})))
         .await;
     site.admin("POST", "/v1/pools/plain/offers", Some(json!({"tenantId": "acme"}))).await;
-    let (s, body) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"poolId": "plain"})))).await;
+    let (s, body) = reserve(&site, &acme, lease(json!({"poolId": "plain"}))).await;
     assert_eq!((s, body["error"]["field"].as_str()), (422, Some("binding")), "{body}");
-    let (s, body) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"spot": true})))).await;
+    let (s, body) = reserve(&site, &acme, lease(json!({"spot": true}))).await;
     assert_eq!((s, body["error"]["field"].as_str()), (422, Some("spot")));
-    let (s, body) =
-        site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"tenantId": "globex"})))).await;
+    let (s, body) = reserve(&site, &acme, lease(json!({"tenantId": "globex"}))).await;
     assert_eq!(s, 404, "a tenant cannot reserve for another: {body}");
     site.tenant("globex").await;
     let (s, _) = site.admin("POST", "/v1/reservations", Some(lease(json!({"tenantId": "globex"})))).await;
@@ -168,37 +164,16 @@ async fn seed_rules_are_enforced_through_the_api() {
 #[tokio::test]
 async fn gangs_land_in_one_rack_or_not_at_all() {
     let (site, acme) = site_with_nodes(2, 3).await;
-    let (s, first) = site
-        .call(
-            Some(&acme),
-            "POST",
-            "/v1/reservations",
-            Some(lease(json!({"gang": {"count": 2, "topologyKey": "rack"}}))),
-        )
-        .await;
+    let (s, first) = reserve(&site, &acme, lease(json!({"gang": {"count": 2, "topologyKey": "rack"}}))).await;
     assert_eq!(s, 201, "{first}");
     let racks = |r: &Value| -> std::collections::BTreeSet<String> {
         r["nodes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()[..2].to_owned()).collect()
     };
     assert_eq!(racks(&first).len(), 1);
     // A lone node of a gang of one goes to the rack already most booked.
-    let (_, single) = site
-        .call(
-            Some(&acme),
-            "POST",
-            "/v1/reservations",
-            Some(lease(json!({"gang": {"count": 1, "topologyKey": "rack"}}))),
-        )
-        .await;
+    let (_, single) = reserve(&site, &acme, lease(json!({"gang": {"count": 1, "topologyKey": "rack"}}))).await;
     assert_eq!(racks(&single), racks(&first), "less fragmentation: fill the booked rack first");
-    let (s, body) = site
-        .call(
-            Some(&acme),
-            "POST",
-            "/v1/reservations",
-            Some(lease(json!({"gang": {"count": 4, "topologyKey": "rack"}}))),
-        )
-        .await;
+    let (s, body) = reserve(&site, &acme, lease(json!({"gang": {"count": 4, "topologyKey": "rack"}}))).await;
     assert_eq!(s, 409);
     assert!(error(&body, "CONFLICT").contains("but no rack has 4 of them"), "{body}");
 }
@@ -230,36 +205,24 @@ async fn idempotency_replays_refuses_other_bodies_and_expires() {
     let (_, all) = site.call(Some(&acme), "GET", "/v1/reservations", None).await;
     assert_eq!(all.as_array().unwrap().len(), 1, "the replay booked nothing");
 
-    let (s, body2) = site
-        .call(
-            Some(&acme),
-            "POST",
-            "/v1/reservations",
-            Some(lease(json!({"idempotencyKey": "acme-root-2026-09", "duration": "8d"}))),
-        )
-        .await;
+    let (s, body2) =
+        reserve(&site, &acme, lease(json!({"idempotencyKey": "acme-root-2026-09", "duration": "8d"}))).await;
     assert_eq!((s, body2["error"]["field"].as_str()), (422, Some("idempotencyKey")));
 
     // Keys are per tenant.
     let globex = site.tenant("globex").await;
     site.admin("POST", "/v1/pools/p1/offers", Some(json!({"tenantId": "globex"}))).await;
-    let (s, other) = site
-        .call(
-            Some(&globex),
-            "POST",
-            "/v1/reservations",
-            Some(lease(json!({"tenantId": "globex", "idempotencyKey": "acme-root-2026-09"}))),
-        )
-        .await;
+    let (s, other) =
+        reserve(&site, &globex, lease(json!({"tenantId": "globex", "idempotencyKey": "acme-root-2026-09"}))).await;
     assert_eq!(s, 201);
     assert_ne!(other["id"], first["id"]);
 
     // Kept 24 hours, then the key is new again.
     site.clock.advance(Duration::from_secs(23 * 3600));
-    let (_, replay) = site.call(Some(&acme), "POST", "/v1/reservations", Some(body.clone())).await;
+    let (_, replay) = reserve(&site, &acme, body.clone()).await;
     assert_eq!(replay["id"], first["id"]);
     site.clock.advance(Duration::from_secs(2 * 3600));
-    let (s, fresh) = site.call(Some(&acme), "POST", "/v1/reservations", Some(body)).await;
+    let (s, fresh) = reserve(&site, &acme, body).await;
     assert_eq!(s, 201);
     assert_ne!(fresh["id"], first["id"]);
 }
@@ -267,15 +230,13 @@ async fn idempotency_replays_refuses_other_bodies_and_expires() {
 #[tokio::test]
 async fn fifty_concurrent_creates_for_the_last_free_node_exactly_one_wins() {
     let (site, acme) = site_with_nodes(1, 2).await;
-    let (s, _) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({})))).await;
+    let (s, _) = reserve(&site, &acme, lease(json!({}))).await;
     assert_eq!(s, 201);
     let site = Arc::new(site);
     let tasks: Vec<_> = (0..50)
         .map(|_| {
             let (site, acme) = (site.clone(), acme.clone());
-            tokio::spawn(
-                async move { site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({})))).await.0 },
-            )
+            tokio::spawn(async move { reserve(&site, &acme, lease(json!({}))).await.0 })
         })
         .collect();
     let mut statuses = Vec::new();
@@ -290,8 +251,8 @@ async fn fifty_concurrent_creates_for_the_last_free_node_exactly_one_wins() {
 async fn leases_end_at_their_time_and_unbound_node_leases_fail_after_two_hours() {
     let (site, acme) = site_with_nodes(1, 2).await;
     let tick = || metal_scheduler::app::tick_reservations(&site.app);
-    let (_, unbound) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"duration": "1d"})))).await;
-    let (_, bound) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"duration": "1d"})))).await;
+    let (_, unbound) = reserve(&site, &acme, lease(json!({"duration": "1d"}))).await;
+    let (_, bound) = reserve(&site, &acme, lease(json!({"duration": "1d"}))).await;
     let bound_id = bound["id"].as_str().unwrap();
     site.clock.advance(Duration::from_secs(3600));
     let (s, b) = site.admin("POST", &format!("/v1/reservations/{bound_id}/bind"), None).await;
@@ -308,7 +269,7 @@ async fn leases_end_at_their_time_and_unbound_node_leases_fail_after_two_hours()
     assert!(u["stateReason"].as_str().unwrap().contains("2 hours"), "{u}");
     // Its node is free again; the failed lease was not placed elsewhere.
     assert_eq!(u["nodes"], unbound["nodes"]);
-    let (s, again) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"duration": "2h"})))).await;
+    let (s, again) = reserve(&site, &acme, lease(json!({"duration": "2h"}))).await;
     assert_eq!(s, 201, "{again}");
     assert_eq!(again["nodes"], unbound["nodes"]);
 
@@ -325,7 +286,7 @@ async fn cancel_and_release_free_the_nodes_and_tenants_see_only_their_own() {
     let (site, acme) = site_with_nodes(1, 1).await;
     let plain =
         json!({"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 1}], "duration": "1d"});
-    let (s, r) = site.call(Some(&acme), "POST", "/v1/reservations", Some(plain.clone())).await;
+    let (s, r) = reserve(&site, &acme, plain.clone()).await;
     assert_eq!((s, r["state"].as_str()), (201, Some("active")), "{r}");
     let id = r["id"].as_str().unwrap();
     let globex = site.tenant("globex").await;
@@ -337,7 +298,7 @@ async fn cancel_and_release_free_the_nodes_and_tenants_see_only_their_own() {
     assert_eq!(list, json!([]));
     let (s, released) = site.call(Some(&acme), "POST", &format!("/v1/reservations/{id}/release"), None).await;
     assert_eq!((s, released["state"].as_str()), (200, Some("ended")));
-    let (s, r2) = site.call(Some(&acme), "POST", "/v1/reservations", Some(plain)).await;
+    let (s, r2) = reserve(&site, &acme, plain).await;
     assert_eq!(s, 201, "the released node is free: {r2}");
     let (s, c) =
         site.call(Some(&acme), "POST", &format!("/v1/reservations/{}/cancel", r2["id"].as_str().unwrap()), None).await;
@@ -348,7 +309,7 @@ async fn cancel_and_release_free_the_nodes_and_tenants_see_only_their_own() {
 async fn a_stale_placement_cache_never_books_what_the_database_forbids() {
     let (site, acme) = site_with_nodes(1, 2).await;
     // Warm the cache with a first placement.
-    let (s, first) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"duration": "1d"})))).await;
+    let (s, first) = reserve(&site, &acme, lease(json!({"duration": "1d"}))).await;
     assert_eq!(s, 201);
     // Another replica (simulated: a direct write that this process's cache never hears of)
     // puts the remaining node into maintenance.
@@ -356,7 +317,7 @@ async fn a_stale_placement_cache_never_books_what_the_database_forbids() {
     let mut tx = site.app.store.write().await.unwrap();
     sqlx::query("UPDATE nodes SET maintenance = 1 WHERE id = $1").bind(other).execute(&mut *tx.tx).await.unwrap();
     tx.commit().await.unwrap();
-    let (s, body) = site.call(Some(&acme), "POST", "/v1/reservations", Some(lease(json!({"duration": "1d"})))).await;
+    let (s, body) = reserve(&site, &acme, lease(json!({"duration": "1d"}))).await;
     assert_eq!(s, 409, "{body}");
     assert_eq!(
         error(&body, "CONFLICT"),
@@ -368,14 +329,7 @@ async fn a_stale_placement_cache_never_books_what_the_database_forbids() {
 async fn the_create_answer_equals_a_later_read() {
     let (site, acme) = site_with_nodes(2, 2).await;
     site.clock.advance(Duration::from_millis(1234));
-    let (s, created) = site
-        .call(
-            Some(&acme),
-            "POST",
-            "/v1/reservations",
-            Some(lease(json!({"gang": {"count": 2, "topologyKey": "rack"}}))),
-        )
-        .await;
+    let (s, created) = reserve(&site, &acme, lease(json!({"gang": {"count": 2, "topologyKey": "rack"}}))).await;
     assert_eq!(s, 201);
     let (_, read) =
         site.call(Some(&acme), "GET", &format!("/v1/reservations/{}", created["id"].as_str().unwrap()), None).await;
