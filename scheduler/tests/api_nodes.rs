@@ -198,6 +198,18 @@ async fn patches_change_placement_attributes_and_respect_generations() {
     let (s, _) =
         site.admin("PATCH", "/v1/nodes/n1", Some(json!({"cordoned": true, "generation": node["generation"]}))).await;
     assert_eq!(s, 409);
+    let current = json!({"cordoned": true, "generation": patched["generation"]});
+    let (s, cordoned) = site.admin("PATCH", "/v1/nodes/n1", Some(current)).await;
+    assert_eq!((s, cordoned["cordoned"].as_bool()), (200, Some(true)), "the current generation wins: {cordoned}");
+    let (s, body) = site.admin("PATCH", "/v1/nodes/n1", Some(json!({"poolId": "nowhere"}))).await;
+    assert_eq!((s, body["error"]["field"].as_str()), (422, Some("poolId")));
+    site.admin("POST", "/v1/pools", Some(json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c"}))).await;
+    let (_, pooled) = site.admin("PATCH", "/v1/nodes/n1", Some(json!({"poolId": "p1"}))).await;
+    assert_eq!(pooled["poolId"], "p1");
+    let (_, read) = site.admin("GET", "/v1/nodes/n1", None).await;
+    assert_eq!(read["poolId"], "p1");
+    let (_, unpooled) = site.admin("PATCH", "/v1/nodes/n1", Some(json!({"poolId": ""}))).await;
+    assert!(unpooled.get("poolId").is_none(), "{unpooled}");
     let (s, body) = site.admin("PATCH", "/v1/nodes/n1", Some(json!({"taints": ["bad"]}))).await;
     assert_eq!(s, 422);
     assert_eq!(body["error"]["field"], "taints");

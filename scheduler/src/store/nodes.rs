@@ -192,12 +192,11 @@ pub async fn update_attributes(
     expected_generation: Option<i64>,
     now: OffsetDateTime,
 ) -> Result<Node, ApiError> {
-    let mut sql =
-        "UPDATE nodes SET generation = generation + 1, maintenance = $1, cordoned = $2, labels = $3, taints = $4, \
-                   devices = $5, updated_at = $6 WHERE id = $7"
-            .to_owned();
+    let mut sql = "UPDATE nodes SET generation = generation + 1, maintenance = $1, cordoned = $2, labels = $3, \
+                   taints = $4, devices = $5, updated_at = $6, pool_id = $8 WHERE id = $7"
+        .to_owned();
     if expected_generation.is_some() {
-        sql.push_str(" AND generation = $8");
+        sql.push_str(" AND generation = $9");
     }
     let mut query = sqlx::query(&sql)
         .bind(i64::from(current.maintenance))
