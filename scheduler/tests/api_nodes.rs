@@ -302,3 +302,32 @@ async fn metrics_count_requests_and_nodes() {
     assert!(text.contains("metal_http_requests_total{method=\"POST\",route=\"/v1/nodes\",status=\"201\"} 1"), "{text}");
     assert!(text.contains("metal_nodes{state=\"new\"} 1"), "{text}");
 }
+
+#[tokio::test]
+async fn revoked_credentials_stop_working_and_listings_never_show_tokens() {
+    let site = Site::start().await;
+    let acme = site.tenant("acme").await;
+    let (s, list) = site.admin("GET", "/v1/credentials", None).await;
+    assert_eq!(s, 200);
+    assert!(!list.to_string().contains(&acme) && !list.to_string().contains(&site.admin), "a token leaked: {list}");
+    let member =
+        list.as_array().unwrap().iter().find(|c| c["tenantId"] == "acme").unwrap()["id"].as_str().unwrap().to_owned();
+    let (s, _) = site.call(Some(&acme), "GET", "/v1/tenants/acme", None).await;
+    assert_eq!(s, 200);
+    let (s, _) = site.call(Some(&acme), "DELETE", &format!("/v1/credentials/{member}"), None).await;
+    assert_eq!(s, 404, "tenants cannot revoke");
+    let (s, _) = site.admin("DELETE", &format!("/v1/credentials/{member}"), None).await;
+    assert_eq!(s, 204);
+    let (s, body) = site.call(Some(&acme), "GET", "/v1/tenants/acme", None).await;
+    assert_eq!(s, 401);
+    error(&body, "UNAUTHENTICATED");
+    let (s, _) = site.admin("DELETE", &format!("/v1/credentials/{member}"), None).await;
+    assert_eq!(s, 404, "already revoked");
+    let (_, list) = site.admin("GET", "/v1/credentials", None).await;
+    let admin_id = list.as_array().unwrap().iter().find(|c| c["role"] == "platform-admin").unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (s, _) = site.admin("DELETE", &format!("/v1/credentials/{admin_id}"), None).await;
+    assert_eq!(s, 409, "the last way in is not thrown away by accident");
+}

@@ -67,6 +67,14 @@ fn metalctl_drives_nodes_tenants_and_events() {
     let tenant_token = created["token"].as_str().unwrap().to_owned();
     let o = metalctl(&url, &tenant_token, &["node", "list"], None);
     assert!(!o.status.success() && text(&o).contains("NOT_FOUND"), "{}", text(&o));
+    let o = run(&["-o", "json", "credential", "list"]);
+    let listed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(!String::from_utf8_lossy(&o.stdout).contains(&tenant_token));
+    let member = listed.as_array().unwrap().iter().find(|c| c["role"] == "tenant-member").unwrap();
+    let o = run(&["credential", "revoke", member["id"].as_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = metalctl(&url, &tenant_token, &["tenant", "list"], None);
+    assert!(!o.status.success() && text(&o).contains("UNAUTHENTICATED"), "{}", text(&o));
 
     let o = run(&["events", "--after", "0"]);
     let events = text(&o);

@@ -58,6 +58,8 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
         tenants::list_tenants,
         tenants::get_tenant,
         tenants::create_credential,
+        tenants::list_credentials,
+        tenants::revoke_credential,
         events::list_events,
         pools::create_pool,
         pools::offer_pool,
@@ -118,7 +120,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/nodes/{id}/transitions", post(nodes::transition_node))
         .route("/v1/tenants", post(tenants::create_tenant).get(tenants::list_tenants))
         .route("/v1/tenants/{id}", get(tenants::get_tenant))
-        .route("/v1/credentials", post(tenants::create_credential))
+        .route("/v1/credentials", post(tenants::create_credential).get(tenants::list_credentials))
+        .route("/v1/credentials/{id}", axum::routing::delete(tenants::revoke_credential))
         .route("/v1/pools", post(pools::create_pool).get(pools::list_pools))
         .route("/v1/pools/{id}", get(pools::get_pool))
         .route("/v1/pools/{id}/offers", post(pools::offer_pool))

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use super::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::model::tenant::{CredentialCreate, CredentialCreated, CredentialRole, Tenant, TenantCreate};
+use crate::model::tenant::{CredentialCreate, CredentialCreated, CredentialInfo, CredentialRole, Tenant, TenantCreate};
 use crate::store;
 
 /// Create a tenant.
@@ -109,4 +109,41 @@ pub async fn create_credential(
         StatusCode::CREATED,
         ApiJson(CredentialCreated { id: credential.id, role: credential.role, tenant_id: credential.tenant_id, token }),
     ))
+}
+
+/// List credentials (never their tokens).
+#[utoipa::path(get, path = "/v1/credentials", responses((status = 200, body = Vec<CredentialInfo>)))]
+pub async fn list_credentials(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<CredentialInfo>>> {
+    caller.admin("credentials")?;
+    Ok(ApiJson(store::auth::list_credentials(app.store.pool()).await?))
+}
+
+/// Revoke a credential: its token stops authenticating at once.
+#[utoipa::path(delete, path = "/v1/credentials/{id}", params(("id" = String, Path, description = "credential id")),
+    responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn revoke_credential(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    caller.admin("credentials")?;
+    if caller.0.id == id {
+        return Err(ApiError::Conflict("a credential cannot revoke itself (use another admin credential)".into()));
+    }
+    let mut tx = app.store.write().await?;
+    if !store::auth::revoke_credential(&mut tx.tx, &id, app.clock.now()).await? {
+        return Err(ApiError::NotFound(format!("live credential {id}")));
+    }
+    store::events::append(
+        &mut tx.tx,
+        "credential.revoked",
+        &format!("credential/{id}"),
+        None,
+        &serde_json::json!({"credential": id}),
+        app.clock.now(),
+    )
+    .await?;
+    tx.commit().await?;
+    app.events.notify_waiters();
+    Ok(StatusCode::NO_CONTENT)
 }

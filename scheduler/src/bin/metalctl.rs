@@ -172,6 +172,10 @@ enum CredentialCommand {
         #[arg(long)]
         name: String,
     },
+    /// List credentials (never their tokens).
+    List,
+    /// Revoke a credential: its token stops working at once.
+    Revoke { id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -435,6 +439,15 @@ fn run(cli: Cli) -> Result<(), ClientError> {
                 &created,
                 &[("ID", "id"), ("ROLE", "role"), ("TENANT", "tenantId"), ("TOKEN (shown once)", "token")],
             );
+        }
+        Command::Credential(CredentialCommand::List) => print(
+            out,
+            &client.request("GET", "/v1/credentials", None)?,
+            &[("ID", "id"), ("ROLE", "role"), ("TENANT", "tenantId"), ("NAME", "name"), ("REVOKED", "revoked")],
+        ),
+        Command::Credential(CredentialCommand::Revoke { id }) => {
+            client.request("DELETE", &format!("/v1/credentials/{id}"), None)?;
+            println!("revoked {id}");
         }
         Command::Pool(PoolCommand::List) => print(out, &client.request("GET", "/v1/pools", None)?, &POOL_COLUMNS),
         Command::Pool(PoolCommand::Create { file }) => {

@@ -71,3 +71,20 @@ pub struct CredentialCreated {
     /// The bearer token. Not retrievable later.
     pub token: String,
 }
+
+/// A credential as listed: never its token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialInfo {
+    /// Credential id.
+    pub id: String,
+    /// Role.
+    pub role: CredentialRole,
+    /// Tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    /// Name.
+    pub name: String,
+    /// Revoked: the token no longer authenticates.
+    pub revoked: bool,
+}

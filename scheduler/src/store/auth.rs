@@ -7,7 +7,7 @@ use sqlx::{AnyConnection, Row as _};
 use time::OffsetDateTime;
 
 use crate::clock::to_millis;
-use crate::model::tenant::{CredentialRole, Tenant};
+use crate::model::tenant::{CredentialInfo, CredentialRole, Tenant};
 
 /// Prefix of every token, so leaked tokens are recognisable by scanners.
 pub const TOKEN_PREFIX: &str = "mtl_";
@@ -21,6 +21,13 @@ pub struct Credential {
     pub role: CredentialRole,
     /// Tenant of a tenant member.
     pub tenant_id: Option<String>,
+}
+
+fn parse_role(stored: &str) -> CredentialRole {
+    match stored {
+        "platform-admin" => CredentialRole::PlatformAdmin,
+        _ => CredentialRole::TenantMember,
+    }
 }
 
 fn hash(token: &str) -> String {
@@ -61,11 +68,7 @@ pub async fn lookup(pool: &sqlx::AnyPool, token: &str) -> Result<Option<Credenti
         .await?;
     let Some(row) = row else { return Ok(None) };
     let role: String = row.try_get("role")?;
-    let role = match role.as_str() {
-        "platform-admin" => CredentialRole::PlatformAdmin,
-        _ => CredentialRole::TenantMember,
-    };
-    Ok(Some(Credential { id: row.try_get("id")?, role, tenant_id: row.try_get("tenant_id")? }))
+    Ok(Some(Credential { id: row.try_get("id")?, role: parse_role(&role), tenant_id: row.try_get("tenant_id")? }))
 }
 
 /// Whether any platform admin credential exists (bootstrap creates the first).
@@ -111,4 +114,35 @@ pub async fn list_tenants(pool: &sqlx::AnyPool) -> Result<Vec<Tenant>, sqlx::Err
         .iter()
         .map(|r| Ok(Tenant { id: r.try_get("id")?, name: r.try_get("name")? }))
         .collect()
+}
+
+/// Every credential (without token hashes), by id.
+pub async fn list_credentials(pool: &sqlx::AnyPool) -> Result<Vec<CredentialInfo>, sqlx::Error> {
+    sqlx::query("SELECT id, role, tenant_id, name, revoked_at FROM credentials ORDER BY id")
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| {
+            let role: String = r.try_get("role")?;
+            let revoked: Option<i64> = r.try_get("revoked_at")?;
+            Ok(CredentialInfo {
+                id: r.try_get("id")?,
+                role: parse_role(&role),
+                tenant_id: r.try_get("tenant_id")?,
+                name: r.try_get("name")?,
+                revoked: revoked.is_some(),
+            })
+        })
+        .collect()
+}
+
+/// Revokes a credential; false when there is no such live credential.
+pub async fn revoke_credential(conn: &mut AnyConnection, id: &str, now: OffsetDateTime) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("UPDATE credentials SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+        .bind(to_millis(now))
+        .bind(id)
+        .execute(conn)
+        .await?
+        .rows_affected();
+    Ok(done == 1)
 }
