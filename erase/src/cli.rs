@@ -69,25 +69,29 @@ pub fn list(args: &ListArgs) -> u8 {
         ),
         Err(e) => return bad_arguments(e),
     };
-    let rows: Vec<serde_json::Value> = chosen
+    // One plan per disk, shared by both outputs (capability probes will make them differ).
+    let plans: Vec<plan::MethodPlan> = chosen
         .iter()
-        .map(|d| {
-            let p = plan::plan(&Capabilities::default(), args.policy, plan::SoftwarePattern::Zeros, None);
-            serde_json::json!({
-                "device": d.path, "disk": d.disk, "status": "will be erased",
-                "plan": p.candidates.iter().map(|(m, why)| serde_json::json!({"method": m, "why": why})).collect::<Vec<_>>(),
-                "rejected": p.rejected,
-            })
-        })
-        .chain(skipped.iter().map(|s| serde_json::json!({"device": format!("/dev/{}", s.name), "status": format!("skipped: {}", s.reason)})))
+        .map(|_| plan::plan(&Capabilities::default(), args.policy, plan::SoftwarePattern::Zeros, None))
         .collect();
     if args.json {
+        let rows: Vec<serde_json::Value> = chosen
+            .iter()
+            .zip(&plans)
+            .map(|(d, p)| {
+                serde_json::json!({
+                    "device": d.path, "disk": d.disk, "status": "will be erased",
+                    "plan": p.candidates.iter().map(|(m, why)| serde_json::json!({"method": m, "why": why})).collect::<Vec<_>>(),
+                    "rejected": p.rejected,
+                })
+            })
+            .chain(skipped.iter().map(|s| serde_json::json!({"device": format!("/dev/{}", s.name), "status": format!("skipped: {}", s.reason)})))
+            .collect();
         println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
         return EXIT_OK;
     }
     println!("{:<12} {:<8} {:>12}  {:<24} {:<20} STATUS / PLAN", "DEVICE", "TRANSPORT", "SIZE", "MODEL", "SERIAL");
-    for d in &chosen {
-        let p = plan::plan(&Capabilities::default(), args.policy, plan::SoftwarePattern::Zeros, None);
+    for (d, p) in chosen.iter().zip(&plans) {
         let methods: Vec<String> = p.candidates.iter().map(|(m, _)| method_name(*m)).collect();
         let id = &d.disk.identity;
         println!(

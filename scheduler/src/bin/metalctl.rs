@@ -324,6 +324,12 @@ fn print(output: Output, value: &Value, columns: &[(&str, &str)]) {
     }
 }
 
+/// PATCHes a node's attributes and prints the result.
+fn patch_node(client: &Client, out: Output, id: &str, body: Value) -> Result<(), ClientError> {
+    print(out, &client.request("PATCH", &format!("/v1/nodes/{id}"), Some(RequestBody::Json(body)))?, &NODE_COLUMNS);
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<(), ClientError> {
     let client = connect(&cli)?;
     let out = cli.output;
@@ -391,20 +397,10 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             );
         }
         Command::Node(NodeCommand::Maintenance { id, mode }) => {
-            let body = json!({"maintenance": mode == "on"});
-            print(
-                out,
-                &client.request("PATCH", &format!("/v1/nodes/{id}"), Some(RequestBody::Json(body)))?,
-                &NODE_COLUMNS,
-            );
+            patch_node(&client, out, &id, json!({"maintenance": mode == "on"}))?;
         }
         Command::Node(NodeCommand::Cordon { id, mode }) => {
-            let body = json!({"cordoned": mode == "on"});
-            print(
-                out,
-                &client.request("PATCH", &format!("/v1/nodes/{id}"), Some(RequestBody::Json(body)))?,
-                &NODE_COLUMNS,
-            );
+            patch_node(&client, out, &id, json!({"cordoned": mode == "on"}))?;
         }
         Command::Node(NodeCommand::Set { id, labels, taints, pool }) => {
             let mut body = json!({});
@@ -417,11 +413,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             if let Some(pool) = pool {
                 body["poolId"] = json!(pool);
             }
-            print(
-                out,
-                &client.request("PATCH", &format!("/v1/nodes/{id}"), Some(RequestBody::Json(body)))?,
-                &NODE_COLUMNS,
-            );
+            patch_node(&client, out, &id, body)?;
         }
         Command::Tenant(TenantCommand::List) => {
             print(out, &client.request("GET", "/v1/tenants", None)?, &[("ID", "id"), ("NAME", "name")])
