@@ -52,9 +52,7 @@ async fn setup(nodes: usize) -> Bench {
     assert_eq!(status, 200, "import: {answer}");
     assert_eq!(answer["created"].as_array().map(Vec::len), Some(nodes));
     // Commissioning is not what is measured: mark every node ready directly.
-    let mut tx = bench.app.store.write().await.unwrap();
-    sqlx::query("UPDATE nodes SET state = 'ready'").execute(&mut *tx.tx).await.unwrap();
-    tx.commit().await.unwrap();
+    bench.app.store.write(|tx| tx.execute("UPDATE nodes SET state = 'ready'", &[])).await.unwrap();
     bench.app.placement.invalidate();
     bench
 }

@@ -13,7 +13,8 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::model::node::NodeTransition;
 use crate::model::tenant::CredentialRole;
-use crate::store::{self, Store};
+use crate::error::ApiError;
+use crate::store::{self, Conn, Store};
 
 /// Everything a request handler needs.
 #[derive(Debug)]
@@ -35,6 +36,21 @@ pub struct App {
 /// Shared handle to the service state.
 pub type AppState = Arc<App>;
 
+impl App {
+    /// Runs a change other than a booking in one write transaction; once it commits the
+    /// placement cache is dropped and event waiters are woken.
+    pub async fn change<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&mut dyn Conn) -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let out = self.store.write(f).await?;
+        self.placement.invalidate();
+        self.events.notify_waiters();
+        Ok(out)
+    }
+}
+
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -51,7 +67,15 @@ pub enum StartError {
     Store(#[from] store::StoreError),
     /// A database operation failed during start-up.
     #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(#[from] store::DbError),
+    /// The first admin token could not be written.
+    #[error("{path}: {source}")]
+    AdminToken {
+        /// The token file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
 }
 
 /// The platform's own tenant, which owns platform pools (seed 000's `tenantId: 'root'`).
@@ -69,22 +93,27 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
     let url = config.database_url.clone().unwrap_or_else(|| Store::sqlite_url(&data_dir));
     let store = Store::open(&url).await?;
     info!(backend = ?store.backend(), "database ready");
-    if !store::auth::has_admin(store.pool()).await? {
-        let mut tx = store.write().await?;
-        let root = crate::model::tenant::Tenant { id: ROOT_TENANT.into(), name: "platform".into() };
-        store::auth::create_tenant(&mut tx.tx, &root, clock.now()).await?;
-        let (_, token) = store::auth::create_credential(
-            &mut tx.tx,
-            CredentialRole::PlatformAdmin,
-            None,
-            "bootstrap admin",
-            clock.now(),
-        )
-        .await?;
-        let path = data_dir.join(ADMIN_TOKEN_FILE);
-        write_secret(&path, &token)
-            .map_err(|source| StartError::DataDir { path: path.display().to_string(), source })?;
-        tx.commit().await?;
+    let path = data_dir.join(ADMIN_TOKEN_FILE);
+    let now = clock.now();
+    let bootstrapped = {
+        let path = path.clone();
+        store
+            .write(move |tx| -> Result<bool, StartError> {
+                if store::auth::has_admin(tx)? {
+                    return Ok(false);
+                }
+                let root = crate::model::tenant::Tenant { id: ROOT_TENANT.into(), name: "platform".into() };
+                store::auth::create_tenant(tx, &root, now)?;
+                let (_, token) =
+                    store::auth::create_credential(tx, CredentialRole::PlatformAdmin, None, "bootstrap admin", now)?;
+                // Written before the commit: a credential nobody holds the token of is never stored.
+                write_secret(&path, &token)
+                    .map_err(|source| StartError::AdminToken { path: path.display().to_string(), source })?;
+                Ok(true)
+            })
+            .await?
+    };
+    if bootstrapped {
         info!(path = %path.display(), "created the first platform admin credential; its token is in this file");
     }
     Ok(Arc::new(App {
@@ -109,10 +138,10 @@ fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
 }
 
 /// Fails every in-progress node whose deadline has passed. Returns how many it failed.
-pub async fn reap_once(app: &App) -> Result<usize, crate::error::ApiError> {
+pub async fn reap_once(app: &App) -> Result<usize, ApiError> {
     let now = app.clock.now();
     let mut failed = 0;
-    for node in store::nodes::overdue(app.store.pool(), now).await? {
+    for node in app.store.read(move |conn| store::nodes::overdue(conn, now)).await? {
         let limit =
             app.config.deadlines.for_state(node.state).map(|d| format!(" of {}s", d.as_secs())).unwrap_or_default();
         let request = NodeTransition {
@@ -126,17 +155,14 @@ pub async fn reap_once(app: &App) -> Result<usize, crate::error::ApiError> {
                 node.owner.as_deref().unwrap_or("none")
             )),
         };
-        let mut tx = app.store.write().await?;
-        match store::nodes::transition(&mut tx.tx, &node.id, &request, &app.config.deadlines, now).await {
+        let (id, deadlines) = (node.id.clone(), app.config.deadlines);
+        match app.change(move |tx| store::nodes::transition(tx, &id, &request, &deadlines, now)).await {
             Ok(_) => {
-                tx.commit().await?;
-                app.placement.invalidate();
-                app.events.notify_waiters();
                 warn!(node = %node.id, state = %node.state, "reaper failed overdue node");
                 failed += 1;
             }
             // Someone moved it meanwhile: not overdue any more.
-            Err(crate::error::ApiError::Conflict(_)) => {}
+            Err(ApiError::Conflict(_)) => {}
             Err(e) => return Err(e),
         }
     }
@@ -150,15 +176,20 @@ pub const BIND_LIMIT: time::Duration = time::Duration::hours(2);
 /// (node bindings wait for their deploy instead, and fail when not bound within
 /// [`BIND_LIMIT`]; they are never placed again); active ones whose end came are ended.
 /// Returns how many reservations changed.
-pub async fn tick_reservations(app: &App) -> Result<usize, crate::error::ApiError> {
+pub async fn tick_reservations(app: &App) -> Result<usize, ApiError> {
     use crate::model::reservation::ReservationState::{Active, Ended, Failed, Pending};
     let now = app.clock.now();
     let mut changed = 0;
-    let mut conn = app.store.pool().acquire().await?;
-    let starting = store::capacity::due(&mut conn, Pending, "start_at", now).await?;
-    let ending = store::capacity::due(&mut conn, Active, "end_at", now).await?;
-    let overdue_binds = store::capacity::due(&mut conn, Pending, "start_at", now - BIND_LIMIT).await?;
-    drop(conn);
+    let (starting, ending, overdue_binds) = app
+        .store
+        .read(move |conn| {
+            Ok::<_, store::DbError>((
+                store::capacity::due(conn, Pending, "start_at", now)?,
+                store::capacity::due(conn, Active, "end_at", now)?,
+                store::capacity::due(conn, Pending, "start_at", now - BIND_LIMIT)?,
+            ))
+        })
+        .await?;
     let mut moves: Vec<(
         String,
         Vec<crate::model::reservation::ReservationState>,
@@ -180,33 +211,29 @@ pub async fn tick_reservations(app: &App) -> Result<usize, crate::error::ApiErro
         moves.push((id, vec![Pending], Active, "its start came".into()));
     }
     for (id, from, to, reason) in moves {
-        let mut tx = app.store.write().await?;
-        let Some(current) = store::capacity::get_reservation(&mut tx.tx, &id).await? else { continue };
-        // Node bindings start only when bound.
-        if to == Active && current.request.binding.is_some() {
-            continue;
-        }
-        match store::capacity::set_state(&mut tx.tx, &id, &from, to, Some(&reason), now).await {
-            Ok(_) => {
-                tx.commit().await?;
-                app.placement.invalidate();
-                changed += 1;
-            }
-            Err(crate::error::ApiError::Conflict(_)) => {}
+        let moved = app
+            .change(move |tx| {
+                let Some(current) = store::capacity::get_reservation(tx, &id)? else { return Ok(false) };
+                // Node bindings start only when bound.
+                if to == Active && current.request.binding.is_some() {
+                    return Ok(false);
+                }
+                store::capacity::set_state(tx, &id, &from, to, Some(&reason), now).map(|_| true)
+            })
+            .await;
+        match moved {
+            Ok(true) => changed += 1,
+            Ok(false) | Err(ApiError::Conflict(_)) => {}
             Err(e) => return Err(e),
         }
-    }
-    if changed > 0 {
-        app.events.notify_waiters();
     }
     Ok(changed)
 }
 
 /// Writes every meter record that is due. Returns how many were written.
-pub async fn bill_once(app: &App) -> Result<usize, crate::error::ApiError> {
-    let mut tx = app.store.write().await?;
-    let written = store::billing::emit(&mut tx.tx, app.clock.now()).await?;
-    tx.commit().await?;
+pub async fn bill_once(app: &App) -> Result<usize, ApiError> {
+    let now = app.clock.now();
+    let written = app.store.write(move |tx| store::billing::emit(tx, now)).await?;
     if written > 0 {
         app.events.notify_waiters();
     }

@@ -10,14 +10,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use sqlx::AnyConnection;
 use time::OffsetDateTime;
 
 use crate::clock::to_millis;
 use crate::error::{ApiError, ApiResult};
 use crate::model::reservation::{Binding, Reservation, ReservationCreate, ReservationState, Window};
 use crate::placement::{self, Ask, Candidate};
-use crate::store;
+use crate::store::{self, Conn};
 
 /// Placement attempts before giving up on racing writers (PostgreSQL replicas).
 const ATTEMPTS: usize = 3;
@@ -48,9 +47,9 @@ impl PlacementCache {
         self.pools.lock().unwrap_or_else(|p| p.into_inner()).remove(pool);
     }
 
-    async fn place(
+    fn place(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut dyn Conn,
         pool: &str,
         ask: &Ask<'_>,
         fresh: bool,
@@ -61,7 +60,7 @@ impl PlacementCache {
                 return Ok(placement::place(nodes, ask));
             }
         }
-        let mut nodes = store::capacity::candidates(conn, pool).await?;
+        let mut nodes = store::capacity::candidates(conn, pool)?;
         placement::sort_for_placement(&mut nodes);
         let outcome = placement::place(&nodes, ask);
         self.pools.lock().unwrap_or_else(|p| p.into_inner()).insert(pool.to_owned(), nodes);
@@ -81,17 +80,15 @@ impl PlacementCache {
 /// Places the request in its pool and books the nodes inside `conn`'s transaction.
 /// NOT_FOUND when the pool is not offered to the tenant; CONFLICT (with per-constraint
 /// counts) when nothing fits.
-pub async fn place_and_book(
+pub fn place_and_book(
     cache: &PlacementCache,
-    conn: &mut AnyConnection,
+    conn: &mut dyn Conn,
     request: &ReservationCreate,
     window: &Window,
     now: OffsetDateTime,
 ) -> ApiResult<Reservation> {
     let pool_id = &request.pool_id;
-    let pool = store::capacity::get_pool(&mut *conn, pool_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("pool {pool_id}")))?;
+    let pool = store::capacity::get_pool(conn, pool_id)?.ok_or_else(|| ApiError::NotFound(format!("pool {pool_id}")))?;
     if !pool.offered_to.contains(&request.tenant_id) && pool.tenant_id != request.tenant_id {
         return Err(ApiError::NotFound(format!("pool {pool_id}")));
     }
@@ -105,7 +102,7 @@ pub async fn place_and_book(
     let ask = Ask { tenant: &request.tenant_id, devices: &request.devices, window: span, gang: request.gang.as_ref() };
     let mut fresh = false;
     for _ in 0..ATTEMPTS {
-        let chosen = match cache.place(&mut *conn, pool_id, &ask, fresh).await? {
+        let chosen = match cache.place(conn, pool_id, &ask, fresh)? {
             Ok(chosen) => chosen,
             // Refuse only on what the database says, never on a cached snapshot.
             Err(_) if !fresh => {
@@ -117,7 +114,7 @@ pub async fn place_and_book(
         // The eligibility check again, on locked rows inside the committing transaction.
         let mut still_eligible = true;
         for id in &chosen {
-            let row = store::capacity::lock_candidate(&mut *conn, id).await?;
+            let row = store::capacity::lock_candidate(conn, id)?;
             still_eligible &= row.is_some_and(|c| placement::eligibility(&c, &ask).is_ok());
         }
         if !still_eligible {
@@ -139,7 +136,7 @@ pub async fn place_and_book(
             state,
             nodes: &chosen,
         };
-        store::capacity::insert_reservation(&mut *conn, &new, now).await?;
+        store::capacity::insert_reservation(conn, &new, now)?;
         // Recorded before the commit; if the commit fails the caller invalidates the cache.
         cache.record_booking(pool_id, &chosen, span);
         // What a read of the stored rows would return, without reading them back.

@@ -134,8 +134,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<sqlx::Error> for ApiError {
-    fn from(e: sqlx::Error) -> Self {
+impl From<crate::store::DbError> for ApiError {
+    fn from(e: crate::store::DbError) -> Self {
         ApiError::Internal(format!("database: {e}"))
     }
 }

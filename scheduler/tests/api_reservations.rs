@@ -314,9 +314,12 @@ async fn a_stale_placement_cache_never_books_what_the_database_forbids() {
     // Another replica (simulated: a direct write that this process's cache never hears of)
     // puts the remaining node into maintenance.
     let other = if first["nodes"][0] == "r0n0" { "r0n1" } else { "r0n0" };
-    let mut tx = site.app.store.write().await.unwrap();
-    sqlx::query("UPDATE nodes SET maintenance = 1 WHERE id = $1").bind(other).execute(&mut *tx.tx).await.unwrap();
-    tx.commit().await.unwrap();
+    let other = other.to_owned();
+    site.app
+        .store
+        .write(move |tx| tx.execute("UPDATE nodes SET maintenance = 1 WHERE id = $1", &[&other]))
+        .await
+        .unwrap();
     let (s, body) = reserve(&site, &acme, lease(json!({"duration": "1d"}))).await;
     assert_eq!(s, 409, "{body}");
     assert_eq!(

@@ -19,9 +19,7 @@ proptest! {
             let store = Store::open(&Store::sqlite_url(dir.path())).await.unwrap();
             let now = datetime!(2026-12-01 10:00:00 UTC);
             let new = nodes::NewNode { id: "n1".into(), boot_mac: None, pool_id: None, labels: BTreeMap::new(), taints: vec![], devices: vec![] };
-            let mut tx = store.write().await.unwrap();
-            nodes::insert(&mut tx.tx, &new, now).await.unwrap().unwrap();
-            tx.commit().await.unwrap();
+            store.write(move |tx| nodes::insert(tx, &new, now)).await.unwrap().unwrap();
             let mut actual = NodeState::New;
             for (from, to) in requests {
                 let request = NodeTransition {
@@ -31,11 +29,9 @@ proptest! {
                     owner: Some("prop".into()),
                     reason: None,
                 };
-                let mut tx = store.write().await.unwrap();
-                let outcome = nodes::transition(&mut tx.tx, "n1", &request, &Deadlines::default(), now).await;
-                tx.commit().await.unwrap();
-                let mut conn = store.pool().acquire().await.unwrap();
-                let stored = nodes::get(&mut conn, "n1").await.unwrap().unwrap().state;
+                let asked = request.clone();
+                let outcome = store.write(move |tx| nodes::transition(tx, "n1", &asked, &Deadlines::default(), now)).await;
+                let stored = store.read(|conn| nodes::get(conn, "n1")).await.unwrap().unwrap().state;
                 match outcome {
                     Ok(node) => {
                         assert!(request.from == actual && actual.can_move_to(request.to), "{actual} -> {} accepted", request.to);

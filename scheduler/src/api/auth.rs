@@ -44,7 +44,10 @@ impl FromRequestParts<AppState> for Caller {
             .ok()
             .and_then(|h| h.strip_prefix("Bearer "))
             .ok_or_else(|| ApiError::Unauthenticated("Authorization must be Bearer <token>".into()))?;
-        let credential = lookup(state.store.pool(), token.trim())
+        let token = token.trim().to_owned();
+        let credential = state
+            .store
+            .read(move |conn| lookup(conn, &token))
             .await?
             .ok_or_else(|| ApiError::Unauthenticated("unknown or revoked token".into()))?;
         Ok(Caller(credential))

@@ -32,6 +32,10 @@ pub struct EventQuery {
     pub wait: u64,
 }
 
+async fn page_after(app: &AppState, after: i64, scope: Option<String>) -> ApiResult<Vec<crate::model::event::Event>> {
+    Ok(app.store.read(move |conn| store::events::after(conn, after, PAGE, scope.as_deref())).await?)
+}
+
 /// Events after a sequence number, waiting up to `wait` seconds for the first one.
 #[utoipa::path(get, path = "/v1/events", params(EventQuery), responses((status = 200, body = EventPage)))]
 pub async fn list_events(
@@ -46,7 +50,7 @@ pub async fn list_events(
     loop {
         // Register interest before reading, so an event committed in between still wakes us.
         let notified = app.events.notified();
-        let events = store::events::after(app.store.pool(), query.after, PAGE, caller.tenant_scope()).await?;
+        let events = page_after(&app, query.after, caller.tenant_scope().map(str::to_owned)).await?;
         if !events.is_empty() || tokio::time::Instant::now() >= deadline {
             let next = events.last().map_or(query.after, |e| e.seq);
             return Ok(ApiJson(EventPage { events, next }));
@@ -79,7 +83,7 @@ pub async fn stream_events(
                     return Some((Ok(sse), (app, after, pending)));
                 }
                 let notified = app.events.notified();
-                match store::events::after(app.store.pool(), after, PAGE, scope.as_deref()).await {
+                match page_after(&app, after, scope.clone()).await {
                     Ok(events) if !events.is_empty() => {
                         after = events.last().map_or(after, |e| e.seq);
                         pending = events.into_iter().rev().collect();

@@ -13,7 +13,7 @@ use super::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::model::node::{Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};
-use crate::store::{self, nodes::NewNode};
+use crate::store::{self, Conn, nodes::NewNode};
 
 fn validated(create: &NodeCreate, prefix: &str) -> ApiResult<NewNode> {
     let (taints, boot_mac) = create.validate(prefix)?;
@@ -27,10 +27,10 @@ fn validated(create: &NodeCreate, prefix: &str) -> ApiResult<NewNode> {
     })
 }
 
-async fn ensure_pools_exist(conn: &mut sqlx::AnyConnection, nodes: &[NewNode], prefix: &str) -> ApiResult<()> {
+fn ensure_pools_exist(conn: &mut dyn Conn, nodes: &[NewNode], prefix: &str) -> ApiResult<()> {
     let pools: std::collections::BTreeSet<&str> = nodes.iter().filter_map(|n| n.pool_id.as_deref()).collect();
     for pool in pools {
-        if store::capacity::get_pool(&mut *conn, pool).await?.is_none() {
+        if store::capacity::get_pool(conn, pool)?.is_none() {
             return Err(ApiError::invalid(format!("{prefix}poolId"), format!("no pool {pool}")));
         }
     }
@@ -47,14 +47,14 @@ pub async fn create_node(
 ) -> ApiResult<(StatusCode, ApiJson<Node>)> {
     caller.admin("nodes")?;
     let node = validated(&create, "")?;
-    let mut tx = app.store.write().await?;
-    ensure_pools_exist(&mut tx.tx, std::slice::from_ref(&node), "").await?;
-    let created = store::nodes::insert(&mut tx.tx, &node, app.clock.now())
-        .await?
-        .ok_or_else(|| ApiError::Conflict(format!("node {} (or its boot MAC) is already enrolled", node.id)))?;
-    tx.commit().await?;
-    app.placement.invalidate();
-    app.events.notify_waiters();
+    let now = app.clock.now();
+    let created = app
+        .change(move |tx| {
+            ensure_pools_exist(tx, std::slice::from_ref(&node), "")?;
+            store::nodes::insert(tx, &node, now)?
+                .ok_or_else(|| ApiError::Conflict(format!("node {} (or its boot MAC) is already enrolled", node.id)))
+        })
+        .await?;
     Ok((StatusCode::CREATED, ApiJson(created)))
 }
 
@@ -177,21 +177,22 @@ pub async fn import_nodes(
     };
     let validated: Vec<NewNode> =
         entries.iter().enumerate().map(|(i, e)| validated(e, &format!("nodes[{i}]."))).collect::<ApiResult<_>>()?;
-    let mut tx = app.store.write().await?;
-    ensure_pools_exist(&mut tx.tx, &validated, "nodes[].").await?;
     let now = app.clock.now();
-    let mut result = ImportResult { created: Vec::new(), skipped: Vec::new() };
-    for node in &validated {
-        match store::nodes::insert(&mut tx.tx, node, now).await? {
-            Some(created) => result.created.push(created.id),
-            None => {
-                result.skipped.push(Skipped { id: node.id.clone(), reason: "already enrolled (id or boot MAC)".into() })
+    let result = app
+        .change(move |tx| {
+            ensure_pools_exist(tx, &validated, "nodes[].")?;
+            let mut result = ImportResult { created: Vec::new(), skipped: Vec::new() };
+            for node in &validated {
+                match store::nodes::insert(tx, node, now)? {
+                    Some(created) => result.created.push(created.id),
+                    None => result
+                        .skipped
+                        .push(Skipped { id: node.id.clone(), reason: "already enrolled (id or boot MAC)".into() }),
+                }
             }
-        }
-    }
-    tx.commit().await?;
-    app.placement.invalidate();
-    app.events.notify_waiters();
+            Ok(result)
+        })
+        .await?;
     Ok(ApiJson(result))
 }
 
@@ -210,12 +211,7 @@ pub async fn list_nodes(
     Query(filter): Query<NodeFilter>,
 ) -> ApiResult<ApiJson<Vec<Node>>> {
     caller.admin("nodes")?;
-    Ok(ApiJson(store::nodes::list(app.store.pool(), filter.state).await?))
-}
-
-async fn load(app: &AppState, id: &str) -> ApiResult<Node> {
-    let mut conn = app.store.pool().acquire().await?;
-    store::nodes::get(&mut conn, id).await?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))
+    Ok(ApiJson(app.store.read(move |conn| store::nodes::list(conn, filter.state)).await?))
 }
 
 /// One node.
@@ -223,7 +219,9 @@ async fn load(app: &AppState, id: &str) -> ApiResult<Node> {
     responses((status = 200, body = Node), (status = 404, body = crate::error::ErrorBody)))]
 pub async fn get_node(State(app): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<ApiJson<Node>> {
     caller.admin(&format!("node {id}"))?;
-    Ok(ApiJson(load(&app, &id).await?))
+    let what = format!("node {id}");
+    let node = app.store.read(move |conn| store::nodes::get(conn, &id)).await?;
+    Ok(ApiJson(node.ok_or(ApiError::NotFound(what))?))
 }
 
 /// Change maintenance, cordon, labels, taints or devices.
@@ -236,11 +234,16 @@ pub async fn patch_node(
     ApiJson(patch): ApiJson<NodePatch>,
 ) -> ApiResult<ApiJson<Node>> {
     caller.admin(&format!("node {id}"))?;
-    let mut tx = app.store.write().await?;
-    let mut node = store::nodes::get(&mut tx.tx, &id).await?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
+    let now = app.clock.now();
+    let node = app.change(move |tx| patch_node_in(tx, &id, &patch, now)).await?;
+    Ok(ApiJson(node))
+}
+
+fn patch_node_in(tx: &mut dyn Conn, id: &str, patch: &NodePatch, now: time::OffsetDateTime) -> ApiResult<Node> {
+    let mut node = store::nodes::get(tx, id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
     // Validate the replacement values with the enrolment rules.
     let check = NodeCreate {
-        id: id.clone(),
+        id: id.to_owned(),
         boot_mac: None,
         pool_id: patch.pool_id.clone().filter(|p| !p.is_empty()),
         labels: patch.labels.clone().unwrap_or_else(|| node.labels.clone()),
@@ -260,16 +263,12 @@ pub async fn patch_node(
         node.taints = taints;
     }
     if let Some(pool) = &patch.pool_id {
-        if !pool.is_empty() && store::capacity::get_pool(&mut tx.tx, pool).await?.is_none() {
+        if !pool.is_empty() && store::capacity::get_pool(tx, pool)?.is_none() {
             return Err(ApiError::invalid("poolId", format!("no pool {pool}")));
         }
         node.pool_id = (!pool.is_empty()).then(|| pool.clone());
     }
-    let node = store::nodes::update_attributes(&mut tx.tx, &node, patch.generation, app.clock.now()).await?;
-    tx.commit().await?;
-    app.placement.invalidate();
-    app.events.notify_waiters();
-    Ok(ApiJson(node))
+    store::nodes::update_attributes(tx, &node, patch.generation, now)
 }
 
 /// Move a node along its lifecycle (compare-and-set on `from`, and `generation` if given).
@@ -285,10 +284,7 @@ pub async fn transition_node(
     if request.to.in_progress() && request.owner.is_none() {
         return Err(ApiError::invalid("owner", format!("moving to {} needs an owner (who drives it)", request.to)));
     }
-    let mut tx = app.store.write().await?;
-    let node = store::nodes::transition(&mut tx.tx, &id, &request, &app.config.deadlines, app.clock.now()).await?;
-    tx.commit().await?;
-    app.placement.invalidate();
-    app.events.notify_waiters();
+    let (deadlines, now) = (app.config.deadlines, app.clock.now());
+    let node = app.change(move |tx| store::nodes::transition(tx, &id, &request, &deadlines, now)).await?;
     Ok(ApiJson(node))
 }

@@ -21,9 +21,8 @@ pub async fn create_pool(
     caller.admin("pools")?;
     create.validate()?;
     let id = create.id.clone().unwrap_or_else(|| format!("pool-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
-    let mut tx = app.store.write().await?;
-    let pool = store::capacity::insert_pool(&mut tx.tx, &id, &create, app.clock.now()).await?;
-    tx.commit().await?;
+    let now = app.clock.now();
+    let pool = app.store.write(move |tx| store::capacity::insert_pool(tx, &id, &create, now)).await?;
     app.events.notify_waiters();
     Ok((StatusCode::CREATED, ApiJson(pool)))
 }
@@ -38,48 +37,60 @@ pub async fn offer_pool(
     ApiJson(offer): ApiJson<PoolOffer>,
 ) -> ApiResult<ApiJson<Pool>> {
     caller.admin(&format!("pool {id}"))?;
-    let mut tx = app.store.write().await?;
-    store::capacity::get_pool(&mut tx.tx, &id).await?.ok_or_else(|| ApiError::NotFound(format!("pool {id}")))?;
-    if store::auth::get_tenant(app.store.pool(), &offer.tenant_id).await?.is_none() {
-        return Err(ApiError::invalid("tenantId", format!("no tenant {}", offer.tenant_id)));
-    }
-    store::capacity::offer(&mut tx.tx, &id, &offer.tenant_id, app.clock.now()).await?;
-    let pool =
-        store::capacity::get_pool(&mut tx.tx, &id).await?.ok_or_else(|| ApiError::NotFound(format!("pool {id}")))?;
-    tx.commit().await?;
+    let now = app.clock.now();
+    let pool = app
+        .store
+        .write(move |tx| {
+            let not_found = || ApiError::NotFound(format!("pool {id}"));
+            store::capacity::get_pool(tx, &id)?.ok_or_else(not_found)?;
+            if store::auth::get_tenant(tx, &offer.tenant_id)?.is_none() {
+                return Err(ApiError::invalid("tenantId", format!("no tenant {}", offer.tenant_id)));
+            }
+            store::capacity::offer(tx, &id, &offer.tenant_id, now)?;
+            store::capacity::get_pool(tx, &id)?.ok_or_else(not_found)
+        })
+        .await?;
     app.events.notify_waiters();
     Ok(ApiJson(pool))
 }
 
-async fn visible_pool(app: &AppState, caller: &Caller, id: &str) -> ApiResult<Pool> {
-    let mut conn = app.store.pool().acquire().await?;
-    let not_found = || ApiError::NotFound(format!("pool {id}"));
-    let mut pool = store::capacity::get_pool(&mut conn, id).await?.ok_or_else(not_found)?;
-    match caller.tenant_scope() {
-        Some(tenant) if !pool.offered_to.iter().any(|t| t == tenant) => return Err(not_found()),
-        Some(_) => pool.offered_to.clear(), // other tenants' names are not its business
-        None => pool.capacity = Some(store::capacity::capacity(&mut conn, id, app.clock.now()).await?),
-    }
-    Ok(pool)
+/// The pools with these ids as the caller may see them: a tenant only those offered to it
+/// (without the other tenants' names), an admin with their capacity rollups.
+async fn visible_pools(app: &AppState, caller: &Caller, ids: Option<Vec<String>>) -> ApiResult<Vec<Pool>> {
+    let scope = caller.tenant_scope().map(str::to_owned);
+    let now = app.clock.now();
+    app.store
+        .read(move |conn| {
+            let ids = match ids {
+                Some(ids) => ids,
+                None => store::capacity::pool_ids(conn, scope.as_deref())?,
+            };
+            let mut pools = Vec::with_capacity(ids.len());
+            for id in &ids {
+                let not_found = || ApiError::NotFound(format!("pool {id}"));
+                let mut pool = store::capacity::get_pool(conn, id)?.ok_or_else(not_found)?;
+                match scope.as_deref() {
+                    Some(tenant) if !pool.offered_to.iter().any(|t| t == tenant) => return Err(not_found()),
+                    Some(_) => pool.offered_to.clear(), // other tenants' names are not its business
+                    None => pool.capacity = Some(store::capacity::capacity(conn, id, now)?),
+                }
+                pools.push(pool);
+            }
+            Ok(pools)
+        })
+        .await
 }
 
 /// Pools: all with capacity for admins, the offered ones for tenants.
 #[utoipa::path(get, path = "/v1/pools", responses((status = 200, body = Vec<Pool>)))]
 pub async fn list_pools(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<Pool>>> {
-    let ids = {
-        let mut conn = app.store.pool().acquire().await?;
-        store::capacity::pool_ids(&mut conn, caller.tenant_scope()).await?
-    };
-    let mut pools = Vec::with_capacity(ids.len());
-    for id in ids {
-        pools.push(visible_pool(&app, &caller, &id).await?);
-    }
-    Ok(ApiJson(pools))
+    Ok(ApiJson(visible_pools(&app, &caller, None).await?))
 }
 
 /// One pool.
 #[utoipa::path(get, path = "/v1/pools/{id}", params(("id" = String, Path, description = "pool id")),
     responses((status = 200, body = Pool), (status = 404, body = crate::error::ErrorBody)))]
 pub async fn get_pool(State(app): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<ApiJson<Pool>> {
-    Ok(ApiJson(visible_pool(&app, &caller, &id).await?))
+    let mut pools = visible_pools(&app, &caller, Some(vec![id])).await?;
+    Ok(ApiJson(pools.remove(0)))
 }

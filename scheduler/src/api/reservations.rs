@@ -13,7 +13,7 @@ use sha2::{Digest as _, Sha256};
 use super::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::model::reservation::{Reservation, ReservationCreate, ReservationState};
+use crate::model::reservation::{Reservation, ReservationCreate, ReservationState, Window};
 use crate::store::{self, capacity::StoredResponse};
 
 fn visible(caller: &Caller, tenant: &str, what: &str) -> ApiResult<()> {
@@ -40,18 +40,52 @@ pub async fn create_reservation(
     let body_hash = metal_protocol::canonical::to_canonical_vec(&body)
         .map(|bytes| hex::encode(Sha256::digest(bytes)))
         .map_err(|e| ApiError::BadBody(e.to_string()))?;
-    let mut tx = app.store.write().await?;
+    let state = app.clone();
+    let written = app.store.write(move |tx| create_in(&state, tx, &request, &window, body_hash, now)).await;
+    match written {
+        Ok(Created::Replay(stored)) => Ok(replay(&stored)),
+        Ok(Created::Placed(json)) => {
+            app.events.notify_waiters();
+            Ok((StatusCode::CREATED, [(axum::http::header::CONTENT_TYPE, "application/json")], json).into_response())
+        }
+        Ok(Created::Refused(e)) => Err(e),
+        Err(e) => {
+            // The booking may be in the cache but did not commit.
+            app.placement.invalidate();
+            Err(e)
+        }
+    }
+}
+
+/// What a create transaction did.
+enum Created {
+    /// The key was used before with this body: the first response again.
+    Replay(StoredResponse),
+    /// Placed and booked: the reservation as JSON.
+    Placed(String),
+    /// Refused (no placement, or no such pool), recorded under the key when there is one.
+    Refused(ApiError),
+}
+
+fn create_in(
+    app: &AppState,
+    tx: &mut dyn store::Conn,
+    request: &ReservationCreate,
+    window: &Window,
+    body_hash: String,
+    now: time::OffsetDateTime,
+) -> ApiResult<Created> {
     if let Some(key) = &request.idempotency_key
-        && let Some(stored) = store::capacity::idempotent_response(&mut tx.tx, &request.tenant_id, key, now).await?
+        && let Some(stored) = store::capacity::idempotent_response(tx, &request.tenant_id, key, now)?
     {
         if stored.body_hash != body_hash {
             return Err(ApiError::invalid("idempotencyKey", "was already used with a different request body"));
         }
-        return Ok(replay(&stored));
+        return Ok(Created::Replay(stored));
     }
     // Placement outcomes (a booking, or a refusal) are recorded under the key; validation
     // and internal errors are not, so a corrected retry with the same key can succeed.
-    let outcome = match crate::capacity::place_and_book(&app.placement, &mut tx.tx, &request, &window, now).await {
+    let outcome = match crate::capacity::place_and_book(&app.placement, tx, request, window, now) {
         Ok(reservation) => Ok(reservation),
         Err(e @ (ApiError::Conflict(_) | ApiError::NotFound(_))) => Err(e),
         Err(other) => return Err(other),
@@ -63,14 +97,12 @@ pub async fn create_reservation(
     let json = json.map_err(|e| ApiError::Internal(e.to_string()))?;
     if let Some(key) = &request.idempotency_key {
         let stored = StoredResponse { body_hash, status: status.as_u16(), response: json.clone() };
-        store::capacity::record_response(&mut tx.tx, &request.tenant_id, key, &stored, now).await?;
+        store::capacity::record_response(tx, &request.tenant_id, key, &stored, now)?;
     }
-    if let Err(e) = tx.commit().await {
-        app.placement.invalidate();
-        return Err(e.into());
-    }
-    app.events.notify_waiters();
-    outcome.map(|_| (status, [(axum::http::header::CONTENT_TYPE, "application/json")], json).into_response())
+    Ok(match outcome {
+        Ok(_) => Created::Placed(json),
+        Err(e) => Created::Refused(e),
+    })
 }
 
 fn replay(stored: &StoredResponse) -> Response {
@@ -84,8 +116,8 @@ fn replay(stored: &StoredResponse) -> Response {
 /// Reservations: a tenant's own, or all for admins.
 #[utoipa::path(get, path = "/v1/reservations", responses((status = 200, body = Vec<Reservation>)))]
 pub async fn list_reservations(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<Reservation>>> {
-    let mut conn = app.store.pool().acquire().await?;
-    Ok(ApiJson(store::capacity::list_reservations(&mut conn, caller.tenant_scope()).await?))
+    let scope = caller.tenant_scope().map(str::to_owned);
+    Ok(ApiJson(app.store.read(move |conn| store::capacity::list_reservations(conn, scope.as_deref())).await?))
 }
 
 /// One reservation.
@@ -96,12 +128,16 @@ pub async fn get_reservation(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<ApiJson<Reservation>> {
-    let mut conn = app.store.pool().acquire().await?;
+    Ok(ApiJson(load(&app, &caller, id).await?))
+}
+
+/// A reservation the caller may see.
+async fn load(app: &AppState, caller: &Caller, id: String) -> ApiResult<Reservation> {
     let what = format!("reservation {id}");
-    let reservation =
-        store::capacity::get_reservation(&mut conn, &id).await?.ok_or_else(|| ApiError::NotFound(what.clone()))?;
-    visible(&caller, &reservation.tenant_id, &what)?;
-    Ok(ApiJson(reservation))
+    let reservation = app.store.read(move |conn| store::capacity::get_reservation(conn, &id)).await?;
+    let reservation = reservation.ok_or_else(|| ApiError::NotFound(what.clone()))?;
+    visible(caller, &reservation.tenant_id, &what)?;
+    Ok(reservation)
 }
 
 async fn change(
@@ -113,14 +149,17 @@ async fn change(
     reason: &str,
 ) -> ApiResult<ApiJson<Reservation>> {
     let what = format!("reservation {id}");
-    let mut tx = app.store.write().await?;
-    let current =
-        store::capacity::get_reservation(&mut tx.tx, id).await?.ok_or_else(|| ApiError::NotFound(what.clone()))?;
-    visible(caller, &current.tenant_id, &what)?;
-    let updated = store::capacity::set_state(&mut tx.tx, id, from, to, Some(reason), app.clock.now()).await?;
-    tx.commit().await?;
-    app.placement.invalidate();
-    app.events.notify_waiters();
+    let (id, from, reason, now, scope) =
+        (id.to_owned(), from.to_vec(), reason.to_owned(), app.clock.now(), caller.tenant_scope().map(str::to_owned));
+    let updated = app
+        .change(move |tx| {
+            let current = store::capacity::get_reservation(tx, &id)?.ok_or_else(|| ApiError::NotFound(what.clone()))?;
+            if scope.is_some_and(|own| own != current.tenant_id) {
+                return Err(ApiError::NotFound(what));
+            }
+            store::capacity::set_state(tx, &id, &from, to, Some(&reason), now)
+        })
+        .await?;
     Ok(ApiJson(updated))
 }
 
@@ -164,11 +203,7 @@ pub async fn bind_reservation(
     Path(id): Path<String>,
 ) -> ApiResult<ApiJson<Reservation>> {
     caller.admin(&format!("reservation {id}"))?;
-    let mut conn = app.store.pool().acquire().await?;
-    let current = store::capacity::get_reservation(&mut conn, &id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("reservation {id}")))?;
-    drop(conn);
+    let current = load(&app, &caller, id.clone()).await?;
     if current.request.binding.is_none() {
         return Err(ApiError::Conflict(format!("reservation {id} has no node binding to bind")));
     }

@@ -26,21 +26,17 @@ pub async fn create_tenant(
         return Err(ApiError::invalid("name", "must be 1 to 200 printable characters"));
     }
     let tenant = Tenant { id: create.id, name };
-    let mut tx = app.store.write().await?;
-    if !store::auth::create_tenant(&mut tx.tx, &tenant, app.clock.now()).await? {
-        return Err(ApiError::Conflict(format!("tenant {} already exists", tenant.id)));
-    }
-    store::events::append(
-        &mut tx.tx,
-        "tenant.created",
-        &format!("tenant/{}", tenant.id),
-        Some(&tenant.id),
-        &serde_json::json!({"tenant": tenant.id}),
-        app.clock.now(),
-    )
-    .await?;
-    tx.commit().await?;
-    app.events.notify_waiters();
+    let now = app.clock.now();
+    let tenant = app
+        .change(move |tx| {
+            if !store::auth::create_tenant(tx, &tenant, now)? {
+                return Err(ApiError::Conflict(format!("tenant {} already exists", tenant.id)));
+            }
+            let data = serde_json::json!({"tenant": tenant.id});
+            store::events::append(tx, "tenant.created", &format!("tenant/{}", tenant.id), Some(&tenant.id), &data, now)?;
+            Ok(tenant)
+        })
+        .await?;
     Ok((StatusCode::CREATED, ApiJson(tenant)))
 }
 
@@ -48,7 +44,7 @@ pub async fn create_tenant(
 #[utoipa::path(get, path = "/v1/tenants", responses((status = 200, body = Vec<Tenant>)))]
 pub async fn list_tenants(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<Tenant>>> {
     caller.admin("tenants")?;
-    Ok(ApiJson(store::auth::list_tenants(app.store.pool()).await?))
+    Ok(ApiJson(app.store.read(store::auth::list_tenants).await?))
 }
 
 /// One tenant (a tenant member sees only its own).
@@ -63,7 +59,11 @@ pub async fn get_tenant(
     if caller.tenant_scope().is_some_and(|own| own != id) {
         return Err(not_found());
     }
-    Ok(ApiJson(store::auth::get_tenant(app.store.pool(), &id).await?.ok_or_else(not_found)?))
+    let tenant = {
+        let id = id.clone();
+        app.store.read(move |conn| store::auth::get_tenant(conn, &id)).await?
+    };
+    Ok(ApiJson(tenant.ok_or_else(not_found)?))
 }
 
 /// Create an API credential. The token is in this response only; it is stored hashed.
@@ -78,7 +78,7 @@ pub async fn create_credential(
     if create.name.trim().is_empty() || create.name.len() > 200 {
         return Err(ApiError::invalid("name", "must be 1 to 200 characters"));
     }
-    let tenant_id = match (create.role, create.tenant_id.as_deref()) {
+    let tenant_id = match (create.role, create.tenant_id.clone()) {
         (CredentialRole::TenantMember, None) => {
             return Err(ApiError::invalid("tenantId", "a tenant member credential needs a tenant"));
         }
@@ -87,24 +87,27 @@ pub async fn create_credential(
         }
         (_, t) => t,
     };
-    if let Some(t) = tenant_id
-        && store::auth::get_tenant(app.store.pool(), t).await?.is_none()
-    {
-        return Err(ApiError::invalid("tenantId", format!("no tenant {t}")));
-    }
-    let mut tx = app.store.write().await?;
-    let (credential, token) =
-        store::auth::create_credential(&mut tx.tx, create.role, tenant_id, &create.name, app.clock.now()).await?;
-    store::events::append(
-        &mut tx.tx,
-        "credential.created",
-        &format!("credential/{}", credential.id),
-        tenant_id,
-        &serde_json::json!({"credential": credential.id, "role": create.role, "name": create.name}),
-        app.clock.now(),
-    )
-    .await?;
-    tx.commit().await?;
+    let now = app.clock.now();
+    let (credential, token) = app
+        .change(move |tx| {
+            let tenant_id = tenant_id.as_deref();
+            if let Some(t) = tenant_id
+                && store::auth::get_tenant(tx, t)?.is_none()
+            {
+                return Err(ApiError::invalid("tenantId", format!("no tenant {t}")));
+            }
+            let (credential, token) = store::auth::create_credential(tx, create.role, tenant_id, &create.name, now)?;
+            store::events::append(
+                tx,
+                "credential.created",
+                &format!("credential/{}", credential.id),
+                tenant_id,
+                &serde_json::json!({"credential": credential.id, "role": create.role, "name": create.name}),
+                now,
+            )?;
+            Ok((credential, token))
+        })
+        .await?;
     Ok((
         StatusCode::CREATED,
         ApiJson(CredentialCreated { id: credential.id, role: credential.role, tenant_id: credential.tenant_id, token }),
@@ -115,7 +118,7 @@ pub async fn create_credential(
 #[utoipa::path(get, path = "/v1/credentials", responses((status = 200, body = Vec<CredentialInfo>)))]
 pub async fn list_credentials(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<CredentialInfo>>> {
     caller.admin("credentials")?;
-    Ok(ApiJson(store::auth::list_credentials(app.store.pool()).await?))
+    Ok(ApiJson(app.store.read(store::auth::list_credentials).await?))
 }
 
 /// Revoke a credential: its token stops authenticating at once.
@@ -130,20 +133,15 @@ pub async fn revoke_credential(
     if caller.0.id == id {
         return Err(ApiError::Conflict("a credential cannot revoke itself (use another admin credential)".into()));
     }
-    let mut tx = app.store.write().await?;
-    if !store::auth::revoke_credential(&mut tx.tx, &id, app.clock.now()).await? {
-        return Err(ApiError::NotFound(format!("live credential {id}")));
-    }
-    store::events::append(
-        &mut tx.tx,
-        "credential.revoked",
-        &format!("credential/{id}"),
-        None,
-        &serde_json::json!({"credential": id}),
-        app.clock.now(),
-    )
+    let now = app.clock.now();
+    app.change(move |tx| {
+        if !store::auth::revoke_credential(tx, &id, now)? {
+            return Err(ApiError::NotFound(format!("live credential {id}")));
+        }
+        let data = serde_json::json!({"credential": id});
+        store::events::append(tx, "credential.revoked", &format!("credential/{id}"), None, &data, now)?;
+        Ok(())
+    })
     .await?;
-    tx.commit().await?;
-    app.events.notify_waiters();
     Ok(StatusCode::NO_CONTENT)
 }

@@ -48,8 +48,10 @@ pub async fn get_usage(
     if from > to {
         return Err(ApiError::invalid("from", "is after to"));
     }
-    let mut conn = app.store.pool().acquire().await?;
-    let records = store::billing::usage(&mut conn, &tenant, from, to).await?;
+    let records = {
+        let tenant = tenant.clone();
+        app.store.read(move |conn| store::billing::usage(conn, &tenant, from, to)).await?
+    };
     let mut totals = std::collections::BTreeMap::new();
     for r in &records {
         *totals.entry(r.meter.clone()).or_insert(0.0) += r.quantity;

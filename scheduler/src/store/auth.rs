@@ -3,11 +3,11 @@
 
 use rand::RngCore as _;
 use sha2::{Digest as _, Sha256};
-use sqlx::{AnyConnection, Row as _};
 use time::OffsetDateTime;
 
 use crate::clock::to_millis;
 use crate::model::tenant::{CredentialInfo, CredentialRole, Tenant};
+use crate::store::{Conn, DbResult, Row};
 
 /// Prefix of every token, so leaked tokens are recognisable by scanners.
 pub const TOKEN_PREFIX: &str = "mtl_";
@@ -35,101 +35,81 @@ fn hash(token: &str) -> String {
 }
 
 /// Creates a credential and returns it with its token (the only time the token exists).
-pub async fn create_credential(
-    conn: &mut AnyConnection,
+pub fn create_credential(
+    conn: &mut dyn Conn,
     role: CredentialRole,
     tenant_id: Option<&str>,
     name: &str,
     now: OffsetDateTime,
-) -> Result<(Credential, String), sqlx::Error> {
+) -> DbResult<(Credential, String)> {
     let mut secret = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut secret);
     let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
     let id = format!("cred-{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(
+    conn.execute(
         "INSERT INTO credentials (id, token_hash, role, tenant_id, name, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(&id)
-    .bind(hash(&token))
-    .bind(role.as_str())
-    .bind(tenant_id)
-    .bind(name)
-    .bind(to_millis(now))
-    .execute(conn)
-    .await?;
+        &[&id, &hash(&token), &role.as_str(), &tenant_id, &name, &to_millis(now)],
+    )?;
     Ok((Credential { id, role, tenant_id: tenant_id.map(str::to_owned) }, token))
 }
 
 /// Resolves a bearer token to its live credential.
-pub async fn lookup(pool: &sqlx::AnyPool, token: &str) -> Result<Option<Credential>, sqlx::Error> {
-    let row = sqlx::query("SELECT id, role, tenant_id FROM credentials WHERE token_hash = $1 AND revoked_at IS NULL")
-        .bind(hash(token))
-        .fetch_optional(pool)
-        .await?;
+pub fn lookup(conn: &mut dyn Conn, token: &str) -> DbResult<Option<Credential>> {
+    let row = conn.query_opt(
+        "SELECT id, role, tenant_id FROM credentials WHERE token_hash = $1 AND revoked_at IS NULL",
+        &[&hash(token)],
+    )?;
     let Some(row) = row else { return Ok(None) };
-    let role: String = row.try_get("role")?;
-    Ok(Some(Credential { id: row.try_get("id")?, role: parse_role(&role), tenant_id: row.try_get("tenant_id")? }))
+    let role: String = row.get("role")?;
+    Ok(Some(Credential { id: row.get("id")?, role: parse_role(&role), tenant_id: row.get("tenant_id")? }))
 }
 
 /// Whether any platform admin credential exists (bootstrap creates the first).
-pub async fn has_admin(pool: &sqlx::AnyPool) -> Result<bool, sqlx::Error> {
-    let n: i64 = sqlx::query("SELECT COUNT(*) FROM credentials WHERE role = 'platform-admin' AND revoked_at IS NULL")
-        .fetch_one(pool)
-        .await?
-        .try_get(0)?;
+pub fn has_admin(conn: &mut dyn Conn) -> DbResult<bool> {
+    let n: i64 = conn
+        .query_one("SELECT COUNT(*) AS n FROM credentials WHERE role = 'platform-admin' AND revoked_at IS NULL", &[])?
+        .get("n")?;
     Ok(n > 0)
 }
 
 /// Inserts a tenant; false when the id exists.
-pub async fn create_tenant(
-    conn: &mut AnyConnection,
-    tenant: &Tenant,
-    now: OffsetDateTime,
-) -> Result<bool, sqlx::Error> {
-    let exists =
-        sqlx::query("SELECT id FROM tenants WHERE id = $1").bind(&tenant.id).fetch_optional(&mut *conn).await?;
-    if exists.is_some() {
+pub fn create_tenant(conn: &mut dyn Conn, tenant: &Tenant, now: OffsetDateTime) -> DbResult<bool> {
+    if conn.query_opt("SELECT id FROM tenants WHERE id = $1", &[&tenant.id])?.is_some() {
         return Ok(false);
     }
-    sqlx::query("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
-        .bind(&tenant.id)
-        .bind(&tenant.name)
-        .bind(to_millis(now))
-        .execute(conn)
-        .await?;
+    conn.execute(
+        "INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)",
+        &[&tenant.id, &tenant.name, &to_millis(now)],
+    )?;
     Ok(true)
 }
 
+fn tenant_from_row(r: &Row) -> DbResult<Tenant> {
+    Ok(Tenant { id: r.get("id")?, name: r.get("name")? })
+}
+
 /// One tenant.
-pub async fn get_tenant(pool: &sqlx::AnyPool, id: &str) -> Result<Option<Tenant>, sqlx::Error> {
-    let row = sqlx::query("SELECT id, name FROM tenants WHERE id = $1").bind(id).fetch_optional(pool).await?;
-    row.map(|r| Ok(Tenant { id: r.try_get("id")?, name: r.try_get("name")? })).transpose()
+pub fn get_tenant(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Tenant>> {
+    conn.query_opt("SELECT id, name FROM tenants WHERE id = $1", &[&id])?.as_ref().map(tenant_from_row).transpose()
 }
 
 /// Every tenant, by id.
-pub async fn list_tenants(pool: &sqlx::AnyPool) -> Result<Vec<Tenant>, sqlx::Error> {
-    sqlx::query("SELECT id, name FROM tenants ORDER BY id")
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(|r| Ok(Tenant { id: r.try_get("id")?, name: r.try_get("name")? }))
-        .collect()
+pub fn list_tenants(conn: &mut dyn Conn) -> DbResult<Vec<Tenant>> {
+    conn.query("SELECT id, name FROM tenants ORDER BY id", &[])?.iter().map(tenant_from_row).collect()
 }
 
 /// Every credential (without token hashes), by id.
-pub async fn list_credentials(pool: &sqlx::AnyPool) -> Result<Vec<CredentialInfo>, sqlx::Error> {
-    sqlx::query("SELECT id, role, tenant_id, name, revoked_at FROM credentials ORDER BY id")
-        .fetch_all(pool)
-        .await?
+pub fn list_credentials(conn: &mut dyn Conn) -> DbResult<Vec<CredentialInfo>> {
+    conn.query("SELECT id, role, tenant_id, name, revoked_at FROM credentials ORDER BY id", &[])?
         .iter()
         .map(|r| {
-            let role: String = r.try_get("role")?;
-            let revoked: Option<i64> = r.try_get("revoked_at")?;
+            let role: String = r.get("role")?;
+            let revoked: Option<i64> = r.get("revoked_at")?;
             Ok(CredentialInfo {
-                id: r.try_get("id")?,
+                id: r.get("id")?,
                 role: parse_role(&role),
-                tenant_id: r.try_get("tenant_id")?,
-                name: r.try_get("name")?,
+                tenant_id: r.get("tenant_id")?,
+                name: r.get("name")?,
                 revoked: revoked.is_some(),
             })
         })
@@ -137,12 +117,10 @@ pub async fn list_credentials(pool: &sqlx::AnyPool) -> Result<Vec<CredentialInfo
 }
 
 /// Revokes a credential; false when there is no such live credential.
-pub async fn revoke_credential(conn: &mut AnyConnection, id: &str, now: OffsetDateTime) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query("UPDATE credentials SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
-        .bind(to_millis(now))
-        .bind(id)
-        .execute(conn)
-        .await?
-        .rows_affected();
+pub fn revoke_credential(conn: &mut dyn Conn, id: &str, now: OffsetDateTime) -> DbResult<bool> {
+    let done = conn.execute(
+        "UPDATE credentials SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+        &[&to_millis(now), &id],
+    )?;
     Ok(done == 1)
 }

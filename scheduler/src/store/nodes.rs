@@ -5,51 +5,44 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, Row as _};
 use time::OffsetDateTime;
 
 use crate::clock::{from_millis, to_millis};
 use crate::error::ApiError;
 use crate::model::node::{Deadlines, Device, Node, NodeState, NodeTransition, Taint};
-use crate::store::{decode_err, events, json_column};
+use crate::store::db::to_json;
+use crate::store::{Conn, DbResult, Row, events};
 
 const COLUMNS: &str = "id, generation, state, failed_from, state_reason, owner, deadline, power, maintenance, cordoned, \
     tenant_root, trust, identity_generation, boot_mac, pool_id, labels, taints, devices, created_at, updated_at";
 
-fn enum_column<T: serde::de::DeserializeOwned>(row: &AnyRow, name: &str) -> Result<T, sqlx::Error> {
-    let text: String = row.try_get(name)?;
-    serde_json::from_value(serde_json::Value::String(text)).map_err(decode_err)
-}
-
-fn state_column(row: &AnyRow, name: &str) -> Result<Option<NodeState>, sqlx::Error> {
-    let text: Option<String> = row.try_get(name)?;
-    text.map(|t| t.parse::<NodeState>().map_err(|e| decode_err(std::io::Error::other(e)))).transpose()
-}
-
-fn node_from_row(row: &AnyRow) -> Result<Node, sqlx::Error> {
-    let deadline: Option<i64> = row.try_get("deadline")?;
+fn node_from_row(row: &Row) -> DbResult<Node> {
+    let deadline: Option<i64> = row.get("deadline")?;
+    let failed_from: Option<String> = row.get("failed_from")?;
     Ok(Node {
-        id: row.try_get("id")?,
-        generation: row.try_get("generation")?,
-        state: state_column(row, "state")?.ok_or_else(|| decode_err(std::io::Error::other("node without state")))?,
-        failed_from: state_column(row, "failed_from")?,
-        state_reason: row.try_get("state_reason")?,
-        owner: row.try_get("owner")?,
+        id: row.get("id")?,
+        generation: row.get("generation")?,
+        state: row.parse("state")?,
+        failed_from: failed_from
+            .map(|t| t.parse::<NodeState>())
+            .transpose()
+            .map_err(|message| crate::store::DbError::Decode { column: "failed_from".into(), message })?,
+        state_reason: row.get("state_reason")?,
+        owner: row.get("owner")?,
         deadline: deadline.map(from_millis),
-        power: enum_column(row, "power")?,
-        maintenance: row.try_get::<i64, _>("maintenance")? != 0,
-        cordoned: row.try_get::<i64, _>("cordoned")? != 0,
-        tenant_root: row.try_get::<i64, _>("tenant_root")? != 0,
-        trust: enum_column(row, "trust")?,
-        identity_generation: row.try_get("identity_generation")?,
-        boot_mac: row.try_get("boot_mac")?,
-        pool_id: row.try_get("pool_id")?,
-        labels: json_column(row, "labels")?,
-        taints: json_column(row, "taints")?,
-        devices: json_column(row, "devices")?,
-        created_at: from_millis(row.try_get("created_at")?),
-        updated_at: from_millis(row.try_get("updated_at")?),
+        power: row.enum_text("power")?,
+        maintenance: row.flag("maintenance")?,
+        cordoned: row.flag("cordoned")?,
+        tenant_root: row.flag("tenant_root")?,
+        trust: row.enum_text("trust")?,
+        identity_generation: row.get("identity_generation")?,
+        boot_mac: row.get("boot_mac")?,
+        pool_id: row.get("pool_id")?,
+        labels: row.json("labels")?,
+        taints: row.json("taints")?,
+        devices: row.json("devices")?,
+        created_at: from_millis(row.get("created_at")?),
+        updated_at: from_millis(row.get("updated_at")?),
     })
 }
 
@@ -71,64 +64,48 @@ pub struct NewNode {
 }
 
 /// Enrols a node in state `new`; `None` when the id (or boot MAC) is already enrolled.
-pub async fn insert(
-    conn: &mut AnyConnection,
-    node: &NewNode,
-    now: OffsetDateTime,
-) -> Result<Option<Node>, sqlx::Error> {
-    let taken = sqlx::query("SELECT id FROM nodes WHERE id = $1 OR boot_mac = $2")
-        .bind(&node.id)
-        .bind(node.boot_mac.as_deref())
-        .fetch_optional(&mut *conn)
-        .await?;
-    if taken.is_some() {
+pub fn insert(conn: &mut dyn Conn, node: &NewNode, now: OffsetDateTime) -> DbResult<Option<Node>> {
+    if conn.query_opt("SELECT id FROM nodes WHERE id = $1 OR boot_mac = $2", &[&node.id, &node.boot_mac])?.is_some() {
         return Ok(None);
     }
-    let at = to_millis(now);
-    sqlx::query(
+    conn.execute(
         "INSERT INTO nodes (id, generation, state, power, maintenance, cordoned, tenant_root, trust, \
          identity_generation, boot_mac, labels, taints, devices, created_at, updated_at, pool_id) \
          VALUES ($1, 1, 'new', 'unknown', 0, 0, 0, 'platform', 1, $2, $3, $4, $5, $6, $6, $7)",
-    )
-    .bind(&node.id)
-    .bind(node.boot_mac.as_deref())
-    .bind(serde_json::to_string(&node.labels).map_err(decode_err)?)
-    .bind(serde_json::to_string(&node.taints).map_err(decode_err)?)
-    .bind(serde_json::to_string(&node.devices).map_err(decode_err)?)
-    .bind(at)
-    .bind(node.pool_id.as_deref())
-    .execute(&mut *conn)
-    .await?;
-    let created = get(&mut *conn, &node.id).await?.ok_or(sqlx::Error::RowNotFound)?;
-    crate::store::billing::record_health(&mut *conn, &created.id, created.generation, &created.devices, now).await?;
-    events::append(conn, "node.created", &format!("node/{}", node.id), None, &json!({"node": node.id}), now).await?;
+        &[
+            &node.id,
+            &node.boot_mac,
+            &to_json(&node.labels)?,
+            &to_json(&node.taints)?,
+            &to_json(&node.devices)?,
+            &to_millis(now),
+            &node.pool_id,
+        ],
+    )?;
+    let created = get(conn, &node.id)?.ok_or(crate::store::DbError::NoRow)?;
+    crate::store::billing::record_health(conn, &created.id, created.generation, &created.devices, now)?;
+    events::append(conn, "node.created", &format!("node/{}", node.id), None, &json!({"node": node.id}), now)?;
     Ok(Some(created))
 }
 
 /// One node.
-pub async fn get(conn: &mut AnyConnection, id: &str) -> Result<Option<Node>, sqlx::Error> {
-    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM nodes WHERE id = $1")).bind(id).fetch_optional(conn).await?;
-    row.as_ref().map(node_from_row).transpose()
+pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Node>> {
+    conn.query_opt(&format!("SELECT {COLUMNS} FROM nodes WHERE id = $1"), &[&id])?.as_ref().map(node_from_row).transpose()
 }
 
 /// Nodes, by id, optionally in one state.
-pub async fn list(pool: &sqlx::AnyPool, state: Option<NodeState>) -> Result<Vec<Node>, sqlx::Error> {
+pub fn list(conn: &mut dyn Conn, state: Option<NodeState>) -> DbResult<Vec<Node>> {
     let rows = match state {
-        Some(s) => {
-            sqlx::query(&format!("SELECT {COLUMNS} FROM nodes WHERE state = $1 ORDER BY id"))
-                .bind(s.as_str())
-                .fetch_all(pool)
-                .await?
-        }
-        None => sqlx::query(&format!("SELECT {COLUMNS} FROM nodes ORDER BY id")).fetch_all(pool).await?,
+        Some(s) => conn.query(&format!("SELECT {COLUMNS} FROM nodes WHERE state = $1 ORDER BY id"), &[&s.as_str()])?,
+        None => conn.query(&format!("SELECT {COLUMNS} FROM nodes ORDER BY id"), &[])?,
     };
     rows.iter().map(node_from_row).collect()
 }
 
 /// Moves a node along its lifecycle, compare-and-set on the expected state (and the
 /// generation when given). Illegal moves and lost races are CONFLICT.
-pub async fn transition(
-    conn: &mut AnyConnection,
+pub fn transition(
+    conn: &mut dyn Conn,
     id: &str,
     request: &NodeTransition,
     deadlines: &Deadlines,
@@ -145,26 +122,24 @@ pub async fn transition(
     let deadline = deadlines.for_state(to).map(|d| to_millis(now + d));
     let failed_from = (to == NodeState::Failed).then_some(from.as_str());
     let owner = if to.in_progress() { request.owner.as_deref() } else { None };
-    let mut sql = "UPDATE nodes SET state = $1, generation = generation + 1, failed_from = $2, state_reason = $3, \
-                   owner = $4, deadline = $5, updated_at = $6 WHERE id = $7 AND state = $8"
-        .to_owned();
-    if request.generation.is_some() {
-        sql.push_str(" AND generation = $9");
-    }
-    let mut query = sqlx::query(&sql)
-        .bind(to.as_str())
-        .bind(failed_from)
-        .bind(request.reason.as_deref())
-        .bind(owner)
-        .bind(deadline)
-        .bind(to_millis(now))
-        .bind(id)
-        .bind(from.as_str());
-    if let Some(generation) = request.generation {
-        query = query.bind(generation);
-    }
-    let updated = query.execute(&mut *conn).await?.rows_affected();
-    let node = get(&mut *conn, id).await?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
+    let sql = "UPDATE nodes SET state = $1, generation = generation + 1, failed_from = $2, state_reason = $3, \
+               owner = $4, deadline = $5, updated_at = $6 WHERE id = $7 AND state = $8 \
+               AND ($9 IS NULL OR generation = $9)";
+    let updated = conn.execute(
+        sql,
+        &[
+            &to.as_str(),
+            &failed_from,
+            &request.reason,
+            &owner,
+            &deadline,
+            &to_millis(now),
+            &id,
+            &from.as_str(),
+            &request.generation,
+        ],
+    )?;
+    let node = get(conn, id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
     if updated == 0 {
         return Err(ApiError::Conflict(format!(
             "node {id} is {} at generation {}, not {from}{}",
@@ -180,48 +155,42 @@ pub async fn transition(
         None,
         &json!({"node": id, "from": from, "to": to, "reason": request.reason, "generation": node.generation}),
         now,
-    )
-    .await?;
+    )?;
     Ok(node)
 }
 
 /// Replaces placement attributes; compare-and-set on the generation when given.
-pub async fn update_attributes(
-    conn: &mut AnyConnection,
+pub fn update_attributes(
+    conn: &mut dyn Conn,
     current: &Node,
     expected_generation: Option<i64>,
     now: OffsetDateTime,
 ) -> Result<Node, ApiError> {
-    let mut sql = "UPDATE nodes SET generation = generation + 1, maintenance = $1, cordoned = $2, labels = $3, \
-                   taints = $4, devices = $5, updated_at = $6, pool_id = $8 WHERE id = $7"
-        .to_owned();
-    if expected_generation.is_some() {
-        sql.push_str(" AND generation = $9");
-    }
-    let mut query = sqlx::query(&sql)
-        .bind(i64::from(current.maintenance))
-        .bind(i64::from(current.cordoned))
-        .bind(serde_json::to_string(&current.labels).map_err(|e| ApiError::Internal(e.to_string()))?)
-        .bind(serde_json::to_string(&current.taints).map_err(|e| ApiError::Internal(e.to_string()))?)
-        .bind(serde_json::to_string(&current.devices).map_err(|e| ApiError::Internal(e.to_string()))?)
-        .bind(to_millis(now))
-        .bind(&current.id)
-        .bind(current.pool_id.as_deref());
-    if let Some(generation) = expected_generation {
-        query = query.bind(generation);
-    }
-    if query.execute(&mut *conn).await?.rows_affected() == 0 {
-        let actual =
-            get(&mut *conn, &current.id).await?.ok_or_else(|| ApiError::NotFound(format!("node {}", current.id)))?;
+    let updated = conn.execute(
+        "UPDATE nodes SET generation = generation + 1, maintenance = $1, cordoned = $2, labels = $3, \
+         taints = $4, devices = $5, updated_at = $6, pool_id = $7 WHERE id = $8 AND ($9 IS NULL OR generation = $9)",
+        &[
+            &i64::from(current.maintenance),
+            &i64::from(current.cordoned),
+            &to_json(&current.labels)?,
+            &to_json(&current.taints)?,
+            &to_json(&current.devices)?,
+            &to_millis(now),
+            &current.pool_id,
+            &current.id,
+            &expected_generation,
+        ],
+    )?;
+    let node = get(conn, &current.id)?.ok_or_else(|| ApiError::NotFound(format!("node {}", current.id)))?;
+    if updated == 0 {
         return Err(ApiError::Conflict(format!(
             "node {} is at generation {}, not {}",
             current.id,
-            actual.generation,
+            node.generation,
             expected_generation.unwrap_or_default()
         )));
     }
-    let node = get(&mut *conn, &current.id).await?.ok_or_else(|| ApiError::NotFound(format!("node {}", current.id)))?;
-    crate::store::billing::record_health(&mut *conn, &node.id, node.generation, &node.devices, now).await?;
+    crate::store::billing::record_health(conn, &node.id, node.generation, &node.devices, now)?;
     events::append(
         conn,
         "node.updated",
@@ -229,28 +198,25 @@ pub async fn update_attributes(
         None,
         &json!({"node": node.id, "maintenance": node.maintenance, "cordoned": node.cordoned, "generation": node.generation}),
         now,
-    )
-    .await?;
+    )?;
     Ok(node)
 }
 
 /// In-progress nodes whose deadline has passed.
-pub async fn overdue(pool: &sqlx::AnyPool, now: OffsetDateTime) -> Result<Vec<Node>, sqlx::Error> {
-    sqlx::query(&format!("SELECT {COLUMNS} FROM nodes WHERE deadline IS NOT NULL AND deadline < $1 ORDER BY deadline"))
-        .bind(to_millis(now))
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(node_from_row)
-        .collect()
+pub fn overdue(conn: &mut dyn Conn, now: OffsetDateTime) -> DbResult<Vec<Node>> {
+    conn.query(
+        &format!("SELECT {COLUMNS} FROM nodes WHERE deadline IS NOT NULL AND deadline < $1 ORDER BY deadline"),
+        &[&to_millis(now)],
+    )?
+    .iter()
+    .map(node_from_row)
+    .collect()
 }
 
 /// Node counts by state, for metrics.
-pub async fn count_by_state(pool: &sqlx::AnyPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query("SELECT state, COUNT(*) AS n FROM nodes GROUP BY state ORDER BY state")
-        .fetch_all(pool)
-        .await?
+pub fn count_by_state(conn: &mut dyn Conn) -> DbResult<Vec<(String, i64)>> {
+    conn.query("SELECT state, COUNT(*) AS n FROM nodes GROUP BY state ORDER BY state", &[])?
         .iter()
-        .map(|r| Ok((r.try_get("state")?, r.try_get("n")?)))
+        .map(|r| Ok((r.get("state")?, r.get("n")?)))
         .collect()
 }

@@ -1,0 +1,42 @@
+//! Schema migrations: the numbered SQL files in `scheduler/migrations`, compiled in, run in
+//! order inside the store's first transaction on both backends. Each applied migration is
+//! recorded with its SHA-256, and a database whose recorded migration differs from the
+//! checked-in file refuses to open rather than run on a schema nobody wrote.
+
+use sha2::{Digest as _, Sha256};
+
+use super::db::{Conn, DbError, DbResult};
+
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "core", include_str!("../../migrations/0001_core.sql")),
+    (2, "capacity", include_str!("../../migrations/0002_capacity.sql")),
+    (3, "billing", include_str!("../../migrations/0003_billing.sql")),
+];
+
+/// Brings the schema up to date.
+pub(super) fn run(conn: &mut dyn Conn) -> DbResult<()> {
+    conn.batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, sha256 TEXT NOT NULL)",
+    )?;
+    for (version, name, sql) in MIGRATIONS {
+        let digest = hex::encode(Sha256::digest(sql.as_bytes()));
+        match conn.query_opt("SELECT sha256 FROM schema_migrations WHERE version = $1", &[version])? {
+            Some(row) => {
+                let recorded: String = row.get("sha256")?;
+                if recorded != digest {
+                    return Err(DbError::Migration(format!(
+                        "{version} ({name}) was applied with different contents (sha256 {recorded}, the file is {digest})"
+                    )));
+                }
+            }
+            None => {
+                conn.batch(sql)?;
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, sha256) VALUES ($1, $2, $3)",
+                    &[version, name, &digest],
+                )?;
+            }
+        }
+    }
+    Ok(())
+}

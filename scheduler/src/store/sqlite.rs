@@ -1,0 +1,184 @@
+//! The embedded SQLite backend (WAL). One writer thread owns the only write connection and
+//! runs each write transaction start to finish in one hop, so a placement is a single
+//! round trip however many statements it takes; reads run on a small pool of read
+//! connections on the blocking thread pool, concurrently with the writer (WAL).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, mpsc};
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use super::db::{Conn, DbError, DbResult, Row, ToValue, Value};
+
+/// A connection (inside a transaction) as the repository functions see it.
+struct SqliteConn<'a>(&'a Connection);
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self {
+            Value::Null => ValueRef::Null,
+            Value::Int(i) => ValueRef::Integer(*i),
+            Value::Real(f) => ValueRef::Real(*f),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+        }))
+    }
+}
+
+/// Binds `$1..$n` by name, so a statement may use them in any order or more than once.
+fn bind(stmt: &mut rusqlite::CachedStatement<'_>, params: &[&dyn ToValue]) -> DbResult<()> {
+    if stmt.parameter_count() != params.len() {
+        return Err(DbError::Parameters(format!(
+            "the statement takes {} parameters, {} given",
+            stmt.parameter_count(),
+            params.len()
+        )));
+    }
+    for (i, param) in params.iter().enumerate() {
+        let name = format!("${}", i + 1);
+        let index = stmt
+            .parameter_index(&name)?
+            .ok_or_else(|| DbError::Parameters(format!("the statement does not use {name}")))?;
+        stmt.raw_bind_parameter(index, param.to_value())?;
+    }
+    Ok(())
+}
+
+fn value(column: &str, v: ValueRef<'_>) -> DbResult<Value> {
+    Ok(match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::Int(i),
+        ValueRef::Real(f) => Value::Real(f),
+        ValueRef::Text(t) => Value::Text(
+            String::from_utf8(t.to_vec())
+                .map_err(|e| DbError::Decode { column: column.to_owned(), message: e.to_string() })?,
+        ),
+        ValueRef::Blob(_) => {
+            return Err(DbError::Decode { column: column.to_owned(), message: "unexpected blob".into() });
+        }
+    })
+}
+
+impl Conn for SqliteConn<'_> {
+    fn query(&mut self, sql: &str, params: &[&dyn ToValue]) -> DbResult<Vec<Row>> {
+        let mut stmt = self.0.prepare_cached(sql)?;
+        bind(&mut stmt, params)?;
+        let columns: Arc<[String]> = stmt.column_names().into_iter().map(str::to_owned).collect();
+        let mut rows = stmt.raw_query();
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let values =
+                columns.iter().enumerate().map(|(i, c)| value(c, row.get_ref(i)?)).collect::<DbResult<Vec<_>>>()?;
+            out.push(Row::new(columns.clone(), values));
+        }
+        Ok(out)
+    }
+
+    fn execute(&mut self, sql: &str, params: &[&dyn ToValue]) -> DbResult<u64> {
+        let mut stmt = self.0.prepare_cached(sql)?;
+        bind(&mut stmt, params)?;
+        Ok(stmt.raw_execute()? as u64)
+    }
+
+    fn batch(&mut self, sql: &str) -> DbResult<()> {
+        Ok(self.0.execute_batch(sql)?)
+    }
+}
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// The SQLite backend.
+#[derive(Debug)]
+pub(super) struct Sqlite {
+    path: PathBuf,
+    writer: Mutex<mpsc::Sender<Job>>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+fn connect(path: &std::path::Path, write: bool) -> DbResult<Connection> {
+    let flags = if write {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.set_prepared_statement_cache_capacity(64);
+    if write {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+    }
+    Ok(conn)
+}
+
+/// Runs `f` in a transaction of `conn`, committing when it succeeds.
+fn in_transaction<T, E: From<DbError>>(
+    conn: &mut Connection,
+    behavior: TransactionBehavior,
+    f: impl FnOnce(&mut dyn Conn) -> Result<T, E>,
+) -> Result<T, E> {
+    let tx = conn.transaction_with_behavior(behavior).map_err(DbError::from)?;
+    let out = f(&mut SqliteConn(&tx))?;
+    tx.commit().map_err(DbError::from)?;
+    Ok(out)
+}
+
+impl Sqlite {
+    /// Opens (creating) the database file, runs `migrate` in the first write transaction
+    /// and starts the writer thread.
+    pub(super) fn open(path: PathBuf, migrate: impl FnOnce(&mut dyn Conn) -> DbResult<()>) -> DbResult<Self> {
+        let mut conn = connect(&path, true)?;
+        in_transaction(&mut conn, TransactionBehavior::Immediate, migrate)?;
+        let (sender, receiver) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || {
+                // Ends when the last sender (the store) is dropped. A panicking job rolls
+                // back its own transaction and its caller sees WorkerGone; the next job runs.
+                for job in receiver {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut conn)));
+                }
+            })
+            .map_err(|e| DbError::Parameters(format!("cannot start the writer thread: {e}")))?;
+        Ok(Self { path, writer: Mutex::new(sender), readers: Mutex::new(Vec::new()) })
+    }
+
+    /// Runs `f` in a write transaction on the writer thread.
+    pub(super) async fn write<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut dyn Conn) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<DbError> + Send + 'static,
+    {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let _ = reply.send(in_transaction(conn, TransactionBehavior::Immediate, f));
+        });
+        self.writer.lock().unwrap_or_else(|p| p.into_inner()).send(job).map_err(|_| DbError::WorkerGone)?;
+        // A dropped reply means the job panicked (its transaction rolled back).
+        answer.await.map_err(|_| DbError::WorkerGone)?
+    }
+
+    /// Runs `f` in a read transaction (a consistent snapshot) on the blocking pool.
+    pub(super) async fn read<T, E, F>(self: &Arc<Self>, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut dyn Conn) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<DbError> + Send + 'static,
+    {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let pooled = this.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            let mut conn = match pooled {
+                Some(conn) => conn,
+                None => connect(&this.path, false)?,
+            };
+            let out = in_transaction(&mut conn, TransactionBehavior::Deferred, f);
+            this.readers.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
+            out
+        })
+        .await
+        .map_err(|_| DbError::WorkerGone)?
+    }
+}
