@@ -34,7 +34,14 @@ fn sorted(mut ids: Vec<String>) -> Vec<String> {
 /// Per-pool node snapshots in placement order.
 #[derive(Debug, Default)]
 pub struct PlacementCache {
-    pools: Mutex<HashMap<String, Vec<Candidate>>>,
+    pools: Mutex<HashMap<String, CachedPool>>,
+}
+
+/// One pool's nodes in placement order, and where each node id sits in that order.
+#[derive(Debug)]
+struct CachedPool {
+    nodes: Vec<Candidate>,
+    position: HashMap<String, usize>,
 }
 
 impl PlacementCache {
@@ -56,22 +63,25 @@ impl PlacementCache {
     ) -> ApiResult<Result<Vec<String>, placement::Refusal>> {
         if !fresh {
             let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(nodes) = pools.get(pool) {
-                return Ok(placement::place(nodes, ask));
+            if let Some(cached) = pools.get(pool) {
+                return Ok(placement::place(&cached.nodes, ask));
             }
         }
         let mut nodes = store::capacity::candidates(conn, pool)?;
         placement::sort_for_placement(&mut nodes);
         let outcome = placement::place(&nodes, ask);
-        self.pools.lock().unwrap_or_else(|p| p.into_inner()).insert(pool.to_owned(), nodes);
+        let position = nodes.iter().enumerate().map(|(i, n)| (n.id.clone(), i)).collect();
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).insert(pool.to_owned(), CachedPool { nodes, position });
         Ok(outcome)
     }
 
     fn record_booking(&self, pool: &str, nodes: &[String], window: (i64, i64)) {
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(cached) = pools.get_mut(pool) {
-            for c in cached.iter_mut().filter(|c| nodes.contains(&c.id)) {
-                c.bookings.push(window);
+            for id in nodes {
+                if let Some(&i) = cached.position.get(id) {
+                    cached.nodes[i].bookings.push(window);
+                }
             }
         }
     }

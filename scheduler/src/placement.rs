@@ -110,8 +110,7 @@ pub fn eligibility(node: &Candidate, ask: &Ask<'_>) -> Result<(), Ineligible> {
             return Err(Ineligible::Devices);
         }
     }
-    let (start, end) = ask.window;
-    if node.bookings.iter().any(|&(s, e)| s < end && start < e) {
+    if !free_in(node, ask.window) {
         return Err(Ineligible::Booked);
     }
     if let Some(gang) = ask.gang
@@ -120,6 +119,11 @@ pub fn eligibility(node: &Candidate, ask: &Ask<'_>) -> Result<(), Ineligible> {
         return Err(Ineligible::NoTopologyLabel);
     }
     Ok(())
+}
+
+/// Whether no live booking of the node overlaps the window.
+fn free_in(node: &Candidate, (start, end): (i64, i64)) -> bool {
+    !node.bookings.iter().any(|&(s, e)| s < end && start < e)
 }
 
 /// A placement that cannot be made, with per-constraint counts.
@@ -143,8 +147,10 @@ pub fn sort_for_placement(nodes: &mut [Candidate]) {
 /// [`sort_for_placement`]: a single node is then the first eligible one, found without
 /// scanning the rest.
 pub fn place(nodes: &[Candidate], ask: &Ask<'_>) -> Result<Vec<String>, Refusal> {
+    // Most nodes a busy pool passes over are booked in the window: test that first (it does
+    // not change the answer, only how fast a packed prefix of the order is skipped).
     if ask.gang.is_none()
-        && let Some(first) = nodes.iter().find(|n| eligibility(n, ask).is_ok())
+        && let Some(first) = nodes.iter().find(|n| free_in(n, ask.window) && eligibility(n, ask).is_ok())
     {
         return Ok(vec![first.id.clone()]);
     }

@@ -12,7 +12,7 @@ use crate::model::pool::{Pool, PoolCapacity, PoolCreate, PoolPolicy};
 use crate::model::reservation::{Reservation, ReservationCreate, ReservationState};
 use crate::placement::Candidate;
 use crate::store::db::to_json;
-use crate::store::{Conn, DbError, DbResult, Row, events};
+use crate::store::{Backend, Conn, DbError, DbResult, Row, events};
 
 // ---- pools ----------------------------------------------------------------------------
 
@@ -140,10 +140,13 @@ pub fn candidates(conn: &mut dyn Conn, pool: &str) -> DbResult<Vec<Candidate>> {
     Ok(nodes)
 }
 
-/// Locks one node for booking (the UPDATE takes the row lock on PostgreSQL; on SQLite the
-/// write transaction is already exclusive) and returns its fresh snapshot.
+/// Locks one node for booking and returns its fresh snapshot. On PostgreSQL the row lock
+/// makes concurrent bookers of the node (other replicas) wait for each other; SQLite's one
+/// writer already excludes them.
 pub fn lock_candidate(conn: &mut dyn Conn, node: &str) -> DbResult<Option<Candidate>> {
-    conn.execute("UPDATE nodes SET booking_version = booking_version + 1 WHERE id = $1", &[&node])?;
+    if conn.backend() == Backend::Postgres {
+        conn.query("SELECT id FROM nodes WHERE id = $1 FOR UPDATE", &[&node])?;
+    }
     let rows = conn.query(
         "SELECT n.id, n.state, n.maintenance, n.cordoned, n.trust, n.taints, n.labels, n.devices, a.start_at, a.end_at \
          FROM nodes n LEFT JOIN allocations a ON a.node_id = n.id AND a.live = 1 WHERE n.id = $1",

@@ -45,6 +45,9 @@ pub enum DbError {
     /// The checked-in migrations differ from the ones this database ran.
     #[error("migration {0}")]
     Migration(String),
+    /// A database thread could not be started.
+    #[error("cannot start a database thread: {0}")]
+    Thread(std::io::Error),
     /// The database worker is gone (the service is shutting down, or a write panicked).
     #[error("the database worker stopped")]
     WorkerGone,
@@ -194,6 +197,9 @@ impl Row {
 
 /// A connection inside a transaction.
 pub trait Conn {
+    /// Which database this is (for the few statements that differ, such as row locks).
+    fn backend(&self) -> super::Backend;
+
     /// Runs a statement and returns its rows.
     fn query(&mut self, sql: &str, params: &[&dyn ToValue]) -> DbResult<Vec<Row>>;
 

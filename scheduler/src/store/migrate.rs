@@ -11,6 +11,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "core", include_str!("../../migrations/0001_core.sql")),
     (2, "capacity", include_str!("../../migrations/0002_capacity.sql")),
     (3, "billing", include_str!("../../migrations/0003_billing.sql")),
+    (4, "row-locks", include_str!("../../migrations/0004_row_locks.sql")),
 ];
 
 /// Brings the schema up to date.

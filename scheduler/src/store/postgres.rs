@@ -92,6 +92,10 @@ fn refs(values: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
 }
 
 impl Conn for PgConn<'_, '_> {
+    fn backend(&self) -> super::Backend {
+        super::Backend::Postgres
+    }
+
     fn query(&mut self, sql: &str, p: &[&dyn ToValue]) -> DbResult<Vec<Row>> {
         let statement = self.statement(sql)?;
         let values = params(p);

@@ -1,10 +1,13 @@
 //! The embedded SQLite backend (WAL). One writer thread owns the only write connection and
 //! runs each write transaction start to finish in one hop, so a placement is a single
 //! round trip however many statements it takes; reads run on a small pool of read
-//! connections on the blocking thread pool, concurrently with the writer (WAL).
+//! connections on the blocking thread pool, concurrently with the writer (WAL). A third
+//! thread checkpoints the WAL into the database file, so the writer never does (beyond a
+//! backstop when the WAL grows large).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
@@ -60,6 +63,10 @@ fn value(column: &str, v: ValueRef<'_>) -> DbResult<Value> {
 }
 
 impl Conn for SqliteConn<'_> {
+    fn backend(&self) -> super::Backend {
+        super::Backend::Sqlite
+    }
+
     fn query(&mut self, sql: &str, params: &[&dyn ToValue]) -> DbResult<Vec<Row>> {
         let mut stmt = self.0.prepare_cached(sql)?;
         bind(&mut stmt, params)?;
@@ -87,12 +94,20 @@ impl Conn for SqliteConn<'_> {
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
+/// How often the checkpointer copies committed pages from the WAL into the database.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+
+/// WAL pages after which the writer checkpoints itself (the checkpointer fell behind).
+const WRITER_CHECKPOINT_PAGES: i64 = 20_000;
+
 /// The SQLite backend.
 #[derive(Debug)]
 pub(super) struct Sqlite {
     path: PathBuf,
     writer: Mutex<mpsc::Sender<Job>>,
     readers: Mutex<Vec<Connection>>,
+    /// Dropping it stops the checkpointer.
+    _checkpointer: mpsc::Sender<()>,
 }
 
 fn connect(path: &std::path::Path, write: bool) -> DbResult<Connection> {
@@ -102,14 +117,31 @@ fn connect(path: &std::path::Path, write: bool) -> DbResult<Connection> {
         OpenFlags::SQLITE_OPEN_READ_ONLY
     } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.busy_timeout(Duration::from_secs(5))?;
     conn.set_prepared_statement_cache_capacity(64);
     if write {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.pragma_update(None, "journal_size_limit", 64 << 20)?;
     }
     Ok(conn)
+}
+
+/// Runs passive checkpoints until `stop`'s sender is dropped.
+fn spawn_checkpointer(path: &std::path::Path, stop: mpsc::Receiver<()>) -> DbResult<()> {
+    let conn = connect(path, true)?;
+    std::thread::Builder::new()
+        .name("sqlite-checkpoint".into())
+        .spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                    tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+                }
+            }
+        })
+        .map_err(DbError::Thread)?;
+    Ok(())
 }
 
 /// Runs `f` in a transaction of `conn`, committing when it succeeds.
@@ -130,6 +162,9 @@ impl Sqlite {
     pub(super) fn open(path: PathBuf, migrate: impl FnOnce(&mut dyn Conn) -> DbResult<()>) -> DbResult<Self> {
         let mut conn = connect(&path, true)?;
         in_transaction(&mut conn, TransactionBehavior::Immediate, migrate)?;
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
+        let (checkpointer, stop) = mpsc::channel();
+        spawn_checkpointer(&path, stop)?;
         let (sender, receiver) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
@@ -140,8 +175,8 @@ impl Sqlite {
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut conn)));
                 }
             })
-            .map_err(|e| DbError::Parameters(format!("cannot start the writer thread: {e}")))?;
-        Ok(Self { path, writer: Mutex::new(sender), readers: Mutex::new(Vec::new()) })
+            .map_err(DbError::Thread)?;
+        Ok(Self { path, writer: Mutex::new(sender), readers: Mutex::new(Vec::new()), _checkpointer: checkpointer })
     }
 
     /// Runs `f` in a write transaction on the writer thread.
