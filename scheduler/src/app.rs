@@ -10,10 +10,10 @@ use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::model::node::NodeTransition;
 use crate::model::tenant::CredentialRole;
-use crate::error::ApiError;
 use crate::store::{self, Conn, Store};
 
 /// Everything a request handler needs.

@@ -98,7 +98,8 @@ pub fn place_and_book(
     now: OffsetDateTime,
 ) -> ApiResult<Reservation> {
     let pool_id = &request.pool_id;
-    let pool = store::capacity::get_pool(conn, pool_id)?.ok_or_else(|| ApiError::NotFound(format!("pool {pool_id}")))?;
+    let pool =
+        store::capacity::get_pool(conn, pool_id)?.ok_or_else(|| ApiError::NotFound(format!("pool {pool_id}")))?;
     if !pool.offered_to.contains(&request.tenant_id) && pool.tenant_id != request.tenant_id {
         return Err(ApiError::NotFound(format!("pool {pool_id}")));
     }

@@ -1,6 +1,8 @@
 //! Property: whatever sequence of moves callers request through the store, a node only ever
 //! takes moves from the table, and a refused request changes nothing.
 
+mod common;
+
 use std::collections::BTreeMap;
 
 use metal_scheduler::model::node::{Deadlines, NodeState, NodeTransition};
@@ -16,7 +18,8 @@ proptest! {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
             let dir = tempfile::tempdir().unwrap();
-            let store = Store::open(&Store::sqlite_url(dir.path())).await.unwrap();
+            let url = common::database_url().await.unwrap_or_else(|| Store::sqlite_url(dir.path()));
+            let store = Store::open(&url).await.unwrap();
             let now = datetime!(2026-12-01 10:00:00 UTC);
             let new = nodes::NewNode { id: "n1".into(), boot_mac: None, pool_id: None, labels: BTreeMap::new(), taints: vec![], devices: vec![] };
             store.write(move |tx| nodes::insert(tx, &new, now)).await.unwrap().unwrap();

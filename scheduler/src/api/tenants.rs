@@ -33,7 +33,14 @@ pub async fn create_tenant(
                 return Err(ApiError::Conflict(format!("tenant {} already exists", tenant.id)));
             }
             let data = serde_json::json!({"tenant": tenant.id});
-            store::events::append(tx, "tenant.created", &format!("tenant/{}", tenant.id), Some(&tenant.id), &data, now)?;
+            store::events::append(
+                tx,
+                "tenant.created",
+                &format!("tenant/{}", tenant.id),
+                Some(&tenant.id),
+                &data,
+                now,
+            )?;
             Ok(tenant)
         })
         .await?;

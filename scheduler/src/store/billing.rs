@@ -129,7 +129,12 @@ fn insert_meter(
 }
 
 /// Meter records of a tenant whose window starts in `[from, to)`.
-pub fn usage(conn: &mut dyn Conn, tenant: &str, from: OffsetDateTime, to: OffsetDateTime) -> DbResult<Vec<UsageRecord>> {
+pub fn usage(
+    conn: &mut dyn Conn,
+    tenant: &str,
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+) -> DbResult<Vec<UsageRecord>> {
     conn.query(
         "SELECT id, reservation_id, meter, window_start, window_end, quantity FROM meters \
          WHERE tenant_id = $1 AND window_start >= $2 AND window_start < $3 ORDER BY window_start, id",

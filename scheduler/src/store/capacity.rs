@@ -273,10 +273,14 @@ pub fn get_reservation(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Reserva
 pub fn list_reservations(conn: &mut dyn Conn, tenant: Option<&str>) -> DbResult<Vec<Reservation>> {
     let rows = match tenant {
         Some(t) => conn.query(
-            &format!("SELECT {RESERVATION_COLUMNS} FROM reservations WHERE tenant_id = $1 ORDER BY created_at DESC, id"),
+            &format!(
+                "SELECT {RESERVATION_COLUMNS} FROM reservations WHERE tenant_id = $1 ORDER BY created_at DESC, id"
+            ),
             &[&t],
         )?,
-        None => conn.query(&format!("SELECT {RESERVATION_COLUMNS} FROM reservations ORDER BY created_at DESC, id"), &[])?,
+        None => {
+            conn.query(&format!("SELECT {RESERVATION_COLUMNS} FROM reservations ORDER BY created_at DESC, id"), &[])?
+        }
     };
     rows.iter().map(|row| reservation_from_row(conn, row)).collect()
 }
@@ -370,10 +374,10 @@ pub fn idempotent_response(
         "DELETE FROM idempotency WHERE tenant_id = $1 AND key = $2 AND created_at < $3",
         &[&tenant, &key, &to_millis(now - IDEMPOTENCY_TTL)],
     )?;
-    let row =
-        conn.query_opt("SELECT body_hash, status, response FROM idempotency WHERE tenant_id = $1 AND key = $2", &[
-            &tenant, &key,
-        ])?;
+    let row = conn.query_opt(
+        "SELECT body_hash, status, response FROM idempotency WHERE tenant_id = $1 AND key = $2",
+        &[&tenant, &key],
+    )?;
     row.map(|r| {
         Ok(StoredResponse {
             body_hash: r.get("body_hash")?,

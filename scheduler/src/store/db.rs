@@ -156,10 +156,11 @@ impl Row {
     }
 
     fn value(&self, column: &str) -> DbResult<&Value> {
-        self.columns.iter().position(|c| c == column).map(|i| &self.values[i]).ok_or_else(|| DbError::Decode {
-            column: column.to_owned(),
-            message: "not in the result".into(),
-        })
+        self.columns
+            .iter()
+            .position(|c| c == column)
+            .map(|i| &self.values[i])
+            .ok_or_else(|| DbError::Decode { column: column.to_owned(), message: "not in the result".into() })
     }
 
     /// A column by name.
@@ -258,6 +259,7 @@ mod tests {
     fn parameters_convert() {
         assert_eq!(Some("a").to_value(), Value::Text("a".into()));
         assert_eq!(None::<i64>.to_value(), Value::Null);
-        assert_eq!((&5_i64).to_value(), Value::Int(5));
+        let through_a_reference: &dyn ToValue = &&5_i64;
+        assert_eq!(through_a_reference.to_value(), Value::Int(5));
     }
 }

@@ -114,3 +114,75 @@ impl Store {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn open(dir: &Path) -> Store {
+        Store::open(&Store::sqlite_url(dir)).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn parameters_bind_by_number_in_any_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        let row = store.read(|c| c.query_one("SELECT $2 AS b, $1 AS a, $2 AS again", &[&1_i64, &"two"])).await.unwrap();
+        assert_eq!(row.get::<String>("b").unwrap(), "two");
+        assert_eq!(row.get::<i64>("a").unwrap(), 1);
+        assert_eq!(row.get::<String>("again").unwrap(), "two");
+        let e = store.read(|c| c.query("SELECT $1 AS a", &[])).await.unwrap_err();
+        assert!(e.to_string().contains("takes 1 parameters, 0 given"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_or_panicking_write_leaves_nothing_and_the_next_write_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        let insert = "INSERT INTO tenants (id, name, created_at) VALUES ($1, $1, 0)";
+        let failed: Result<(), DbError> = store
+            .write(move |c| {
+                c.execute(insert, &[&"a"])?;
+                Err(DbError::NoRow)
+            })
+            .await;
+        assert!(failed.is_err());
+        let panicked: Result<(), DbError> = store
+            .write(move |c| {
+                c.execute(insert, &[&"b"])?;
+                panic!("a bug in a write")
+            })
+            .await;
+        assert!(matches!(panicked, Err(DbError::WorkerGone)), "{panicked:?}");
+        store.write(move |c| c.execute(insert, &[&"c"])).await.unwrap();
+        let ids: Vec<String> = store
+            .read(|c| c.query("SELECT id FROM tenants ORDER BY id", &[])?.iter().map(|r| r.get("id")).collect())
+            .await
+            .unwrap();
+        assert_eq!(ids, ["c"]);
+    }
+
+    #[tokio::test]
+    async fn migrations_run_once_and_a_changed_one_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        let first = store
+            .read(|c| {
+                c.query("SELECT version FROM schema_migrations ORDER BY version", &[])?
+                    .iter()
+                    .map(|r| r.get::<i64>("version"))
+                    .collect::<DbResult<Vec<_>>>()
+            })
+            .await
+            .unwrap();
+        assert_eq!(first, (1..=i64::try_from(first.len()).unwrap()).collect::<Vec<_>>());
+        store
+            .write(|c| c.execute("UPDATE schema_migrations SET sha256 = 'edited' WHERE version = 1", &[]))
+            .await
+            .unwrap();
+        drop(store);
+        let e = Store::open(&Store::sqlite_url(dir.path())).await.unwrap_err().to_string();
+        assert!(e.contains("migration 1 (core) was applied with different contents"), "{e}");
+        assert!(matches!(Store::open("mysql://x").await, Err(StoreError::UnsupportedUrl)));
+    }
+}

@@ -90,7 +90,10 @@ pub fn insert(conn: &mut dyn Conn, node: &NewNode, now: OffsetDateTime) -> DbRes
 
 /// One node.
 pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Node>> {
-    conn.query_opt(&format!("SELECT {COLUMNS} FROM nodes WHERE id = $1"), &[&id])?.as_ref().map(node_from_row).transpose()
+    conn.query_opt(&format!("SELECT {COLUMNS} FROM nodes WHERE id = $1"), &[&id])?
+        .as_ref()
+        .map(node_from_row)
+        .transpose()
 }
 
 /// Nodes, by id, optionally in one state.
@@ -124,7 +127,7 @@ pub fn transition(
     let owner = if to.in_progress() { request.owner.as_deref() } else { None };
     let sql = "UPDATE nodes SET state = $1, generation = generation + 1, failed_from = $2, state_reason = $3, \
                owner = $4, deadline = $5, updated_at = $6 WHERE id = $7 AND state = $8 \
-               AND ($9 IS NULL OR generation = $9)";
+               AND generation = COALESCE($9, generation)";
     let updated = conn.execute(
         sql,
         &[
@@ -168,7 +171,7 @@ pub fn update_attributes(
 ) -> Result<Node, ApiError> {
     let updated = conn.execute(
         "UPDATE nodes SET generation = generation + 1, maintenance = $1, cordoned = $2, labels = $3, \
-         taints = $4, devices = $5, updated_at = $6, pool_id = $7 WHERE id = $8 AND ($9 IS NULL OR generation = $9)",
+         taints = $4, devices = $5, updated_at = $6, pool_id = $7 WHERE id = $8 AND generation = COALESCE($9, generation)",
         &[
             &i64::from(current.maintenance),
             &i64::from(current.cordoned),

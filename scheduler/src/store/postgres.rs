@@ -50,7 +50,10 @@ fn value(row: &postgres::Row, i: usize) -> DbResult<Value> {
             row.try_get::<_, Option<String>>(i).map_err(decode)?.map_or(Value::Null, Value::Text)
         }
         ref other => {
-            return Err(DbError::Decode { column: column.name().to_owned(), message: format!("unsupported type {other}") });
+            return Err(DbError::Decode {
+                column: column.name().to_owned(),
+                message: format!("unsupported type {other}"),
+            });
         }
     })
 }
@@ -127,6 +130,17 @@ pub(super) struct Postgres {
     clients: Mutex<Vec<Pooled>>,
 }
 
+impl Drop for Postgres {
+    /// Closing a client blocks on its own runtime, which panics on an async thread: the
+    /// clients are closed on a thread of their own.
+    fn drop(&mut self) {
+        let clients = std::mem::take(self.clients.get_mut().unwrap_or_else(|p| p.into_inner()));
+        if !clients.is_empty() {
+            let _ = std::thread::Builder::new().name("postgres-close".into()).spawn(move || drop(clients));
+        }
+    }
+}
+
 impl Postgres {
     /// Connects and runs `migrate` in one transaction.
     pub(super) fn open(url: &str, migrate: impl FnOnce(&mut dyn Conn) -> DbResult<()>) -> DbResult<Self> {
@@ -143,7 +157,9 @@ impl Postgres {
         let pooled = self.clients.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut pooled = match pooled {
             Some(p) if !p.client.is_closed() => p,
-            _ => Pooled { client: Client::connect(&self.url, NoTls).map_err(DbError::from)?, statements: HashMap::new() },
+            _ => {
+                Pooled { client: Client::connect(&self.url, NoTls).map_err(DbError::from)?, statements: HashMap::new() }
+            }
         };
         let out = (|| {
             let mut tx = pooled.client.transaction().map_err(DbError::from)?;

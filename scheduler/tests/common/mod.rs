@@ -1,4 +1,6 @@
-//! A real scheduler on a loopback port with a manual clock and a temporary SQLite file.
+//! A real scheduler on a loopback port with a manual clock and a temporary SQLite file, or a
+//! fresh PostgreSQL database when `METAL_TEST_POSTGRES` names a server's admin URL
+//! (`scripts/test` runs the scheduler's tests a second time that way).
 
 #![allow(dead_code)] // each test binary uses a different part
 
@@ -19,10 +21,29 @@ pub struct Site {
     _dir: tempfile::TempDir,
 }
 
+/// The admin URL of the PostgreSQL server to test against, if any.
+pub const POSTGRES_ENV: &str = "METAL_TEST_POSTGRES";
+
+/// The database a test should use: a new, empty PostgreSQL database when `METAL_TEST_POSTGRES`
+/// is set, otherwise None (the SQLite file in the data directory).
+pub async fn database_url() -> Option<String> {
+    let admin = std::env::var(POSTGRES_ENV).ok()?;
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+        client.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    })
+    .await
+    .unwrap();
+    Some(url)
+}
+
 impl Site {
     pub async fn start() -> Site {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config { data_dir: dir.path().to_path_buf(), ..Config::default() };
+        let config =
+            Config { data_dir: dir.path().to_path_buf(), database_url: database_url().await, ..Config::default() };
         let clock = ManualClock::new(datetime!(2026-12-01 10:00:00 UTC));
         let app = app::start(config, Arc::new(clock.clone())).await.unwrap();
         let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
