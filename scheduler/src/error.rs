@@ -63,6 +63,9 @@ pub enum ApiError {
     /// The request body is not valid JSON of the expected shape.
     #[error("{0}")]
     BadBody(String),
+    /// The request body is over the route's size limit (413, code INVALID_INPUT).
+    #[error("{0}")]
+    TooLarge(String),
     /// Configuration is missing or wrong.
     #[error("{0}")]
     InvalidConfig(String),
@@ -92,7 +95,7 @@ impl ApiError {
     /// The stable code.
     pub fn code(&self) -> ErrorCode {
         match self {
-            ApiError::InvalidInput { .. } | ApiError::BadBody(_) => ErrorCode::InvalidInput,
+            ApiError::InvalidInput { .. } | ApiError::BadBody(_) | ApiError::TooLarge(_) => ErrorCode::InvalidInput,
             ApiError::InvalidConfig(_) => ErrorCode::InvalidConfig,
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::Conflict(_) => ErrorCode::Conflict,
@@ -104,6 +107,9 @@ impl ApiError {
 
     /// The HTTP status for the code.
     pub fn status(&self) -> StatusCode {
+        if let ApiError::TooLarge(_) = self {
+            return StatusCode::PAYLOAD_TOO_LARGE;
+        }
         match self.code() {
             ErrorCode::InvalidInput | ErrorCode::InvalidConfig => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,

@@ -21,6 +21,24 @@ async fn requests_need_a_valid_token_and_errors_have_one_shape() {
     error(&body, "NOT_FOUND");
     let (s, _) = site.call(None, "GET", "/healthz", None).await;
     assert_eq!(s, 200);
+    // Over-limit bodies: JSON routes (2 MiB) and the import route (64 MiB) answer 413 in the
+    // same shape.
+    let big = json!({"id": "t", "name": "x".repeat(3 << 20)});
+    let (s, body) = site.admin("POST", "/v1/tenants", Some(big)).await;
+    assert_eq!(s, 413, "{body}");
+    error(&body, "INVALID_INPUT");
+    let huge = format!("id\n{}", "n\n".repeat(33 << 20));
+    let response = site
+        .http
+        .post(format!("{}/v1/nodes/import", site.url))
+        .bearer_auth(&site.admin)
+        .header("content-type", "text/csv")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 413);
+    error(&response.json().await.unwrap(), "INVALID_INPUT");
 }
 
 #[tokio::test]

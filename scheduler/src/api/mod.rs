@@ -36,9 +36,20 @@ impl<T: serde::Serialize> axum::response::IntoResponse for ApiJson<T> {
     }
 }
 
+/// A body rejection in the API's shape: over the size limit is 413, anything else a bad body.
+fn body_rejection(status: axum::http::StatusCode, text: String) -> ApiError {
+    if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE { ApiError::TooLarge(text) } else { ApiError::BadBody(text) }
+}
+
 impl From<axum::extract::rejection::JsonRejection> for ApiError {
     fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
-        ApiError::BadBody(rejection.body_text())
+        body_rejection(rejection.status(), rejection.body_text())
+    }
+}
+
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::BytesRejection) -> Self {
+        body_rejection(rejection.status(), rejection.body_text())
     }
 }
 

@@ -165,9 +165,10 @@ pub async fn import_nodes(
     State(app): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> ApiResult<ApiJson<ImportResult>> {
     caller.admin("nodes")?;
+    let body = body?;
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let entries = if content_type.starts_with("text/csv") {
         parse_csv(std::str::from_utf8(&body).map_err(|_| ApiError::invalid("csv", "is not UTF-8"))?)?
