@@ -1,1 +1,51 @@
-//! metal-bmc: Redfish and IPMI clients behind one Bmc trait (arrive with the bmc issue).
+//! metal-bmc: out-of-band control of a machine through its BMC, Redfish or IPMI, behind one
+//! [`Bmc`] trait: power (idempotent, read back), boot override, virtual media, a read model
+//! (identity, health, temperatures, power draw, firmware, logs; what a BMC does not report
+//! is absent, not an error) and password rotation.
+//!
+//! Secrets ([`Secret`]) never reach a log, an error message or a child process's argv.
+
+pub mod error;
+pub mod ipmi;
+pub mod model;
+pub mod redfish;
+pub mod secret;
+pub mod tls;
+
+pub use error::{BmcError, BmcResult};
+pub use model::{BootPersistence, BootTarget, MediaStatus, PowerAction, PowerOutcome, PowerState, ReadModel};
+pub use secret::{Credential, Secret};
+
+/// One machine's BMC.
+#[async_trait::async_trait]
+pub trait Bmc: Send + Sync {
+    /// What speaks to the BMC (`redfish` or `ipmi`), for logs and errors.
+    fn protocol(&self) -> &'static str;
+
+    /// The current power state.
+    async fn power_state(&self) -> BmcResult<PowerState>;
+
+    /// Performs a power action and waits until the BMC reports its result. On for a
+    /// running machine and off for a stopped one do nothing; reset or cycle of a stopped
+    /// machine powers it on. The outcome says what was sent.
+    async fn power(&self, action: PowerAction) -> BmcResult<PowerOutcome>;
+
+    /// Sets the boot override and reads it back.
+    async fn set_boot(&self, target: BootTarget, persistence: BootPersistence) -> BmcResult<()>;
+
+    /// Inserts an ISO by URL as a virtual CD.
+    async fn insert_media(&self, url: &str) -> BmcResult<()>;
+
+    /// Ejects the virtual CD (nothing to do when none is inserted).
+    async fn eject_media(&self) -> BmcResult<()>;
+
+    /// What the virtual CD holds.
+    async fn media_status(&self) -> BmcResult<MediaStatus>;
+
+    /// Identity, health, temperatures, power draw, firmware and newest log entries.
+    async fn read_model(&self) -> BmcResult<ReadModel>;
+
+    /// Sets `user`'s password to `new` and proves it by logging in with it. A rotation the
+    /// BMC refuses is an error, and the old credential stays the current one.
+    async fn rotate_password(&self, user: &str, new: &Secret) -> BmcResult<()>;
+}

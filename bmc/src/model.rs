@@ -1,0 +1,194 @@
+//! What a BMC reports and what it is asked to do, the same for Redfish and IPMI.
+
+use serde::Serialize;
+
+/// Chassis power.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerState {
+    /// Running.
+    On,
+    /// Stopped.
+    Off,
+}
+
+/// A power request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerAction {
+    /// Power on (nothing when running).
+    On,
+    /// Hard power off (nothing when stopped).
+    Off,
+    /// Warm reset (power on when stopped).
+    Reset,
+    /// Power off then on (power on when stopped).
+    Cycle,
+}
+
+impl std::str::FromStr for PowerAction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "on" => Ok(Self::On),
+            "off" => Ok(Self::Off),
+            "reset" => Ok(Self::Reset),
+            "cycle" => Ok(Self::Cycle),
+            other => Err(format!("unknown power action {other:?} (on, off, reset, cycle)")),
+        }
+    }
+}
+
+/// What a power request did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PowerOutcome {
+    /// The state before.
+    pub before: PowerState,
+    /// The state read back after.
+    pub after: PowerState,
+    /// The commands sent, in order (empty when nothing had to be done), e.g. `["ForceOff", "On"]`.
+    pub sent: Vec<String>,
+}
+
+/// Where the next boot goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BootTarget {
+    /// Network (PXE).
+    Pxe,
+    /// Local disk.
+    Disk,
+    /// CD (virtual media).
+    Cd,
+    /// Firmware setup.
+    Bios,
+}
+
+impl std::str::FromStr for BootTarget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pxe" => Ok(Self::Pxe),
+            "disk" => Ok(Self::Disk),
+            "cd" => Ok(Self::Cd),
+            "bios" => Ok(Self::Bios),
+            other => Err(format!("unknown boot target {other:?} (pxe, disk, cd, bios)")),
+        }
+    }
+}
+
+/// Whether a boot override holds for one boot or all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BootPersistence {
+    /// The next boot only.
+    Once,
+    /// Every boot until changed.
+    Persistent,
+}
+
+/// The virtual CD.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MediaStatus {
+    /// Whether an image is inserted.
+    pub inserted: bool,
+    /// Its URL, if any.
+    pub image: Option<String>,
+}
+
+/// A section of the read model: what the BMC reported, or why it is absent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "status", content = "value")]
+pub enum Section<T> {
+    /// Reported.
+    Present(T),
+    /// Not reported by this BMC (the reason says what was missing).
+    Absent(String),
+}
+
+impl<T> Section<T> {
+    /// The value, if present.
+    pub fn present(&self) -> Option<&T> {
+        match self {
+            Section::Present(v) => Some(v),
+            Section::Absent(_) => None,
+        }
+    }
+}
+
+/// Who the machine is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Identity {
+    /// Manufacturer.
+    pub manufacturer: Option<String>,
+    /// Model.
+    pub model: Option<String>,
+    /// Serial number.
+    pub serial: Option<String>,
+    /// System UUID.
+    pub uuid: Option<String>,
+    /// BIOS version, when the BMC shows it.
+    pub bios_version: Option<String>,
+    /// BMC firmware version.
+    pub bmc_version: Option<String>,
+}
+
+/// One temperature sensor.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Temperature {
+    /// Sensor name.
+    pub name: String,
+    /// Reading in degrees Celsius.
+    pub celsius: f64,
+    /// Upper critical threshold, if known.
+    pub upper_critical: Option<f64>,
+}
+
+/// One firmware component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FirmwareComponent {
+    /// The BMC's id for it.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Installed version.
+    pub version: String,
+    /// Whether the BMC can update it.
+    pub updateable: Option<bool>,
+}
+
+/// One log entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogEntry {
+    /// When, as the BMC wrote it.
+    pub created: Option<String>,
+    /// Severity.
+    pub severity: Option<String>,
+    /// Text.
+    pub message: String,
+}
+
+/// Everything the BMC says about the machine.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadModel {
+    /// Identity.
+    pub identity: Section<Identity>,
+    /// Health rollup (`OK`, `Warning`, `Critical`).
+    pub health: Section<String>,
+    /// Power state.
+    pub power: Section<PowerState>,
+    /// Temperatures.
+    pub temperatures: Section<Vec<Temperature>>,
+    /// Power draw in watts.
+    pub power_watts: Section<f64>,
+    /// Firmware inventory.
+    pub firmware: Section<Vec<FirmwareComponent>>,
+    /// Newest log entries, newest first.
+    pub logs: Section<Vec<LogEntry>>,
+}

@@ -1,0 +1,549 @@
+//! Redfish: everything is discovered from the service root (the system, its manager, the
+//! virtual CD wherever the BMC puts it, UpdateService, AccountService, SessionService); no
+//! vendor path is hard-coded. Reset types are chosen from what the BMC lists as allowed.
+
+mod http;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+pub use http::{Answer, Timing, Transport};
+
+use crate::Bmc as _;
+use crate::error::{BmcError, BmcResult};
+use crate::model::{
+    BootPersistence, BootTarget, FirmwareComponent, Identity, LogEntry, MediaStatus, PowerAction, PowerOutcome,
+    PowerState, ReadModel, Section, Temperature,
+};
+use crate::secret::{Credential, Secret};
+use crate::tls::{TlsTrust, http_client};
+
+/// Where to reach a Redfish BMC and how.
+#[derive(Debug, Clone)]
+pub struct RedfishConfig {
+    /// `https://host[:port]` (http only for emulators on loopback).
+    pub endpoint: String,
+    /// The credential.
+    pub credential: Credential,
+    /// TLS trust.
+    pub trust: TlsTrust,
+    /// Which system, when the BMC has several (its `Id` or `UUID`); the first otherwise.
+    pub system: Option<String>,
+    /// Timeouts and retries.
+    pub timing: Timing,
+}
+
+/// The resources found from the service root.
+#[derive(Debug, Clone)]
+struct Layout {
+    system: String,
+    manager: Option<String>,
+    chassis: Option<String>,
+    update_service: Option<String>,
+    account_service: Option<String>,
+}
+
+/// A Redfish BMC.
+#[derive(Debug)]
+pub struct RedfishBmc {
+    transport: Transport,
+    layout: Layout,
+}
+
+fn odata_id(v: &Value) -> Option<String> {
+    v["@odata.id"].as_str().map(str::to_owned)
+}
+
+fn members(collection: &Value) -> Vec<String> {
+    collection["Members"].as_array().into_iter().flatten().filter_map(odata_id).collect()
+}
+
+fn text(v: &Value) -> Option<String> {
+    v.as_str().filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
+impl RedfishBmc {
+    /// Connects and discovers the layout from the service root.
+    pub async fn connect(config: RedfishConfig) -> BmcResult<Self> {
+        let base = reqwest::Url::parse(&config.endpoint)
+            .map_err(|e| BmcError::Invalid(format!("BMC endpoint {:?}: {e}", config.endpoint)))?;
+        if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
+            return Err(BmcError::Invalid(format!("BMC endpoint {:?} must be https://host[:port]", config.endpoint)));
+        }
+        let http = http_client(&config.trust, config.timing.request)?;
+        let transport = Transport::new(base, http, config.credential, config.timing);
+        let root = transport.get("/redfish/v1/").await?.body;
+        if let Some(sessions) = odata_id(&root["Links"]["Sessions"]) {
+            transport.use_sessions(sessions).await;
+        }
+        let systems_path =
+            odata_id(&root["Systems"]).ok_or_else(|| transport.unsupported("discovery", "no Systems"))?;
+        let mut system = None;
+        for path in members(&transport.get(&systems_path).await?.body) {
+            let wanted = match &config.system {
+                None => true,
+                Some(id) => {
+                    let s = transport.get(&path).await?.body;
+                    s["Id"].as_str() == Some(id) || s["UUID"].as_str() == Some(id)
+                }
+            };
+            if wanted {
+                system = Some(path);
+                break;
+            }
+        }
+        let system = system.ok_or_else(|| {
+            transport.unsupported("discovery", format!("no system {}", config.system.as_deref().unwrap_or("at all")))
+        })?;
+        let links = &transport.get(&system).await?.body["Links"];
+        let first_link = |name: &str| links[name].as_array().and_then(|a| a.first()).and_then(odata_id);
+        let layout = Layout {
+            manager: first_link("ManagedBy"),
+            chassis: first_link("Chassis"),
+            update_service: odata_id(&root["UpdateService"]),
+            account_service: odata_id(&root["AccountService"]),
+            system,
+        };
+        tracing::debug!(bmc = transport.name(), ?layout, "redfish layout discovered");
+        Ok(Self { transport, layout })
+    }
+
+    /// The transport (for firmware updates and other direct calls).
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    /// The system resource's path.
+    pub fn system_path(&self) -> &str {
+        &self.layout.system
+    }
+
+    /// The UpdateService's path, if the BMC has one.
+    pub fn update_service(&self) -> Option<&str> {
+        self.layout.update_service.as_deref()
+    }
+
+    async fn system(&self) -> BmcResult<Value> {
+        Ok(self.transport.get(&self.layout.system).await?.body)
+    }
+
+    /// The reset types the BMC allows (from the action or its ActionInfo).
+    async fn reset_types(&self, system: &Value) -> BmcResult<(String, Vec<String>)> {
+        let action = &system["Actions"]["#ComputerSystem.Reset"];
+        let target = text(&action["target"]).ok_or_else(|| self.transport.unsupported("power", "no Reset action"))?;
+        let mut allowed: Vec<String> =
+            action["ResetType@Redfish.AllowableValues"].as_array().into_iter().flatten().filter_map(text).collect();
+        if allowed.is_empty()
+            && let Some(info) = text(&action["@Redfish.ActionInfo"])
+        {
+            let info = self.transport.get(&info).await?.body;
+            for p in info["Parameters"].as_array().into_iter().flatten() {
+                if p["Name"] == "ResetType" {
+                    allowed.extend(p["AllowableValues"].as_array().into_iter().flatten().filter_map(text));
+                }
+            }
+        }
+        if allowed.is_empty() {
+            // The BMC does not say: assume the schema's basic ones.
+            allowed = ["On", "ForceOff", "ForceRestart"].map(String::from).to_vec();
+        }
+        Ok((target, allowed))
+    }
+
+    async fn wait_for_power(&self, want: PowerState, operation: &str) -> BmcResult<()> {
+        let deadline = tokio::time::Instant::now() + self.transport.timing.settle;
+        loop {
+            let now = self.power_state().await?;
+            if now == want {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(BmcError::Timeout {
+                    bmc: self.transport.name().to_owned(),
+                    operation: operation.to_owned(),
+                    seconds: self.transport.timing.settle.as_secs(),
+                    message: format!("power is still {now:?}"),
+                });
+            }
+            tokio::time::sleep(self.transport.timing.poll).await;
+        }
+    }
+
+    /// The virtual CD: the first member of a VirtualMedia collection (the system's, else the
+    /// manager's) that takes CD or DVD media.
+    async fn virtual_cd(&self) -> BmcResult<(String, Value)> {
+        let mut collections = Vec::new();
+        if let Some(c) = odata_id(&self.system().await?["VirtualMedia"]) {
+            collections.push(c);
+        }
+        if let Some(manager) = &self.layout.manager
+            && let Some(c) = odata_id(&self.transport.get(manager).await?.body["VirtualMedia"])
+        {
+            collections.push(c);
+        }
+        for collection in collections {
+            let Some(answer) = self.transport.get_optional(&collection).await? else { continue };
+            for path in members(&answer.body) {
+                let media = self.transport.get(&path).await?.body;
+                let types: Vec<&str> =
+                    media["MediaTypes"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                if types.iter().any(|t| matches!(*t, "CD" | "DVD")) {
+                    return Ok((path, media));
+                }
+            }
+        }
+        Err(self.transport.unsupported("virtual media", "no virtual CD or DVD in any VirtualMedia collection"))
+    }
+
+    async fn temperatures(&self) -> BmcResult<Section<Vec<Temperature>>> {
+        let Some(chassis) = &self.layout.chassis else { return Ok(Section::Absent("no chassis".into())) };
+        let chassis = self.transport.get(chassis).await?.body;
+        let Some(thermal) = odata_id(&chassis["Thermal"]) else {
+            return Ok(Section::Absent("the chassis has no Thermal resource".into()));
+        };
+        let Some(thermal) = self.transport.get_optional(&thermal).await? else {
+            return Ok(Section::Absent("the Thermal resource is missing".into()));
+        };
+        Ok(Section::Present(
+            thermal.body["Temperatures"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| {
+                    Some(Temperature {
+                        name: text(&t["Name"]).unwrap_or_else(|| "sensor".into()),
+                        celsius: t["ReadingCelsius"].as_f64()?,
+                        upper_critical: t["UpperThresholdCritical"].as_f64(),
+                    })
+                })
+                .collect(),
+        ))
+    }
+
+    async fn power_watts(&self) -> BmcResult<Section<f64>> {
+        let Some(chassis) = &self.layout.chassis else { return Ok(Section::Absent("no chassis".into())) };
+        let chassis = self.transport.get(chassis).await?.body;
+        let Some(power) = odata_id(&chassis["Power"]) else {
+            return Ok(Section::Absent("the chassis has no Power resource".into()));
+        };
+        let Some(power) = self.transport.get_optional(&power).await? else {
+            return Ok(Section::Absent("the Power resource is missing".into()));
+        };
+        Ok(match power.body["PowerControl"][0]["PowerConsumedWatts"].as_f64() {
+            Some(w) => Section::Present(w),
+            None => Section::Absent("no PowerConsumedWatts reading".into()),
+        })
+    }
+
+    async fn firmware(&self) -> BmcResult<Section<Vec<FirmwareComponent>>> {
+        let Some(update) = &self.layout.update_service else {
+            return Ok(Section::Absent("no UpdateService".into()));
+        };
+        let service = self.transport.get(update).await?.body;
+        let Some(inventory) = odata_id(&service["FirmwareInventory"]) else {
+            return Ok(Section::Absent("the UpdateService has no FirmwareInventory".into()));
+        };
+        let Some(inventory) = self.transport.get_optional(&inventory).await? else {
+            return Ok(Section::Absent("the FirmwareInventory is missing".into()));
+        };
+        let mut components = Vec::new();
+        for path in members(&inventory.body) {
+            let item = self.transport.get(&path).await?.body;
+            components.push(FirmwareComponent {
+                id: text(&item["Id"]).unwrap_or_else(|| path.clone()),
+                name: text(&item["Name"]).unwrap_or_default(),
+                version: text(&item["Version"]).unwrap_or_default(),
+                updateable: item["Updateable"].as_bool(),
+            });
+        }
+        Ok(Section::Present(components))
+    }
+
+    async fn logs(&self) -> BmcResult<Section<Vec<LogEntry>>> {
+        const NEWEST: usize = 20;
+        let mut services = Vec::new();
+        for owner in std::iter::once(&self.layout.system).chain(self.layout.manager.as_ref()) {
+            if let Some(s) = odata_id(&self.transport.get(owner).await?.body["LogServices"]) {
+                services.push(s);
+            }
+        }
+        for collection in services {
+            let Some(answer) = self.transport.get_optional(&collection).await? else { continue };
+            for service in members(&answer.body) {
+                let service = self.transport.get(&service).await?.body;
+                let Some(entries) = odata_id(&service["Entries"]) else { continue };
+                let Some(entries) = self.transport.get_optional(&entries).await? else { continue };
+                let mut out: Vec<LogEntry> = entries.body["Members"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|e| LogEntry {
+                        created: text(&e["Created"]),
+                        severity: text(&e["Severity"]),
+                        message: text(&e["Message"]).unwrap_or_default(),
+                    })
+                    .collect();
+                out.sort_by(|a, b| b.created.cmp(&a.created));
+                out.truncate(NEWEST);
+                return Ok(Section::Present(out));
+            }
+        }
+        Ok(Section::Absent("no LogServices with entries".into()))
+    }
+
+    /// The account of `user` in the AccountService.
+    async fn account(&self, user: &str) -> BmcResult<String> {
+        let service = self
+            .layout
+            .account_service
+            .as_ref()
+            .ok_or_else(|| self.transport.unsupported("password rotation", "no AccountService"))?;
+        let accounts = odata_id(&self.transport.get(service).await?.body["Accounts"])
+            .ok_or_else(|| self.transport.unsupported("password rotation", "the AccountService has no Accounts"))?;
+        for path in members(&self.transport.get(&accounts).await?.body) {
+            if self.transport.get(&path).await?.body["UserName"].as_str() == Some(user) {
+                return Ok(path);
+            }
+        }
+        Err(BmcError::Invalid(format!("{}: no account named {user}", self.transport.name())))
+    }
+}
+
+fn pick<'a>(allowed: &[String], preferred: &[&'a str]) -> Option<&'a str> {
+    preferred.iter().copied().find(|p| allowed.iter().any(|a| a == p))
+}
+
+/// The reset commands that carry out `action` from `before`, given what the BMC allows.
+/// Each step is the command and the power state to wait for after it.
+fn reset_plan(
+    action: PowerAction,
+    before: PowerState,
+    allowed: &[String],
+) -> Result<Vec<(&'static str, PowerState)>, String> {
+    use PowerAction as A;
+    use PowerState::{Off, On};
+    let on = || pick(allowed, &["On", "ForceOn"]).map(|c| (c, On)).ok_or("neither On nor ForceOn is allowed");
+    let off = || {
+        pick(allowed, &["ForceOff", "GracefulShutdown"])
+            .map(|c| (c, Off))
+            .ok_or("neither ForceOff nor GracefulShutdown is allowed")
+    };
+    Ok(match (action, before) {
+        (A::On, On) | (A::Off, Off) => vec![],
+        (A::On | A::Reset | A::Cycle, Off) => vec![on()?],
+        (A::Off, On) => vec![off()?],
+        (A::Reset, On) => match pick(allowed, &["ForceRestart", "GracefulRestart", "PowerCycle"]) {
+            Some(c) => vec![(c, On)],
+            None => vec![off()?, on()?],
+        },
+        (A::Cycle, On) => match pick(allowed, &["PowerCycle"]) {
+            Some(c) => vec![(c, On)],
+            // Many BMCs have no PowerCycle: off and on again is one.
+            None => match (off(), on()) {
+                (Ok(off), Ok(on)) => vec![off, on],
+                _ => vec![(pick(allowed, &["ForceRestart"]).ok_or("no PowerCycle, off/on or ForceRestart")?, On)],
+            },
+        },
+    })
+}
+
+fn boot_target_name(target: BootTarget) -> &'static str {
+    match target {
+        BootTarget::Pxe => "Pxe",
+        BootTarget::Disk => "Hdd",
+        BootTarget::Cd => "Cd",
+        BootTarget::Bios => "BiosSetup",
+    }
+}
+
+#[async_trait]
+impl crate::Bmc for RedfishBmc {
+    fn protocol(&self) -> &'static str {
+        "redfish"
+    }
+
+    async fn power_state(&self) -> BmcResult<PowerState> {
+        match self.system().await?["PowerState"].as_str() {
+            Some("On" | "PoweringOff" | "Paused") => Ok(PowerState::On),
+            Some("Off" | "PoweringOn") => Ok(PowerState::Off),
+            other => Err(self.transport.protocol("power status", format!("PowerState {other:?}"))),
+        }
+    }
+
+    async fn power(&self, action: PowerAction) -> BmcResult<PowerOutcome> {
+        let system = self.system().await?;
+        let before = self.power_state().await?;
+        let (target, allowed) = self.reset_types(&system).await?;
+        let plan = reset_plan(action, before, &allowed).map_err(|m| {
+            self.transport.unsupported(&format!("power {action:?}"), format!("{m} (allowed: {})", allowed.join(", ")))
+        })?;
+        let mut sent = Vec::new();
+        for (command, expect) in plan {
+            let operation = format!("reset {command}");
+            self.transport.post_action(&operation, &target, &json!({"ResetType": command})).await?;
+            sent.push(command.to_owned());
+            self.wait_for_power(expect, &operation).await?;
+        }
+        let after = self.power_state().await?;
+        tracing::info!(bmc = self.transport.name(), ?action, ?before, ?after, ?sent, "power");
+        Ok(PowerOutcome { before, after, sent })
+    }
+
+    async fn set_boot(&self, target: BootTarget, persistence: BootPersistence) -> BmcResult<()> {
+        let name = boot_target_name(target);
+        let system = self.system().await?;
+        let allowed: Vec<&str> = system["Boot"]["BootSourceOverrideTarget@Redfish.AllowableValues"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if !allowed.is_empty() && !allowed.contains(&name) {
+            return Err(self
+                .transport
+                .unsupported("boot override", format!("{name} is not allowed ({})", allowed.join(", "))));
+        }
+        let enabled = match persistence {
+            BootPersistence::Once => "Once",
+            BootPersistence::Persistent => "Continuous",
+        };
+        let body = json!({"Boot": {"BootSourceOverrideTarget": name, "BootSourceOverrideEnabled": enabled}});
+        self.transport.patch("boot override", &self.layout.system, &body).await?;
+        let boot = &self.system().await?["Boot"];
+        if boot["BootSourceOverrideTarget"].as_str() != Some(name) {
+            return Err(self.transport.protocol(
+                "boot override",
+                format!("asked for {name}, the BMC now reports {}", boot["BootSourceOverrideTarget"]),
+            ));
+        }
+        if boot["BootSourceOverrideEnabled"].as_str() != Some(enabled) {
+            tracing::warn!(bmc = self.transport.name(), asked = enabled, reported = %boot["BootSourceOverrideEnabled"],
+                "the BMC reports another boot override persistence than asked");
+        }
+        Ok(())
+    }
+
+    async fn insert_media(&self, url: &str) -> BmcResult<()> {
+        let (path, media) = self.virtual_cd().await?;
+        if media["Inserted"].as_bool() == Some(true) {
+            if text(&media["Image"]).as_deref() == Some(url) {
+                return Ok(());
+            }
+            self.eject_media().await?;
+        }
+        match text(&media["Actions"]["#VirtualMedia.InsertMedia"]["target"]) {
+            Some(target) => {
+                let body = json!({"Image": url, "Inserted": true, "WriteProtected": true});
+                self.transport.post_action("insert media", &target, &body).await?;
+            }
+            None => {
+                self.transport.patch("insert media", &path, &json!({"Image": url, "Inserted": true})).await?;
+            }
+        }
+        let status = self.media_status().await?;
+        if !status.inserted || status.image.as_deref() != Some(url) {
+            return Err(self.transport.protocol("insert media", format!("the BMC reports {status:?} afterwards")));
+        }
+        Ok(())
+    }
+
+    async fn eject_media(&self) -> BmcResult<()> {
+        let (path, media) = self.virtual_cd().await?;
+        if media["Inserted"].as_bool() != Some(true) && text(&media["Image"]).is_none() {
+            return Ok(());
+        }
+        match text(&media["Actions"]["#VirtualMedia.EjectMedia"]["target"]) {
+            Some(target) => {
+                self.transport.post_action("eject media", &target, &json!({})).await?;
+            }
+            None => {
+                self.transport.patch("eject media", &path, &json!({"Image": null, "Inserted": false})).await?;
+            }
+        }
+        let status = self.media_status().await?;
+        if status.inserted {
+            return Err(self.transport.protocol("eject media", format!("the BMC reports {status:?} afterwards")));
+        }
+        Ok(())
+    }
+
+    async fn media_status(&self) -> BmcResult<MediaStatus> {
+        let (_, media) = self.virtual_cd().await?;
+        Ok(MediaStatus { inserted: media["Inserted"].as_bool().unwrap_or(false), image: text(&media["Image"]) })
+    }
+
+    async fn read_model(&self) -> BmcResult<ReadModel> {
+        let system = self.system().await?;
+        let manager = match &self.layout.manager {
+            Some(m) => self.transport.get_optional(m).await?.map(|a| a.body),
+            None => None,
+        };
+        let identity = Identity {
+            manufacturer: text(&system["Manufacturer"]),
+            model: text(&system["Model"]),
+            serial: text(&system["SerialNumber"]),
+            uuid: text(&system["UUID"]),
+            bios_version: text(&system["BiosVersion"]),
+            bmc_version: manager.as_ref().and_then(|m| text(&m["FirmwareVersion"])),
+        };
+        let status = &system["Status"];
+        let health =
+            text(&status["HealthRollup"]).or_else(|| text(&status["HealthRollUp"])).or_else(|| text(&status["Health"]));
+        Ok(ReadModel {
+            identity: Section::Present(identity),
+            health: health.map_or_else(|| Section::Absent("no Status.Health".into()), Section::Present),
+            power: match self.power_state().await {
+                Ok(p) => Section::Present(p),
+                Err(e) => Section::Absent(e.to_string()),
+            },
+            temperatures: self.temperatures().await?,
+            power_watts: self.power_watts().await?,
+            firmware: self.firmware().await?,
+            logs: self.logs().await?,
+        })
+    }
+
+    async fn rotate_password(&self, user: &str, new: &Secret) -> BmcResult<()> {
+        let account = self.account(user).await?;
+        self.transport.patch("password rotation", &account, &json!({"Password": new.expose()})).await?;
+        // Prove the new password before anyone relies on it.
+        let rotated = Credential { user: user.to_owned(), password: new.clone() };
+        let probe = self.transport.with_credential(rotated.clone()).await;
+        probe.get(&self.layout.system).await?;
+        probe.logout().await;
+        if self.transport.user().await == user {
+            self.transport.set_credential(rotated).await;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn reset_plans_follow_what_the_bmc_allows() {
+        use PowerAction as A;
+        use PowerState::{Off, On};
+        let sushy =
+            allowed(&["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "Nmi", "ForceOn"]);
+        assert_eq!(reset_plan(A::On, On, &sushy).unwrap(), vec![]);
+        assert_eq!(reset_plan(A::Off, Off, &sushy).unwrap(), vec![]);
+        assert_eq!(reset_plan(A::Cycle, Off, &sushy).unwrap(), vec![("On", On)]);
+        assert_eq!(reset_plan(A::Reset, Off, &sushy).unwrap(), vec![("On", On)]);
+        // No PowerCycle: a cycle is off then on.
+        assert_eq!(reset_plan(A::Cycle, On, &sushy).unwrap(), vec![("ForceOff", Off), ("On", On)]);
+        assert_eq!(reset_plan(A::Reset, On, &sushy).unwrap(), vec![("ForceRestart", On)]);
+        let full = allowed(&["On", "ForceOff", "PowerCycle"]);
+        assert_eq!(reset_plan(A::Cycle, On, &full).unwrap(), vec![("PowerCycle", On)]);
+        assert_eq!(reset_plan(A::Reset, On, &full).unwrap(), vec![("PowerCycle", On)]);
+        let graceful_only = allowed(&["On", "GracefulShutdown"]);
+        assert_eq!(reset_plan(A::Off, On, &graceful_only).unwrap(), vec![("GracefulShutdown", Off)]);
+        assert!(reset_plan(A::On, Off, &allowed(&["ForceOff"])).unwrap_err().contains("neither On nor ForceOn"));
+    }
+}

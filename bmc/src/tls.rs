@@ -1,0 +1,142 @@
+//! How a BMC's TLS certificate is trusted: a pinned CA (the hostname is checked), a pinned
+//! SHA-256 fingerprint of the BMC's own certificate (the pin is the identity, as for the
+//! self-signed certificates most BMCs ship), or, only when asked for explicitly per BMC,
+//! no verification at all.
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use sha2::{Digest as _, Sha256};
+
+use crate::error::BmcError;
+
+/// What to trust.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsTrust {
+    /// Certificates issued by this CA (PEM); the hostname must match.
+    Ca(Vec<u8>),
+    /// Exactly the certificate with this SHA-256 fingerprint.
+    Fingerprint([u8; 32]),
+    /// Nothing is verified (explicit per BMC; every connection logs a warning).
+    InsecureSkipVerify,
+}
+
+/// Parses a SHA-256 fingerprint written as hex, with or without colons.
+pub fn parse_fingerprint(text: &str) -> Result<[u8; 32], BmcError> {
+    let hex_digits: String = text.chars().filter(|c| *c != ':').collect();
+    let bytes = hex::decode(&hex_digits)
+        .map_err(|_| BmcError::Invalid(format!("fingerprint {text:?} is not hex (64 digits, colons allowed)")))?;
+    bytes.try_into().map_err(|_| BmcError::Invalid(format!("fingerprint {text:?} is not 32 bytes (SHA-256)")))
+}
+
+/// The SHA-256 fingerprint of a DER certificate.
+pub fn fingerprint(der: &[u8]) -> [u8; 32] {
+    Sha256::digest(der).into()
+}
+
+#[derive(Debug)]
+struct Pinned {
+    /// None: verify nothing.
+    pin: Option<[u8; 32]>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self.pin {
+            None => {
+                tracing::warn!(bmc = ?server_name, "TLS verification is switched off for this BMC");
+                Ok(ServerCertVerified::assertion())
+            }
+            Some(pin) => {
+                let seen = fingerprint(end_entity);
+                if seen == pin {
+                    Ok(ServerCertVerified::assertion())
+                } else {
+                    Err(rustls::Error::General(format!(
+                        "certificate fingerprint {} is not the pinned {}",
+                        hex::encode(seen),
+                        hex::encode(pin)
+                    )))
+                }
+            }
+        }
+    }
+
+    // The handshake signatures are still checked: the server must hold the pinned key.
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// An HTTP client for one BMC with its trust, timeouts and no redirects to other hosts.
+pub fn http_client(trust: &TlsTrust, timeout: std::time::Duration) -> Result<reqwest::Client, BmcError> {
+    let builder = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(std::time::Duration::from_secs(10)))
+        .redirect(reqwest::redirect::Policy::limited(3));
+    let builder = match trust {
+        TlsTrust::Ca(pem) => {
+            let ca = reqwest::Certificate::from_pem(pem)
+                .map_err(|e| BmcError::Invalid(format!("the BMC CA is not a PEM certificate: {e}")))?;
+            builder.use_rustls_tls().tls_built_in_root_certs(false).add_root_certificate(ca)
+        }
+        TlsTrust::Fingerprint(pin) => builder.use_preconfigured_tls(pinned_config(Some(*pin))?),
+        TlsTrust::InsecureSkipVerify => builder.use_preconfigured_tls(pinned_config(None)?),
+    };
+    builder.build().map_err(|e| BmcError::Invalid(format!("cannot build the HTTP client: {e}")))
+}
+
+fn pinned_config(pin: Option<[u8; 32]>) -> Result<rustls::ClientConfig, BmcError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| BmcError::Invalid(format!("TLS configuration: {e}")))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }))
+        .with_no_client_auth();
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_parse_with_or_without_colons() {
+        let hex64 = "ab".repeat(32);
+        let colons = vec!["AB"; 32].join(":");
+        assert_eq!(parse_fingerprint(&hex64).unwrap(), [0xab; 32]);
+        assert_eq!(parse_fingerprint(&colons).unwrap(), [0xab; 32]);
+        assert!(parse_fingerprint("abcd").unwrap_err().to_string().contains("not 32 bytes"));
+        assert!(parse_fingerprint("zz").unwrap_err().to_string().contains("not hex"));
+    }
+}
