@@ -30,6 +30,8 @@ pub struct IpmiConfig {
     /// RMCP+ cipher suite (3 by default: some BMCs, ipmi_sim among them, do not answer the
     /// cipher suite query and every command would wait for it).
     pub cipher_suite: u8,
+    /// Session privilege level (`ADMINISTRATOR`; `OPERATOR` or `USER` for lesser accounts).
+    pub privilege: String,
     /// The ipmitool binary.
     pub tool: std::path::PathBuf,
     /// One ipmitool run.
@@ -46,6 +48,7 @@ impl IpmiConfig {
             port,
             credential,
             cipher_suite: 3,
+            privilege: "ADMINISTRATOR".into(),
             tool: "ipmitool".into(),
             timeout: Duration::from_secs(30),
             settle: Duration::from_secs(60),
@@ -148,7 +151,6 @@ impl IpmiBmc {
             || lower.contains("invalid user name")
             || lower.contains("rakp 2 hmac is invalid")
             || lower.contains("rakp 2 message indicates an error")
-            || lower.contains("password")
         {
             BmcError::Unauthorized { bmc: self.name.clone(), user: user.to_owned() }
         } else if lower.contains("unable to establish") || lower.contains("no response") || lower.contains("timeout") {
@@ -158,13 +160,30 @@ impl IpmiBmc {
         }
     }
 
+    /// Why a session could not be established: ipmitool says only "Unable to establish"
+    /// unless verbose, so ask again verbosely (a rejected name or password is Unauthorized).
+    async fn diagnose(&self, credential: &Credential, first: BmcError) -> BmcError {
+        match self.run_once(credential, &["-v", "mc", "info"], None).await {
+            Err(e @ BmcError::Unauthorized { .. }) => e,
+            _ => first,
+        }
+    }
+
     /// Runs ipmitool with `args` as `credential`, feeding `stdin` when given.
     async fn run_as(&self, credential: &Credential, args: &[&str], stdin: Option<&str>) -> BmcResult<String> {
+        match self.run_once(credential, args, stdin).await {
+            Err(e @ BmcError::Unreachable { .. }) => Err(self.diagnose(credential, e).await),
+            other => other,
+        }
+    }
+
+    async fn run_once(&self, credential: &Credential, args: &[&str], stdin: Option<&str>) -> BmcResult<String> {
         let operation = args.join(" ");
         let mut command = tokio::process::Command::new(&self.config.tool);
         command
             .args(["-I", "lanplus", "-H", &self.config.host, "-p", &self.config.port.to_string()])
-            .args(["-C", &self.config.cipher_suite.to_string(), "-U", &credential.user, "-E", "-N", "2", "-R", "3"])
+            .args(["-C", &self.config.cipher_suite.to_string(), "-L", &self.config.privilege])
+            .args(["-U", &credential.user, "-E", "-N", "2", "-R", "3"])
             .args(args)
             .env("IPMI_PASSWORD", credential.password.expose())
             .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
@@ -222,7 +241,10 @@ impl IpmiBmc {
     }
 
     async fn chassis(&self, command: &'static str, expect: PowerState, sent: &mut Vec<String>) -> BmcResult<()> {
-        self.run(&["chassis", "power", command]).await?;
+        if let Err(e) = self.run(&["chassis", "power", command]).await {
+            sent.push(format!("{command} (refused)"));
+            return Err(e);
+        }
         sent.push(command.to_owned());
         self.wait_for_power(expect, &format!("chassis power {command}")).await
     }

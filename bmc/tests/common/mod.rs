@@ -158,3 +158,91 @@ impl Files {
         Files { url: format!("http://127.0.0.1:{port}"), dir, _guard: Guard(child) }
     }
 }
+
+/// ipmi_sim on a loopback UDP port with users `admin`/`password` (administrator) and
+/// `viewer`/`viewpass` (user privilege), and a chassis program keeping power and the boot
+/// device in files.
+pub struct IpmiSim {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    _guard: Guard,
+}
+
+const CHASSIS: &str = r#"#!/bin/sh
+# ipmi_sim chassis program: power and boot device kept in files next to this script.
+D=$(dirname "$0"); op=$2; shift 2
+case $op in
+  get) for p in "$@"; do case $p in
+         power) echo "power:$(cat $D/power 2>/dev/null || echo 0)";;
+         boot) echo "boot:$(cat $D/bootdev 2>/dev/null || echo default)";;
+         *) echo "bad $p"; exit 1;; esac; done;;
+  set) while [ $# -ge 2 ]; do p=$1; v=$2; shift 2; case $p in
+         power) echo "$v" > $D/power; echo "power $v" >> $D/chassis.log;;
+         reset|shutdown|identify) echo "$p $v" >> $D/chassis.log;;
+         boot) echo "$v" > $D/bootdev;;
+         *) echo "bad $p"; exit 1;; esac; done;;
+  *) exit 1;;
+esac
+exit 0
+"#;
+
+impl IpmiSim {
+    pub fn start() -> IpmiSim {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_udp_port();
+        let chassis = dir.path().join("chassis.sh");
+        std::fs::write(&chassis, CHASSIS).unwrap();
+        std::fs::set_permissions(&chassis, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let auths = "none md2 md5 straight";
+        let lan = format!(
+            "name \"testbmc\"\nset_working_mc 0x20\n  startlan 1\n    addr 127.0.0.1 {port}\n    priv_limit admin\n    \
+             allowed_auths_callback {auths}\n    allowed_auths_user {auths}\n    allowed_auths_operator {auths}\n    \
+             allowed_auths_admin {auths}\n    guid a123456789abcdefa123456789abcdef\n  endlan\n  \
+             chassis_control \"{} 0x20\"\n  user 1 true \"\" \"test\" user 10 {auths}\n  \
+             user 2 true \"admin\" \"password\" admin 10 {auths}\n  user 3 true \"viewer\" \"viewpass\" user 10 {auths}\n",
+            chassis.display()
+        );
+        std::fs::write(dir.path().join("lan.conf"), lan).unwrap();
+        std::fs::write(
+            dir.path().join("sim.emu"),
+            "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\nsel_enable 0x20 1000 0x0a\nmc_enable 0x20\n",
+        )
+        .unwrap();
+        std::fs::create_dir(dir.path().join("state")).unwrap();
+        let child = Command::new("ipmi_sim")
+            .arg("-c")
+            .arg(dir.path().join("lan.conf"))
+            .arg("-f")
+            .arg(dir.path().join("sim.emu"))
+            .arg("-s")
+            .arg(dir.path().join("state"))
+            .arg("-n")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("ipmi_sim.log")).unwrap())
+            .spawn()
+            .expect("ipmi_sim (scripts/setup installs openipmi)");
+        let sim = IpmiSim { port, dir, _guard: Guard(child) };
+        // Ready when it answers a Get Device ID.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = Command::new("ipmitool")
+                .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", &port.to_string(), "-U", "admin", "-E"])
+                .args(["-N", "1", "-R", "1", "mc", "info"])
+                .env("IPMI_PASSWORD", "password")
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                return sim;
+            }
+            assert!(Instant::now() < deadline, "ipmi_sim did not answer on {port}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// What the chassis program was asked to do, in order.
+    pub fn chassis_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("chassis.log")).unwrap_or_default()
+    }
+}
