@@ -333,11 +333,8 @@ impl Transport {
         loop {
             let answer = self.request(Method::GET, monitor, None, None).await?;
             let state = answer.body["TaskState"].as_str().map(str::to_owned);
-            let running = answer.status == StatusCode::ACCEPTED
-                || matches!(
-                    state.as_deref(),
-                    Some("New" | "Starting" | "Running" | "Pending" | "Stopping" | "Suspended")
-                );
+            let running =
+                answer.status == StatusCode::ACCEPTED || state.as_deref().is_some_and(super::parse::task_running);
             if !running {
                 return match state.as_deref() {
                     None | Some("Completed") if answer.status.is_success() => Ok(answer),
@@ -346,7 +343,7 @@ impl Transport {
                         bmc: self.name.clone(),
                         task: monitor.to_owned(),
                         state: other.to_owned(),
-                        message: task_messages(&answer.body),
+                        message: super::parse::task_messages(&answer.body),
                     }),
                 };
             }
@@ -363,12 +360,6 @@ impl Transport {
     }
 }
 
-fn task_messages(body: &Value) -> String {
-    let messages: Vec<&str> =
-        body["Messages"].as_array().into_iter().flatten().filter_map(|m| m["Message"].as_str()).collect();
-    if messages.is_empty() { "no message".to_owned() } else { messages.join("; ") }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,11 +373,5 @@ mod tests {
             "HTTP 400 Bad Request: A general error has occurred.; The value Foo is not in the list."
         );
         assert_eq!(error_message(StatusCode::NOT_FOUND, &Value::Null), "HTTP 404 Not Found");
-    }
-
-    #[test]
-    fn task_messages_are_joined() {
-        let body = serde_json::json!({"TaskState": "Exception", "Messages": [{"Message": "image rejected"}, {"Message": "bad signature"}]});
-        assert_eq!(task_messages(&body), "image rejected; bad signature");
     }
 }

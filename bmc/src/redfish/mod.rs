@@ -3,6 +3,7 @@
 //! vendor path is hard-coded. Reset types are chosen from what the BMC lists as allowed.
 
 mod http;
+pub mod parse;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -12,11 +13,12 @@ pub use http::{Answer, Timing, Transport};
 use crate::Bmc as _;
 use crate::error::{BmcError, BmcResult};
 use crate::model::{
-    BootPersistence, BootTarget, FirmwareComponent, Identity, LogEntry, MediaStatus, PowerAction, PowerOutcome,
-    PowerState, ReadModel, Section, Temperature,
+    BootPersistence, BootTarget, FirmwareComponent, LogEntry, MediaStatus, PowerAction, PowerOutcome, PowerState,
+    ReadModel, Section, Temperature,
 };
 use crate::secret::{Credential, Secret};
 use crate::tls::{TlsTrust, http_client};
+use parse::{members, odata_id, text};
 
 /// Where to reach a Redfish BMC and how.
 #[derive(Debug, Clone)]
@@ -48,18 +50,6 @@ struct Layout {
 pub struct RedfishBmc {
     transport: Transport,
     layout: Layout,
-}
-
-fn odata_id(v: &Value) -> Option<String> {
-    v["@odata.id"].as_str().map(str::to_owned)
-}
-
-fn members(collection: &Value) -> Vec<String> {
-    collection["Members"].as_array().into_iter().flatten().filter_map(odata_id).collect()
-}
-
-fn text(v: &Value) -> Option<String> {
-    v.as_str().filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
 impl RedfishBmc {
@@ -129,19 +119,12 @@ impl RedfishBmc {
 
     /// The reset types the BMC allows (from the action or its ActionInfo).
     async fn reset_types(&self, system: &Value) -> BmcResult<(String, Vec<String>)> {
-        let action = &system["Actions"]["#ComputerSystem.Reset"];
-        let target = text(&action["target"]).ok_or_else(|| self.transport.unsupported("power", "no Reset action"))?;
-        let mut allowed: Vec<String> =
-            action["ResetType@Redfish.AllowableValues"].as_array().into_iter().flatten().filter_map(text).collect();
+        let (target, mut allowed, info) =
+            parse::reset_action(system).ok_or_else(|| self.transport.unsupported("power", "no Reset action"))?;
         if allowed.is_empty()
-            && let Some(info) = text(&action["@Redfish.ActionInfo"])
+            && let Some(info) = info
         {
-            let info = self.transport.get(&info).await?.body;
-            for p in info["Parameters"].as_array().into_iter().flatten() {
-                if p["Name"] == "ResetType" {
-                    allowed.extend(p["AllowableValues"].as_array().into_iter().flatten().filter_map(text));
-                }
-            }
+            allowed = parse::action_info_reset_types(&self.transport.get(&info).await?.body);
         }
         if allowed.is_empty() {
             // The BMC does not say: assume the schema's basic ones.
@@ -185,9 +168,7 @@ impl RedfishBmc {
             let Some(answer) = self.transport.get_optional(&collection).await? else { continue };
             for path in members(&answer.body) {
                 let media = self.transport.get(&path).await?.body;
-                let types: Vec<&str> =
-                    media["MediaTypes"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-                if types.iter().any(|t| matches!(*t, "CD" | "DVD")) {
+                if parse::is_cd(&media) {
                     return Ok((path, media));
                 }
             }
@@ -204,20 +185,7 @@ impl RedfishBmc {
         let Some(thermal) = self.transport.get_optional(&thermal).await? else {
             return Ok(Section::Absent("the Thermal resource is missing".into()));
         };
-        Ok(Section::Present(
-            thermal.body["Temperatures"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|t| {
-                    Some(Temperature {
-                        name: text(&t["Name"]).unwrap_or_else(|| "sensor".into()),
-                        celsius: t["ReadingCelsius"].as_f64()?,
-                        upper_critical: t["UpperThresholdCritical"].as_f64(),
-                    })
-                })
-                .collect(),
-        ))
+        Ok(Section::Present(parse::temperatures(&thermal.body)))
     }
 
     async fn power_watts(&self) -> BmcResult<Section<f64>> {
@@ -229,7 +197,7 @@ impl RedfishBmc {
         let Some(power) = self.transport.get_optional(&power).await? else {
             return Ok(Section::Absent("the Power resource is missing".into()));
         };
-        Ok(match power.body["PowerControl"][0]["PowerConsumedWatts"].as_f64() {
+        Ok(match parse::power_watts(&power.body) {
             Some(w) => Section::Present(w),
             None => Section::Absent("no PowerConsumedWatts reading".into()),
         })
@@ -249,12 +217,7 @@ impl RedfishBmc {
         let mut components = Vec::new();
         for path in members(&inventory.body) {
             let item = self.transport.get(&path).await?.body;
-            components.push(FirmwareComponent {
-                id: text(&item["Id"]).unwrap_or_else(|| path.clone()),
-                name: text(&item["Name"]).unwrap_or_default(),
-                version: text(&item["Version"]).unwrap_or_default(),
-                updateable: item["Updateable"].as_bool(),
-            });
+            components.push(parse::firmware_component(&item, &path));
         }
         Ok(Section::Present(components))
     }
@@ -273,18 +236,7 @@ impl RedfishBmc {
                 let service = self.transport.get(&service).await?.body;
                 let Some(entries) = odata_id(&service["Entries"]) else { continue };
                 let Some(entries) = self.transport.get_optional(&entries).await? else { continue };
-                let mut out: Vec<LogEntry> = entries.body["Members"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|e| LogEntry {
-                        created: text(&e["Created"]),
-                        severity: text(&e["Severity"]),
-                        message: text(&e["Message"]).unwrap_or_default(),
-                    })
-                    .collect();
-                out.sort_by(|a, b| b.created.cmp(&a.created));
-                out.truncate(NEWEST);
+                let out = parse::log_entries(&entries.body, NEWEST);
                 return Ok(Section::Present(out));
             }
         }
@@ -363,11 +315,7 @@ impl crate::Bmc for RedfishBmc {
     }
 
     async fn power_state(&self) -> BmcResult<PowerState> {
-        match self.system().await?["PowerState"].as_str() {
-            Some("On" | "PoweringOff" | "Paused") => Ok(PowerState::On),
-            Some("Off" | "PoweringOn") => Ok(PowerState::Off),
-            other => Err(self.transport.protocol("power status", format!("PowerState {other:?}"))),
-        }
+        parse::power_state(&self.system().await?).map_err(|m| self.transport.protocol("power status", m))
     }
 
     async fn power(&self, action: PowerAction) -> BmcResult<PowerOutcome> {
@@ -392,13 +340,8 @@ impl crate::Bmc for RedfishBmc {
     async fn set_boot(&self, target: BootTarget, persistence: BootPersistence) -> BmcResult<()> {
         let name = boot_target_name(target);
         let system = self.system().await?;
-        let allowed: Vec<&str> = system["Boot"]["BootSourceOverrideTarget@Redfish.AllowableValues"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        if !allowed.is_empty() && !allowed.contains(&name) {
+        let allowed = parse::boot_targets(&system);
+        if !allowed.is_empty() && !allowed.iter().any(|a| a == name) {
             return Err(self
                 .transport
                 .unsupported("boot override", format!("{name} is not allowed ({})", allowed.join(", "))));
@@ -431,7 +374,7 @@ impl crate::Bmc for RedfishBmc {
             }
             self.eject_media().await?;
         }
-        match text(&media["Actions"]["#VirtualMedia.InsertMedia"]["target"]) {
+        match parse::media_action(&media, "InsertMedia") {
             Some(target) => {
                 let body = json!({"Image": url, "Inserted": true, "WriteProtected": true});
                 self.transport.post_action("insert media", &target, &body).await?;
@@ -452,7 +395,7 @@ impl crate::Bmc for RedfishBmc {
         if media["Inserted"].as_bool() != Some(true) && text(&media["Image"]).is_none() {
             return Ok(());
         }
-        match text(&media["Actions"]["#VirtualMedia.EjectMedia"]["target"]) {
+        match parse::media_action(&media, "EjectMedia") {
             Some(target) => {
                 self.transport.post_action("eject media", &target, &json!({})).await?;
             }
@@ -469,7 +412,7 @@ impl crate::Bmc for RedfishBmc {
 
     async fn media_status(&self) -> BmcResult<MediaStatus> {
         let (_, media) = self.virtual_cd().await?;
-        Ok(MediaStatus { inserted: media["Inserted"].as_bool().unwrap_or(false), image: text(&media["Image"]) })
+        Ok(parse::media_status(&media))
     }
 
     async fn read_model(&self) -> BmcResult<ReadModel> {
@@ -478,19 +421,9 @@ impl crate::Bmc for RedfishBmc {
             Some(m) => self.transport.get_optional(m).await?.map(|a| a.body),
             None => None,
         };
-        let identity = Identity {
-            manufacturer: text(&system["Manufacturer"]),
-            model: text(&system["Model"]),
-            serial: text(&system["SerialNumber"]),
-            uuid: text(&system["UUID"]),
-            bios_version: text(&system["BiosVersion"]),
-            bmc_version: manager.as_ref().and_then(|m| text(&m["FirmwareVersion"])),
-        };
-        let status = &system["Status"];
-        let health =
-            text(&status["HealthRollup"]).or_else(|| text(&status["HealthRollUp"])).or_else(|| text(&status["Health"]));
+        let health = parse::health(&system);
         Ok(ReadModel {
-            identity: Section::Present(identity),
+            identity: Section::Present(parse::identity(&system, manager.as_ref())),
             health: health.map_or_else(|| Section::Absent("no Status.Health".into()), Section::Present),
             power: match self.power_state().await {
                 Ok(p) => Section::Present(p),
