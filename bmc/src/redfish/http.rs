@@ -299,6 +299,33 @@ impl Transport {
         self.finish(operation, answer).await
     }
 
+    /// POSTs a multipart form (a firmware image push) once, and follows its task.
+    pub async fn post_multipart(
+        &self,
+        operation: &str,
+        path: &str,
+        form: reqwest::multipart::Form,
+    ) -> BmcResult<Answer> {
+        let token = self.login().await?;
+        let mut request = self.http.post(self.url(path)?).multipart(form);
+        request = match &token {
+            Some(t) => request.header("x-auth-token", t.expose()),
+            None => {
+                let c = self.credential.lock().await;
+                request.basic_auth(&c.user, Some(c.password.expose()))
+            }
+        };
+        let response = request.send().await.map_err(|e| self.unreachable(&e))?;
+        if response.status() == StatusCode::UNAUTHORIZED {
+            return Err(BmcError::Unauthorized { bmc: self.name.clone(), user: self.user().await });
+        }
+        let status = response.status();
+        let location = response.headers().get(header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let body =
+            serde_json::from_str(&response.text().await.map_err(|e| self.unreachable(&e))?).unwrap_or(Value::Null);
+        self.finish(operation, Answer { status, etag: None, location, body }).await
+    }
+
     /// PATCHes a resource with If-Match when the BMC gave an ETag; on 412 (changed meanwhile)
     /// it reads the new ETag and tries once more.
     pub async fn patch(&self, operation: &str, path: &str, body: &Value) -> BmcResult<Answer> {

@@ -4,11 +4,13 @@
 
 mod http;
 pub mod parse;
+mod update;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
 pub use http::{Answer, Timing, Transport};
+pub use update::UpdateOutcome;
 
 use crate::Bmc as _;
 use crate::error::{BmcError, BmcResult};
