@@ -2,14 +2,12 @@
 //! read model, password rotation (proved by logging in with it; a refused one leaves the
 //! old password current), authentication errors, and the password never in ipmitool's argv.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt as _;
 
-use common::IpmiSim;
 use metal_bmc::ipmi::{IpmiBmc, IpmiConfig};
 use metal_bmc::model::{BootPersistence, BootTarget, PowerAction, PowerState, Section};
 use metal_bmc::{Bmc, BmcError, Credential, Secret};
+use metal_tests::emulators::IpmiSim;
 
 fn bmc(sim: &IpmiSim, user: &str, password: &str) -> IpmiBmc {
     let mut config = IpmiConfig::new("127.0.0.1", sim.port, Credential::new(user, password));

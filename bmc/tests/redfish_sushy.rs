@@ -2,15 +2,13 @@
 //! with read-back and reset types chosen from what the BMC allows, boot override, virtual
 //! media, the read model with absent sections, TLS pinning and authentication failures.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Files, Sushy};
 use metal_bmc::model::{BootPersistence, BootTarget, PowerAction, PowerState, Section};
 use metal_bmc::redfish::{RedfishBmc, RedfishConfig, Timing};
 use metal_bmc::tls::{TlsTrust, parse_fingerprint};
 use metal_bmc::{Bmc, BmcError, Credential};
+use metal_tests::emulators::{Files, SUSHY_PASSWORD, Sushy};
 
 fn config(sushy: &Sushy, trust: TlsTrust, password: &str) -> RedfishConfig {
     RedfishConfig {
@@ -24,7 +22,7 @@ fn config(sushy: &Sushy, trust: TlsTrust, password: &str) -> RedfishConfig {
 
 async fn connect(sushy: &Sushy) -> RedfishBmc {
     let pin = parse_fingerprint(&sushy.pki.fingerprint).unwrap();
-    RedfishBmc::connect(config(sushy, TlsTrust::Fingerprint(pin), "password")).await.unwrap()
+    RedfishBmc::connect(config(sushy, TlsTrust::Fingerprint(pin), SUSHY_PASSWORD)).await.unwrap()
 }
 
 #[tokio::test]
@@ -103,16 +101,16 @@ async fn the_read_model_lists_what_the_bmc_lacks_as_absent() {
 async fn tls_trust_is_pinned_and_bad_credentials_are_named() {
     let sushy = Sushy::start();
     // The CA that issued the BMC's certificate: accepted (hostname 127.0.0.1 checked).
-    RedfishBmc::connect(config(&sushy, TlsTrust::Ca(sushy.pki.ca_pem.clone()), "password")).await.unwrap();
+    RedfishBmc::connect(config(&sushy, TlsTrust::Ca(sushy.pki.ca_pem.clone()), SUSHY_PASSWORD)).await.unwrap();
     // Another CA, or another fingerprint: refused as a TLS error.
     let dir = tempfile::tempdir().unwrap();
-    let other = common::pki(dir.path(), "other");
-    let e = RedfishBmc::connect(config(&sushy, TlsTrust::Ca(other.ca_pem), "password")).await.unwrap_err();
+    let other = metal_tests::emulators::pki(dir.path(), "other");
+    let e = RedfishBmc::connect(config(&sushy, TlsTrust::Ca(other.ca_pem), SUSHY_PASSWORD)).await.unwrap_err();
     assert!(matches!(e, BmcError::Tls { .. }), "{e}");
-    let e = RedfishBmc::connect(config(&sushy, TlsTrust::Fingerprint([7; 32]), "password")).await.unwrap_err();
+    let e = RedfishBmc::connect(config(&sushy, TlsTrust::Fingerprint([7; 32]), SUSHY_PASSWORD)).await.unwrap_err();
     assert!(matches!(e, BmcError::Tls { .. }) && e.to_string().contains("not the pinned"), "{e}");
     // Explicitly insecure works, and a wrong password is Unauthorized without the password.
-    RedfishBmc::connect(config(&sushy, TlsTrust::InsecureSkipVerify, "password")).await.unwrap();
+    RedfishBmc::connect(config(&sushy, TlsTrust::InsecureSkipVerify, SUSHY_PASSWORD)).await.unwrap();
     let e = RedfishBmc::connect(config(&sushy, TlsTrust::InsecureSkipVerify, "wrong-secret")).await.unwrap_err();
     assert!(matches!(e, BmcError::Unauthorized { .. }), "{e}");
     assert!(!e.to_string().contains("wrong-secret"));

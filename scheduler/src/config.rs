@@ -23,6 +23,8 @@ pub struct Config {
     pub deadlines: Deadlines,
     /// How often the reaper looks for overdue work.
     pub reaper_interval: Duration,
+    /// Seals BMC credentials at rest (`METAL_MASTER_KEY`, environment only).
+    pub master_key: Option<crate::secrets::MasterKey>,
 }
 
 impl Default for Config {
@@ -33,6 +35,7 @@ impl Default for Config {
             database_url: None,
             deadlines: Deadlines::default(),
             reaper_interval: Duration::from_secs(30),
+            master_key: None,
         }
     }
 }
@@ -55,6 +58,9 @@ pub struct ConfigLayer {
     pub releasing_deadline: Option<String>,
     /// `reaper-interval = "30s"`.
     pub reaper_interval: Option<String>,
+    /// `METAL_MASTER_KEY` (64 hex digits); never read from a file.
+    #[serde(skip)]
+    pub master_key: Option<String>,
 }
 
 /// A configuration error, naming the setting.
@@ -79,8 +85,9 @@ impl ConfigLayer {
         toml::from_str(&text).map_err(|e| config_error(&path.display().to_string(), e.to_string()))
     }
 
-    /// Reads `METAL_LISTEN`, `METAL_DATA_DIR`, `METAL_DATABASE_URL`, `METAL_*_DEADLINE` and
-    /// `METAL_REAPER_INTERVAL` through `get` (the process environment in production).
+    /// Reads `METAL_LISTEN`, `METAL_DATA_DIR`, `METAL_DATABASE_URL`, `METAL_*_DEADLINE`,
+    /// `METAL_REAPER_INTERVAL` and `METAL_MASTER_KEY` through `get` (the process environment
+    /// in production).
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let listen = get("METAL_LISTEN")
             .map(|v| v.parse().map_err(|_| config_error("METAL_LISTEN", format!("{v:?} is not ADDRESS:PORT"))))
@@ -93,6 +100,7 @@ impl ConfigLayer {
             deploying_deadline: get("METAL_DEPLOYING_DEADLINE"),
             releasing_deadline: get("METAL_RELEASING_DEADLINE"),
             reaper_interval: get("METAL_REAPER_INTERVAL"),
+            master_key: get("METAL_MASTER_KEY"),
         })
     }
 
@@ -120,6 +128,10 @@ impl ConfigLayer {
         if let Some(v) = self.reaper_interval {
             config.reaper_interval = duration("reaper-interval", &v)?;
         }
+        if let Some(v) = self.master_key {
+            config.master_key =
+                Some(crate::secrets::MasterKey::from_hex(&v).map_err(|m| config_error("METAL_MASTER_KEY", m))?);
+        }
         Ok(())
     }
 }
@@ -140,6 +152,13 @@ mod tests {
         let err = ConfigLayer::from_env(|k| (k == "METAL_LISTEN").then(|| "nope".to_owned())).unwrap_err();
         assert!(err.to_string().contains("METAL_LISTEN"), "{err}");
         assert!(toml::from_str::<ConfigLayer>("lisen = \"x\"").is_err(), "unknown keys are refused");
+        let key = ConfigLayer::from_env(|k| (k == "METAL_MASTER_KEY").then(|| "ab".repeat(32))).unwrap();
+        key.apply(&mut config).unwrap();
+        assert!(config.master_key.is_some());
+        let short = ConfigLayer::from_env(|k| (k == "METAL_MASTER_KEY").then(|| "abcd".to_owned())).unwrap();
+        let err = short.apply(&mut config).unwrap_err().to_string();
+        assert!(err.contains("METAL_MASTER_KEY") && err.contains("32 bytes") && !err.contains("abcd"), "{err}");
+        assert!(toml::from_str::<ConfigLayer>("master-key = \"x\"").is_err(), "the key is never read from a file");
         let bad: ConfigLayer = toml::from_str("reaper-interval = \"soon\"").unwrap();
         assert!(bad.apply(&mut config).unwrap_err().to_string().contains("reaper-interval"));
     }

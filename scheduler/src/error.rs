@@ -26,6 +26,8 @@ pub enum ErrorCode {
     Forbidden,
     /// No valid credential.
     Unauthenticated,
+    /// A node's BMC failed, refused or could not be reached (502).
+    BmcError,
     /// Something failed on the server.
     Internal,
 }
@@ -81,6 +83,9 @@ pub enum ApiError {
     /// Not authenticated.
     #[error("{0}")]
     Unauthenticated(String),
+    /// A node's BMC failed (the message names the BMC and what it said, never a credential).
+    #[error("{0}")]
+    Bmc(String),
     /// Server-side failure (detail is logged, not returned).
     #[error("internal error: {0}")]
     Internal(String),
@@ -101,6 +106,7 @@ impl ApiError {
             ApiError::Conflict(_) => ErrorCode::Conflict,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::Unauthenticated(_) => ErrorCode::Unauthenticated,
+            ApiError::Bmc(_) => ErrorCode::BmcError,
             ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -116,6 +122,7 @@ impl ApiError {
             ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorCode::BmcError => StatusCode::BAD_GATEWAY,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -137,6 +144,21 @@ impl IntoResponse for ApiError {
             tracing::error!(error = %detail, "internal error");
         }
         (self.status(), Json(self.body())).into_response()
+    }
+}
+
+impl From<metal_bmc::BmcError> for ApiError {
+    fn from(e: metal_bmc::BmcError) -> Self {
+        match e {
+            metal_bmc::BmcError::Invalid(message) => ApiError::invalid("bmc", message),
+            other => ApiError::Bmc(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::secrets::SecretError> for ApiError {
+    fn from(e: crate::secrets::SecretError) -> Self {
+        ApiError::InvalidConfig(e.to_string())
     }
 }
 

@@ -4,14 +4,17 @@
 pub mod api;
 pub mod app;
 pub mod billing;
+pub mod bmcs;
 pub mod ca_files;
 pub mod capacity;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod discovery;
 pub mod duration;
 pub mod error;
 pub mod metrics;
 pub mod model;
 pub mod placement;
+pub mod secrets;
 pub mod store;

@@ -1,3 +1,4 @@
 //! Cross-crate and hardware-in-the-loop test support: the harness lives here, the tests in `tests/`.
 
 pub mod elf;
+pub mod emulators;

@@ -2,6 +2,7 @@
 //! request-counting middleware and the OpenAPI document generated from the handlers.
 
 mod auth;
+mod bmc;
 mod events;
 mod health;
 mod nodes;
@@ -83,6 +84,17 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         reservations::release_reservation,
         reservations::bind_reservation,
         usage::get_usage,
+        bmc::put_bmc,
+        bmc::get_bmc,
+        bmc::get_power,
+        bmc::post_power,
+        bmc::post_boot,
+        bmc::get_media,
+        bmc::post_media,
+        bmc::delete_media,
+        bmc::get_readings,
+        bmc::rotate_bmc,
+        bmc::discover,
     ),
     components(schemas(crate::error::ErrorBody)),
     modifiers(&BearerAuth)
@@ -142,6 +154,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/reservations/{id}/release", post(reservations::release_reservation))
         .route("/v1/reservations/{id}/bind", post(reservations::bind_reservation))
         .route("/v1/usage", get(usage::get_usage))
+        .route("/v1/nodes/{id}/bmc", get(bmc::get_bmc).put(bmc::put_bmc))
+        .route("/v1/nodes/{id}/bmc/readings", get(bmc::get_readings))
+        .route("/v1/nodes/{id}/bmc/rotate", post(bmc::rotate_bmc))
+        .route("/v1/nodes/{id}/power", get(bmc::get_power).post(bmc::post_power))
+        .route("/v1/nodes/{id}/boot", post(bmc::post_boot))
+        .route("/v1/nodes/{id}/media", get(bmc::get_media).post(bmc::post_media).delete(bmc::delete_media))
+        .route("/v1/bmcs/discover", post(bmc::discover))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::stream_events))
         .fallback(|| async { ApiError::NotFound("route".into()) })

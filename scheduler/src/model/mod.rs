@@ -1,6 +1,7 @@
 //! The scheduler's API types (what requests carry and responses return) and the rules on
 //! them that need no database: state machines and validation. One place for all of them.
 
+pub mod bmc;
 pub mod event;
 pub mod node;
 pub mod pool;

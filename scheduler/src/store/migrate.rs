@@ -12,6 +12,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "capacity", include_str!("../../migrations/0002_capacity.sql")),
     (3, "billing", include_str!("../../migrations/0003_billing.sql")),
     (4, "row-locks", include_str!("../../migrations/0004_row_locks.sql")),
+    (5, "bmcs", include_str!("../../migrations/0005_bmcs.sql")),
 ];
 
 /// Brings the schema up to date.

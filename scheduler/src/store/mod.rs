@@ -11,6 +11,7 @@
 
 pub mod auth;
 pub mod billing;
+pub mod bmcs;
 pub mod capacity;
 pub mod db;
 pub mod events;

@@ -41,9 +41,15 @@ pub async fn database_url() -> Option<String> {
 
 impl Site {
     pub async fn start() -> Site {
+        Site::start_with(|_| {}).await
+    }
+
+    /// A site whose configuration `configure` adjusts first.
+    pub async fn start_with(configure: impl FnOnce(&mut Config)) -> Site {
         let dir = tempfile::tempdir().unwrap();
-        let config =
+        let mut config =
             Config { data_dir: dir.path().to_path_buf(), database_url: database_url().await, ..Config::default() };
+        configure(&mut config);
         let clock = ManualClock::new(datetime!(2026-12-01 10:00:00 UTC));
         let app = app::start(config, Arc::new(clock.clone())).await.unwrap();
         let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();

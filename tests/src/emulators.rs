@@ -1,9 +1,8 @@
 //! Real BMC emulators for the tests: sushy-tools (Redfish, fake driver, TLS and basic auth)
 //! and OpenIPMI's ipmi_sim (IPMI over LAN, with a chassis program that keeps power and boot
 //! state in files). Each is started on a free loopback port and killed when dropped.
-//! `scripts/setup` installs them (sushy-tools into /opt/metal-venv).
-
-#![allow(dead_code)] // each test binary uses a different part
+//! `scripts/setup` installs them (sushy-tools into /opt/metal-venv). Test support: every
+//! failure panics with what went wrong.
 
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -28,6 +27,7 @@ fn run(cmd: &mut Command) -> String {
 }
 
 /// A child process killed on drop.
+#[derive(Debug)]
 pub struct Guard(pub Child);
 
 impl Drop for Guard {
@@ -38,6 +38,7 @@ impl Drop for Guard {
 }
 
 /// A test CA and a server certificate for 127.0.0.1 it issued.
+#[derive(Debug)]
 pub struct Pki {
     pub ca_pem: Vec<u8>,
     pub cert: PathBuf,
@@ -97,7 +98,11 @@ fn wait_for_tcp(port: u16, child: &mut Child, what: &str) {
     }
 }
 
-/// sushy-emulator with its fake driver, over TLS, with basic auth for `admin`/`password`.
+/// The password of sushy's `admin` user.
+pub const SUSHY_PASSWORD: &str = "sushy-Secret-42";
+
+/// sushy-emulator with its fake driver, over TLS, with basic auth for `admin`/[`SUSHY_PASSWORD`].
+#[derive(Debug)]
 pub struct Sushy {
     pub endpoint: String,
     pub pki: Pki,
@@ -109,8 +114,10 @@ impl Sushy {
     pub fn start() -> Sushy {
         let dir = tempfile::tempdir().unwrap();
         let pki = pki(dir.path(), "sushy");
-        let hash = run(Command::new(format!("{VENV}/bin/python3"))
-            .args(["-c", "import bcrypt; print(bcrypt.hashpw(b'password', bcrypt.gensalt(4)).decode())"]));
+        let hash = run(Command::new(format!("{VENV}/bin/python3")).args([
+            "-c",
+            &format!("import bcrypt; print(bcrypt.hashpw(b'{SUSHY_PASSWORD}', bcrypt.gensalt(4)).decode())"),
+        ]));
         let auth = dir.path().join("htpasswd");
         std::fs::write(&auth, format!("admin:{}\n", hash.trim())).unwrap();
         let config = dir.path().join("sushy.conf");
@@ -121,6 +128,9 @@ impl Sushy {
         .unwrap();
         let port = free_tcp_port();
         let mut child = Command::new(format!("{VENV}/bin/sushy-emulator"))
+            // Its state lives in TMPDIR/sushy-emulator: one per instance, or parallel tests
+            // would share machines.
+            .env("TMPDIR", dir.path())
             .arg("--config")
             .arg(&config)
             .args(["-i", "127.0.0.1", "-p", &port.to_string(), "--ssl-certificate"])
@@ -137,6 +147,7 @@ impl Sushy {
 }
 
 /// A static file server (python3 -m http.server) for images the BMC downloads.
+#[derive(Debug)]
 pub struct Files {
     pub url: String,
     pub dir: tempfile::TempDir,
@@ -162,6 +173,7 @@ impl Files {
 /// ipmi_sim on a loopback UDP port with users `admin`/`password` (administrator) and
 /// `viewer`/`viewpass` (user privilege), and a chassis program keeping power and the boot
 /// device in files.
+#[derive(Debug)]
 pub struct IpmiSim {
     pub port: u16,
     pub dir: tempfile::TempDir,

@@ -1,0 +1,175 @@
+//! BMC routes (platform admins only): a node's BMC settings (the password is write-only),
+//! power, boot override, virtual media, what the BMC reports, password rotation, and
+//! discovery. Power and media calls return once the BMC reports the result.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{ApiJson, Caller};
+use crate::app::AppState;
+use crate::bmcs;
+use crate::error::ApiResult;
+use crate::model::bmc::{
+    BmcInfo, BmcSpec, BootRequest, DiscoverRequest, DiscoverResult, MediaInfo, MediaRequest, Password, PowerRequest,
+    PowerResult,
+};
+
+/// A node's power as its BMC reports it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PowerStatus {
+    /// `on` or `off`.
+    pub power: String,
+}
+
+/// A new BMC password.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateRequest {
+    /// The new password (write-only).
+    #[schema(value_type = String, write_only)]
+    pub password: Password,
+}
+
+/// Set how to reach a node's BMC.
+#[utoipa::path(put, path = "/v1/nodes/{id}/bmc", params(("id" = String, Path, description = "node id")), request_body = BmcSpec,
+    responses((status = 200, body = BmcInfo), (status = 422, body = crate::error::ErrorBody)))]
+pub async fn put_bmc(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(spec): ApiJson<BmcSpec>,
+) -> ApiResult<ApiJson<BmcInfo>> {
+    caller.admin(&format!("node {id}"))?;
+    Ok(ApiJson(bmcs::set(&app, id, spec).await?))
+}
+
+/// How a node's BMC is reached (never its password).
+#[utoipa::path(get, path = "/v1/nodes/{id}/bmc", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = BmcInfo), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn get_bmc(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<BmcInfo>> {
+    caller.admin(&format!("node {id}"))?;
+    Ok(ApiJson(bmcs::info(&app, id).await?))
+}
+
+/// The node's power, read from its BMC now.
+#[utoipa::path(get, path = "/v1/nodes/{id}/power", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = PowerStatus), (status = 502, body = crate::error::ErrorBody)))]
+pub async fn get_power(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<PowerStatus>> {
+    caller.admin(&format!("node {id}"))?;
+    Ok(ApiJson(PowerStatus { power: bmcs::power_status(&app, &id).await? }))
+}
+
+/// Power on, off, reset or cycle; answers once the BMC reports the result.
+#[utoipa::path(post, path = "/v1/nodes/{id}/power", params(("id" = String, Path, description = "node id")), request_body = PowerRequest,
+    responses((status = 200, body = PowerResult), (status = 502, body = crate::error::ErrorBody)))]
+pub async fn post_power(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<PowerRequest>,
+) -> ApiResult<ApiJson<PowerResult>> {
+    caller.admin(&format!("node {id}"))?;
+    Ok(ApiJson(bmcs::power(&app, &id, request.action).await?))
+}
+
+/// Set the boot override (read back).
+#[utoipa::path(post, path = "/v1/nodes/{id}/boot", params(("id" = String, Path, description = "node id")), request_body = BootRequest,
+    responses((status = 204), (status = 502, body = crate::error::ErrorBody)))]
+pub async fn post_boot(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<BootRequest>,
+) -> ApiResult<StatusCode> {
+    caller.admin(&format!("node {id}"))?;
+    bmcs::boot(&app, &id, &request).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// What the virtual CD holds.
+#[utoipa::path(get, path = "/v1/nodes/{id}/media", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = MediaInfo), (status = 502, body = crate::error::ErrorBody)))]
+pub async fn get_media(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<MediaInfo>> {
+    caller.admin(&format!("node {id}"))?;
+    let bmc = bmcs::client(&app, &id).await?;
+    Ok(ApiJson(bmcs::media_status(bmc.as_ref()).await?))
+}
+
+/// Insert an ISO by URL as the virtual CD.
+#[utoipa::path(post, path = "/v1/nodes/{id}/media", params(("id" = String, Path, description = "node id")), request_body = MediaRequest,
+    responses((status = 200, body = MediaInfo), (status = 502, body = crate::error::ErrorBody)))]
+pub async fn post_media(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<MediaRequest>,
+) -> ApiResult<ApiJson<MediaInfo>> {
+    caller.admin(&format!("node {id}"))?;
+    Ok(ApiJson(bmcs::media(&app, &id, Some(&request.url)).await?))
+}
+
+/// Eject the virtual CD.
+#[utoipa::path(delete, path = "/v1/nodes/{id}/media", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = MediaInfo), (status = 502, body = crate::error::ErrorBody)))]
+pub async fn delete_media(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<MediaInfo>> {
+    caller.admin(&format!("node {id}"))?;
+    Ok(ApiJson(bmcs::media(&app, &id, None).await?))
+}
+
+/// Everything the BMC reports: identity, health, power, temperatures, power draw,
+/// firmware, newest log entries (sections it lacks are `absent` with a reason).
+#[utoipa::path(get, path = "/v1/nodes/{id}/bmc/readings", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = Object), (status = 502, body = crate::error::ErrorBody)))]
+pub async fn get_readings(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<serde_json::Value>> {
+    caller.admin(&format!("node {id}"))?;
+    Ok(ApiJson(bmcs::read_model(&app, &id).await?))
+}
+
+/// Rotate the BMC password the service uses (stored only once the BMC took it and a login
+/// with it worked).
+#[utoipa::path(post, path = "/v1/nodes/{id}/bmc/rotate", params(("id" = String, Path, description = "node id")), request_body = RotateRequest,
+    responses((status = 200, body = BmcInfo), (status = 502, body = crate::error::ErrorBody)))]
+pub async fn rotate_bmc(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<RotateRequest>,
+) -> ApiResult<ApiJson<BmcInfo>> {
+    caller.admin(&format!("node {id}"))?;
+    Ok(ApiJson(bmcs::rotate(&app, &id, request.password.0).await?))
+}
+
+/// Scan a private range for Redfish BMCs (at most 512 addresses, at most three
+/// credentials per BMC), optionally enrolling what a credential opened.
+#[utoipa::path(post, path = "/v1/bmcs/discover", request_body = DiscoverRequest,
+    responses((status = 200, body = DiscoverResult), (status = 422, body = crate::error::ErrorBody)))]
+pub async fn discover(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiJson(request): ApiJson<DiscoverRequest>,
+) -> ApiResult<ApiJson<DiscoverResult>> {
+    caller.admin("bmcs")?;
+    Ok(ApiJson(crate::discovery::discover(&app, request).await?))
+}

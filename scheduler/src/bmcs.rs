@@ -1,0 +1,167 @@
+//! Driving nodes' BMCs: opens the right client (Redfish or IPMI) from the stored row and
+//! the unsealed credential, carries out power, boot, virtual media, read-model and password
+//! rotation requests, and records what the BMC reported (power, health) with events.
+
+use metal_bmc::ipmi::{IpmiBmc, IpmiConfig};
+use metal_bmc::redfish::{RedfishBmc, RedfishConfig, Timing};
+use metal_bmc::{Bmc, Credential, Secret};
+
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BootRequest, BootTarget, MediaInfo, PowerAction, PowerResult};
+use crate::store;
+
+fn power_text(p: metal_bmc::PowerState) -> &'static str {
+    match p {
+        metal_bmc::PowerState::On => "on",
+        metal_bmc::PowerState::Off => "off",
+    }
+}
+
+/// Sets a node's BMC, sealing the password when a master key is configured.
+pub async fn set(app: &App, node: String, spec: BmcSpec) -> ApiResult<BmcInfo> {
+    spec.validate()?;
+    let sealed = crate::secrets::seal(app.config.master_key.as_ref(), &node, &spec.login.password.0);
+    let now = app.clock.now();
+    app.change(move |tx| store::bmcs::put(tx, &node, &spec, &sealed, now)).await
+}
+
+/// A node's BMC as the API shows it.
+pub async fn info(app: &App, node: String) -> ApiResult<BmcInfo> {
+    let what = format!("BMC of node {node}");
+    let stored = app.store.read(move |c| store::bmcs::get(c, &node)).await?;
+    Ok(stored.ok_or(ApiError::NotFound(what))?.info)
+}
+
+/// A client for a node's BMC.
+pub async fn client(app: &App, node: &str) -> ApiResult<Box<dyn Bmc>> {
+    let id = node.to_owned();
+    let stored = app
+        .store
+        .read(move |c| store::bmcs::get(c, &id))
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("BMC of node {node}")))?;
+    let password = crate::secrets::open(app.config.master_key.as_ref(), node, &stored.secret)?;
+    connect(&stored.info, password).await
+}
+
+/// Connects to a BMC described by `info` with `password`.
+pub async fn connect(info: &BmcInfo, password: Secret) -> ApiResult<Box<dyn Bmc>> {
+    let credential = Credential { user: info.username.clone(), password };
+    Ok(match info.protocol {
+        BmcProtocol::Redfish => {
+            let trust = match &info.tls {
+                Some(tls) => tls.trust()?,
+                None => metal_bmc::tls::TlsTrust::InsecureSkipVerify, // http:// on loopback only
+            };
+            let config = RedfishConfig {
+                endpoint: info.address.clone(),
+                credential,
+                trust,
+                system: info.system_id.clone(),
+                timing: Timing::default(),
+            };
+            Box::new(RedfishBmc::connect(config).await?)
+        }
+        BmcProtocol::Ipmi => {
+            let (host, port) = crate::model::bmc::ipmi_address(&info.address)?;
+            let mut config = IpmiConfig::new(host, port, credential);
+            if let Some(privilege) = info.privilege {
+                config.privilege = privilege.as_str().to_owned();
+            }
+            Box::new(IpmiBmc::new(config))
+        }
+    })
+}
+
+async fn record_power(app: &App, node: &str, power: metal_bmc::PowerState) -> ApiResult<()> {
+    let (node, now) = (node.to_owned(), app.clock.now());
+    app.store.write(move |tx| store::bmcs::record_power(tx, &node, power_text(power), now)).await?;
+    app.events.notify_waiters();
+    Ok(())
+}
+
+/// The node's power as its BMC reports it now (and recorded on the node).
+pub async fn power_status(app: &App, node: &str) -> ApiResult<String> {
+    let state = client(app, node).await?.power_state().await?;
+    record_power(app, node, state).await?;
+    Ok(power_text(state).to_owned())
+}
+
+/// Carries out a power action, read back, and records the result.
+pub async fn power(app: &App, node: &str, action: PowerAction) -> ApiResult<PowerResult> {
+    let action = match action {
+        PowerAction::On => metal_bmc::PowerAction::On,
+        PowerAction::Off => metal_bmc::PowerAction::Off,
+        PowerAction::Reset => metal_bmc::PowerAction::Reset,
+        PowerAction::Cycle => metal_bmc::PowerAction::Cycle,
+    };
+    let outcome = client(app, node).await?.power(action).await?;
+    record_power(app, node, outcome.after).await?;
+    Ok(PowerResult {
+        before: power_text(outcome.before).into(),
+        after: power_text(outcome.after).into(),
+        sent: outcome.sent,
+    })
+}
+
+/// Sets the boot override.
+pub async fn boot(app: &App, node: &str, request: &BootRequest) -> ApiResult<()> {
+    let target = match request.target {
+        BootTarget::Pxe => metal_bmc::BootTarget::Pxe,
+        BootTarget::Disk => metal_bmc::BootTarget::Disk,
+        BootTarget::Cd => metal_bmc::BootTarget::Cd,
+        BootTarget::Bios => metal_bmc::BootTarget::Bios,
+    };
+    let persistence =
+        if request.persistent { metal_bmc::BootPersistence::Persistent } else { metal_bmc::BootPersistence::Once };
+    Ok(client(app, node).await?.set_boot(target, persistence).await?)
+}
+
+/// Inserts (`Some(url)`) or ejects (`None`) the virtual CD, then reports what it holds.
+pub async fn media(app: &App, node: &str, insert: Option<&str>) -> ApiResult<MediaInfo> {
+    let bmc = client(app, node).await?;
+    match insert {
+        Some(url) => {
+            let parsed = reqwest::Url::parse(url).map_err(|_| ApiError::invalid("url", "must be an http(s) URL"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(ApiError::invalid("url", "must be an http(s) URL"));
+            }
+            bmc.insert_media(url).await?;
+        }
+        None => bmc.eject_media().await?,
+    }
+    media_status(bmc.as_ref()).await
+}
+
+/// What the virtual CD holds.
+pub async fn media_status(bmc: &dyn Bmc) -> ApiResult<MediaInfo> {
+    let status = bmc.media_status().await?;
+    Ok(MediaInfo { inserted: status.inserted, image: status.image })
+}
+
+/// Everything the BMC reports; power and health are recorded on the node (a health other
+/// than OK raises an event).
+pub async fn read_model(app: &App, node: &str) -> ApiResult<serde_json::Value> {
+    let model = client(app, node).await?.read_model().await?;
+    if let Some(power) = model.power.present() {
+        record_power(app, node, *power).await?;
+    }
+    let health = model.health.present().cloned();
+    let (id, now) = (node.to_owned(), app.clock.now());
+    app.store.write(move |tx| store::bmcs::record_health(tx, &id, health.as_deref(), now)).await?;
+    app.events.notify_waiters();
+    serde_json::to_value(&model).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Rotates the password of the BMC user the service logs in as; the new one is stored only
+/// after the BMC took it and a login with it worked.
+pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
+    let bmc = client(app, node).await?;
+    let user = info(app, node.to_owned()).await?.username;
+    bmc.rotate_password(&user, &new).await?;
+    let sealed = crate::secrets::seal(app.config.master_key.as_ref(), node, &new);
+    let (id, now) = (node.to_owned(), app.clock.now());
+    app.change(move |tx| Ok(store::bmcs::set_secret(tx, &id, &sealed, now)?)).await?;
+    info(app, node.to_owned()).await
+}

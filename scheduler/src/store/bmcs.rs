@@ -1,0 +1,156 @@
+//! BMC rows: how each node's BMC is reached (the password only in its stored, usually
+//! sealed, form), its last reported health, and the node's observed power state.
+
+use serde_json::json;
+use time::OffsetDateTime;
+
+use crate::clock::to_millis;
+use crate::error::ApiError;
+use crate::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BmcTls, IpmiPrivilege};
+use crate::store::{Conn, DbError, DbResult, Row, events};
+
+/// A BMC row with its stored secret.
+#[derive(Debug, Clone)]
+pub struct StoredBmc {
+    /// What the API shows.
+    pub info: BmcInfo,
+    /// `enc:v1:...` or `plain:...` (see `secrets`).
+    pub secret: String,
+}
+
+fn from_row(row: &Row) -> DbResult<StoredBmc> {
+    let protocol: String = row.get("protocol")?;
+    let secret: String = row.get("secret")?;
+    Ok(StoredBmc {
+        info: BmcInfo {
+            node_id: row.get("node_id")?,
+            protocol: match protocol.as_str() {
+                "redfish" => BmcProtocol::Redfish,
+                "ipmi" => BmcProtocol::Ipmi,
+                other => {
+                    return Err(DbError::Decode { column: "protocol".into(), message: format!("unknown {other}") });
+                }
+            },
+            address: row.get("address")?,
+            username: row.get("username")?,
+            tls: row.json::<Option<BmcTls>>("tls")?,
+            system_id: row.get("system_id")?,
+            privilege: row.get::<Option<String>>("privilege")?.as_deref().and_then(IpmiPrivilege::parse),
+            credential_sealed: crate::secrets::is_sealed(&secret),
+            health: row.get("health")?,
+            generation: row.get("generation")?,
+        },
+        secret,
+    })
+}
+
+/// A node's BMC.
+pub fn get(conn: &mut dyn Conn, node: &str) -> DbResult<Option<StoredBmc>> {
+    conn.query_opt(
+        "SELECT node_id, generation, protocol, address, username, secret, tls, system_id, privilege, health FROM bmcs \
+         WHERE node_id = $1",
+        &[&node],
+    )?
+    .as_ref()
+    .map(from_row)
+    .transpose()
+}
+
+/// Sets (or replaces) a node's BMC; NOT_FOUND when there is no such node.
+pub fn put(
+    conn: &mut dyn Conn,
+    node: &str,
+    spec: &BmcSpec,
+    sealed: &str,
+    now: OffsetDateTime,
+) -> Result<BmcInfo, ApiError> {
+    if crate::store::nodes::get(conn, node)?.is_none() {
+        return Err(ApiError::NotFound(format!("node {node}")));
+    }
+    let tls = crate::store::db::to_json(&spec.tls)?;
+    let at = to_millis(now);
+    let privilege = spec.privilege.map(IpmiPrivilege::as_str);
+    let params: [&dyn crate::store::db::ToValue; 9] = [
+        &node,
+        &spec.protocol.as_str(),
+        &spec.address,
+        &spec.login.username,
+        &sealed,
+        &tls,
+        &spec.system_id,
+        &at,
+        &privilege,
+    ];
+    let updated = conn.execute(
+        "UPDATE bmcs SET generation = generation + 1, protocol = $2, address = $3, username = $4, secret = $5, tls = $6, \
+         system_id = $7, health = NULL, updated_at = $8, privilege = $9 WHERE node_id = $1",
+        &params,
+    )?;
+    if updated == 0 {
+        conn.execute(
+            "INSERT INTO bmcs (node_id, generation, protocol, address, username, secret, tls, system_id, updated_at, privilege) \
+             VALUES ($1, 1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            &params,
+        )?;
+    }
+    let data = json!({"node": node, "protocol": spec.protocol, "address": spec.address});
+    events::append(conn, "node.bmc.set", &format!("node/{node}"), None, &data, now)?;
+    Ok(get(conn, node)?.ok_or(DbError::NoRow)?.info)
+}
+
+/// Replaces the stored secret after a verified rotation.
+pub fn set_secret(conn: &mut dyn Conn, node: &str, sealed: &str, now: OffsetDateTime) -> DbResult<()> {
+    conn.execute(
+        "UPDATE bmcs SET secret = $1, generation = generation + 1, updated_at = $2 WHERE node_id = $3",
+        &[&sealed, &to_millis(now), &node],
+    )?;
+    events::append(conn, "node.bmc.credential.rotated", &format!("node/{node}"), None, &json!({"node": node}), now)?;
+    Ok(())
+}
+
+/// Records the health the BMC reported; an event when it changed, a warning one when it is
+/// not OK.
+pub fn record_health(conn: &mut dyn Conn, node: &str, health: Option<&str>, now: OffsetDateTime) -> DbResult<()> {
+    let before: Option<String> = conn
+        .query_opt("SELECT health FROM bmcs WHERE node_id = $1", &[&node])?
+        .map(|r| r.get("health"))
+        .transpose()?
+        .flatten();
+    if before.as_deref() == health {
+        return Ok(());
+    }
+    conn.execute(
+        "UPDATE bmcs SET health = $1, updated_at = $2 WHERE node_id = $3",
+        &[&health, &to_millis(now), &node],
+    )?;
+    let kind = if health == Some("OK") { "node.health.ok" } else { "node.health.degraded" };
+    events::append(
+        conn,
+        kind,
+        &format!("node/{node}"),
+        None,
+        &json!({"node": node, "from": before, "to": health}),
+        now,
+    )?;
+    Ok(())
+}
+
+/// Records the power state a BMC reported (power is observed state, apart from the
+/// lifecycle: the node's generation does not change); an event when it changed.
+pub fn record_power(conn: &mut dyn Conn, node: &str, power: &str, now: OffsetDateTime) -> DbResult<()> {
+    let changed = conn.execute(
+        "UPDATE nodes SET power = $1, updated_at = $2 WHERE id = $3 AND power <> $1",
+        &[&power, &to_millis(now), &node],
+    )?;
+    if changed > 0 {
+        events::append(
+            conn,
+            "node.power.changed",
+            &format!("node/{node}"),
+            None,
+            &json!({"node": node, "power": power}),
+            now,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! BMC control through the API against real emulators: credentials sealed at rest and
+//! write-only, power/boot/media/readings through sushy-tools (Redfish), power and password
+//! rotation through ipmi_sim (IPMI), and discovery bounded to three credentials.
+
+mod common;
+
+use common::{Site, error};
+use metal_scheduler::secrets::MasterKey;
+use metal_tests::emulators::{Files, IpmiSim, SUSHY_PASSWORD, Sushy};
+use serde_json::{Value, json};
+
+async fn site_with_node(key: bool) -> Site {
+    let site = Site::start_with(|c| {
+        if key {
+            c.master_key = Some(MasterKey::from_hex(&"5a".repeat(32)).unwrap());
+        }
+    })
+    .await;
+    let (s, body) = site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
+    assert_eq!(s, 201, "{body}");
+    site
+}
+
+fn redfish_spec(sushy: &Sushy) -> Value {
+    json!({"protocol": "redfish", "address": sushy.endpoint, "username": "admin", "password": SUSHY_PASSWORD,
+           "tls": {"mode": "fingerprint", "value": sushy.pki.fingerprint}})
+}
+
+/// Every byte the service stored (the SQLite file and its WAL).
+fn stored_bytes(site: &Site) -> Vec<u8> {
+    let dir = &site.app.config.data_dir;
+    let mut all = Vec::new();
+    for f in ["metal.db", "metal.db-wal"] {
+        all.extend(std::fs::read(dir.join(f)).unwrap_or_default());
+    }
+    all
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[tokio::test]
+async fn a_redfish_bmc_is_driven_through_the_api_with_its_password_sealed() {
+    let sushy = Sushy::start();
+    let files = Files::start();
+    std::fs::write(files.dir.path().join("rescue.iso"), vec![1u8; 4096]).unwrap();
+    let site = site_with_node(true).await;
+    let (s, info) = site.admin("PUT", "/v1/nodes/n1/bmc", Some(redfish_spec(&sushy))).await;
+    assert_eq!(s, 200, "{info}");
+    assert_eq!(info["credentialSealed"], true);
+    assert!(!info.to_string().contains(SUSHY_PASSWORD));
+    let (_, got) = site.admin("GET", "/v1/nodes/n1/bmc", None).await;
+    assert_eq!(got, info);
+    if site.app.store.backend() == metal_scheduler::store::Backend::Sqlite {
+        assert!(!contains(&stored_bytes(&site), SUSHY_PASSWORD), "the password is stored in clear");
+    }
+
+    let (s, result) = site.admin("POST", "/v1/nodes/n1/power", Some(json!({"action": "on"}))).await;
+    assert_eq!(s, 200, "{result}");
+    assert_eq!(result, json!({"before": "off", "after": "on", "sent": ["On"]}));
+    let (_, node) = site.admin("GET", "/v1/nodes/n1", None).await;
+    assert_eq!(node["power"], "on");
+    let (_, status) = site.admin("GET", "/v1/nodes/n1/power", None).await;
+    assert_eq!(status["power"], "on");
+    let (s, body) = site.admin("POST", "/v1/nodes/n1/boot", Some(json!({"target": "pxe"}))).await;
+    assert_eq!(s, 204, "{body}");
+    let (s, body) = site.admin("POST", "/v1/nodes/n1/boot", Some(json!({"target": "bios"}))).await;
+    assert_eq!(s, 502, "{body}");
+    assert!(error(&body, "BMC_ERROR").contains("BiosSetup is not allowed"));
+
+    let url = format!("{}/rescue.iso", files.url);
+    let (s, media) = site.admin("POST", "/v1/nodes/n1/media", Some(json!({"url": url}))).await;
+    assert_eq!((s, &media), (200, &json!({"inserted": true, "image": url})));
+    let (_, media) = site.admin("DELETE", "/v1/nodes/n1/media", None).await;
+    assert_eq!(media["inserted"], false);
+    let (s, body) = site.admin("POST", "/v1/nodes/n1/media", Some(json!({"url": "file:///etc/passwd"}))).await;
+    assert_eq!(s, 422);
+    assert_eq!(body["error"]["field"], "url");
+
+    let (s, readings) = site.admin("GET", "/v1/nodes/n1/bmc/readings", None).await;
+    assert_eq!(s, 200, "{readings}");
+    assert_eq!(readings["health"], json!({"status": "present", "value": "OK"}));
+    assert_eq!(readings["firmware"]["status"], "absent");
+    let (_, events) = site.admin("GET", "/v1/events?after=0", None).await;
+    let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert!(
+        kinds.contains(&"node.bmc.set") && kinds.contains(&"node.power.changed") && kinds.contains(&"node.health.ok"),
+        "{kinds:?}"
+    );
+    assert!(!events.to_string().contains(SUSHY_PASSWORD));
+}
+
+#[tokio::test]
+async fn bmc_settings_are_validated_and_absent_bmcs_are_not_found() {
+    let site = site_with_node(false).await;
+    let (s, body) = site.admin("POST", "/v1/nodes/n1/power", Some(json!({"action": "on"}))).await;
+    assert_eq!(s, 404, "{body}");
+    for (spec, field) in [
+        (json!({"protocol": "redfish", "address": "https://10.0.0.5", "username": "a", "password": "p"}), "tls"),
+        (json!({"protocol": "redfish", "address": "http://10.0.0.5", "username": "a", "password": "p"}), "address"),
+        (json!({"protocol": "ipmi", "address": "10.0.0.5:x", "username": "a", "password": "p"}), "address"),
+        (
+            json!({"protocol": "ipmi", "address": "10.0.0.5", "username": "a", "password": "p", "tls": {"mode": "insecure"}}),
+            "tls",
+        ),
+        (json!({"protocol": "ipmi", "address": "10.0.0.5", "username": "", "password": "p"}), "username"),
+        (
+            json!({"protocol": "redfish", "address": "https://10.0.0.5", "username": "a", "password": "p",
+                "tls": {"mode": "fingerprint", "value": "abc"}}),
+            "tls.value",
+        ),
+    ] {
+        let (s, body) = site.admin("PUT", "/v1/nodes/n1/bmc", Some(spec.clone())).await;
+        assert_eq!(s, 422, "{spec}: {body}");
+        assert_eq!(body["error"]["field"], field, "{spec}: {body}");
+    }
+    let spec = json!({"protocol": "ipmi", "address": "10.0.0.5", "username": "a", "password": "plain-pw"});
+    let (s, body) = site.admin("PUT", "/v1/nodes/nope/bmc", Some(spec.clone())).await;
+    assert_eq!(s, 404, "{body}");
+    // Without METAL_MASTER_KEY the password is stored as is, and the API says so.
+    let (s, info) = site.admin("PUT", "/v1/nodes/n1/bmc", Some(spec)).await;
+    assert_eq!((s, &info["credentialSealed"]), (200, &json!(false)), "{info}");
+    assert!(info.get("password").is_none());
+}
+
+#[tokio::test]
+async fn an_ipmi_bmc_powers_the_node_and_rotations_are_stored_only_when_proved() {
+    let sim = IpmiSim::start();
+    let site = site_with_node(true).await;
+    let spec = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"});
+    let (s, body) = site.admin("PUT", "/v1/nodes/n1/bmc", Some(spec)).await;
+    assert_eq!(s, 200, "{body}");
+    let (s, result) = site.admin("POST", "/v1/nodes/n1/power", Some(json!({"action": "cycle"}))).await;
+    assert_eq!((s, &result), (200, &json!({"before": "off", "after": "on", "sent": ["on"]})), "{result}");
+    let (s, info) = site.admin("POST", "/v1/nodes/n1/bmc/rotate", Some(json!({"password": "Rotated-9"}))).await;
+    assert_eq!(s, 200, "{info}");
+    assert_eq!(info["generation"], 2);
+    // The service now logs in with the new password.
+    let (s, status) = site.admin("GET", "/v1/nodes/n1/power", None).await;
+    assert_eq!((s, &status["power"]), (200, &json!("on")), "{status}");
+    // A user-privilege account: the BMC refuses the rotation, the stored password stays.
+    let viewer = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "viewer",
+                        "password": "viewpass", "privilege": "user"});
+    site.admin("PUT", "/v1/nodes/n1/bmc", Some(viewer)).await;
+    let (s, body) = site.admin("POST", "/v1/nodes/n1/bmc/rotate", Some(json!({"password": "Nope-123"}))).await;
+    assert_eq!(s, 502, "{body}");
+    error(&body, "BMC_ERROR");
+    let (s, info) = site.admin("GET", "/v1/nodes/n1/bmc", None).await;
+    assert_eq!((s, &info["generation"]), (200, &json!(3)), "{info}");
+}
+
+#[tokio::test]
+async fn discovery_tries_at_most_three_credentials_and_registers_what_opened() {
+    let sushy = Sushy::start();
+    let site = Site::start().await;
+    let port: u16 = sushy.endpoint.rsplit(':').next().unwrap().parse().unwrap();
+    let tls = json!({"mode": "fingerprint", "value": sushy.pki.fingerprint});
+    let creds =
+        |list: &[(&str, &str)]| -> Value { list.iter().map(|(u, p)| json!({"username": u, "password": p})).collect() };
+    let four = creds(&[("a", "1"), ("b", "2"), ("c", "3"), ("admin", SUSHY_PASSWORD)]);
+    let (s, body) = site
+        .admin(
+            "POST",
+            "/v1/bmcs/discover",
+            Some(json!({"range": "127.0.0.1/32", "port": port, "credentials": four, "tls": tls})),
+        )
+        .await;
+    assert_eq!((s, &body["error"]["field"]), (422, &json!("credentials")), "{body}");
+    let (s, body) = site
+        .admin(
+            "POST",
+            "/v1/bmcs/discover",
+            Some(json!({"range": "8.8.8.8/32", "credentials": creds(&[("a", "1")]), "tls": tls})),
+        )
+        .await;
+    assert_eq!((s, &body["error"]["field"]), (422, &json!("range")), "{body}");
+
+    let three = creds(&[("admin", "wrong-1"), ("root", "wrong-2"), ("admin", SUSHY_PASSWORD)]);
+    let request = json!({"range": "127.0.0.1/32", "port": port, "credentials": three, "tls": tls, "register": true});
+    let (s, result) = site.admin("POST", "/v1/bmcs/discover", Some(request.clone())).await;
+    assert_eq!(s, 200, "{result}");
+    assert_eq!(result["scanned"], 1);
+    let found = &result["found"][0];
+    assert_eq!(found["authenticatedAs"], "admin");
+    assert_eq!(found["manufacturer"], "Sushy Emulator");
+    let node = found["registeredNode"].as_str().unwrap().to_owned();
+    assert!(node.starts_with("node-"), "{node}");
+    assert!(!result.to_string().contains(SUSHY_PASSWORD));
+    let (s, bmc) = site.admin("GET", &format!("/v1/nodes/{node}/bmc"), None).await;
+    assert_eq!((s, &bmc["address"]), (200, &json!(sushy.endpoint)), "{bmc}");
+    let (s, power) = site.admin("GET", &format!("/v1/nodes/{node}/power"), None).await;
+    assert_eq!((s, &power["power"]), (200, &json!("off")), "{power}");
+    // Scanning again finds it enrolled already.
+    let (_, again) = site.admin("POST", "/v1/bmcs/discover", Some(request)).await;
+    assert!(again["found"][0]["note"].as_str().unwrap().contains("already enrolled"), "{again}");
+}
