@@ -145,3 +145,41 @@ fn metalctl_places_reservations_and_shows_usage() {
     assert!(o.status.success() && text(&o).starts_with("WINDOW"), "{}", text(&o));
     drop(site);
 }
+
+#[test]
+fn metalctl_drives_a_bmc_with_passwords_off_the_command_line() {
+    let sim = metal_tests::emulators::IpmiSim::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let site = runtime.block_on(common::Site::start());
+    let (url, admin) = (site.url.clone(), site.admin.clone());
+    let run = |args: &[&str], stdin: Option<&str>| metalctl(&url, &admin, args, stdin);
+    assert!(run(&["node", "enrol", "n1"], None).status.success());
+    let address = format!("127.0.0.1:{}", sim.port);
+    // The password comes on stdin.
+    let o = run(
+        &["bmc", "set", "n1", "--protocol", "ipmi", "--address", &address, "--username", "admin"],
+        Some("password\n"),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("ipmi") && !text(&o).contains("password\n"), "{}", text(&o));
+    let o = run(&["bmc", "power", "n1", "on"], None);
+    assert!(o.status.success() && text(&o).contains("on"), "{}", text(&o));
+    let o = run(&["-o", "json", "bmc", "power", "n1", "status"], None);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["power"], "on", "{}", text(&o));
+    let o = run(&["bmc", "boot", "n1", "pxe"], None);
+    assert!(text(&o).contains("n1 boots from pxe next time"), "{}", text(&o));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("new-password");
+    std::fs::write(&file, "Rotated-77\n").unwrap();
+    let o = run(&["bmc", "rotate", "n1", "--password-file", file.to_str().unwrap()], None);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&["-o", "json", "bmc", "show", "n1"], None);
+    let shown: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(shown["generation"], 2, "{shown}");
+    assert!(!text(&o).contains("Rotated-77"));
+    // IPMI has no virtual media: the BMC's refusal is the message.
+    let o = run(&["bmc", "media", "n1", "status"], None);
+    assert!(!o.status.success() && text(&o).contains("IPMI has no virtual media"), "{}", text(&o));
+    let o = run(&["bmc", "set", "n1", "--protocol", "ipmi", "--address", &address, "--username", "admin"], Some(""));
+    assert!(!o.status.success() && text(&o).contains("no BMC password"), "{}", text(&o));
+}

@@ -1,5 +1,7 @@
 //! `metalctl`: parses the command line and dispatches to the scheduler's HTTP API.
 
+mod bmc;
+
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,6 +42,10 @@ enum Command {
     /// Nodes: enrol, import, list, show, move along the lifecycle, maintenance and cordon.
     #[command(subcommand)]
     Node(NodeCommand),
+    /// A node's BMC: settings, power, boot override, virtual media, readings, rotation,
+    /// discovery.
+    #[command(subcommand)]
+    Bmc(bmc::BmcCommand),
     /// Tenants.
     #[command(subcommand)]
     Tenant(TenantCommand),
@@ -415,6 +421,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             }
             patch_node(&client, out, &id, body)?;
         }
+        Command::Bmc(command) => bmc::run(&client, out, command)?,
         Command::Tenant(TenantCommand::List) => {
             print(out, &client.request("GET", "/v1/tenants", None)?, &[("ID", "id"), ("NAME", "name")])
         }
