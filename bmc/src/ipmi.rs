@@ -177,8 +177,8 @@ impl IpmiBmc {
         }
     }
 
-    async fn run_once(&self, credential: &Credential, args: &[&str], stdin: Option<&str>) -> BmcResult<String> {
-        let operation = args.join(" ");
+    /// ipmitool with the connection arguments, `args`, and the password in its environment.
+    fn command(&self, credential: &Credential, args: &[&str]) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.config.tool);
         command
             .args(["-I", "lanplus", "-H", &self.config.host, "-p", &self.config.port.to_string()])
@@ -186,13 +186,34 @@ impl IpmiBmc {
             .args(["-U", &credential.user, "-E", "-N", "2", "-R", "3"])
             .args(args)
             .env("IPMI_PASSWORD", credential.password.expose())
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = command
+        command
+    }
+
+    fn spawn(&self, mut command: tokio::process::Command) -> BmcResult<tokio::process::Child> {
+        command
             .spawn()
-            .map_err(|e| BmcError::Tool { tool: self.config.tool.display().to_string(), message: e.to_string() })?;
+            .map_err(|e| BmcError::Tool { tool: self.config.tool.display().to_string(), message: e.to_string() })
+    }
+
+    /// Starts a Serial-over-LAN session (`sol activate`, after deactivating a stale one) with
+    /// piped stdin and stdout for the caller to bridge; killing the child ends it.
+    pub async fn console(&self) -> BmcResult<tokio::process::Child> {
+        // "not active" is the usual answer; anything worse shows when activating.
+        let _ = self.run(&["sol", "deactivate"]).await;
+        let credential = self.credential.lock().await.clone();
+        let mut command = self.command(&credential, &["sol", "activate"]);
+        command.stdin(Stdio::piped());
+        self.spawn(command)
+    }
+
+    async fn run_once(&self, credential: &Credential, args: &[&str], stdin: Option<&str>) -> BmcResult<String> {
+        let operation = args.join(" ");
+        let mut command = self.command(credential, args);
+        command.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        let mut child = self.spawn(command)?;
         if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
             pipe.write_all(text.as_bytes()).await.map_err(|e| BmcError::Tool {
                 tool: self.config.tool.display().to_string(),

@@ -63,15 +63,37 @@ pub async fn connect(info: &BmcInfo, password: Secret) -> ApiResult<Box<dyn Bmc>
             };
             Box::new(RedfishBmc::connect(config).await?)
         }
-        BmcProtocol::Ipmi => {
-            let (host, port) = crate::model::bmc::ipmi_address(&info.address)?;
-            let mut config = IpmiConfig::new(host, port, credential);
-            if let Some(privilege) = info.privilege {
-                config.privilege = privilege.as_str().to_owned();
-            }
-            Box::new(IpmiBmc::new(config))
-        }
+        BmcProtocol::Ipmi => Box::new(ipmi(info, credential)?),
     })
+}
+
+fn ipmi(info: &BmcInfo, credential: Credential) -> ApiResult<IpmiBmc> {
+    let (host, port) = crate::model::bmc::ipmi_address(&info.address)?;
+    let mut config = IpmiConfig::new(host, port, credential);
+    if let Some(privilege) = info.privilege {
+        config.privilege = privilege.as_str().to_owned();
+    }
+    Ok(IpmiBmc::new(config))
+}
+
+/// Opens a node's serial console (IPMI Serial-over-LAN) for `credential_id` and records
+/// the session; returns the running `ipmitool sol activate` and the session id.
+pub async fn open_console(app: &App, node: &str, credential_id: &str) -> ApiResult<(tokio::process::Child, String)> {
+    let id = node.to_owned();
+    let stored = app
+        .store
+        .read(move |c| store::bmcs::get(c, &id))
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("BMC of node {node}")))?;
+    if stored.info.protocol != BmcProtocol::Ipmi {
+        return Err(ApiError::Bmc(format!("node {node}: the serial console needs an IPMI BMC (Serial-over-LAN)")));
+    }
+    let password = crate::secrets::open(app.config.master_key.as_ref(), node, &stored.secret)?;
+    let child = ipmi(&stored.info, Credential { user: stored.info.username.clone(), password })?.console().await?;
+    let session = format!("console-{}", uuid::Uuid::new_v4().simple());
+    let (id, node, who, now) = (session.clone(), node.to_owned(), credential_id.to_owned(), app.clock.now());
+    app.change(move |tx| Ok(store::bmcs::open_console(tx, &id, &node, &who, now)?)).await?;
+    Ok((child, session))
 }
 
 async fn record_power(app: &App, node: &str, power: metal_bmc::PowerState) -> ApiResult<()> {

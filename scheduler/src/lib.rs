@@ -10,6 +10,7 @@ pub mod capacity;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod discovery;
 pub mod duration;
 pub mod error;

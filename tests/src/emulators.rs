@@ -171,11 +171,13 @@ impl Files {
 }
 
 /// ipmi_sim on a loopback UDP port with users `admin`/`password` (administrator) and
-/// `viewer`/`viewpass` (user privilege), and a chassis program keeping power and the boot
-/// device in files.
+/// `viewer`/`viewpass` (user privilege), a chassis program keeping power and the boot
+/// device in files, and Serial-over-LAN to whatever listens on `serial_port` (the machine's
+/// serial line; ipmi_sim keeps trying to connect to it).
 #[derive(Debug)]
 pub struct IpmiSim {
     pub port: u16,
+    pub serial_port: u16,
     pub dir: tempfile::TempDir,
     _guard: Guard,
 }
@@ -203,6 +205,7 @@ impl IpmiSim {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let port = free_udp_port();
+        let serial_port = free_tcp_port();
         let chassis = dir.path().join("chassis.sh");
         std::fs::write(&chassis, CHASSIS).unwrap();
         std::fs::set_permissions(&chassis, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -211,7 +214,7 @@ impl IpmiSim {
             "name \"testbmc\"\nset_working_mc 0x20\n  startlan 1\n    addr 127.0.0.1 {port}\n    priv_limit admin\n    \
              allowed_auths_callback {auths}\n    allowed_auths_user {auths}\n    allowed_auths_operator {auths}\n    \
              allowed_auths_admin {auths}\n    guid a123456789abcdefa123456789abcdef\n  endlan\n  \
-             chassis_control \"{} 0x20\"\n  user 1 true \"\" \"test\" user 10 {auths}\n  \
+             chassis_control \"{} 0x20\"\n  sol \"tcp:127.0.0.1:{serial_port}\" 115200\n  user 1 true \"\" \"test\" user 10 {auths}\n  \
              user 2 true \"admin\" \"password\" admin 10 {auths}\n  user 3 true \"viewer\" \"viewpass\" user 10 {auths}\n",
             chassis.display()
         );
@@ -235,7 +238,7 @@ impl IpmiSim {
             .stderr(std::fs::File::create(dir.path().join("ipmi_sim.log")).unwrap())
             .spawn()
             .expect("ipmi_sim (scripts/setup installs openipmi)");
-        let sim = IpmiSim { port, dir, _guard: Guard(child) };
+        let sim = IpmiSim { port, serial_port, dir, _guard: Guard(child) };
         // Ready when it answers a Get Device ID.
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

@@ -2,8 +2,10 @@
 //! power, boot override, virtual media, what the BMC reports, password rotation, and
 //! discovery. Power and media calls return once the BMC reports the result.
 
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -12,8 +14,8 @@ use crate::app::AppState;
 use crate::bmcs;
 use crate::error::ApiResult;
 use crate::model::bmc::{
-    BmcInfo, BmcSpec, BootRequest, DiscoverRequest, DiscoverResult, MediaInfo, MediaRequest, Password, PowerRequest,
-    PowerResult,
+    BmcInfo, BmcSpec, BootRequest, ConsoleSession, DiscoverRequest, DiscoverResult, MediaInfo, MediaRequest, Password,
+    PowerRequest, PowerResult,
 };
 
 /// A node's power as its BMC reports it.
@@ -172,4 +174,32 @@ pub async fn discover(
 ) -> ApiResult<ApiJson<DiscoverResult>> {
     caller.admin("bmcs")?;
     Ok(ApiJson(crate::discovery::discover(&app, request).await?))
+}
+
+/// The node's serial console as a WebSocket (IPMI Serial-over-LAN): binary messages both
+/// ways. Every session is recorded (who, which node, when, bytes each way).
+#[utoipa::path(get, path = "/v1/nodes/{id}/console", params(("id" = String, Path, description = "node id")),
+    responses((status = 101, description = "switching to the WebSocket protocol"), (status = 502, body = crate::error::ErrorBody)))]
+pub async fn console(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    upgrade: WebSocketUpgrade,
+) -> ApiResult<Response> {
+    caller.admin(&format!("node {id}"))?;
+    let (child, session) = bmcs::open_console(&app, &id, &caller.0.id).await?;
+    tracing::info!(node = %id, credential = %caller.0.id, %session, "console session opened");
+    Ok(upgrade.on_upgrade(move |socket| crate::console::bridge(app, socket, child, session)))
+}
+
+/// The node's console sessions, newest first (audit).
+#[utoipa::path(get, path = "/v1/nodes/{id}/console/sessions", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = Vec<ConsoleSession>)))]
+pub async fn console_sessions(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<Vec<ConsoleSession>>> {
+    caller.admin(&format!("node {id}"))?;
+    Ok(ApiJson(app.store.read(move |c| crate::store::bmcs::console_sessions(c, &id)).await?))
 }

@@ -95,6 +95,8 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         bmc::get_readings,
         bmc::rotate_bmc,
         bmc::discover,
+        bmc::console,
+        bmc::console_sessions,
     ),
     components(schemas(crate::error::ErrorBody)),
     modifiers(&BearerAuth)
@@ -161,6 +163,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/nodes/{id}/boot", post(bmc::post_boot))
         .route("/v1/nodes/{id}/media", get(bmc::get_media).post(bmc::post_media).delete(bmc::delete_media))
         .route("/v1/bmcs/discover", post(bmc::discover))
+        .route("/v1/nodes/{id}/console", get(bmc::console))
+        .route("/v1/nodes/{id}/console/sessions", get(bmc::console_sessions))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::stream_events))
         .fallback(|| async { ApiError::NotFound("route".into()) })

@@ -357,3 +357,25 @@ pub struct DiscoverResult {
     /// Redfish services found.
     pub found: Vec<DiscoveredBmc>,
 }
+
+/// One serial console session (audit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsoleSession {
+    /// Session id.
+    pub id: String,
+    /// The credential that opened it.
+    pub credential_id: String,
+    /// When it opened.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String)]
+    pub started_at: time::OffsetDateTime,
+    /// When it ended (none while open).
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>)]
+    pub ended_at: Option<time::OffsetDateTime>,
+    /// Bytes typed into it.
+    pub bytes_in: i64,
+    /// Bytes the machine sent.
+    pub bytes_out: i64,
+}

@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 
 use crate::clock::to_millis;
 use crate::error::ApiError;
-use crate::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BmcTls, IpmiPrivilege};
+use crate::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BmcTls, ConsoleSession, IpmiPrivilege};
 use crate::store::{Conn, DbError, DbResult, Row, events};
 
 /// A BMC row with its stored secret.
@@ -153,4 +153,48 @@ pub fn record_power(conn: &mut dyn Conn, node: &str, power: &str, now: OffsetDat
         )?;
     }
     Ok(())
+}
+
+/// Records that a console session opened.
+pub fn open_console(conn: &mut dyn Conn, id: &str, node: &str, credential: &str, now: OffsetDateTime) -> DbResult<()> {
+    conn.execute(
+        "INSERT INTO console_sessions (id, node_id, credential_id, started_at, bytes_in, bytes_out) VALUES ($1, $2, $3, $4, 0, 0)",
+        &[&id, &node, &credential, &to_millis(now)],
+    )?;
+    let data = json!({"node": node, "session": id, "credential": credential});
+    events::append(conn, "node.console.opened", &format!("node/{node}"), None, &data, now)?;
+    Ok(())
+}
+
+/// Records that a console session ended, with its byte counts.
+pub fn close_console(conn: &mut dyn Conn, id: &str, bytes: (i64, i64), now: OffsetDateTime) -> DbResult<()> {
+    conn.execute(
+        "UPDATE console_sessions SET ended_at = $1, bytes_in = $2, bytes_out = $3 WHERE id = $4",
+        &[&to_millis(now), &bytes.0, &bytes.1, &id],
+    )?;
+    let node: String = conn.query_one("SELECT node_id FROM console_sessions WHERE id = $1", &[&id])?.get("node_id")?;
+    let data = json!({"node": node, "session": id, "bytesIn": bytes.0, "bytesOut": bytes.1});
+    events::append(conn, "node.console.closed", &format!("node/{node}"), None, &data, now)?;
+    Ok(())
+}
+
+/// A node's console sessions, newest first.
+pub fn console_sessions(conn: &mut dyn Conn, node: &str) -> DbResult<Vec<ConsoleSession>> {
+    conn.query(
+        "SELECT id, credential_id, started_at, ended_at, bytes_in, bytes_out FROM console_sessions WHERE node_id = $1 \
+         ORDER BY started_at DESC, id",
+        &[&node],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(ConsoleSession {
+            id: r.get("id")?,
+            credential_id: r.get("credential_id")?,
+            started_at: crate::clock::from_millis(r.get("started_at")?),
+            ended_at: r.get::<Option<i64>>("ended_at")?.map(crate::clock::from_millis),
+            bytes_in: r.get("bytes_in")?,
+            bytes_out: r.get("bytes_out")?,
+        })
+    })
+    .collect()
 }

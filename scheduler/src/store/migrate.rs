@@ -13,6 +13,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "billing", include_str!("../../migrations/0003_billing.sql")),
     (4, "row-locks", include_str!("../../migrations/0004_row_locks.sql")),
     (5, "bmcs", include_str!("../../migrations/0005_bmcs.sql")),
+    (6, "console-sessions", include_str!("../../migrations/0006_console_sessions.sql")),
 ];
 
 /// Brings the schema up to date.

@@ -1,0 +1,91 @@
+//! The serial console over a WebSocket against ipmi_sim's Serial-over-LAN, whose serial
+//! line is a TCP socket this test plays the machine on: bytes go both ways, only admins get
+//! in, and every session is recorded.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Site;
+use futures::{SinkExt as _, StreamExt as _};
+use metal_tests::emulators::IpmiSim;
+use serde_json::json;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest as _};
+
+/// Plays the machine: answers "hi there" to every "hello" on its serial line.
+async fn machine(port: u16) {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut line, _)) = listener.accept().await else { return };
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 256];
+            while let Ok(n) = line.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                seen.extend_from_slice(&buf[..n]);
+                if seen.windows(5).any(|w| w == b"hello") {
+                    seen.clear();
+                    let _ = line.write_all(b"hi there\r\n").await;
+                }
+            }
+        }
+    });
+}
+
+#[tokio::test]
+async fn the_console_bridges_both_ways_for_admins_and_every_session_is_recorded() {
+    let sim = IpmiSim::start();
+    machine(sim.serial_port).await;
+    let site = Site::start().await;
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
+    let spec = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"});
+    let (s, body) = site.admin("PUT", "/v1/nodes/n1/bmc", Some(spec)).await;
+    assert_eq!(s, 200, "{body}");
+
+    let url = format!("{}/v1/nodes/n1/console", site.url.replace("http://", "ws://"));
+    // No token, or a tenant's: no console.
+    let e = tokio_tungstenite::connect_async(url.as_str()).await.unwrap_err().to_string();
+    assert!(e.contains("401"), "{e}");
+    let tenant = site.tenant("acme").await;
+    let mut request = url.as_str().into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {tenant}").parse().unwrap());
+    let e = tokio_tungstenite::connect_async(request).await.unwrap_err().to_string();
+    assert!(e.contains("404"), "{e}");
+
+    let mut request = url.as_str().into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {}", site.admin).parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut received = Vec::new();
+    while !String::from_utf8_lossy(&received).contains("hi there") {
+        assert!(Instant::now() < deadline, "no answer through the console: {:?}", String::from_utf8_lossy(&received));
+        socket.send(Message::Text("hello\r".into())).await.unwrap();
+        while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_millis(500), socket.next()).await {
+            received.extend_from_slice(&message.into_data());
+        }
+    }
+    socket.close(None).await.unwrap();
+
+    // The session is recorded: who, which node, when, bytes each way.
+    let (_, credentials) = site.admin("GET", "/v1/credentials", None).await;
+    let admin_id =
+        credentials.as_array().unwrap().iter().find(|c| c["role"] == "platform-admin").unwrap()["id"].clone();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let session = loop {
+        let (_, sessions) = site.admin("GET", "/v1/nodes/n1/console/sessions", None).await;
+        assert_eq!(sessions.as_array().unwrap().len(), 1, "{sessions}");
+        if !sessions[0]["endedAt"].is_null() {
+            break sessions[0].clone();
+        }
+        assert!(Instant::now() < deadline, "the session never ended: {sessions}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(session["credentialId"], admin_id);
+    assert!(session["bytesIn"].as_i64().unwrap() >= 6 && session["bytesOut"].as_i64().unwrap() >= 8, "{session}");
+    let (_, events) = site.admin("GET", "/v1/events?after=0", None).await;
+    let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert!(kinds.contains(&"node.console.opened") && kinds.contains(&"node.console.closed"), "{kinds:?}");
+}
