@@ -195,3 +195,45 @@ async fn discovery_tries_at_most_three_credentials_and_registers_what_opened() {
     let (_, again) = site.admin("POST", "/v1/bmcs/discover", Some(request)).await;
     assert!(again["found"][0]["note"].as_str().unwrap().contains("already enrolled"), "{again}");
 }
+
+#[tokio::test]
+async fn imports_carry_bmcs_in_csv_and_json() {
+    let site = site_with_node(true).await;
+    let csv = "id,bmcProtocol,bmcAddress,bmcUsername,bmcPassword,bmcTls\n\
+               n2,ipmi,10.0.0.2,admin,csv-secret-1,\n\
+               n3,redfish,https://10.0.0.3,root,csv-secret-2,fingerprint=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n\
+               n4,,,,,\n";
+    let response = site
+        .http
+        .post(format!("{}/v1/nodes/import", site.url))
+        .bearer_auth(&site.admin)
+        .header("content-type", "text/csv")
+        .body(csv)
+        .send()
+        .await
+        .unwrap();
+    let text = response.text().await.unwrap();
+    assert!(text.contains("\"created\":[\"n2\",\"n3\",\"n4\"]") && !text.contains("csv-secret"), "{text}");
+    let (_, n2) = site.admin("GET", "/v1/nodes/n2/bmc", None).await;
+    assert_eq!(
+        (&n2["protocol"], &n2["address"], &n2["credentialSealed"]),
+        (&json!("ipmi"), &json!("10.0.0.2"), &json!(true))
+    );
+    let (_, n3) = site.admin("GET", "/v1/nodes/n3/bmc", None).await;
+    assert_eq!(n3["tls"]["mode"], "fingerprint");
+    let (s, _) = site.admin("GET", "/v1/nodes/n4/bmc", None).await;
+    assert_eq!(s, 404);
+
+    // JSON: a node that exists is skipped and its BMC left alone; a bad BMC rejects it all.
+    let import = json!([{"id": "n1", "bmc": {"protocol": "ipmi", "address": "10.9.9.9", "username": "x", "password": "y"}},
+                        {"id": "n5", "bmc": {"protocol": "ipmi", "address": "10.0.0.5", "username": "admin", "password": "json-secret"}}]);
+    let (s, result) = site.admin("POST", "/v1/nodes/import", Some(import)).await;
+    assert_eq!((s, &result["created"], &result["skipped"][0]["id"]), (200, &json!(["n5"]), &json!("n1")), "{result}");
+    let (s, _) = site.admin("GET", "/v1/nodes/n1/bmc", None).await;
+    assert_eq!(s, 404, "a skipped node's BMC is not set");
+    let bad = json!([{"id": "n6"}, {"id": "n7", "bmc": {"protocol": "redfish", "address": "https://10.0.0.7", "username": "a", "password": "b"}}]);
+    let (s, body) = site.admin("POST", "/v1/nodes/import", Some(bad)).await;
+    assert_eq!((s, &body["error"]["field"]), (422, &json!("nodes[1].bmc.tls")), "{body}");
+    let (s, _) = site.admin("GET", "/v1/nodes/n6", None).await;
+    assert_eq!(s, 404, "nothing of a rejected import is enrolled");
+}

@@ -12,6 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::model::bmc::BmcSpec;
 use crate::model::node::{Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};
 use crate::store::{self, Conn, nodes::NewNode};
 
@@ -81,17 +82,64 @@ pub struct Skipped {
 /// Parses the CSV import format: a header row naming columns `id` (required), `bootMac`,
 /// `labels` (`k=v;k=v`), `taints` (`k=v:NoSchedule;...`), `devices` (`class=count;...`,
 /// expanded to healthy atoms `class0..classN-1`).
-pub fn parse_csv(text: &str) -> ApiResult<Vec<NodeCreate>> {
+/// CSV columns a node import understands.
+const CSV_COLUMNS: [&str; 12] = [
+    "id",
+    "bootMac",
+    "poolId",
+    "labels",
+    "taints",
+    "devices",
+    "bmcProtocol",
+    "bmcAddress",
+    "bmcUsername",
+    "bmcPassword",
+    "bmcTls",
+    "bmcPrivilege",
+];
+
+/// A BMC from a CSV row's bmc* cells (`bmcTls` is `insecure` or `fingerprint=HEX`).
+fn csv_bmc(cells: &serde_json::Map<String, serde_json::Value>, line_no: usize) -> ApiResult<Option<BmcSpec>> {
+    let Some(protocol) = cells.get("bmcProtocol").and_then(|v| v.as_str()).filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let field = |k: &str| cells.get(k).cloned().unwrap_or(serde_json::Value::Null);
+    let mut spec = serde_json::json!({"protocol": protocol, "address": field("bmcAddress"),
+        "username": field("bmcUsername"), "password": field("bmcPassword")});
+    match cells.get("bmcTls").and_then(|v| v.as_str()).unwrap_or("") {
+        "" => {}
+        "insecure" => spec["tls"] = serde_json::json!({"mode": "insecure"}),
+        other => match other.strip_prefix("fingerprint=") {
+            Some(f) => spec["tls"] = serde_json::json!({"mode": "fingerprint", "value": f}),
+            None => {
+                return Err(ApiError::invalid(
+                    format!("csv line {line_no} bmcTls"),
+                    "must be insecure or fingerprint=HEX (use the JSON import for a CA)",
+                ));
+            }
+        },
+    }
+    if let Some(p) = cells.get("bmcPrivilege").and_then(|v| v.as_str()).filter(|p| !p.is_empty()) {
+        spec["privilege"] = serde_json::json!(p);
+    }
+    serde_json::from_value(spec)
+        .map(Some)
+        .map_err(|e| ApiError::invalid(format!("csv line {line_no} bmc"), e.to_string()))
+}
+
+/// Parses a CSV import: a header row naming columns from [`CSV_COLUMNS`], then one node
+/// (and optionally its BMC) per row.
+pub fn parse_csv(text: &str) -> ApiResult<Vec<(NodeCreate, Option<BmcSpec>)>> {
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
     let (_, header) = lines.next().ok_or_else(|| {
         ApiError::invalid("csv", "empty: expected a header row such as id,bootMac,labels,taints,devices")
     })?;
     let columns: Vec<&str> = header.split(',').map(str::trim).collect();
     for c in &columns {
-        if !["id", "bootMac", "poolId", "labels", "taints", "devices"].contains(c) {
+        if !CSV_COLUMNS.contains(c) {
             return Err(ApiError::invalid(
                 "csv",
-                format!("unknown column {c:?} (columns: id, bootMac, poolId, labels, taints, devices)"),
+                format!("unknown column {c:?} (columns: {})", CSV_COLUMNS.join(", ")),
             ));
         }
     }
@@ -116,9 +164,13 @@ pub fn parse_csv(text: &str) -> ApiResult<Vec<NodeCreate>> {
             taints: Vec::new(),
             devices: Vec::new(),
         };
+        let mut bmc = serde_json::Map::new();
         for (column, cell) in columns.iter().zip(cells) {
             let list = || cell.split(';').map(str::trim).filter(|s| !s.is_empty());
             match *column {
+                c if c.starts_with("bmc") => {
+                    bmc.insert(c.to_owned(), serde_json::Value::String(cell.to_owned()));
+                }
                 "id" => node.id = cell.to_owned(),
                 "bootMac" if !cell.is_empty() => node.boot_mac = Some(cell.to_owned()),
                 "poolId" if !cell.is_empty() => node.pool_id = Some(cell.to_owned()),
@@ -151,15 +203,46 @@ pub fn parse_csv(text: &str) -> ApiResult<Vec<NodeCreate>> {
                 _ => {}
             }
         }
-        nodes.push(node);
+        nodes.push((node, csv_bmc(&bmc, line_no)?));
     }
     Ok(nodes)
+}
+
+/// A JSON import: an array of node enrolments, each with an optional `bmc` (as `PUT
+/// /v1/nodes/{id}/bmc` takes it).
+fn parse_json(body: &[u8]) -> ApiResult<Vec<(NodeCreate, Option<BmcSpec>)>> {
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadBody(format!("expected a JSON array of nodes or text/csv: {e}")))?;
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut entry)| {
+            let bmc = entry.as_object_mut().and_then(|o| o.remove("bmc"));
+            let node: NodeCreate =
+                serde_json::from_value(entry).map_err(|e| ApiError::invalid(format!("nodes[{i}]"), e.to_string()))?;
+            let bmc = bmc
+                .map(serde_json::from_value::<BmcSpec>)
+                .transpose()
+                .map_err(|e| ApiError::invalid(format!("nodes[{i}].bmc"), e.to_string()))?;
+            Ok((node, bmc))
+        })
+        .collect()
+}
+
+/// A BMC's validation error with the field named within the import.
+fn validate_bmc(spec: &BmcSpec, prefix: &str) -> ApiResult<()> {
+    spec.validate().map_err(|e| match e {
+        ApiError::InvalidInput { field, message } => {
+            ApiError::InvalidInput { field: format!("{prefix}{field}"), message }
+        }
+        other => other,
+    })
 }
 
 /// Enrol many nodes from CSV (`Content-Type: text/csv`) or a JSON array of node enrolments.
 /// Existing nodes are skipped and reported; any invalid entry rejects the whole import.
 #[utoipa::path(post, path = "/v1/nodes/import",
-    request_body(content = Vec<NodeCreate>, description = "JSON array, or text/csv with columns id,bootMac,poolId,labels,taints,devices"),
+    request_body(content = Vec<NodeCreate>, description = "JSON array (each entry may carry a `bmc` as PUT /v1/nodes/{id}/bmc takes it), or text/csv with columns id,bootMac,poolId,labels,taints,devices,bmcProtocol,bmcAddress,bmcUsername,bmcPassword,bmcTls,bmcPrivilege"),
     responses((status = 200, body = ImportResult)))]
 pub async fn import_nodes(
     State(app): State<AppState>,
@@ -173,19 +256,35 @@ pub async fn import_nodes(
     let entries = if content_type.starts_with("text/csv") {
         parse_csv(std::str::from_utf8(&body).map_err(|_| ApiError::invalid("csv", "is not UTF-8"))?)?
     } else {
-        serde_json::from_slice::<Vec<NodeCreate>>(&body)
-            .map_err(|e| ApiError::BadBody(format!("expected a JSON array of nodes or text/csv: {e}")))?
+        parse_json(&body)?
     };
-    let validated: Vec<NewNode> =
-        entries.iter().enumerate().map(|(i, e)| validated(e, &format!("nodes[{i}]."))).collect::<ApiResult<_>>()?;
+    let mut checked: Vec<(NewNode, Option<(BmcSpec, String)>)> = Vec::with_capacity(entries.len());
+    for (i, (node, bmc)) in entries.into_iter().enumerate() {
+        let node = validated(&node, &format!("nodes[{i}]."))?;
+        let bmc = match bmc {
+            Some(spec) => {
+                validate_bmc(&spec, &format!("nodes[{i}].bmc."))?;
+                let sealed = crate::secrets::seal(app.config.master_key.as_ref(), &node.id, &spec.login.password.0);
+                Some((spec, sealed))
+            }
+            None => None,
+        };
+        checked.push((node, bmc));
+    }
     let now = app.clock.now();
     let result = app
         .change(move |tx| {
-            ensure_pools_exist(tx, &validated, "nodes[].")?;
+            let nodes: Vec<NewNode> = checked.iter().map(|(n, _)| n.clone()).collect();
+            ensure_pools_exist(tx, &nodes, "nodes[].")?;
             let mut result = ImportResult { created: Vec::new(), skipped: Vec::new() };
-            for node in &validated {
+            for (node, bmc) in &checked {
                 match store::nodes::insert(tx, node, now)? {
-                    Some(created) => result.created.push(created.id),
+                    Some(created) => {
+                        if let Some((spec, sealed)) = bmc {
+                            store::bmcs::put(tx, &created.id, spec, sealed, now)?;
+                        }
+                        result.created.push(created.id)
+                    }
                     None => result
                         .skipped
                         .push(Skipped { id: node.id.clone(), reason: "already enrolled (id or boot MAC)".into() }),
