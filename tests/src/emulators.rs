@@ -111,7 +111,19 @@ pub struct Sushy {
 }
 
 impl Sushy {
+    /// The fake driver: machines in sushy's own memory, no QEMU.
     pub fn start() -> Sushy {
+        Sushy::start_with("SUSHY_EMULATOR_FAKE_DRIVER = True\n")
+    }
+
+    /// The libvirt driver, limited to the domain with this UUID: power acts on a real QEMU.
+    pub fn start_libvirt(domain_uuid: &str) -> Sushy {
+        Sushy::start_with(&format!(
+            "SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\nSUSHY_EMULATOR_ALLOWED_INSTANCES = ['{domain_uuid}']\n"
+        ))
+    }
+
+    fn start_with(driver: &str) -> Sushy {
         let dir = tempfile::tempdir().unwrap();
         let pki = pki(dir.path(), "sushy");
         let hash = run(Command::new(format!("{VENV}/bin/python3")).args([
@@ -121,11 +133,7 @@ impl Sushy {
         let auth = dir.path().join("htpasswd");
         std::fs::write(&auth, format!("admin:{}\n", hash.trim())).unwrap();
         let config = dir.path().join("sushy.conf");
-        std::fs::write(
-            &config,
-            format!("SUSHY_EMULATOR_FAKE_DRIVER = True\nSUSHY_EMULATOR_AUTH_FILE = '{}'\n", auth.display()),
-        )
-        .unwrap();
+        std::fs::write(&config, format!("{driver}SUSHY_EMULATOR_AUTH_FILE = '{}'\n", auth.display())).unwrap();
         let port = free_tcp_port();
         let mut child = Command::new(format!("{VENV}/bin/sushy-emulator"))
             // Its state lives in TMPDIR/sushy-emulator: one per instance, or parallel tests
@@ -259,5 +267,76 @@ impl IpmiSim {
     /// What the chassis program was asked to do, in order.
     pub fn chassis_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("chassis.log")).unwrap_or_default()
+    }
+}
+
+fn virsh(args: &[&str]) -> std::process::Output {
+    Command::new("virsh")
+        .args(["-c", "qemu:///system"])
+        .args(args)
+        .output()
+        .expect("virsh (scripts/setup-hil installs it)")
+}
+
+/// A throwaway QEMU domain under libvirt (whose daemons are started here unless already
+/// running): no disk and no NIC, so when on it sits in its firmware, which is all a power
+/// round trip needs. Destroyed and undefined on drop.
+#[derive(Debug)]
+pub struct LibvirtDomain {
+    pub name: String,
+    pub uuid: String,
+    _daemons: Vec<Guard>,
+    _dir: tempfile::TempDir,
+}
+
+impl LibvirtDomain {
+    pub fn define() -> LibvirtDomain {
+        let mut daemons = Vec::new();
+        let socket = Path::new("/run/libvirt/libvirt-sock");
+        // A socket file left by a daemon that is gone refuses connections: start our own.
+        if std::os::unix::net::UnixStream::connect(socket).is_err() {
+            let _ = std::fs::remove_file(socket);
+            std::fs::create_dir_all("/run/libvirt").unwrap();
+            for daemon in ["virtlogd", "libvirtd"] {
+                let child = Command::new(daemon)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("{daemon} (scripts/setup-hil installs it): {e}"));
+                daemons.push(Guard(child));
+            }
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while std::os::unix::net::UnixStream::connect(socket).is_err() {
+                assert!(Instant::now() < deadline, "libvirtd did not create {}", socket.display());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("metal-test-{}-{}", std::process::id(), free_tcp_port());
+        let xml = format!(
+            "<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>\
+             <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>\
+             <devices><serial type='file'><source path='{}'/></serial></devices></domain>",
+            dir.path().join("console.log").display()
+        );
+        let file = dir.path().join("domain.xml");
+        std::fs::write(&file, xml).unwrap();
+        let out = virsh(&["define", file.to_str().unwrap()]);
+        assert!(out.status.success(), "virsh define: {}", String::from_utf8_lossy(&out.stderr));
+        let uuid = String::from_utf8_lossy(&virsh(&["domuuid", &name]).stdout).trim().to_owned();
+        LibvirtDomain { name, uuid, _daemons: daemons, _dir: dir }
+    }
+
+    /// What libvirt says (`running`, `shut off`).
+    pub fn state(&self) -> String {
+        String::from_utf8_lossy(&virsh(&["domstate", &self.name]).stdout).trim().to_owned()
+    }
+}
+
+impl Drop for LibvirtDomain {
+    fn drop(&mut self) {
+        let _ = virsh(&["destroy", &self.name]);
+        let _ = virsh(&["undefine", &self.name]);
     }
 }

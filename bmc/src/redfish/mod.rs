@@ -322,19 +322,21 @@ impl crate::Bmc for RedfishBmc {
 
     async fn power(&self, action: PowerAction) -> BmcResult<PowerOutcome> {
         let system = self.system().await?;
-        let before = self.power_state().await?;
+        let before = parse::power_state(&system).map_err(|m| self.transport.protocol("power status", m))?;
         let (target, allowed) = self.reset_types(&system).await?;
         let plan = reset_plan(action, before, &allowed).map_err(|m| {
             self.transport.unsupported(&format!("power {action:?}"), format!("{m} (allowed: {})", allowed.join(", ")))
         })?;
         let mut sent = Vec::new();
+        // Each step is read back before the next; the last read-back is the answer.
+        let mut after = before;
         for (command, expect) in plan {
             let operation = format!("reset {command}");
             self.transport.post_action(&operation, &target, &json!({"ResetType": command})).await?;
             sent.push(command.to_owned());
             self.wait_for_power(expect, &operation).await?;
+            after = expect;
         }
-        let after = self.power_state().await?;
         tracing::info!(bmc = self.transport.name(), ?action, ?before, ?after, ?sent, "power");
         Ok(PowerOutcome { before, after, sent })
     }
