@@ -10,7 +10,6 @@ use async_trait::async_trait;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::Mutex;
 
-use crate::Bmc as _;
 use crate::error::{BmcError, BmcResult};
 use crate::model::{
     BootPersistence, BootTarget, FirmwareComponent, Identity, LogEntry, MediaStatus, PowerAction, PowerOutcome,
@@ -242,32 +241,15 @@ impl IpmiBmc {
         self.run_as(&credential, args, None).await
     }
 
-    async fn wait_for_power(&self, want: PowerState, operation: &str) -> BmcResult<()> {
-        let deadline = tokio::time::Instant::now() + self.config.settle;
-        loop {
-            let now = self.power_state().await?;
-            if now == want {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(BmcError::Timeout {
-                    bmc: self.name.clone(),
-                    operation: operation.to_owned(),
-                    seconds: self.config.settle.as_secs(),
-                    message: format!("power is still {now:?}"),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-
     async fn chassis(&self, command: &'static str, expect: PowerState, sent: &mut Vec<String>) -> BmcResult<()> {
         if let Err(e) = self.run(&["chassis", "power", command]).await {
             sent.push(format!("{command} (refused)"));
             return Err(e);
         }
         sent.push(command.to_owned());
-        self.wait_for_power(expect, &format!("chassis power {command}")).await
+        let operation = format!("chassis power {command}");
+        crate::wait_for_power(self, &self.name, expect, &operation, self.config.settle, Duration::from_millis(250))
+            .await
     }
 }
 

@@ -16,6 +16,33 @@ pub use error::{BmcError, BmcResult};
 pub use model::{BootPersistence, BootTarget, MediaStatus, PowerAction, PowerOutcome, PowerState, ReadModel};
 pub use secret::{Credential, Secret};
 
+/// Polls `bmc` until it reports `want`, or fails after `settle` naming the last state seen.
+pub(crate) async fn wait_for_power<B: Bmc + ?Sized>(
+    bmc: &B,
+    name: &str,
+    want: PowerState,
+    operation: &str,
+    settle: std::time::Duration,
+    poll: std::time::Duration,
+) -> BmcResult<()> {
+    let deadline = tokio::time::Instant::now() + settle;
+    loop {
+        let now = bmc.power_state().await?;
+        if now == want {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(BmcError::Timeout {
+                bmc: name.to_owned(),
+                operation: operation.to_owned(),
+                seconds: settle.as_secs(),
+                message: format!("power is still {now:?}"),
+            });
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
 /// One machine's BMC.
 #[async_trait::async_trait]
 pub trait Bmc: Send + Sync {

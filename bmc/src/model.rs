@@ -1,6 +1,6 @@
 //! What a BMC reports and what it is asked to do, the same for Redfish and IPMI.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Chassis power.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -13,7 +13,7 @@ pub enum PowerState {
 }
 
 /// A power request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PowerAction {
     /// Power on (nothing when running).
@@ -51,7 +51,7 @@ pub struct PowerOutcome {
 }
 
 /// Where the next boot goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BootTarget {
     /// Network (PXE).

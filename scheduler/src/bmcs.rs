@@ -8,7 +8,7 @@ use metal_bmc::{Bmc, Credential, Secret};
 
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
-use crate::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BootRequest, BootTarget, MediaInfo, PowerAction, PowerResult};
+use crate::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BootRequest, MediaInfo, PowerResult};
 use crate::store;
 
 fn power_text(p: metal_bmc::PowerState) -> &'static str {
@@ -33,8 +33,8 @@ pub async fn info(app: &App, node: String) -> ApiResult<BmcInfo> {
     Ok(stored.ok_or(ApiError::NotFound(what))?.info)
 }
 
-/// A client for a node's BMC.
-pub async fn client(app: &App, node: &str) -> ApiResult<Box<dyn Bmc>> {
+/// A node's BMC row and its unsealed password.
+async fn stored(app: &App, node: &str) -> ApiResult<(BmcInfo, Secret)> {
     let id = node.to_owned();
     let stored = app
         .store
@@ -42,7 +42,13 @@ pub async fn client(app: &App, node: &str) -> ApiResult<Box<dyn Bmc>> {
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("BMC of node {node}")))?;
     let password = crate::secrets::open(app.config.master_key.as_ref(), node, &stored.secret)?;
-    connect(&stored.info, password).await
+    Ok((stored.info, password))
+}
+
+/// A client for a node's BMC.
+pub async fn client(app: &App, node: &str) -> ApiResult<Box<dyn Bmc>> {
+    let (info, password) = stored(app, node).await?;
+    connect(&info, password).await
 }
 
 /// Connects to a BMC described by `info` with `password`.
@@ -79,17 +85,11 @@ fn ipmi(info: &BmcInfo, credential: Credential) -> ApiResult<IpmiBmc> {
 /// Opens a node's serial console (IPMI Serial-over-LAN) for `credential_id` and records
 /// the session; returns the running `ipmitool sol activate` and the session id.
 pub async fn open_console(app: &App, node: &str, credential_id: &str) -> ApiResult<(tokio::process::Child, String)> {
-    let id = node.to_owned();
-    let stored = app
-        .store
-        .read(move |c| store::bmcs::get(c, &id))
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("BMC of node {node}")))?;
-    if stored.info.protocol != BmcProtocol::Ipmi {
+    let (info, password) = stored(app, node).await?;
+    if info.protocol != BmcProtocol::Ipmi {
         return Err(ApiError::Bmc(format!("node {node}: the serial console needs an IPMI BMC (Serial-over-LAN)")));
     }
-    let password = crate::secrets::open(app.config.master_key.as_ref(), node, &stored.secret)?;
-    let child = ipmi(&stored.info, Credential { user: stored.info.username.clone(), password })?.console().await?;
+    let child = ipmi(&info, Credential { user: info.username.clone(), password })?.console().await?;
     let session = format!("console-{}", uuid::Uuid::new_v4().simple());
     let (id, node, who, now) = (session.clone(), node.to_owned(), credential_id.to_owned(), app.clock.now());
     app.change(move |tx| Ok(store::bmcs::open_console(tx, &id, &node, &who, now)?)).await?;
@@ -111,13 +111,7 @@ pub async fn power_status(app: &App, node: &str) -> ApiResult<String> {
 }
 
 /// Carries out a power action, read back, and records the result.
-pub async fn power(app: &App, node: &str, action: PowerAction) -> ApiResult<PowerResult> {
-    let action = match action {
-        PowerAction::On => metal_bmc::PowerAction::On,
-        PowerAction::Off => metal_bmc::PowerAction::Off,
-        PowerAction::Reset => metal_bmc::PowerAction::Reset,
-        PowerAction::Cycle => metal_bmc::PowerAction::Cycle,
-    };
+pub async fn power(app: &App, node: &str, action: metal_bmc::PowerAction) -> ApiResult<PowerResult> {
     let outcome = client(app, node).await?.power(action).await?;
     record_power(app, node, outcome.after).await?;
     Ok(PowerResult {
@@ -129,15 +123,9 @@ pub async fn power(app: &App, node: &str, action: PowerAction) -> ApiResult<Powe
 
 /// Sets the boot override.
 pub async fn boot(app: &App, node: &str, request: &BootRequest) -> ApiResult<()> {
-    let target = match request.target {
-        BootTarget::Pxe => metal_bmc::BootTarget::Pxe,
-        BootTarget::Disk => metal_bmc::BootTarget::Disk,
-        BootTarget::Cd => metal_bmc::BootTarget::Cd,
-        BootTarget::Bios => metal_bmc::BootTarget::Bios,
-    };
     let persistence =
         if request.persistent { metal_bmc::BootPersistence::Persistent } else { metal_bmc::BootPersistence::Once };
-    Ok(client(app, node).await?.set_boot(target, persistence).await?)
+    Ok(client(app, node).await?.set_boot(request.target, persistence).await?)
 }
 
 /// Inserts (`Some(url)`) or ejects (`None`) the virtual CD, then reports what it holds.

@@ -203,15 +203,7 @@ async fn imports_carry_bmcs_in_csv_and_json() {
                n2,ipmi,10.0.0.2,admin,csv-secret-1,\n\
                n3,redfish,https://10.0.0.3,root,csv-secret-2,fingerprint=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n\
                n4,,,,,\n";
-    let response = site
-        .http
-        .post(format!("{}/v1/nodes/import", site.url))
-        .bearer_auth(&site.admin)
-        .header("content-type", "text/csv")
-        .body(csv)
-        .send()
-        .await
-        .unwrap();
+    let response = site.admin_csv("/v1/nodes/import", csv.to_owned()).await;
     let text = response.text().await.unwrap();
     assert!(text.contains("\"created\":[\"n2\",\"n3\",\"n4\"]") && !text.contains("csv-secret"), "{text}");
     let (_, n2) = site.admin("GET", "/v1/nodes/n2/bmc", None).await;

@@ -28,15 +28,7 @@ async fn requests_need_a_valid_token_and_errors_have_one_shape() {
     assert_eq!(s, 413, "{body}");
     error(&body, "INVALID_INPUT");
     let huge = format!("id\n{}", "n\n".repeat(33 << 20));
-    let response = site
-        .http
-        .post(format!("{}/v1/nodes/import", site.url))
-        .bearer_auth(&site.admin)
-        .header("content-type", "text/csv")
-        .body(huge)
-        .send()
-        .await
-        .unwrap();
+    let response = site.admin_csv("/v1/nodes/import", huge).await;
     assert_eq!(response.status().as_u16(), 413);
     error(&response.json().await.unwrap(), "INVALID_INPUT");
 }
@@ -88,15 +80,7 @@ async fn import_from_csv_and_json_skips_existing_and_rejects_invalid_whole() {
                n1,,,,\n\
                n2,52:54:00:00:00:02,rack=r1;switch=s1,,gpu=8\n\
                n3,52:54:00:00:00:03,rack=r2,dedicated=acme:NoSchedule,\n";
-    let response = site
-        .http
-        .post(format!("{}/v1/nodes/import", site.url))
-        .bearer_auth(&site.admin)
-        .header("content-type", "text/csv")
-        .body(csv)
-        .send()
-        .await
-        .unwrap();
+    let response = site.admin_csv("/v1/nodes/import", csv.to_owned()).await;
     assert_eq!(response.status(), 200);
     let result: serde_json::Value = response.json().await.unwrap();
     assert_eq!(result["created"], json!(["n2", "n3"]));

@@ -12,7 +12,6 @@ use serde_json::{Value, json};
 pub use http::{Answer, Timing, Transport};
 pub use update::UpdateOutcome;
 
-use crate::Bmc as _;
 use crate::error::{BmcError, BmcResult};
 use crate::model::{
     BootPersistence, BootTarget, FirmwareComponent, LogEntry, MediaStatus, PowerAction, PowerOutcome, PowerState,
@@ -133,25 +132,6 @@ impl RedfishBmc {
             allowed = ["On", "ForceOff", "ForceRestart"].map(String::from).to_vec();
         }
         Ok((target, allowed))
-    }
-
-    async fn wait_for_power(&self, want: PowerState, operation: &str) -> BmcResult<()> {
-        let deadline = tokio::time::Instant::now() + self.transport.timing.settle;
-        loop {
-            let now = self.power_state().await?;
-            if now == want {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(BmcError::Timeout {
-                    bmc: self.transport.name().to_owned(),
-                    operation: operation.to_owned(),
-                    seconds: self.transport.timing.settle.as_secs(),
-                    message: format!("power is still {now:?}"),
-                });
-            }
-            tokio::time::sleep(self.transport.timing.poll).await;
-        }
     }
 
     /// The virtual CD: the first member of a VirtualMedia collection (the system's, else the
@@ -334,7 +314,8 @@ impl crate::Bmc for RedfishBmc {
             let operation = format!("reset {command}");
             self.transport.post_action(&operation, &target, &json!({"ResetType": command})).await?;
             sent.push(command.to_owned());
-            self.wait_for_power(expect, &operation).await?;
+            let timing = &self.transport.timing;
+            crate::wait_for_power(self, self.transport.name(), expect, &operation, timing.settle, timing.poll).await?;
             after = expect;
         }
         tracing::info!(bmc = self.transport.name(), ?action, ?before, ?after, ?sent, "power");

@@ -222,26 +222,12 @@ pub struct BmcInfo {
     pub generation: i64,
 }
 
-/// A power request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum PowerAction {
-    /// Power on (nothing when running).
-    On,
-    /// Hard off (nothing when stopped).
-    Off,
-    /// Warm reset (power on when stopped).
-    Reset,
-    /// Off and on (power on when stopped).
-    Cycle,
-}
-
 /// Body of a power request.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PowerRequest {
     /// What to do.
-    pub action: PowerAction,
+    pub action: metal_bmc::PowerAction,
 }
 
 /// What a power request did.
@@ -256,26 +242,12 @@ pub struct PowerResult {
     pub sent: Vec<String>,
 }
 
-/// Boot targets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum BootTarget {
-    /// Network.
-    Pxe,
-    /// Local disk.
-    Disk,
-    /// Virtual CD.
-    Cd,
-    /// Firmware setup.
-    Bios,
-}
-
 /// Body of a boot override request.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BootRequest {
     /// Where to boot.
-    pub target: BootTarget,
+    pub target: metal_bmc::BootTarget,
     /// Every boot until changed (default: the next boot only).
     #[serde(default)]
     pub persistent: bool,

@@ -75,6 +75,18 @@ impl Site {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
+    /// POSTs a CSV body as the admin.
+    pub async fn admin_csv(&self, path: &str, csv: String) -> reqwest::Response {
+        self.http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.admin)
+            .header("content-type", "text/csv")
+            .body(csv)
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         self.call(Some(&self.admin.clone()), method, path, body).await
     }
