@@ -1,5 +1,6 @@
 //! The main job as a user runs it: `metal-scheduler serve` on a fresh data directory starts,
 //! answers, writes the first admin token (0600, never logged) and stops cleanly on SIGTERM.
+//! With debug logging on, driving a BMC logs neither its password nor the master key.
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
@@ -7,10 +8,15 @@ use std::process::{Command, Stdio};
 
 #[test]
 fn serve_starts_answers_and_shuts_down_cleanly() {
+    const BMC_PASSWORD: &str = "viewpass"; // ipmi_sim's viewer
+    let master_key = "c0ffee".repeat(10) + "c0ff";
+    let sim = metal_tests::emulators::IpmiSim::start();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
+        .env("METAL_LOG", "debug")
+        .env("METAL_MASTER_KEY", &master_key)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -33,6 +39,16 @@ fn serve_starts_answers_and_shuts_down_cleanly() {
     assert_eq!(http.get(format!("http://{address}/healthz")).send().unwrap().text().unwrap(), "ok\n");
     let nodes = http.get(format!("http://{address}/v1/nodes")).bearer_auth(&token).send().unwrap();
     assert_eq!(nodes.status(), 200);
+    let call = |method: reqwest::Method, path: &str, body: serde_json::Value| {
+        let response =
+            http.request(method, format!("http://{address}{path}")).bearer_auth(&token).json(&body).send().unwrap();
+        assert!(response.status().is_success(), "{path}: {}", response.text().unwrap());
+    };
+    call(reqwest::Method::POST, "/v1/nodes", serde_json::json!({"id": "n1"}));
+    let bmc = serde_json::json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port),
+                                 "username": "viewer", "password": BMC_PASSWORD});
+    call(reqwest::Method::PUT, "/v1/nodes/n1/bmc", bmc);
+    call(reqwest::Method::POST, "/v1/nodes/n1/power", serde_json::json!({"action": "on"}));
 
     // SIGTERM: graceful shutdown.
     // SAFETY: kill(2) on our own child's pid with a valid signal number has no memory effects.
@@ -42,4 +58,9 @@ fn serve_starts_answers_and_shuts_down_cleanly() {
     assert!(status.success(), "{status:?}");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.iter().any(|l| l.contains("shut down cleanly")), "{rest:?}");
+    let all: Vec<&String> = log.iter().chain(&rest).collect();
+    assert!(all.iter().any(|l| l.contains("\"power\"")), "the power request was logged: {all:?}");
+    for secret in [BMC_PASSWORD, master_key.as_str(), token.as_str()] {
+        assert!(!all.iter().any(|l| l.contains(secret)), "{secret:?} was logged");
+    }
 }
