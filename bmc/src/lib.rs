@@ -5,6 +5,7 @@
 //!
 //! Secrets ([`Secret`]) never reach a log, an error message or a child process's argv.
 
+pub mod cli;
 pub mod error;
 pub mod ipmi;
 pub mod model;

@@ -1,5 +1,6 @@
-//! metal-firmware: firmware inventory, baseline check and reflash. Today: the baseline
-//! check (`baseline`); in-band and out-of-band inventory and the reflash flow come next
-//! (see the firmware issue's notes).
+//! metal-firmware: firmware inventory (out of band through the BMC today; in band in the
+//! ramdisk next), the baseline check, and (next) reflash through the BMC.
 
 pub mod baseline;
+pub mod cli;
+pub mod inventory;

@@ -1,18 +1,15 @@
 //! `metal-firmware`: parses the command line and dispatches to the library.
 
-use clap::Parser;
-
-/// Firmware inventory, baseline drift check and reflash through the BMC.
-///
-/// Its commands (inventory, check, reflash) arrive with the firmware issue.
-#[derive(Parser, Debug)]
-#[command(name = "metal-firmware", version, about, long_about)]
-struct Cli {}
+use clap::Parser as _;
 
 fn main() -> std::process::ExitCode {
-    let _ = Cli::parse();
-    eprintln!(
-        "metal-firmware: no commands yet. Its commands (inventory, check, reflash) arrive with the firmware issue."
-    );
-    std::process::ExitCode::from(2)
+    let cli = metal_firmware::cli::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("metal-firmware: cannot start: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    std::process::ExitCode::from(runtime.block_on(metal_firmware::cli::run(cli)) as u8)
 }
