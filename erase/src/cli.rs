@@ -30,6 +30,16 @@ pub const EXIT_BAD_ARGUMENTS: u8 = 2;
 /// A disk could not be erased.
 pub const EXIT_COULD_NOT_ERASE: u8 = 3;
 
+/// Lets a closed stdout end the process quietly, as for any Unix filter (`metal-erase list |
+/// head`), instead of a panic on the failed print. Rust ignores SIGPIPE by default.
+pub fn default_sigpipe() {
+    // SAFETY: setting SIGPIPE's disposition to SIG_DFL before any thread is started touches
+    // no memory of ours and cannot race with another signal() call.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Logs to stderr: human-readable on a terminal, JSON lines otherwise.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("METAL_LOG").unwrap_or_else(|_| "info".into());

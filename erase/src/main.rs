@@ -160,6 +160,7 @@ fn parse_method(s: &str) -> Result<SanitizeMethod, String> {
 }
 
 fn main() -> ExitCode {
+    cli::default_sigpipe();
     let cli = Cli::parse();
     cli::init_logging();
     let code = match cli.command {

@@ -305,3 +305,22 @@ fn bad_arguments_exit_2_and_touch_nothing() {
     assert_eq!(std::fs::read(&report).unwrap(), b"keep me");
     assert!(disk.read_all().iter().all(|b| *b == 0xa5), "a refused run wrote to the disk");
 }
+
+#[test]
+fn a_closed_stdout_ends_list_quietly() {
+    use std::os::unix::process::ExitStatusExt as _;
+    // The read end of stdout is closed before metal-erase writes its table: SIGPIPE ends it,
+    // as it would `metal-erase list | head -0`, with no panic on stderr.
+    let disk = LoopDevice::new(1 << 20);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metal-erase"))
+        .args(["list", "--device", s(&disk.path)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(output.status.success() || output.status.signal() == Some(libc::SIGPIPE), "{:?}: {stderr}", output.status);
+}
