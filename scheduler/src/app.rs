@@ -211,8 +211,10 @@ pub async fn tick_reservations(app: &App) -> Result<usize, ApiError> {
         moves.push((id, vec![Pending], Active, "its start came".into()));
     }
     for (id, from, to, reason) in moves {
+        // Not `change`: a skipped node binding must not drop the placement cache every tick.
         let moved = app
-            .change(move |tx| {
+            .store
+            .write(move |tx| {
                 let Some(current) = store::capacity::get_reservation(tx, &id)? else { return Ok(false) };
                 // Node bindings start only when bound.
                 if to == Active && current.request.binding.is_some() {
@@ -226,6 +228,10 @@ pub async fn tick_reservations(app: &App) -> Result<usize, ApiError> {
             Ok(false) | Err(ApiError::Conflict(_)) => {}
             Err(e) => return Err(e),
         }
+    }
+    if changed > 0 {
+        app.placement.invalidate();
+        app.events.notify_waiters();
     }
     Ok(changed)
 }
