@@ -15,15 +15,15 @@ use crate::tls::{TlsTrust, parse_fingerprint};
 /// Which BMC to talk to.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BmcArgs {
-    /// redfish or ipmi.
-    #[arg(long, value_parser = ["redfish", "ipmi"], default_value = "redfish")]
-    pub bmc_protocol: String,
+    /// redfish (the default) or ipmi.
+    #[arg(long, value_parser = ["redfish", "ipmi"])]
+    pub bmc_protocol: Option<String>,
     /// Redfish: https://host[:port]; IPMI: host[:port] (623).
-    #[arg(long)]
-    pub bmc_address: String,
+    #[arg(long, requires = "bmc_user")]
+    pub bmc_address: Option<String>,
     /// BMC user.
-    #[arg(long)]
-    pub bmc_user: String,
+    #[arg(long, requires = "bmc_address")]
+    pub bmc_user: Option<String>,
     /// File holding the password (- is stdin); else METAL_BMC_PASSWORD; else stdin.
     #[arg(long)]
     pub bmc_password_file: Option<PathBuf>,
@@ -73,32 +73,35 @@ impl BmcArgs {
         })
     }
 
+    /// Whether a BMC was named (for tools where the BMC is one source among others).
+    pub fn given(&self) -> bool {
+        self.bmc_address.is_some()
+    }
+
     /// Connects.
     pub async fn connect(&self) -> BmcResult<Box<dyn Bmc>> {
-        let credential = Credential::new(&self.bmc_user, self.password()?);
-        if self.bmc_protocol == "ipmi" {
-            let (host, port) = match self.bmc_address.rsplit_once(':') {
+        let (Some(address), Some(user)) = (&self.bmc_address, &self.bmc_user) else {
+            return Err(BmcError::Invalid("name the BMC with --bmc-address and --bmc-user".into()));
+        };
+        let credential = Credential::new(user, self.password()?);
+        if self.bmc_protocol.as_deref() == Some("ipmi") {
+            let (host, port) = match address.rsplit_once(':') {
                 Some((h, p)) => (h.to_owned(), p.parse().map_err(|_| BmcError::Invalid("--bmc-address port".into()))?),
-                None => (self.bmc_address.clone(), 623),
+                None => (address.clone(), 623),
             };
             return Ok(Box::new(IpmiBmc::new(IpmiConfig::new(host, port, credential))));
         }
         let trust = match self.trust()? {
             Some(t) => t,
-            None if self.bmc_address.starts_with("http://") => TlsTrust::InsecureSkipVerify,
+            None if address.starts_with("http://") => TlsTrust::InsecureSkipVerify,
             None => {
                 return Err(BmcError::Invalid(
                     "say how to trust the BMC: --tls-fingerprint, --tls-ca or --tls-insecure".into(),
                 ));
             }
         };
-        let config = RedfishConfig {
-            endpoint: self.bmc_address.clone(),
-            credential,
-            trust,
-            system: None,
-            timing: Timing::default(),
-        };
+        let config =
+            RedfishConfig { endpoint: address.clone(), credential, trust, system: None, timing: Timing::default() };
         Ok(Box::new(RedfishBmc::connect(config).await?))
     }
 }

@@ -12,8 +12,8 @@ use tokio::sync::Mutex;
 
 use crate::error::{BmcError, BmcResult};
 use crate::model::{
-    BootPersistence, BootTarget, FirmwareComponent, Identity, LogEntry, MediaStatus, PowerAction, PowerOutcome,
-    PowerState, ReadModel, Section, Temperature,
+    BootPersistence, BootTarget, FirmwareComponent, FirmwareUpdate, Identity, LogEntry, MediaStatus, PowerAction,
+    PowerOutcome, PowerState, ReadModel, Section, Temperature, UpdateOutcome,
 };
 use crate::secret::{Credential, Secret};
 
@@ -380,11 +380,25 @@ impl crate::Bmc for IpmiBmc {
             power_watts,
             firmware: Section::Present(
                 bmc_version
-                    .map(|v| FirmwareComponent { id: "bmc".into(), name: "BMC".into(), version: v, updateable: None })
+                    .map(|v| FirmwareComponent {
+                        id: "bmc".into(),
+                        name: "BMC".into(),
+                        version: v,
+                        updateable: None,
+                        resource: None,
+                    })
                     .into_iter()
                     .collect(),
             ),
             logs,
+        })
+    }
+
+    async fn update_firmware(&self, _update: &FirmwareUpdate) -> BmcResult<UpdateOutcome> {
+        Err(BmcError::Unsupported {
+            bmc: self.name.clone(),
+            operation: "firmware update".into(),
+            message: "IPMI has no standard firmware update; use the BMC's Redfish service".into(),
         })
     }
 

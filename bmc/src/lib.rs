@@ -1,7 +1,7 @@
 //! metal-bmc: out-of-band control of a machine through its BMC, Redfish or IPMI, behind one
 //! [`Bmc`] trait: power (idempotent, read back), boot override, virtual media, a read model
 //! (identity, health, temperatures, power draw, firmware, logs; what a BMC does not report
-//! is absent, not an error) and password rotation.
+//! is absent, not an error), password rotation and firmware updates.
 //!
 //! Secrets ([`Secret`]) never reach a log, an error message or a child process's argv.
 
@@ -14,7 +14,10 @@ pub mod secret;
 pub mod tls;
 
 pub use error::{BmcError, BmcResult};
-pub use model::{BootPersistence, BootTarget, MediaStatus, PowerAction, PowerOutcome, PowerState, ReadModel};
+pub use model::{
+    BootPersistence, BootTarget, FirmwareUpdate, MediaStatus, PowerAction, PowerOutcome, PowerState, ReadModel,
+    UpdateOutcome, UpdateTarget,
+};
 pub use secret::{Credential, Secret};
 
 /// Polls `bmc` until it reports `want`, or fails after `settle` naming the last state seen.
@@ -76,4 +79,7 @@ pub trait Bmc: Send + Sync {
     /// Sets `user`'s password to `new` and proves it by logging in with it. A rotation the
     /// BMC refuses is an error, and the old credential stays the current one.
     async fn rotate_password(&self, user: &str, new: &Secret) -> BmcResult<()>;
+
+    /// Writes a firmware image through the BMC's update service and follows it to its end.
+    async fn update_firmware(&self, update: &FirmwareUpdate) -> BmcResult<UpdateOutcome>;
 }

@@ -159,6 +159,9 @@ pub struct FirmwareComponent {
     pub version: String,
     /// Whether the BMC can update it.
     pub updateable: Option<bool>,
+    /// The resource an update of it targets (Redfish: the inventory item's `@odata.id`).
+    #[serde(skip)]
+    pub resource: Option<String>,
 }
 
 /// One log entry.
@@ -191,4 +194,39 @@ pub struct ReadModel {
     pub firmware: Section<Vec<FirmwareComponent>>,
     /// Newest log entries, newest first.
     pub logs: Section<Vec<LogEntry>>,
+}
+
+/// What a firmware update is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpdateTarget {
+    /// The host firmware (Redfish: the computer system).
+    System,
+    /// The BMC itself (Redfish: its manager).
+    Manager,
+    /// These firmware inventory resources.
+    Resources(Vec<String>),
+}
+
+/// A firmware image to write through the BMC.
+#[derive(Debug, Clone)]
+pub struct FirmwareUpdate {
+    /// What it updates.
+    pub target: UpdateTarget,
+    /// Where the BMC can fetch it (SimpleUpdate).
+    pub image_url: String,
+    /// The image itself, already checked, for BMCs that take a push.
+    pub image: Option<Vec<u8>>,
+    /// File name to present with a push.
+    pub file_name: String,
+}
+
+/// How an update reached its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateOutcome {
+    /// How the image was handed over (`SimpleUpdate` or `MultipartPush`).
+    pub method: &'static str,
+    /// The final task (or action) answer's TaskState, when it had one.
+    pub task_state: Option<String>,
+    /// The BMC said the new firmware takes effect only after a reset.
+    pub reset_required: bool,
 }

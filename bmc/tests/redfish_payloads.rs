@@ -70,4 +70,17 @@ fn thermal_power_firmware_media_and_tasks() {
     assert!(parse::task_running(fixture("idrac-task")["TaskState"].as_str().unwrap()));
     let cd = fixture("virtual_mediav1_6");
     assert!(parse::is_cd(&cd));
+    assert!(!parse::needs_reset(&fixture("task")));
+}
+
+#[test]
+fn update_tasks_that_wait_for_a_reset() {
+    let task = |messages: Value| serde_json::json!({"TaskState": "Completed", "Messages": messages});
+    assert!(parse::needs_reset(&task(serde_json::json!([{"MessageId": "Base.1.8.ResetRequired"}]))));
+    assert!(parse::needs_reset(&task(serde_json::json!([{"MessageId": "Update.1.0.AwaitingActivation"}]))));
+    assert!(!parse::needs_reset(&task(serde_json::json!([{"MessageId": "Update.1.0.UpdateSuccessful"}]))));
+    assert!(parse::needs_reset(&serde_json::json!({"@Redfish.OperationApplyTime": "OnReset"})));
+    assert!(parse::needs_reset(
+        &serde_json::json!({"@Message.ExtendedInfo": [{"MessageId": "Base.1.0.ResetRequired"}]})
+    ));
 }

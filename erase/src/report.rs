@@ -1,62 +1,23 @@
 //! The wipe report: assembling it from per-disk results, signing it, and the offline check.
 //!
-//! The signer's identity (node id) comes from its own certificate, so a report can only
-//! speak for the node its key was issued to; the key must match the certificate before any
-//! disk is touched.
+//! The signer's identity (node id) comes from its own certificate
+//! ([`SigningIdentity`]), so a report can only speak for the node its key was issued to; the
+//! key must match the certificate before any disk is touched.
 
 use std::time::SystemTime;
 
-use metal_protocol::identity::{certificates_from_pem, signing_key_from_pem};
+pub use metal_protocol::identity::SigningIdentity;
 use metal_protocol::inventory::Tool;
 use metal_protocol::wipe::{DiskWipe, WipePolicy, WipeResult};
-use metal_protocol::{
-    CaCertificate, DiskIdentity, Envelope, Identity, Signer, WipeExpectation, WipeRefusal, WipeReport,
-};
+use metal_protocol::{CaCertificate, DiskIdentity, Envelope, Identity, WipeExpectation, WipeRefusal, WipeReport};
 use time::OffsetDateTime;
 
-/// Why a signing identity or report could not be used.
+/// Why a report could not be signed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    /// The key or certificate files are unusable.
-    #[error("signing identity: {0}")]
-    Identity(String),
     /// The report could not be signed.
     #[error("signing the report: {0}")]
     Sign(String),
-}
-
-/// A loaded signing identity: key, chain, and the identity its certificate names.
-#[derive(Debug)]
-pub struct SigningIdentity {
-    signer: Signer,
-    identity: Identity,
-}
-
-impl SigningIdentity {
-    /// Loads a PKCS#8 key and a PEM certificate chain (leaf first) and checks they belong
-    /// together. The certificate is not verified against a CA here (the receiver does that).
-    pub fn from_pem(key_pem: &str, chain_pem: &str) -> Result<Self, ReportError> {
-        let key = signing_key_from_pem(key_pem).map_err(|e| ReportError::Identity(e.to_string()))?;
-        let chain = certificates_from_pem(chain_pem).map_err(|e| ReportError::Identity(e.to_string()))?;
-        let leaf =
-            chain.first().ok_or_else(|| ReportError::Identity("certificate file holds no certificate".into()))?;
-        let (identity, public_key) =
-            metal_protocol::identity::read_unverified(leaf).map_err(|e| ReportError::Identity(e.to_string()))?;
-        if public_key != key.verifying_key() {
-            return Err(ReportError::Identity("the key does not belong to the certificate".into()));
-        }
-        Ok(Self { signer: Signer::new(key, chain), identity })
-    }
-
-    /// From an already loaded signer (metal-boot passes its in-memory ramdisk identity).
-    pub fn new(signer: Signer, identity: Identity) -> Self {
-        Self { signer, identity }
-    }
-
-    /// The identity the certificate names.
-    pub fn identity(&self) -> &Identity {
-        &self.identity
-    }
 }
 
 /// Builds the report for the node the signing identity names.
@@ -68,7 +29,7 @@ pub fn build(
     started_at: OffsetDateTime,
 ) -> WipeReport {
     WipeReport {
-        node_id: identity.identity.node.clone(),
+        node_id: identity.identity().node.clone(),
         inventory_disks,
         policy,
         disks,
@@ -80,7 +41,7 @@ pub fn build(
 
 /// Signs the report as a DSSE envelope.
 pub fn sign(identity: &SigningIdentity, report: &WipeReport) -> Result<Envelope, ReportError> {
-    Envelope::sign_json(WipeReport::PAYLOAD_TYPE, report, &identity.signer)
+    Envelope::sign_json(WipeReport::PAYLOAD_TYPE, report, identity.signer())
         .map_err(|e| ReportError::Sign(e.to_string()))
 }
 

@@ -1,6 +1,10 @@
-//! metal-firmware: firmware inventory (out of band through the BMC today; in band in the
-//! ramdisk next), the baseline check, and (next) reflash through the BMC.
+//! metal-firmware: firmware inventory (out of band through the BMC, in band from the
+//! running machine), the baseline check, and reflash through the BMC's update service.
 
 pub mod baseline;
 pub mod cli;
+pub mod image;
+pub mod inband;
 pub mod inventory;
+pub mod reflash;
+mod sys;

@@ -4,6 +4,7 @@ use clap::Parser as _;
 
 fn main() -> std::process::ExitCode {
     let cli = metal_firmware::cli::Cli::parse();
+    metal_firmware::cli::init_logging();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

@@ -582,3 +582,42 @@ pub fn certificates_from_pem(pem: &str) -> Result<Vec<Vec<u8>>, IdentityError> {
     }
     Ok(ders)
 }
+/// A loaded signing identity: key, chain, and the identity its certificate names. Reports
+/// signed with it can only speak for the node its certificate was issued to.
+#[derive(Debug)]
+pub struct SigningIdentity {
+    signer: crate::Signer,
+    identity: Identity,
+}
+
+impl SigningIdentity {
+    /// Loads a PKCS#8 key and a PEM certificate chain (leaf first) and checks they belong
+    /// together. The certificate is not verified against a CA here (the receiver does that).
+    pub fn from_pem(key_pem: &str, chain_pem: &str) -> Result<Self, IdentityError> {
+        let key = signing_key_from_pem(key_pem)?;
+        let chain = certificates_from_pem(chain_pem)?;
+        let leaf = chain
+            .first()
+            .ok_or_else(|| IdentityError::Malformed("the certificate file holds no certificate".into()))?;
+        let (identity, public_key) = read_unverified(leaf)?;
+        if public_key != key.verifying_key() {
+            return Err(IdentityError::Malformed("the key does not belong to the certificate".into()));
+        }
+        Ok(Self { signer: crate::Signer::new(key, chain), identity })
+    }
+
+    /// From an already loaded signer (metal-boot passes its in-memory ramdisk identity).
+    pub fn new(signer: crate::Signer, identity: Identity) -> Self {
+        Self { signer, identity }
+    }
+
+    /// The identity the certificate names.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The signer.
+    pub fn signer(&self) -> &crate::Signer {
+        &self.signer
+    }
+}

@@ -26,6 +26,6 @@ pub use dsse::{Envelope, EnvelopeSignature, Signer};
 /// The Ed25519 key types every signer and verifier uses (re-exported so versions never skew).
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use firmware::{ComponentCheck, FirmwareReport, FirmwareVersion};
-pub use identity::{CaCertificate, Identity, IdentityError, Role, SiteCa, VerifiedCertificate};
+pub use identity::{CaCertificate, Identity, IdentityError, Role, SigningIdentity, SiteCa, VerifiedCertificate};
 pub use inventory::InventoryReport;
 pub use wipe::{DiskWipe, WipeReport};

@@ -10,12 +10,11 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 pub use http::{Answer, Timing, Transport};
-pub use update::UpdateOutcome;
 
 use crate::error::{BmcError, BmcResult};
 use crate::model::{
-    BootPersistence, BootTarget, FirmwareComponent, LogEntry, MediaStatus, PowerAction, PowerOutcome, PowerState,
-    ReadModel, Section, Temperature,
+    BootPersistence, BootTarget, FirmwareComponent, FirmwareUpdate, LogEntry, MediaStatus, PowerAction, PowerOutcome,
+    PowerState, ReadModel, Section, Temperature, UpdateOutcome,
 };
 use crate::secret::{Credential, Secret};
 use crate::tls::{TlsTrust, http_client};
@@ -419,6 +418,10 @@ impl crate::Bmc for RedfishBmc {
             firmware: self.firmware().await?,
             logs: self.logs().await?,
         })
+    }
+
+    async fn update_firmware(&self, update: &FirmwareUpdate) -> BmcResult<UpdateOutcome> {
+        self.apply_update(update).await
     }
 
     async fn rotate_password(&self, user: &str, new: &Secret) -> BmcResult<()> {

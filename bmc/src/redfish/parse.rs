@@ -117,6 +117,7 @@ pub fn firmware_component(item: &Value, path: &str) -> FirmwareComponent {
         name: text(&item["Name"]).unwrap_or_default(),
         version: text(&item["Version"]).unwrap_or_default(),
         updateable: item["Updateable"].as_bool(),
+        resource: Some(odata_id(item).unwrap_or_else(|| path.to_owned())),
     }
 }
 
@@ -155,6 +156,17 @@ pub fn media_action(media: &Value, action: &str) -> Option<String> {
 /// Whether a task state is still running.
 pub fn task_running(state: &str) -> bool {
     matches!(state, "New" | "Starting" | "Running" | "Pending" | "Stopping" | "Suspended" | "Interrupted")
+}
+
+/// Whether a finished update task (or action answer) says the new firmware waits for a
+/// reset: a `ResetRequired` or `AwaitingActivation` message, or an apply time of `OnReset`.
+pub fn needs_reset(task: &Value) -> bool {
+    let messages = task["Messages"].as_array().into_iter().flatten();
+    let extended = task["@Message.ExtendedInfo"].as_array().into_iter().flatten();
+    messages.chain(extended).filter_map(|m| m["MessageId"].as_str()).any(|id| {
+        let name = id.rsplit('.').next().unwrap_or(id);
+        matches!(name, "ResetRequired" | "AwaitingActivation" | "RestartRequired")
+    }) || task["@Redfish.OperationApplyTime"].as_str() == Some("OnReset")
 }
 
 /// A task's messages, joined.
