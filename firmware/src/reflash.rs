@@ -18,24 +18,24 @@ use crate::baseline::{self, CheckError};
 use crate::image::{self, FetchOptions, Image, ImageError};
 use crate::inventory::{self, OutOfBand};
 
-/// What to do about drift (`firmwareRemediation`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What a teardown does when firmware drifted from the baseline (`firmwareRemediation`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum Remediation {
+pub enum FirmwareRemediation {
     /// Write the pool's images through the BMC, then check again.
     Reflash,
-    /// Quarantine the node; never write.
+    /// Quarantine the node (never writes).
     #[default]
     Quarantine,
 }
 
 /// A firmware image for one component (`firmwareImages.<component>`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FirmwareImage {
-    /// Where the image is.
+    /// https:// URL of the image.
     pub url: String,
-    /// Its SHA-256, hex.
+    /// Lower-case hex SHA-256 of the image.
     pub sha256: String,
 }
 
@@ -49,7 +49,7 @@ pub struct FirmwarePolicy {
     pub firmware_baseline: Option<BTreeMap<String, String>>,
     /// What to do about drift.
     #[serde(default)]
-    pub firmware_remediation: Remediation,
+    pub firmware_remediation: FirmwareRemediation,
     /// Images by component.
     #[serde(default)]
     pub firmware_images: BTreeMap<String, FirmwareImage>,
@@ -214,7 +214,7 @@ pub async fn remediate(
         return Ok(run.end(Code::Compliant, None, before, None));
     }
     let drifted: Vec<String> = before.components.iter().filter(|c| c.drift).map(|c| c.component.clone()).collect();
-    if policy.firmware_remediation == Remediation::Quarantine {
+    if policy.firmware_remediation == FirmwareRemediation::Quarantine {
         let reason = format!(
             "firmware drift ({}) and the pool's firmwareRemediation is quarantine: nothing was written",
             baseline::drift_lines(&before).join("; ")
@@ -345,9 +345,9 @@ mod tests {
             "firmwareImages": {"bios": {"url": "https://fw/bios.bin", "sha256": "ab"}}
         }))
         .unwrap();
-        assert_eq!(policy.firmware_remediation, Remediation::Reflash);
+        assert_eq!(policy.firmware_remediation, FirmwareRemediation::Reflash);
         assert_eq!(policy.firmware_images["bios"].url, "https://fw/bios.bin");
         let default: FirmwarePolicy = serde_json::from_value(serde_json::json!({})).unwrap();
-        assert_eq!(default.firmware_remediation, Remediation::Quarantine, "quarantine is the default");
+        assert_eq!(default.firmware_remediation, FirmwareRemediation::Quarantine, "quarantine is the default");
     }
 }

@@ -1,6 +1,7 @@
 //! `metal-firmware inventory` and `check` against sushy-tools: the BMC's own version named
 //! `bmc`, compliant and drifted baselines with their exit codes, no baseline as
-//! INVALID_CONFIG, and a refused password as a BMC failure.
+//! INVALID_CONFIG, a refused password as a BMC failure, and a check signed with a node
+//! certificate that verifies against the site CA.
 
 use std::process::{Command, Output};
 
@@ -62,4 +63,55 @@ fn inventory_and_baseline_checks_against_sushy() {
         stderr.contains("authentication failed for user admin") && !stderr.contains("not-the-password"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_signed_check_speaks_for_the_certificate_s_node() {
+    use std::time::{Duration, SystemTime};
+
+    use metal_protocol::identity::{pem_encode, signing_key_pem};
+    use metal_protocol::{Envelope, FirmwareReport, Role, SigningKey, SiteCa};
+
+    let sushy = Sushy::start();
+    let dir = tempfile::tempdir().unwrap();
+    let now = SystemTime::now();
+    let ca = SiteCa::create("site-a", now - Duration::from_secs(60), Duration::from_secs(86400)).unwrap();
+    let key = SigningKey::generate(&mut rand::rngs::OsRng);
+    let cert = ca
+        .issue(
+            &key.verifying_key(),
+            "node-7",
+            3,
+            Role::Ramdisk,
+            now - Duration::from_secs(60),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+    let (key_file, cert_file) = (dir.path().join("key.pem"), dir.path().join("cert.pem"));
+    std::fs::write(&key_file, signing_key_pem(&key).unwrap().as_bytes()).unwrap();
+    std::fs::write(&cert_file, pem_encode("CERTIFICATE", &cert) + &ca.certificate().pem()).unwrap();
+    let ok = baseline(dir.path(), "ok.json", json!({"bmc": "1.00"}));
+    let signing = ["--key", key_file.to_str().unwrap(), "--cert", cert_file.to_str().unwrap()];
+
+    // In band and out of band together; this host reports no in-band BMC, so only the
+    // BMC's own version counts.
+    let mut args = vec!["check", "--in-band", "--baseline", &ok];
+    args.extend(signing);
+    let o = firmware(&sushy, dir.path(), SUSHY_PASSWORD, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let envelope = Envelope::from_json(&o.stdout).unwrap();
+    assert_eq!(envelope.payload_type, FirmwareReport::PAYLOAD_TYPE);
+    let signature = envelope.single_signature().unwrap();
+    let leaf = signature.certificate_ders().unwrap().remove(0);
+    let verified = ca.certificate().verify(&leaf, now).unwrap();
+    envelope.verify_signature(signature, &verified.public_key).unwrap();
+    let report: FirmwareReport = serde_json::from_slice(&envelope.payload_bytes().unwrap()).unwrap();
+    assert_eq!((report.node_id.as_str(), report.compliant), ("node-7", true));
+
+    // A --node that is not the certificate's is refused before anything is read.
+    let mut args = vec!["check", "--node", "node-8", "--baseline", &ok];
+    args.extend(signing);
+    let o = firmware(&sushy, dir.path(), SUSHY_PASSWORD, &args);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("differs from the certificate's node node-7"));
 }

@@ -16,7 +16,7 @@ use metal_bmc::redfish::{RedfishBmc, RedfishConfig, Timing};
 use metal_bmc::tls::TlsTrust;
 use metal_bmc::{Credential, PowerState};
 use metal_firmware::image::FetchOptions;
-use metal_firmware::reflash::{Code, FirmwareImage, FirmwarePolicy, Remediation, remediate};
+use metal_firmware::reflash::{Code, FirmwareImage, FirmwarePolicy, FirmwareRemediation, remediate};
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
@@ -235,7 +235,7 @@ fn firmware_image(version: &str) -> Vec<u8> {
     image
 }
 
-fn policy(remediation: Remediation, images: Vec<(&str, FirmwareImage)>) -> FirmwarePolicy {
+fn policy(remediation: FirmwareRemediation, images: Vec<(&str, FirmwareImage)>) -> FirmwarePolicy {
     FirmwarePolicy {
         firmware_baseline: Some(BTreeMap::from([
             ("bios".to_owned(), "2.4.1".to_owned()),
@@ -265,7 +265,7 @@ async fn a_push_reflash_fixes_bios_and_gpu_drift() {
     let (bios, gpu) = (firmware_image("2.4.1"), firmware_image("96.00.5f"));
     let images = Images::start(vec![("bios.bin", bios.clone()), ("vbios.rom", gpu.clone())]).await;
     let policy = policy(
-        Remediation::Reflash,
+        FirmwareRemediation::Reflash,
         vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", images.image("vbios.rom", &gpu))],
     );
     let bmc = connect(&url).await;
@@ -302,7 +302,7 @@ async fn an_update_that_needs_a_reset_is_power_cycled_then_checked() {
     let (url, state) = start(Apply::OnReset).await;
     let bios = firmware_image("2.4.1");
     let images = Images::start(vec![("bios.bin", bios.clone())]).await;
-    let mut policy = policy(Remediation::Reflash, vec![("bios", images.image("bios.bin", &bios))]);
+    let mut policy = policy(FirmwareRemediation::Reflash, vec![("bios", images.image("bios.bin", &bios))]);
     policy.firmware_baseline.as_mut().unwrap().remove("gpu-vbios");
     let outcome = remediate(&connect(&url).await, "n1", &policy, &lenient()).await.unwrap();
     assert_eq!(outcome.code, Code::Reflashed, "{outcome:#?}");
@@ -320,7 +320,7 @@ async fn drift_that_survives_the_reflash_quarantines() {
     let (url, state) = start(Apply::Sticky).await;
     let bios = firmware_image("2.4.1");
     let images = Images::start(vec![("bios.bin", bios.clone())]).await;
-    let mut policy = policy(Remediation::Reflash, vec![("bios", images.image("bios.bin", &bios))]);
+    let mut policy = policy(FirmwareRemediation::Reflash, vec![("bios", images.image("bios.bin", &bios))]);
     policy.firmware_baseline.as_mut().unwrap().remove("gpu-vbios");
     let outcome = remediate(&connect(&url).await, "n1", &policy, &lenient()).await.unwrap();
     assert_eq!(outcome.code, Code::DriftSurvivedReflash);
@@ -334,7 +334,7 @@ async fn a_failed_update_task_quarantines_with_the_bmc_message() {
     let (bios, gpu) = (firmware_image("2.4.1"), firmware_image("96.00.5f"));
     let images = Images::start(vec![("bios.bin", bios.clone()), ("vbios.rom", gpu.clone())]).await;
     let policy = policy(
-        Remediation::Reflash,
+        FirmwareRemediation::Reflash,
         vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", images.image("vbios.rom", &gpu))],
     );
     let outcome = remediate(&connect(&url).await, "n1", &policy, &lenient()).await.unwrap();
@@ -353,7 +353,7 @@ async fn nothing_reaches_the_bmc_without_a_checked_image_for_every_drift() {
     let bmc = connect(&url).await;
 
     // One drifted component has no image.
-    let missing = policy(Remediation::Reflash, vec![("bios", images.image("bios.bin", &bios))]);
+    let missing = policy(FirmwareRemediation::Reflash, vec![("bios", images.image("bios.bin", &bios))]);
     let outcome = remediate(&bmc, "n1", &missing, &lenient()).await.unwrap();
     assert_eq!(
         (outcome.code, outcome.reason.as_deref()),
@@ -363,7 +363,8 @@ async fn nothing_reaches_the_bmc_without_a_checked_image_for_every_drift() {
     // The second image fails its checksum: the first, good one is not pushed either.
     let mut tampered = images.image("vbios.rom", &gpu);
     tampered.sha256 = hex::encode(sha2::Sha256::digest(b"something else"));
-    let bad = policy(Remediation::Reflash, vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", tampered)]);
+    let bad =
+        policy(FirmwareRemediation::Reflash, vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", tampered)]);
     let outcome = remediate(&bmc, "n1", &bad, &lenient()).await.unwrap();
     assert_eq!(outcome.code, Code::ImageChecksumMismatch);
     assert!(outcome.reason.as_deref().unwrap().contains("SHA-256 mismatch"), "{:?}", outcome.reason);
@@ -375,7 +376,7 @@ async fn nothing_reaches_the_bmc_without_a_checked_image_for_every_drift() {
     let outcome = remediate(
         &bmc,
         "n1",
-        &policy(Remediation::Reflash, vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", gone)]),
+        &policy(FirmwareRemediation::Reflash, vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", gone)]),
         &lenient(),
     )
     .await
@@ -387,7 +388,7 @@ async fn nothing_reaches_the_bmc_without_a_checked_image_for_every_drift() {
         &bmc,
         "n1",
         &policy(
-            Remediation::Reflash,
+            FirmwareRemediation::Reflash,
             vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", images.image("vbios.rom", &gpu))],
         ),
         &FetchOptions::default(),
@@ -399,7 +400,7 @@ async fn nothing_reaches_the_bmc_without_a_checked_image_for_every_drift() {
 
     // The quarantine policy never writes, even with every image at hand.
     let quarantine = policy(
-        Remediation::Quarantine,
+        FirmwareRemediation::Quarantine,
         vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", images.image("vbios.rom", &gpu))],
     );
     let outcome = remediate(&bmc, "n1", &quarantine, &lenient()).await.unwrap();
@@ -420,7 +421,7 @@ async fn compliant_writes_nothing_and_no_baseline_is_invalid_config() {
             ("bios".to_owned(), "2.3.0".to_owned()),
             ("bmc".to_owned(), "1.11.0".to_owned()),
         ])),
-        firmware_remediation: Remediation::Reflash,
+        firmware_remediation: FirmwareRemediation::Reflash,
         ..FirmwarePolicy::default()
     };
     let outcome = remediate(&bmc, "n1", &compliant, &lenient()).await.unwrap();

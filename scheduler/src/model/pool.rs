@@ -7,16 +7,7 @@ use utoipa::ToSchema;
 
 use crate::error::ApiError;
 
-/// What a teardown does when firmware drifted from the baseline.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum FirmwareRemediation {
-    /// Write the pool's images through the BMC, then check again.
-    Reflash,
-    /// Quarantine the node (never writes).
-    #[default]
-    Quarantine,
-}
+pub use metal_firmware::reflash::{FirmwareImage, FirmwareRemediation};
 
 /// Whether the pool's nodes run a site agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -24,16 +15,6 @@ pub enum FirmwareRemediation {
 pub enum AgentMode {
     /// No agent: teardown runs the out-of-band variant (no wipe).
     None,
-}
-
-/// A firmware image for one component.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FirmwareImage {
-    /// https:// URL of the image.
-    pub url: String,
-    /// Lower-case hex SHA-256 of the image.
-    pub sha256: String,
 }
 
 /// Pool policy, as in seed 000.
