@@ -16,7 +16,7 @@ use metal_bmc::redfish::{RedfishBmc, RedfishConfig, Timing};
 use metal_bmc::tls::TlsTrust;
 use metal_bmc::{Credential, PowerState};
 use metal_firmware::image::FetchOptions;
-use metal_firmware::reflash::{Code, FirmwareImage, FirmwarePolicy, FirmwareRemediation, remediate};
+use metal_firmware::reflash::{Code, FirmwareImage, FirmwarePolicy, FirmwareRemediation, Outcome, remediate};
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
@@ -235,15 +235,58 @@ fn firmware_image(version: &str) -> Vec<u8> {
     image
 }
 
-fn policy(remediation: FirmwareRemediation, images: Vec<(&str, FirmwareImage)>) -> FirmwarePolicy {
-    FirmwarePolicy {
-        firmware_baseline: Some(BTreeMap::from([
-            ("bios".to_owned(), "2.4.1".to_owned()),
-            ("bmc".to_owned(), "1.11.0".to_owned()),
-            ("gpu-vbios".to_owned(), "96.00.5f".to_owned()),
-        ])),
-        firmware_remediation: remediation,
-        firmware_images: images.into_iter().map(|(c, i)| (c.to_owned(), i)).collect(),
+/// A double, an image server holding good BIOS and VBIOS images, and policies naming them.
+struct Setup {
+    bmc: RedfishBmc,
+    state: Shared,
+    images: Images,
+    bios: Vec<u8>,
+    gpu: Vec<u8>,
+}
+
+impl Setup {
+    async fn start(apply: Apply) -> Setup {
+        let (url, state) = start(apply).await;
+        let (bios, gpu) = (firmware_image("2.4.1"), firmware_image("96.00.5f"));
+        let images = Images::start(vec![("bios.bin", bios.clone()), ("vbios.rom", gpu.clone())]).await;
+        Setup { bmc: connect(&url).await, state, images, bios, gpu }
+    }
+
+    fn bios_image(&self) -> FirmwareImage {
+        self.images.image("bios.bin", &self.bios)
+    }
+
+    fn gpu_image(&self) -> FirmwareImage {
+        self.images.image("vbios.rom", &self.gpu)
+    }
+
+    /// bios 2.4.1, bmc 1.11.0 (as found) and gpu-vbios 96.00.5f, with these images.
+    fn policy(&self, remediation: FirmwareRemediation, images: Vec<(&str, FirmwareImage)>) -> FirmwarePolicy {
+        FirmwarePolicy {
+            firmware_baseline: Some(BTreeMap::from([
+                ("bios".to_owned(), "2.4.1".to_owned()),
+                ("bmc".to_owned(), "1.11.0".to_owned()),
+                ("gpu-vbios".to_owned(), "96.00.5f".to_owned()),
+            ])),
+            firmware_remediation: remediation,
+            firmware_images: images.into_iter().map(|(c, i)| (c.to_owned(), i)).collect(),
+        }
+    }
+
+    /// Reflash with both images.
+    fn both(&self) -> FirmwarePolicy {
+        self.policy(FirmwareRemediation::Reflash, vec![("bios", self.bios_image()), ("gpu-vbios", self.gpu_image())])
+    }
+
+    /// Reflash of the BIOS alone (the baseline leaves the GPU out).
+    fn bios_only(&self) -> FirmwarePolicy {
+        let mut policy = self.policy(FirmwareRemediation::Reflash, vec![("bios", self.bios_image())]);
+        policy.firmware_baseline.as_mut().unwrap().remove("gpu-vbios");
+        policy
+    }
+
+    async fn run(&self, policy: &FirmwarePolicy, fetch: &FetchOptions) -> Outcome {
+        remediate(&self.bmc, "n1", policy, fetch).await.unwrap()
     }
 }
 
@@ -251,7 +294,7 @@ fn lenient() -> FetchOptions {
     FetchOptions { allow_http: true, ..FetchOptions::default() }
 }
 
-fn actions(outcome: &metal_firmware::reflash::Outcome) -> Vec<String> {
+fn actions(outcome: &Outcome) -> Vec<String> {
     outcome
         .steps
         .iter()
@@ -261,15 +304,8 @@ fn actions(outcome: &metal_firmware::reflash::Outcome) -> Vec<String> {
 
 #[tokio::test]
 async fn a_push_reflash_fixes_bios_and_gpu_drift() {
-    let (url, state) = start(Apply::Immediate).await;
-    let (bios, gpu) = (firmware_image("2.4.1"), firmware_image("96.00.5f"));
-    let images = Images::start(vec![("bios.bin", bios.clone()), ("vbios.rom", gpu.clone())]).await;
-    let policy = policy(
-        FirmwareRemediation::Reflash,
-        vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", images.image("vbios.rom", &gpu))],
-    );
-    let bmc = connect(&url).await;
-    let outcome = remediate(&bmc, "n1", &policy, &lenient()).await.unwrap();
+    let setup = Setup::start(Apply::Immediate).await;
+    let outcome = setup.run(&setup.both(), &lenient()).await;
     assert_eq!(outcome.code, Code::Reflashed, "{outcome:#?}");
     assert_eq!(
         metal_firmware::baseline::drift_lines(&outcome.before),
@@ -289,22 +325,18 @@ async fn a_push_reflash_fixes_bios_and_gpu_drift() {
             "check"
         ]
     );
-    let d = state.lock().unwrap();
+    let d = setup.state.lock().unwrap();
     // The verified bytes themselves went to the inventory items that carry each component.
     assert_eq!(d.pushes.len(), 2);
-    assert_eq!(d.pushes[0], (vec![format!("{INVENTORY}/BIOS")], bios));
-    assert_eq!(d.pushes[1], (vec![format!("{INVENTORY}/GPU0")], gpu));
+    assert_eq!(d.pushes[0], (vec![format!("{INVENTORY}/BIOS")], setup.bios.clone()));
+    assert_eq!(d.pushes[1], (vec![format!("{INVENTORY}/GPU0")], setup.gpu.clone()));
     assert!(d.resets.is_empty(), "no reset was asked for");
 }
 
 #[tokio::test]
 async fn an_update_that_needs_a_reset_is_power_cycled_then_checked() {
-    let (url, state) = start(Apply::OnReset).await;
-    let bios = firmware_image("2.4.1");
-    let images = Images::start(vec![("bios.bin", bios.clone())]).await;
-    let mut policy = policy(FirmwareRemediation::Reflash, vec![("bios", images.image("bios.bin", &bios))]);
-    policy.firmware_baseline.as_mut().unwrap().remove("gpu-vbios");
-    let outcome = remediate(&connect(&url).await, "n1", &policy, &lenient()).await.unwrap();
+    let setup = Setup::start(Apply::OnReset).await;
+    let outcome = setup.run(&setup.bios_only(), &lenient()).await;
     assert_eq!(outcome.code, Code::Reflashed, "{outcome:#?}");
     assert_eq!(
         actions(&outcome),
@@ -312,121 +344,80 @@ async fn an_update_that_needs_a_reset_is_power_cycled_then_checked() {
     );
     assert!(outcome.steps[3].detail.contains("wants a reset"), "{:?}", outcome.steps[3]);
     // The machine was off: a cycle of a stopped machine powers it on.
-    assert_eq!(state.lock().unwrap().resets, ["On"]);
+    assert_eq!(setup.state.lock().unwrap().resets, ["On"]);
 }
 
 #[tokio::test]
 async fn drift_that_survives_the_reflash_quarantines() {
-    let (url, state) = start(Apply::Sticky).await;
-    let bios = firmware_image("2.4.1");
-    let images = Images::start(vec![("bios.bin", bios.clone())]).await;
-    let mut policy = policy(FirmwareRemediation::Reflash, vec![("bios", images.image("bios.bin", &bios))]);
-    policy.firmware_baseline.as_mut().unwrap().remove("gpu-vbios");
-    let outcome = remediate(&connect(&url).await, "n1", &policy, &lenient()).await.unwrap();
+    let setup = Setup::start(Apply::Sticky).await;
+    let outcome = setup.run(&setup.bios_only(), &lenient()).await;
     assert_eq!(outcome.code, Code::DriftSurvivedReflash);
     assert_eq!(outcome.reason.as_deref(), Some("drift survived the reflash: bios: expected 2.4.1, found 2.3.0"));
-    assert_eq!(state.lock().unwrap().pushes.len(), 1, "it was written once");
+    assert_eq!(setup.state.lock().unwrap().pushes.len(), 1, "it was written once");
 }
 
 #[tokio::test]
 async fn a_failed_update_task_quarantines_with_the_bmc_message() {
-    let (url, state) = start(Apply::Fails).await;
-    let (bios, gpu) = (firmware_image("2.4.1"), firmware_image("96.00.5f"));
-    let images = Images::start(vec![("bios.bin", bios.clone()), ("vbios.rom", gpu.clone())]).await;
-    let policy = policy(
-        FirmwareRemediation::Reflash,
-        vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", images.image("vbios.rom", &gpu))],
-    );
-    let outcome = remediate(&connect(&url).await, "n1", &policy, &lenient()).await.unwrap();
+    let setup = Setup::start(Apply::Fails).await;
+    let outcome = setup.run(&setup.both(), &lenient()).await;
     assert_eq!(outcome.code, Code::UpdateFailed);
     let reason = outcome.reason.unwrap();
     assert!(reason.starts_with("bios: ") && reason.contains("the image failed verification"), "{reason}");
     assert!(outcome.after.is_none());
-    assert_eq!(state.lock().unwrap().pushes.len(), 1, "it stopped at the first failure");
+    assert_eq!(setup.state.lock().unwrap().pushes.len(), 1, "it stopped at the first failure");
 }
 
 #[tokio::test]
 async fn nothing_reaches_the_bmc_without_a_checked_image_for_every_drift() {
-    let (url, state) = start(Apply::Immediate).await;
-    let (bios, gpu) = (firmware_image("2.4.1"), firmware_image("96.00.5f"));
-    let images = Images::start(vec![("bios.bin", bios.clone()), ("vbios.rom", gpu.clone())]).await;
-    let bmc = connect(&url).await;
+    let setup = Setup::start(Apply::Immediate).await;
 
     // One drifted component has no image.
-    let missing = policy(FirmwareRemediation::Reflash, vec![("bios", images.image("bios.bin", &bios))]);
-    let outcome = remediate(&bmc, "n1", &missing, &lenient()).await.unwrap();
+    let missing = setup.policy(FirmwareRemediation::Reflash, vec![("bios", setup.bios_image())]);
+    let outcome = setup.run(&missing, &lenient()).await;
     assert_eq!(
         (outcome.code, outcome.reason.as_deref()),
         (Code::NoImage, Some("no firmware image for gpu-vbios: nothing was written"))
     );
 
     // The second image fails its checksum: the first, good one is not pushed either.
-    let mut tampered = images.image("vbios.rom", &gpu);
-    tampered.sha256 = hex::encode(sha2::Sha256::digest(b"something else"));
-    let bad =
-        policy(FirmwareRemediation::Reflash, vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", tampered)]);
-    let outcome = remediate(&bmc, "n1", &bad, &lenient()).await.unwrap();
+    let mut tampered = setup.both();
+    tampered.firmware_images.get_mut("gpu-vbios").unwrap().sha256 = hex::encode(sha2::Sha256::digest(b"other"));
+    let outcome = setup.run(&tampered, &lenient()).await;
     assert_eq!(outcome.code, Code::ImageChecksumMismatch);
     assert!(outcome.reason.as_deref().unwrap().contains("SHA-256 mismatch"), "{:?}", outcome.reason);
     assert_eq!(actions(&outcome), ["inventory", "check", "download bios", "download gpu-vbios"]);
 
     // An image that is not there.
-    let mut gone = images.image("vbios.rom", &gpu);
-    gone.url = format!("{}/nope.rom", images.url);
-    let outcome = remediate(
-        &bmc,
-        "n1",
-        &policy(FirmwareRemediation::Reflash, vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", gone)]),
-        &lenient(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(outcome.code, Code::ImageDownloadFailed);
+    let mut gone = setup.both();
+    gone.firmware_images.get_mut("gpu-vbios").unwrap().url = format!("{}/nope.rom", setup.images.url);
+    assert_eq!(setup.run(&gone, &lenient()).await.code, Code::ImageDownloadFailed);
 
     // http:// without leave.
-    let outcome = remediate(
-        &bmc,
-        "n1",
-        &policy(
-            FirmwareRemediation::Reflash,
-            vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", images.image("vbios.rom", &gpu))],
-        ),
-        &FetchOptions::default(),
-    )
-    .await
-    .unwrap();
+    let outcome = setup.run(&setup.both(), &FetchOptions::default()).await;
     assert_eq!(outcome.code, Code::ImageDownloadFailed);
     assert!(outcome.reason.unwrap().contains("plain http:// is refused"));
 
     // The quarantine policy never writes, even with every image at hand.
-    let quarantine = policy(
-        FirmwareRemediation::Quarantine,
-        vec![("bios", images.image("bios.bin", &bios)), ("gpu-vbios", images.image("vbios.rom", &gpu))],
-    );
-    let outcome = remediate(&bmc, "n1", &quarantine, &lenient()).await.unwrap();
+    let quarantine = setup
+        .policy(FirmwareRemediation::Quarantine, vec![("bios", setup.bios_image()), ("gpu-vbios", setup.gpu_image())]);
+    let outcome = setup.run(&quarantine, &lenient()).await;
     assert_eq!(outcome.code, Code::FirmwareDrift);
     assert_eq!(actions(&outcome), ["inventory", "check"]);
 
-    let d = state.lock().unwrap();
+    let d = setup.state.lock().unwrap();
     assert!(d.pushes.is_empty() && d.resets.is_empty());
     assert_eq!(d.versions["BIOS"], "2.3.0");
 }
 
 #[tokio::test]
 async fn compliant_writes_nothing_and_no_baseline_is_invalid_config() {
-    let (url, state) = start(Apply::Immediate).await;
-    let bmc = connect(&url).await;
-    let compliant = FirmwarePolicy {
-        firmware_baseline: Some(BTreeMap::from([
-            ("bios".to_owned(), "2.3.0".to_owned()),
-            ("bmc".to_owned(), "1.11.0".to_owned()),
-        ])),
-        firmware_remediation: FirmwareRemediation::Reflash,
-        ..FirmwarePolicy::default()
-    };
-    let outcome = remediate(&bmc, "n1", &compliant, &lenient()).await.unwrap();
+    let setup = Setup::start(Apply::Immediate).await;
+    let mut compliant = setup.policy(FirmwareRemediation::Reflash, vec![]);
+    compliant.firmware_baseline =
+        Some(BTreeMap::from([("bios".to_owned(), "2.3.0".to_owned()), ("bmc".to_owned(), "1.11.0".to_owned())]));
+    let outcome = setup.run(&compliant, &lenient()).await;
     assert_eq!((outcome.code, outcome.reason), (Code::Compliant, None));
-    let e = remediate(&bmc, "n1", &FirmwarePolicy::default(), &lenient()).await.unwrap_err();
+    let e = remediate(&setup.bmc, "n1", &FirmwarePolicy::default(), &lenient()).await.unwrap_err();
     assert!(e.to_string().starts_with("INVALID_CONFIG"), "{e}");
-    assert!(state.lock().unwrap().pushes.is_empty());
+    assert!(setup.state.lock().unwrap().pushes.is_empty());
 }
