@@ -1,0 +1,209 @@
+//! Hardware in the loop: boots the test ramdisk (scripts/build-ramdisk) in QEMU under TCG
+//! with a direct PVH kernel boot, with whatever disks, BMC and NICs a test asks for, runs
+//! the test's shell script inside as the last step of /init, and hands back the serial
+//! console. The script's files travel in a second cpio archive appended to the ramdisk.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::emulators::Guard;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The ramdisk directory (vmlinux, vmlinuz, initrd.cpio.gz), built once per test process
+/// from the current tree. `METAL_RAMDISK_DIR` names a prebuilt one instead.
+pub fn ramdisk() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Ok(dir) = std::env::var("METAL_RAMDISK_DIR") {
+            return workspace().join(dir);
+        }
+        let dir = workspace().join("target/ramdisk");
+        // One build at a time across test processes (nextest runs each test in its own).
+        let status = Command::new("flock")
+            .arg(workspace().join("target/.ramdisk.lock"))
+            .arg(workspace().join("scripts/build-ramdisk"))
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .status()
+            .expect("flock and scripts/build-ramdisk");
+        assert!(status.success(), "scripts/build-ramdisk failed");
+        dir
+    })
+}
+
+/// A disk attached to the guest.
+#[derive(Debug, Clone)]
+pub enum Bus {
+    /// NVMe controller with this serial.
+    Nvme { serial: String },
+    /// SATA disk on an AHCI controller, with this model and serial.
+    Sata { model: String, serial: String },
+    /// virtio-blk with this serial.
+    Virtio { serial: String },
+}
+
+/// A QEMU guest to boot.
+#[derive(Debug)]
+pub struct Guest {
+    args: Vec<String>,
+    files: Vec<(String, Vec<u8>, u32)>,
+    timeout: Duration,
+    append: String,
+    disks: usize,
+}
+
+/// What the guest printed on its serial console.
+#[derive(Debug, Clone)]
+pub struct Console {
+    pub text: String,
+    /// The guest powered off by itself (not killed at the timeout).
+    pub finished: bool,
+}
+
+impl Console {
+    /// The text between a line `BEGIN <name>` and a line `END <name>`.
+    pub fn section(&self, name: &str) -> Option<String> {
+        let begin = format!("BEGIN {name}\n");
+        let start = self.text.find(&begin)? + begin.len();
+        let end = self.text[start..].find(&format!("END {name}"))?;
+        Some(self.text[start..start + end].trim_end().to_owned())
+    }
+
+    /// The exit status /test.sh ended with.
+    pub fn test_exit(&self) -> Option<i32> {
+        self.text.lines().find_map(|l| l.trim().strip_prefix("METAL-RAMDISK test-exit ")?.parse().ok())
+    }
+}
+
+impl Default for Guest {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Guest {
+    /// 512 MiB, 2 CPUs, no network, no disks.
+    pub fn new() -> Guest {
+        let args = ["-accel", "tcg", "-M", "q35", "-m", "512", "-smp", "2", "-display", "none", "-no-reboot"];
+        Guest {
+            args: args.map(String::from).to_vec(),
+            files: Vec::new(),
+            timeout: Duration::from_secs(180),
+            append: String::new(),
+            disks: 0,
+        }
+    }
+
+    /// Extra QEMU arguments.
+    pub fn args(mut self, args: &[&str]) -> Guest {
+        self.args.extend(args.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
+    /// Extra kernel command line.
+    pub fn append(mut self, text: &str) -> Guest {
+        self.append.push(' ');
+        self.append.push_str(text);
+        self
+    }
+
+    /// Attaches `image` (raw). `discard`: `unmap` (discarded blocks read zero) or `ignore`
+    /// (the guest's discards succeed and change nothing).
+    pub fn disk(mut self, bus: &Bus, image: &Path, discard: &str) -> Guest {
+        let id = format!("disk{}", self.disks);
+        self.disks += 1;
+        let drive = format!("file={},format=raw,if=none,id={id},discard={discard},cache=unsafe", image.display());
+        let device = match bus {
+            Bus::Nvme { serial } => format!("nvme,serial={serial},drive={id}"),
+            Bus::Sata { model, serial } => {
+                self.args.extend(["-device".into(), format!("ahci,id=ahci{id}")]);
+                format!("ide-hd,drive={id},bus=ahci{id}.0,model={model},serial={serial}")
+            }
+            Bus::Virtio { serial } => format!("virtio-blk-pci,drive={id},serial={serial}"),
+        };
+        self.args.extend(["-drive".into(), drive, "-device".into(), device]);
+        self
+    }
+
+    /// A file in the guest (absolute path) with this mode.
+    pub fn file(mut self, path: &str, bytes: &[u8], mode: u32) -> Guest {
+        self.files.push((path.to_owned(), bytes.to_vec(), mode));
+        self
+    }
+
+    /// The script /init runs last (busybox sh).
+    pub fn script(self, body: &str) -> Guest {
+        self.file("/test.sh", format!("#!/bin/sh\n{body}\n").as_bytes(), 0o755)
+    }
+
+    /// Stop waiting after this long.
+    pub fn timeout(mut self, timeout: Duration) -> Guest {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Boots, waits for the guest to power off (or the timeout) and returns its console.
+    pub fn run(self) -> Console {
+        let ramdisk = ramdisk();
+        let dir = tempfile::tempdir().unwrap();
+        let initrd = dir.path().join("initrd");
+        let mut combined = std::fs::read(ramdisk.join("initrd.cpio.gz")).unwrap();
+        combined.extend(overlay(dir.path(), &self.files));
+        std::fs::write(&initrd, combined).unwrap();
+        let console = dir.path().join("console.log");
+        let mut command = Command::new("qemu-system-x86_64");
+        command
+            .args(&self.args)
+            .arg("-kernel")
+            .arg(ramdisk.join("vmlinux"))
+            .arg("-initrd")
+            .arg(&initrd)
+            .args(["-append", &format!("console=ttyS0 panic=-1 quiet{}", self.append)])
+            .arg("-serial")
+            .arg(format!("file:{}", console.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut guard = Guard(command.spawn().expect("qemu-system-x86_64 (scripts/setup-hil installs it)"));
+        let deadline = Instant::now() + self.timeout;
+        let mut finished = false;
+        while Instant::now() < deadline {
+            if let Some(status) = guard.0.try_wait().unwrap() {
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(guard.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+                assert!(status.success(), "QEMU failed ({status}): {stderr}");
+                finished = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        drop(guard);
+        let text = String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).replace('\r', "");
+        Console { text, finished }
+    }
+}
+
+/// A gzip'd newc cpio archive holding `files` (the kernel unpacks it over the ramdisk).
+fn overlay(dir: &Path, files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let stage = dir.join("overlay");
+    std::fs::create_dir_all(&stage).unwrap();
+    for (path, bytes, mode) in files {
+        let target = stage.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(&target, bytes).unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(*mode)).unwrap();
+    }
+    let output = Command::new("sh")
+        .args(["-c", "find . -mindepth 1 | cpio -o -H newc --quiet | gzip -1"])
+        .current_dir(&stage)
+        .output()
+        .expect("cpio and gzip");
+    assert!(output.status.success(), "cpio: {}", String::from_utf8_lossy(&output.stderr));
+    output.stdout
+}
