@@ -16,6 +16,7 @@ use tracing::{error, info, warn};
 
 use crate::device::{self, BlockDevice, Selection, SystemPaths};
 use crate::engine::{self, DiskJob, EraseOptions};
+use crate::firmware;
 use crate::io::BlockTarget;
 use crate::plan::{self, Capabilities};
 use crate::progress::{JsonProgress, ProgressSink, TerminalProgress};
@@ -79,11 +80,9 @@ pub fn list(args: &ListArgs) -> u8 {
         ),
         Err(e) => return bad_arguments(e),
     };
-    // One plan per disk, shared by both outputs (capability probes will make them differ).
-    let plans: Vec<plan::MethodPlan> = chosen
-        .iter()
-        .map(|_| plan::plan(&Capabilities::default(), args.policy, plan::SoftwarePattern::Zeros, None))
-        .collect();
+    // One plan per disk from what its firmware says (read-only probes), shared by both outputs.
+    let plans: Vec<plan::MethodPlan> =
+        chosen.iter().map(|d| plan::plan(&probe(d), args.policy, plan::SoftwarePattern::Zeros, None)).collect();
     if args.json {
         let rows: Vec<serde_json::Value> = chosen
             .iter()
@@ -121,6 +120,17 @@ pub fn list(args: &ListArgs) -> u8 {
         println!("{:<12} skipped: {}", s.name, s.reason);
     }
     EXIT_OK
+}
+
+/// The firmware capabilities of a disk, probed through a read-only descriptor.
+fn probe(device: &BlockDevice) -> Capabilities {
+    match BlockTarget::open(&device.path, false) {
+        Ok(target) => firmware::probe(&target, device.disk.transport),
+        Err(e) => {
+            warn!(disk = %device.path.display(), error = %e, "cannot open to probe its firmware; planning without it");
+            Capabilities::default()
+        }
+    }
 }
 
 fn skip_reason(d: &BlockDevice) -> String {
@@ -220,7 +230,8 @@ pub fn run(args: &RunArgs) -> u8 {
     for device in chosen {
         match BlockTarget::open(&device.path, true) {
             Ok(target) => {
-                jobs.push(DiskJob { device, target: Box::new(target), capabilities: Capabilities::default() })
+                let capabilities = firmware::probe(&target, device.disk.transport);
+                jobs.push(DiskJob { device, target: Box::new(target), capabilities })
             }
             Err(e) => {
                 error!(disk = %device.path.display(), error = %e, "cannot open for erase");

@@ -262,6 +262,11 @@ pub fn discover(paths: &SystemPaths) -> Result<Vec<BlockDevice>, DeviceError> {
     for entry in entries.filter_map(Result::ok) {
         let Ok(name) = entry.file_name().into_string() else { continue };
         let dir = block.join(&name);
+        // Hidden devices (an NVMe multipath controller path like nvme0c0n1) have no /dev
+        // node; the namespace's own device (nvme0n1) reaches the same blocks.
+        if read_number(&dir.join("hidden")) == Some(1) {
+            continue;
+        }
         devices.push(describe(paths, &dir, &name, &mounts, &swaps, &boot));
     }
     devices.sort_by(|a, b| a.disk.name.cmp(&b.disk.name));
@@ -430,4 +435,31 @@ fn whole_disk_name(path: &Path, sys: &Path) -> Result<String, DeviceError> {
         return Err(DeviceError::Partition { path: path.to_owned(), disk });
     }
     Ok(name(&real))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, path: &str, text: &str) {
+        let path = root.join(path);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn hidden_multipath_paths_are_not_disks() {
+        let root = tempfile::tempdir().unwrap();
+        let paths =
+            SystemPaths { sys: root.path().join("sys"), dev: root.path().join("dev"), proc: root.path().join("proc") };
+        for name in ["nvme0n1", "nvme0c0n1"] {
+            write(&paths.sys, &format!("block/{name}/size"), "131072\n");
+            write(&paths.sys, &format!("block/{name}/queue/logical_block_size"), "512\n");
+        }
+        write(&paths.sys, "block/nvme0c0n1/hidden", "1\n");
+        write(&paths.sys, "block/nvme0n1/hidden", "0\n");
+        write(&paths.proc, "mounts", "");
+        let names: Vec<String> = discover(&paths).unwrap().iter().map(|d| d.name().to_owned()).collect();
+        assert_eq!(names, ["nvme0n1"]);
+    }
 }

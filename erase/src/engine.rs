@@ -14,6 +14,7 @@ use rand::RngCore as _;
 use time::OffsetDateTime;
 
 use crate::device::BlockDevice;
+use crate::firmware;
 use crate::io::{AlignedBuf, Target};
 use crate::pattern::Pattern;
 use crate::plan::{Capabilities, SoftwarePattern, is_device_method, nist_category, plan};
@@ -289,11 +290,22 @@ fn method_label(method: SanitizeMethod) -> &'static str {
 
 /// Issues a device-side erase. A refusal (unsupported command) lets the plan fall back.
 fn device_erase(target: &dyn Target, method: SanitizeMethod, log: &mut Log) -> Result<(), MethodError> {
-    let result = match method {
-        SanitizeMethod::SecureDiscard => log.run("BLKSECDISCARD 0..size", || target.discard_all(true)),
-        other => return Err(MethodError::Refused(format!("{other:?}: no passthrough to this device"))),
-    };
-    result.map_err(|e| {
+    if method != SanitizeMethod::SecureDiscard {
+        let mut record = |sent: firmware::Sent| {
+            log.commands.push(DeviceCommand {
+                command: sent.command,
+                status: sent.status,
+                ok: sent.ok,
+                started_at: sent.started_at,
+                finished_at: OffsetDateTime::now_utc(),
+            });
+        };
+        return firmware::run(target, method, &mut record).map_err(|e| match e {
+            firmware::EraseError::Refused(why) => MethodError::Refused(why),
+            firmware::EraseError::Failed(why) => MethodError::Failed(why),
+        });
+    }
+    log.run("BLKSECDISCARD 0..size", || target.discard_all(true)).map_err(|e| {
         if is_refusal(&e) {
             MethodError::Refused(format!("{}: {e}", method_label(method)))
         } else {

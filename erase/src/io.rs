@@ -11,8 +11,11 @@ use std::os::fd::AsFd as _;
 use std::os::unix::fs::{FileExt as _, FileTypeExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::time::Duration;
 
-use crate::ioctl;
+use crate::ioctl::{self, NvmeCompletion, SgOutcome};
+use crate::passthrough::nvme::AdminCommand;
+use crate::passthrough::scsi::ScsiCommand;
 
 /// Alignment of every I/O buffer: covers 4 KiB logical blocks and page alignment.
 pub const BUFFER_ALIGN: usize = 4096;
@@ -87,6 +90,18 @@ pub trait Target: Send + Sync {
     fn sync(&self) -> io::Result<()>;
     /// Discards the whole device (BLKSECDISCARD when `secure`, else BLKDISCARD).
     fn discard_all(&self, secure: bool) -> io::Result<()>;
+    /// Sends an NVMe admin command (anything but an NVMe device answers ENOTTY).
+    fn nvme_admin(&self, _command: &AdminCommand, _data: &mut [u8]) -> io::Result<NvmeCompletion> {
+        Err(io::Error::from_raw_os_error(libc::ENOTTY))
+    }
+    /// The NVMe namespace id (anything but an NVMe namespace answers ENOTTY).
+    fn nvme_namespace_id(&self) -> io::Result<u32> {
+        Err(io::Error::from_raw_os_error(libc::ENOTTY))
+    }
+    /// Sends a SCSI command through SG_IO (anything but a SCSI/SATA disk answers ENOTTY).
+    fn sg_io(&self, _command: &ScsiCommand, _data_in: &mut [u8], _timeout: Duration) -> io::Result<SgOutcome> {
+        Err(io::Error::from_raw_os_error(libc::ENOTTY))
+    }
 }
 
 /// A block device opened for direct I/O.
@@ -149,5 +164,17 @@ impl Target for BlockTarget {
 
     fn discard_all(&self, secure: bool) -> io::Result<()> {
         ioctl::discard(self.file.as_fd(), 0, self.size, secure)
+    }
+
+    fn nvme_admin(&self, command: &AdminCommand, data: &mut [u8]) -> io::Result<NvmeCompletion> {
+        ioctl::nvme_admin(self.file.as_fd(), command, data)
+    }
+
+    fn nvme_namespace_id(&self) -> io::Result<u32> {
+        ioctl::nvme_namespace_id(self.file.as_fd())
+    }
+
+    fn sg_io(&self, command: &ScsiCommand, data_in: &mut [u8], timeout: Duration) -> io::Result<SgOutcome> {
+        ioctl::sg_io(self.file.as_fd(), command, data_in, timeout)
     }
 }

@@ -8,7 +8,9 @@
 
 use metal_protocol::wipe::{NistCategory, RejectedMethod, SanitizeMethod, WipePolicy};
 
-/// What a probe learned about a device's firmware erase support.
+/// What a probe learned about a device's firmware erase support. Only the methods of the
+/// device's own command set (NVMe, ATA or SCSI) appear; a method in neither list is not a
+/// command the device has at all (an ATA command for an NVMe disk, anything for virtio).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Capabilities {
     /// Firmware methods the device advertises, each with the capability that says so.
@@ -18,16 +20,12 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    fn lookup(&self, method: SanitizeMethod) -> Result<&str, String> {
-        if let Some((_, why)) = self.supported.iter().find(|(m, _)| *m == method) {
-            return Ok(why);
+    /// `Some(Ok(why))` advertised, `Some(Err(why))` ruled out, `None` not a command of this device.
+    fn lookup(&self, method: SanitizeMethod) -> Option<Result<&str, &str>> {
+        fn find(list: &[(SanitizeMethod, String)], method: SanitizeMethod) -> Option<&str> {
+            list.iter().find(|(m, _)| *m == method).map(|(_, why)| why.as_str())
         }
-        Err(self
-            .unsupported
-            .iter()
-            .find(|(m, _)| *m == method)
-            .map(|(_, why)| why.clone())
-            .unwrap_or_else(|| "not probed: this build has no firmware capability probe for the device".to_owned()))
+        find(&self.supported, method).map(Ok).or_else(|| find(&self.unsupported, method).map(Err))
     }
 }
 
@@ -118,7 +116,11 @@ pub fn plan(
             SanitizeMethod::OverwriteRandom => software(SoftwarePattern::Random).1,
             _ => format!(
                 "named by the operator ({})",
-                caps.lookup(method).map(str::to_owned).unwrap_or_else(|e| format!("not advertised: {e}"))
+                match caps.lookup(method) {
+                    Some(Ok(why)) => why.to_owned(),
+                    Some(Err(why)) => format!("not advertised: {why}"),
+                    None => "not a command of this device".to_owned(),
+                }
             ),
         };
         return MethodPlan { candidates: vec![(method, reason)], rejected: Vec::new() };
@@ -132,12 +134,15 @@ pub fn plan(
     let mut rejected = Vec::new();
     for method in firmware {
         match caps.lookup(method) {
-            Ok(why) => candidates.push((method, format!("strongest remaining method the device advertises ({why})"))),
-            Err(capability) => rejected.push(RejectedMethod {
+            Some(Ok(why)) => {
+                candidates.push((method, format!("strongest remaining method the device advertises ({why})")))
+            }
+            Some(Err(capability)) => rejected.push(RejectedMethod {
                 method,
                 reason: format!("the device does not support {method:?}"),
-                capability,
+                capability: capability.to_owned(),
             }),
+            None => {}
         }
     }
     candidates.push(software(pattern));
@@ -165,7 +170,8 @@ mod tests {
         );
         let ces = p.rejected.iter().find(|r| r.method == SanitizeMethod::NvmeSanitizeCrypto).unwrap();
         assert_eq!(ces.capability, "SANICAP.CES=0");
-        assert_eq!(p.rejected.len(), 11);
+        // Only what the probe listed is rejected; other command sets are not this device's.
+        assert_eq!(p.rejected.len(), 1);
     }
 
     #[test]
