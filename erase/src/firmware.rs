@@ -494,3 +494,187 @@ fn scsi_sanitize(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::ioctl::NvmeCompletion;
+
+    /// A device that answers identify with canned data and records every CDB it is sent;
+    /// ATA commands whose opcode is in `aborts` end with ABRT.
+    #[derive(Default)]
+    struct Canned {
+        nvme_identify: Option<Vec<u8>>,
+        ata_identify: Option<Vec<u8>>,
+        aborts: Vec<u8>,
+        sent: Mutex<Vec<u8>>,
+    }
+
+    impl Target for Canned {
+        fn size(&self) -> u64 {
+            1 << 20
+        }
+        fn block_size(&self) -> u32 {
+            512
+        }
+        fn write_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn discard_all(&self, _: bool) -> io::Result<()> {
+            Ok(())
+        }
+        fn nvme_admin(&self, command: &nvme::AdminCommand, data: &mut [u8]) -> io::Result<NvmeCompletion> {
+            match (&self.nvme_identify, command.opcode) {
+                (Some(id), nvme::OPC_IDENTIFY) => {
+                    data[..id.len()].copy_from_slice(id);
+                    Ok(NvmeCompletion { status: 0, result: 0 })
+                }
+                (Some(_), _) => Ok(NvmeCompletion { status: 0x0001, result: 0 }), // Invalid Command Opcode
+                (None, _) => Err(io::Error::from_raw_os_error(libc::ENOTTY)),
+            }
+        }
+        fn sg_io(&self, command: &ScsiCommand, data_in: &mut [u8], _: Duration) -> io::Result<SgOutcome> {
+            let opcode = command.cdb[14];
+            self.sent.lock().unwrap().push(opcode);
+            let ok = SgOutcome { status: 0, host_status: 0, driver_status: 0, sense: Vec::new() };
+            match (&self.ata_identify, opcode) {
+                (Some(id), 0xEC) => {
+                    data_in[..512].copy_from_slice(id);
+                    Ok(ok)
+                }
+                (Some(_), op) if self.aborts.contains(&op) => {
+                    // Descriptor sense, ATA Status Return descriptor: error ABRT, status ERR|DRDY.
+                    let mut sense = vec![0x72, 0x0B, 0x00, 0x00, 0, 0, 0, 14];
+                    sense.extend([0x09, 0x0C, 0x00, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0x40, 0x41]);
+                    Ok(SgOutcome { status: 2, host_status: 0, driver_status: 0x08, sense })
+                }
+                (Some(_), _) => Ok(ok),
+                (None, _) => Err(io::Error::from_raw_os_error(libc::ENOTTY)),
+            }
+        }
+    }
+
+    fn nvme_identify(oacs: u16, sanicap: u32, fna: u8) -> Vec<u8> {
+        let mut id = vec![0u8; 4096];
+        id[256..258].copy_from_slice(&oacs.to_le_bytes());
+        id[328..332].copy_from_slice(&sanicap.to_le_bytes());
+        id[524] = fna;
+        id
+    }
+
+    /// IDENTIFY DEVICE with these words set, signature and checksum in word 255.
+    fn ata_identify(words: &[(usize, u16)]) -> Vec<u8> {
+        let mut w = [0u16; 256];
+        for &(i, v) in words {
+            w[i] = v;
+        }
+        let mut buf: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        buf[510] = 0xA5;
+        let sum = buf.iter().fold(0u8, |a, b| a.wrapping_add(*b));
+        buf[511] = 0u8.wrapping_sub(sum);
+        buf
+    }
+
+    fn reasons(caps: Capabilities) -> (Vec<(M, String)>, Vec<(M, String)>) {
+        (caps.supported, caps.unsupported)
+    }
+
+    fn has(list: &[(M, String)], method: M, test: impl Fn(&str) -> bool) -> bool {
+        list.iter().any(|(m, w)| *m == method && test(w))
+    }
+
+    #[test]
+    fn nvme_capabilities_come_from_oacs_sanicap_and_fna() {
+        // QEMU 10: OACS 0x12a (Format), SANICAP 0, FNA 0.
+        let qemu = Canned { nvme_identify: Some(nvme_identify(0x12a, 0, 0)), ..Canned::default() };
+        let (supported, unsupported) = reasons(probe(&qemu, Transport::Nvme));
+        assert_eq!(supported, [(M::NvmeFormatUserData, "OACS.FORMAT=1".to_owned())]);
+        assert!(has(&unsupported, M::NvmeFormatCrypto, |w| w == "OACS.FORMAT=1, FNA.CRYPTO=0"));
+        assert!(has(&unsupported, M::NvmeSanitizeCrypto, |w| w == "SANICAP.CES=0"));
+        // A data-centre drive: crypto sanitize and block erase, crypto format on all namespaces.
+        let dc = Canned { nvme_identify: Some(nvme_identify(0x0002, 0b011, 0b110)), ..Canned::default() };
+        let (supported, _) = reasons(probe(&dc, Transport::Nvme));
+        assert!(has(&supported, M::NvmeSanitizeCrypto, |w| w == "SANICAP.CES=1"));
+        assert!(has(&supported, M::NvmeSanitizeBlock, |w| w == "SANICAP.BES=1"));
+        assert!(has(&supported, M::NvmeFormatCrypto, |w| w.contains("every namespace")));
+        // A device that is not NVMe after all: every NVMe method ruled out with the reason.
+        let (_, unsupported) = reasons(probe(&Canned::default(), Transport::Nvme));
+        assert_eq!(unsupported.len(), 5);
+        assert!(unsupported[0].1.starts_with("Identify Controller failed"), "{unsupported:?}");
+        // virtio has no firmware erase commands at all.
+        assert_eq!(probe(&Canned::default(), Transport::Virtio), Capabilities::default());
+    }
+
+    #[test]
+    fn ata_security_is_ruled_out_when_frozen_locked_or_already_enabled() {
+        const SUPPORTED: u16 = 1 << 0;
+        let probe_with = |word128: u16| {
+            let id = ata_identify(&[(82, 1 << 1), (128, word128), (59, 0)]);
+            probe(&Canned { ata_identify: Some(id), ..Canned::default() }, Transport::Sata)
+        };
+        let frozen = probe_with(SUPPORTED | 1 << 3);
+        assert!(frozen.supported.is_empty());
+        let (_, unsupported) = reasons(frozen.clone());
+        assert!(
+            unsupported.iter().any(|(m, w)| *m == M::AtaSecurityErase && w.starts_with("security frozen")),
+            "{unsupported:?}"
+        );
+        assert!(
+            unsupported
+                .iter()
+                .any(|(m, w)| *m == M::AtaSanitizeBlock && w.contains("SANITIZE feature set not supported"))
+        );
+        let (_, locked) = reasons(probe_with(SUPPORTED | 1 << 1 | 1 << 2));
+        assert!(locked.iter().any(|(_, w)| w.starts_with("security locked")), "{locked:?}");
+        let (_, enabled) = reasons(probe_with(SUPPORTED | 1 << 1));
+        assert!(enabled.iter().any(|(_, w)| w.starts_with("security enabled")), "{enabled:?}");
+        let (supported, _) = reasons(probe_with(SUPPORTED | 1 << 5));
+        assert_eq!(
+            supported.iter().map(|(m, _)| *m).collect::<Vec<_>>(),
+            [M::AtaSecurityEraseEnhanced, M::AtaSecurityErase]
+        );
+        // Sanitize bits: crypto (13) and block (15) but not overwrite (14).
+        let id = ata_identify(&[(59, 1 << 12 | 1 << 13 | 1 << 15)]);
+        let (supported, unsupported) =
+            reasons(probe(&Canned { ata_identify: Some(id), ..Canned::default() }, Transport::Sata));
+        assert_eq!(supported.iter().map(|(m, _)| *m).collect::<Vec<_>>(), [M::AtaSanitizeCrypto, M::AtaSanitizeBlock]);
+        assert!(unsupported.iter().any(|(m, w)| *m == M::AtaSanitizeOverwrite && w.ends_with("OVERWRITE=0")));
+    }
+
+    #[test]
+    fn a_refused_security_erase_takes_its_password_off_again() {
+        let device = Canned {
+            ata_identify: Some(ata_identify(&[(82, 1 << 1), (128, 1)])),
+            aborts: vec![0xF4],
+            ..Canned::default()
+        };
+        let mut log = Vec::new();
+        let result = run(&device, M::AtaSecurityErase, &mut |sent: Sent| log.push(sent));
+        assert!(matches!(result, Err(EraseError::Refused(ref why)) if why.contains("ABRT")), "{result:?}");
+        // IDENTIFY, SET PASSWORD, ERASE PREPARE, ERASE UNIT (aborted), DISABLE PASSWORD.
+        assert_eq!(*device.sent.lock().unwrap(), [0xEC, 0xF1, 0xF3, 0xF4, 0xF6]);
+        assert_eq!(log.iter().map(|s| s.ok).collect::<Vec<_>>(), [true, false, true]);
+        // A disable that fails too leaves a drive with our (well-known) password: a failure.
+        let stuck = Canned { aborts: vec![0xF4, 0xF6], ..device };
+        stuck.sent.lock().unwrap().clear();
+        let result = run(&stuck, M::AtaSecurityErase, &mut |_| {});
+        assert!(matches!(result, Err(EraseError::Failed(_))), "{result:?}");
+    }
+
+    #[test]
+    fn nvme_commands_the_controller_rejects_are_refusals() {
+        let qemu = Canned { nvme_identify: Some(nvme_identify(0x12a, 0, 0)), ..Canned::default() };
+        let mut log = Vec::new();
+        let result = run(&qemu, M::NvmeSanitizeCrypto, &mut |sent: Sent| log.push(sent));
+        assert_eq!(result, Err(EraseError::Refused("Sanitize CryptoErase: Invalid Command Opcode".into())));
+        assert_eq!((log[0].status.as_str(), log[0].ok), ("0x0001 (Invalid Command Opcode)", false));
+    }
+}

@@ -45,6 +45,8 @@ pub enum Bus {
     Sata { model: String, serial: String },
     /// virtio-blk with this serial.
     Virtio { serial: String },
+    /// A SCSI disk on a virtio-scsi controller, with this serial.
+    Scsi { serial: String },
 }
 
 /// A QEMU guest to boot.
@@ -125,6 +127,10 @@ impl Guest {
                 format!("ide-hd,drive={id},bus=ahci{id}.0,model={model},serial={serial}")
             }
             Bus::Virtio { serial } => format!("virtio-blk-pci,drive={id},serial={serial}"),
+            Bus::Scsi { serial } => {
+                self.args.extend(["-device".into(), format!("virtio-scsi-pci,id=scsi{id}")]);
+                format!("scsi-hd,drive={id},bus=scsi{id}.0,serial={serial}")
+            }
         };
         self.args.extend(["-drive".into(), drive, "-device".into(), device]);
         self

@@ -1,9 +1,11 @@
-//! metal-erase inside the test ramdisk on QEMU, against an NVMe, a SATA (AHCI) and a
-//! virtio disk full of data: the probes read what each device really offers (QEMU's NVMe
+//! metal-erase inside the test ramdisk on QEMU, against an NVMe, a SATA (AHCI), a virtio
+//! and a virtio-scsi disk full of data: the probes read what each device really offers (QEMU's NVMe
 //! controller formats but has no Sanitize and cannot crypto erase, FNA=0; its AHCI disk has
-//! neither the ATA Security nor the Sanitize feature set), the NVMe disk is erased by
+//! neither the ATA Security nor the Sanitize feature set; its SCSI disk does not report
+//! SANITIZE support), the NVMe disk is erased by
 //! Format NVM (user data erase) and proved by markers and samples, the others are
-//! overwritten and read back in full, and the signed report verifies offline. The host then
+//! overwritten and read back in full, and the signed report verifies offline. A Sanitize the
+//! operator names on that NVMe disk is refused by the controller and reported. The host then
 //! reads every disk image: nothing of the data is left.
 
 use std::path::Path;
@@ -16,18 +18,23 @@ use serde_json::Value;
 
 const SIZE: usize = 64 << 20;
 
-fn filled_disk(path: &Path, seed: u8) {
-    // Never zero, so any byte left over shows.
-    let data: Vec<u8> = (0..SIZE).map(|i| (i.to_le_bytes()[0] ^ seed) | 1).collect();
-    std::fs::write(path, data).unwrap();
+/// The tenant's data: never zero, so any byte left over shows.
+fn tenant_data(seed: u8) -> Vec<u8> {
+    (0..SIZE).map(|i| (i.to_le_bytes()[0] ^ seed) | 1).collect()
 }
 
-fn all_zero(path: &Path) -> bool {
-    std::fs::read(path).unwrap().iter().all(|b| *b == 0)
+fn filled_disk(path: &Path, seed: u8) {
+    std::fs::write(path, tenant_data(seed)).unwrap();
+}
+
+/// 4 KiB blocks of the image that still hold the tenant's data.
+fn surviving_blocks(path: &Path, seed: u8) -> usize {
+    let (now, before) = (std::fs::read(path).unwrap(), tenant_data(seed));
+    now.chunks(4096).zip(before.chunks(4096)).filter(|(a, b)| a == b).count()
 }
 
 #[test]
-fn erase_nvme_sata_and_virtio_in_the_ramdisk() {
+fn erase_nvme_sata_virtio_and_scsi_in_the_ramdisk() {
     let dir = tempfile::tempdir().unwrap();
     let now = SystemTime::now();
     let ca = SiteCa::create("site-a", now - Duration::from_secs(600), Duration::from_secs(86400)).unwrap();
@@ -45,15 +52,16 @@ fn erase_nvme_sata_and_virtio_in_the_ramdisk() {
     let key_pem = metal_protocol::identity::signing_key_pem(&key).unwrap();
     let chain = metal_protocol::identity::pem_encode("CERTIFICATE", &cert) + &ca.certificate().pem();
 
-    let (nvme, sata, virtio) =
-        (dir.path().join("nvme.img"), dir.path().join("sata.img"), dir.path().join("virtio.img"));
-    filled_disk(&nvme, 1);
-    filled_disk(&sata, 2);
-    filled_disk(&virtio, 3);
+    let image = |name: &str| dir.path().join(format!("{name}.img"));
+    let (nvme, sata, virtio, scsi) = (image("nvme"), image("sata"), image("virtio"), image("scsi"));
+    for (seed, disk) in [&nvme, &sata, &virtio, &scsi].into_iter().enumerate() {
+        filled_disk(disk, u8::try_from(seed).unwrap());
+    }
     let console = Guest::new()
         .disk(&Bus::Nvme { serial: "HILNVME01".into() }, &nvme, "unmap")
         .disk(&Bus::Sata { model: "HILSATA".into(), serial: "HILSATA01".into() }, &sata, "unmap")
         .disk(&Bus::Virtio { serial: "HILVIRTIO01".into() }, &virtio, "unmap")
+        .disk(&Bus::Scsi { serial: "HILSCSI01".into() }, &scsi, "unmap")
         .file("/etc/metal/id.key", key_pem.as_bytes(), 0o600)
         .file("/etc/metal/id.crt", chain.as_bytes(), 0o644)
         .script(
@@ -61,7 +69,10 @@ fn erase_nvme_sata_and_virtio_in_the_ramdisk() {
              METAL_LOG=warn metal-erase run --all --yes-destroy-data --key /etc/metal/id.key --cert /etc/metal/id.crt \
                --report /tmp/report.json --coverage 5 2>/tmp/erase.log; echo \"erase-exit $?\"\n\
              echo BEGIN report; cat /tmp/report.json; echo; echo END report\n\
-             echo BEGIN log; tail -5 /tmp/erase.log; echo END log",
+             echo BEGIN log; tail -5 /tmp/erase.log; echo END log\n\
+             METAL_LOG=warn metal-erase run --device /dev/nvme0n1 --method nvme-sanitize-crypto --yes-destroy-data \
+               --key /etc/metal/id.key --cert /etc/metal/id.crt --report /tmp/forced.json 2>/dev/null; echo \"forced-exit $?\"\n\
+             echo BEGIN forced; cat /tmp/forced.json; echo; echo END forced",
         )
         .timeout(Duration::from_secs(300))
         .run();
@@ -106,6 +117,14 @@ fn erase_nvme_sata_and_virtio_in_the_ramdisk() {
     );
     assert_eq!(methods(&row("vda")), ["overwrite-zeros"]);
     assert!(rejected(&row("vda")).is_empty());
+    // QEMU's SCSI disk does not answer REPORT SUPPORTED OPERATION CODES: SANITIZE is unknown,
+    // so it is not tried.
+    assert_eq!(methods(&row("sdb")), ["overwrite-zeros"]);
+    let scsi_rejected = rejected(&row("sdb"));
+    assert!(
+        scsi_rejected.iter().any(|(m, why)| m == "scsi-sanitize-crypto" && why.starts_with("SANITIZE support unknown")),
+        "{scsi_rejected:?}"
+    );
 
     // The signed report verifies offline and says what was done to each disk.
     let envelope = Envelope::from_json(console.section("report").unwrap().as_bytes()).unwrap();
@@ -132,14 +151,33 @@ fn erase_nvme_sata_and_virtio_in_the_ramdisk() {
         "{:#?}",
         nvme_wipe.commands
     );
-    for serial in ["HILSATA01", "HILVIRTIO01"] {
+    for serial in ["HILSATA01", "HILVIRTIO01", "HILSCSI01"] {
         let wipe = disk(serial);
         assert_eq!((wipe.method, wipe.result), (Some(SanitizeMethod::OverwriteZeros), WipeResult::Pass), "{wipe:#?}");
         assert_eq!(wipe.verification.as_ref().unwrap().mode, VerifyMode::Full);
     }
 
+    // Sanitize named by the operator on QEMU's NVMe (no Sanitize): the controller rejects
+    // the command, the report says so, nothing passes.
+    assert!(console.text.contains("forced-exit 3"), "{}", console.text);
+    let forced = Envelope::from_json(console.section("forced").unwrap().as_bytes()).unwrap();
+    let forced: metal_protocol::WipeReport = serde_json::from_slice(&forced.payload_bytes().unwrap()).unwrap();
+    let wipe = &forced.disks[0];
+    assert_eq!((wipe.method, wipe.result), (None, WipeResult::Fail));
+    assert!(
+        wipe.rejected_methods
+            .iter()
+            .any(|r| r.method == SanitizeMethod::NvmeSanitizeCrypto && r.capability.contains("Invalid Command Opcode")),
+        "{wipe:#?}"
+    );
+
     // And on the host, nothing of the data is left on any disk.
-    for image in [&nvme, &sata, &virtio] {
-        assert!(all_zero(image), "{} still holds data", image.display());
+    // (The NVMe disk holds the markers planted before the refused sanitize; the others
+    // are all zeros.)
+    for (seed, image) in [&nvme, &sata, &virtio, &scsi].into_iter().enumerate() {
+        assert_eq!(surviving_blocks(image, u8::try_from(seed).unwrap()), 0, "{} still holds data", image.display());
+    }
+    for image in [&sata, &virtio, &scsi] {
+        assert!(std::fs::read(image).unwrap().iter().all(|b| *b == 0), "{} is not all zeros", image.display());
     }
 }
