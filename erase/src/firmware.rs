@@ -583,7 +583,10 @@ mod tests {
         buf
     }
 
-    fn reasons(caps: Capabilities) -> (Vec<(M, String)>, Vec<(M, String)>) {
+    /// Methods with the capability that decided them.
+    type Decided = Vec<(M, String)>;
+
+    fn reasons(caps: Capabilities) -> (Decided, Decided) {
         (caps.supported, caps.unsupported)
     }
 
