@@ -1,6 +1,7 @@
-//! How a BMC's TLS certificate is trusted: a pinned CA (the hostname is checked), a pinned
+//! How a server's TLS certificate is trusted: a pinned CA (the hostname is checked), a pinned
 //! SHA-256 fingerprint of the BMC's own certificate (the pin is the identity, as for the
-//! self-signed certificates most BMCs ship), or, only when asked for explicitly per BMC,
+//! self-signed certificates most BMCs ship), the fingerprint of a CA the server sends in its
+//! chain (how a ramdisk trusts its controller), or, only when asked for explicitly per BMC,
 //! no verification at all.
 
 use std::sync::Arc;
@@ -20,6 +21,10 @@ pub enum TlsTrust {
     Ca(Vec<u8>),
     /// Exactly the certificate with this SHA-256 fingerprint.
     Fingerprint([u8; 32]),
+    /// Certificates issued by the CA with this SHA-256 fingerprint, which the server sends
+    /// in its chain (the site CA pinned on a ramdisk's kernel command line); the hostname
+    /// must match.
+    CaFingerprint([u8; 32]),
     /// Nothing is verified (explicit per BMC; every connection logs a warning).
     InsecureSkipVerify,
 }
@@ -110,20 +115,84 @@ pub fn http_client(trust: &TlsTrust, timeout: std::time::Duration) -> Result<req
             builder.use_rustls_tls().tls_built_in_root_certs(false).add_root_certificate(ca)
         }
         TlsTrust::Fingerprint(pin) => builder.use_preconfigured_tls(pinned_config(Some(*pin))?),
+        TlsTrust::CaFingerprint(pin) => builder.use_preconfigured_tls(verifier_config(Arc::new(PinnedCa {
+            pin: *pin,
+            provider: Arc::new(rustls::crypto::ring::default_provider()),
+        }))?),
         TlsTrust::InsecureSkipVerify => builder.use_preconfigured_tls(pinned_config(None)?),
     };
     builder.build().map_err(|e| BmcError::Invalid(format!("cannot build the HTTP client: {e}")))
 }
 
 fn pinned_config(pin: Option<[u8; 32]>) -> Result<rustls::ClientConfig, BmcError> {
+    verifier_config(Arc::new(Pinned { pin, provider: Arc::new(rustls::crypto::ring::default_provider()) }))
+}
+
+fn verifier_config(verifier: Arc<dyn ServerCertVerifier>) -> Result<rustls::ClientConfig, BmcError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+    let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| BmcError::Invalid(format!("TLS configuration: {e}")))?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }))
+        .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
     Ok(config)
+}
+
+/// Trusts the CA with the pinned fingerprint, found in the chain the server sends: that
+/// certificate becomes the only trust anchor and the usual WebPKI checks (chain, validity,
+/// hostname) run against it.
+#[derive(Debug)]
+struct PinnedCa {
+    pin: [u8; 32],
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for PinnedCa {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let ca = intermediates.iter().find(|c| fingerprint(c) == self.pin).ok_or_else(|| {
+            rustls::Error::General(format!(
+                "the server's certificate chain does not include the pinned CA {}",
+                hex::encode(self.pin)
+            ))
+        })?;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.clone()).map_err(|e| rustls::Error::General(format!("the pinned CA: {e}")))?;
+        let webpki =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
+                .build()
+                .map_err(|e| rustls::Error::General(format!("the pinned CA: {e}")))?;
+        webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 #[cfg(test)]

@@ -1,18 +1,9 @@
 //! `metal-boot`: parses the command line and dispatches to the library.
 
-use clap::Parser;
-
-/// The metal ramdisk agent: PID 1 of the ramdisk; commissions machines and deploys verified images.
-///
-/// Runs as /init of the ramdisk or as a plain command. Its tasks (commission, deploy, inventory, plan) arrive with the metal-boot issue.
-#[derive(Parser, Debug)]
-#[command(name = "metal-boot", version, about, long_about)]
-struct Cli {}
+use clap::Parser as _;
 
 fn main() -> std::process::ExitCode {
-    let _ = Cli::parse();
-    eprintln!(
-        "metal-boot: no commands yet. Runs as /init of the ramdisk or as a plain command. Its tasks (commission, deploy, inventory, plan) arrive with the metal-boot issue."
-    );
-    std::process::ExitCode::from(2)
+    let cli = metal_boot::cli::Cli::parse();
+    metal_boot::cli::init_logging();
+    std::process::ExitCode::from(metal_boot::cli::run(cli))
 }

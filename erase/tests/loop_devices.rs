@@ -3,8 +3,7 @@
 
 #![allow(clippy::cast_possible_truncation)] // test sizes are small and the tests run on 64-bit
 
-use std::fs::{File, OpenOptions};
-use std::io::Read as _;
+use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -18,42 +17,19 @@ use metal_erase::progress::NoProgress;
 use metal_erase::{device, verify};
 use metal_protocol::wipe::{SanitizeMethod, VerifyMode, WipePolicy, WipeResult};
 use metal_protocol::{Role, SiteCa};
+use metal_tests::loopdev::LoopDevice;
 
-/// A sparse file attached to a loop device; detached on drop, also when a test fails.
-struct LoopDevice {
-    path: PathBuf,
-    _dir: tempfile::TempDir,
+/// What these tests do with a loop device beyond the shared helper.
+trait LoopExt {
+    /// Writes `bytes` at `offset` through the device, bypassing the page cache.
+    fn poke(&self, offset: u64, bytes: &[u8]);
+    /// The device as discovery describes it.
+    fn device(&self) -> device::BlockDevice;
+    /// An erase job for it.
+    fn job(&self) -> DiskJob;
 }
 
-impl LoopDevice {
-    fn new(size: u64) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("disk.img");
-        let f = File::create(&file).unwrap();
-        f.set_len(size).unwrap();
-        // Recognisable old data everywhere, so a missed region shows.
-        let junk = vec![0xa5u8; 1 << 20];
-        let mut offset = 0;
-        while offset < size {
-            let n = (size - offset).min(junk.len() as u64) as usize;
-            f.write_all_at(&junk[..n], offset).unwrap();
-            offset += n as u64;
-        }
-        f.sync_all().unwrap();
-        let out =
-            Command::new("losetup").args(["--find", "--show"]).arg(&file).output().expect("losetup (run as root)");
-        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
-        let path = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-        Self { path, _dir: dir }
-    }
-
-    fn read_all(&self) -> Vec<u8> {
-        let mut data = Vec::new();
-        File::open(&self.path).unwrap().read_to_end(&mut data).unwrap();
-        data
-    }
-
-    /// Writes `bytes` at `offset` through the device, bypassing the page cache.
+impl LoopExt for LoopDevice {
     fn poke(&self, offset: u64, bytes: &[u8]) {
         let f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(&self.path).unwrap();
         let block = offset / 4096 * 4096;
@@ -78,12 +54,6 @@ impl LoopDevice {
             target: Box::new(BlockTarget::open(&self.path, true).unwrap()),
             capabilities: Capabilities::default(),
         }
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
     }
 }
 

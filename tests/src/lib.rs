@@ -3,3 +3,4 @@
 pub mod elf;
 pub mod emulators;
 pub mod hil;
+pub mod loopdev;

@@ -1,0 +1,192 @@
+//! `metal-boot` commands for an ordinary shell: `plan IMAGE --url URL` prints the deploy
+//! plan the controller would compute; `deploy --plan FILE` writes an image the way the
+//! ramdisk does. Exit codes: 0 done; 1 the image failed verification (the disk was left
+//! unbootable); 2 bad arguments; 3 the disk or the download failed.
+
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use metal_erase::device::{self, SystemPaths};
+use metal_erase::io::BlockTarget;
+use metal_protocol::deploy::{DeployPlan, DigestAlgorithm};
+
+use crate::deploy::{self, DeployError, DeployOptions};
+use crate::plan;
+use crate::source::{FetchOptions, HttpSource};
+use crate::target;
+
+/// The metal ramdisk agent: commissions machines and deploys images no one can boot
+/// half-verified.
+///
+/// As a plain command: `plan` computes an image's deploy plan (digests and chunk manifest);
+/// `deploy` streams an image (https:// pinned to the site CA, or http:// when allowed),
+/// verifies every chunk before writing it, checks the whole-image digest, and writes the
+/// first MiB last, so a failed or tampered deploy never boots.
+///
+/// Exit codes: 0 done; 1 the image failed verification (the disk is left unbootable);
+/// 2 bad arguments; 3 the disk or the download failed.
+#[derive(Parser, Debug)]
+#[command(name = "metal-boot", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Algorithm {
+    Sha256,
+    Sha512,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the deploy plan (JSON) for an image file: the digest of the file as served,
+    /// its format (from its magic bytes) and the SHA-256 of every raw chunk.
+    Plan {
+        /// The image file (raw, gzip, zstd or xz).
+        image: PathBuf,
+        /// Where the image will be served.
+        #[arg(long)]
+        url: String,
+        /// Chunk size in bytes (a power of two, 64 KiB to 256 MiB).
+        #[arg(long, default_value_t = 4 << 20)]
+        chunk_size: u64,
+        /// Digest of the served file.
+        #[arg(long, value_enum, default_value_t = Algorithm::Sha256)]
+        digest: Algorithm,
+    },
+    /// Deploy an image by its plan onto a disk.
+    Deploy {
+        /// The plan (JSON).
+        #[arg(long)]
+        plan: PathBuf,
+        /// The disk to write; default: the plan's root device hints, else the smallest disk
+        /// that fits (never removable, read-only, in use or the boot medium).
+        #[arg(long)]
+        device: Option<PathBuf>,
+        /// SHA-256 fingerprint of the site CA an https:// server must chain to.
+        #[arg(long)]
+        ca_fingerprint: Option<String>,
+        /// Accept a plain http:// image URL.
+        #[arg(long)]
+        allow_http: bool,
+        /// The disk reads zero everywhere (just erased): all-zero chunks are not written.
+        #[arg(long)]
+        target_zeroed: bool,
+        /// Read the whole image back after writing and check it.
+        #[arg(long)]
+        read_back: bool,
+    },
+}
+
+const EXIT_OK: u8 = 0;
+const EXIT_VERIFY: u8 = 1;
+const EXIT_BAD_ARGUMENTS: u8 = 2;
+const EXIT_FAILED: u8 = 3;
+
+/// Logs to stderr (JSON unless stderr is a terminal), filtered by `METAL_LOG`.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("METAL_LOG").unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::io::stderr().is_terminal() { builder.init() } else { builder.json().init() }
+}
+
+fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
+    eprintln!("metal-boot: {message}");
+    code
+}
+
+/// Runs a parsed command line; returns the exit code.
+pub fn run(cli: Cli) -> u8 {
+    match cli.command {
+        Command::Plan { image, url, chunk_size, digest } => {
+            let algorithm = match digest {
+                Algorithm::Sha256 => DigestAlgorithm::Sha256,
+                Algorithm::Sha512 => DigestAlgorithm::Sha512,
+            };
+            match plan::make_plan(&image, &url, chunk_size, algorithm) {
+                Ok(plan) => {
+                    println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
+                    EXIT_OK
+                }
+                Err(e) => fail(EXIT_BAD_ARGUMENTS, e),
+            }
+        }
+        Command::Deploy { plan, device, ca_fingerprint, allow_http, target_zeroed, read_back } => {
+            let fetch = match ca_fingerprint.as_deref().map(metal_bmc::tls::parse_fingerprint).transpose() {
+                Ok(ca_fingerprint) => FetchOptions { allow_http, ca_fingerprint, ..FetchOptions::default() },
+                Err(e) => return fail(EXIT_BAD_ARGUMENTS, e),
+            };
+            deploy_command(&plan, device.as_deref(), &fetch, &DeployOptions { target_zeroed, read_back, hashers: 0 })
+        }
+    }
+}
+
+fn deploy_command(plan_file: &Path, device: Option<&Path>, fetch: &FetchOptions, options: &DeployOptions) -> u8 {
+    let plan: DeployPlan = match std::fs::read_to_string(plan_file)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+    {
+        Ok(p) => p,
+        Err(e) => return fail(EXIT_BAD_ARGUMENTS, format!("{}: {e}", plan_file.display())),
+    };
+    if let Err(e) = plan.validate() {
+        return fail(EXIT_BAD_ARGUMENTS, e);
+    }
+    if let Err(e) = crate::source::check_url(&plan.image.url, fetch) {
+        return fail(EXIT_BAD_ARGUMENTS, e);
+    }
+    let paths = SystemPaths::default();
+    let devices = match device::discover(&paths) {
+        Ok(d) => d,
+        Err(e) => return fail(EXIT_FAILED, e),
+    };
+    let raw = plan.chunks.raw_size_bytes;
+    let chosen = match device {
+        Some(path) => {
+            let Some(found) =
+                devices.iter().find(|d| d.path == path || Some(d.name()) == path.file_name().and_then(|n| n.to_str()))
+            else {
+                return fail(EXIT_BAD_ARGUMENTS, format!("{}: not a whole disk", path.display()));
+            };
+            if let Some(why) = target::unfit(found, raw) {
+                return fail(EXIT_BAD_ARGUMENTS, format!("{}: {why}", path.display()));
+            }
+            found
+        }
+        None => match target::choose(&devices, &plan.target, raw) {
+            Ok(d) => d,
+            Err(e) => return fail(EXIT_BAD_ARGUMENTS, e),
+        },
+    };
+    tracing::info!(disk = %chosen.path.display(), image = %plan.image.url, raw_bytes = raw, "deploying");
+    let disk = match BlockTarget::open(&chosen.path, true) {
+        Ok(t) => t,
+        Err(e) => return fail(EXIT_FAILED, format!("{}: {e}", chosen.path.display())),
+    };
+    let stream = match HttpSource::open(&plan.image.url, plan.image.size_bytes, fetch) {
+        Ok(s) => s,
+        Err(e) => return fail(EXIT_FAILED, e),
+    };
+    match deploy::deploy(&plan, Box::new(stream), &disk, options) {
+        Ok(outcome) => {
+            println!("{}", serde_json::to_string_pretty(&outcome).unwrap_or_default());
+            tracing::info!(disk = %chosen.path.display(), seconds = outcome.seconds, "deployed and verified");
+            EXIT_OK
+        }
+        Err(e) => {
+            let code = match e {
+                DeployError::Chunk { .. }
+                | DeployError::Image { .. }
+                | DeployError::Format { .. }
+                | DeployError::Truncated { .. }
+                | DeployError::TooLong { .. }
+                | DeployError::ReadBack { .. } => EXIT_VERIFY,
+                DeployError::Plan(_) | DeployError::TooLarge { .. } => EXIT_BAD_ARGUMENTS,
+                DeployError::Source(_) | DeployError::Disk { .. } => EXIT_FAILED,
+            };
+            fail(code, format!("{e}; {} was left unbootable", chosen.path.display()))
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! `metal-boot plan` and `deploy` on loop devices, fetching from a test image server on
+//! loopback: raw, gzip, zstd and xz images land bit-exact; a tampered chunk, a truncated
+//! stream or a wrong digest fail and leave a disk that cannot boot (the first MiB zero);
+//! a dropped connection is resumed with a Range request; a deploy killed halfway leaves
+//! the first MiB unwritten; http:// needs its flag.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metal_tests::loopdev::{LoopDevice, OLD_DATA};
+use serde_json::Value;
+
+const MIB: usize = 1 << 20;
+
+/// What the image server does.
+#[derive(Default)]
+struct Server {
+    files: HashMap<String, Vec<u8>>,
+    /// Cut the connection after this many bytes, once.
+    drop_once_after: Option<usize>,
+    /// Send this many bytes, then nothing more (the connection stays open).
+    stall_after: Option<usize>,
+    /// Every request: (name, Range header).
+    log: Vec<(String, Option<String>)>,
+}
+
+type Shared = Arc<Mutex<Server>>;
+
+async fn serve(State(s): State<Shared>, UrlPath(name): UrlPath<String>, headers: HeaderMap) -> Response {
+    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let mut server = s.lock().unwrap();
+    server.log.push((name.clone(), range.clone()));
+    let Some(bytes) = server.files.get(&name).cloned() else { return StatusCode::NOT_FOUND.into_response() };
+    let start = range
+        .as_deref()
+        .and_then(|r| r.strip_prefix("bytes="))
+        .and_then(|r| r.strip_suffix('-'))
+        .and_then(|r| r.parse::<usize>().ok())
+        .unwrap_or(0);
+    if start > 0 && start >= bytes.len() {
+        return StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+    }
+    let body = bytes[start..].to_vec();
+    let status = if range.is_some() { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK };
+    let content_range = format!("bytes {start}-{}/{}", bytes.len() - 1, bytes.len());
+    if let Some(cut) = server.drop_once_after.take() {
+        // Send `cut` bytes, then fail the body: the connection drops mid-stream.
+        let first = bytes::Bytes::from(body[..cut.min(body.len())].to_vec());
+        let stream = futures::stream::iter(vec![Ok(first), Err(std::io::Error::other("cut"))]);
+        let headers = [(header::CONTENT_LENGTH, body.len().to_string())];
+        return (status, headers, axum::body::Body::from_stream(stream)).into_response();
+    }
+    if let Some(cut) = server.stall_after {
+        use futures::StreamExt as _;
+        let first = bytes::Bytes::from(body[..cut.min(body.len())].to_vec());
+        let stream = futures::stream::iter(vec![Ok::<_, std::io::Error>(first)]).chain(futures::stream::pending());
+        let headers = [(header::CONTENT_LENGTH, body.len().to_string())];
+        return (status, headers, axum::body::Body::from_stream(stream)).into_response();
+    }
+    let mut response = (status, body).into_response();
+    if range.is_some() {
+        response.headers_mut().insert(header::CONTENT_RANGE, content_range.parse().unwrap());
+    }
+    response
+}
+
+/// The image server on its own runtime.
+struct ImageServer {
+    url: String,
+    state: Shared,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl ImageServer {
+    fn start() -> ImageServer {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let state: Shared = Arc::new(Mutex::new(Server::default()));
+        let router = Router::new().route("/{name}", get(serve)).with_state(state.clone());
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        runtime.spawn(async move { axum::serve(listener, router).await.unwrap() });
+        ImageServer { url, state, _runtime: runtime }
+    }
+
+    fn put(&self, name: &str, bytes: Vec<u8>) -> String {
+        self.state.lock().unwrap().files.insert(name.to_owned(), bytes);
+        format!("{}/{name}", self.url)
+    }
+}
+
+/// A small "bootable" disk image: a boot signature, data, a run of zeros, more data.
+fn disk_image(size: usize) -> Vec<u8> {
+    let mut image: Vec<u8> = (0..size).map(|i| u8::try_from(i % 251).unwrap() ^ 0x5a).collect();
+    image[510] = 0x55;
+    image[511] = 0xaa;
+    if size >= 5 * MIB {
+        image[3 * MIB..5 * MIB].fill(0);
+    }
+    image
+}
+
+fn compress(raw: &[u8], tool: &str, dir: &Path) -> Vec<u8> {
+    let path = dir.join("image.raw");
+    std::fs::write(&path, raw).unwrap();
+    let out = Command::new(tool).arg("-c").arg(&path).output().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+fn boot(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_metal-boot")).args(args).env("METAL_LOG", "warn").output().unwrap()
+}
+
+fn make_plan(dir: &Path, image: &[u8], url: &str) -> PathBuf {
+    let file = dir.join("served.img");
+    std::fs::write(&file, image).unwrap();
+    let out = boot(&["plan", file.to_str().unwrap(), "--url", url, "--chunk-size", "1048576"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan_file = dir.join("plan.json");
+    std::fs::write(&plan_file, &out.stdout).unwrap();
+    plan_file
+}
+
+fn deploy(plan: &Path, disk: &LoopDevice, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let mut args = vec!["deploy", "--plan", plan.to_str().unwrap(), "--device", disk.path.to_str().unwrap()];
+    args.extend(extra);
+    let out = boot(&args);
+    let outcome = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code(), outcome, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn every_format_lands_bit_exact() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(7 * MIB + 4096);
+    for (name, bytes) in [
+        ("image.raw", raw.clone()),
+        ("image.gz", compress(&raw, "gzip", dir.path())),
+        ("image.zst", compress(&raw, "zstd", dir.path())),
+        ("image.xz", compress(&raw, "xz", dir.path())),
+    ] {
+        let url = server.put(name, bytes.clone());
+        let plan = make_plan(dir.path(), &bytes, &url);
+        let disk = LoopDevice::new(16 << 20);
+        let (status, outcome, stderr) = deploy(&plan, &disk, &["--allow-http", "--read-back"]);
+        assert_eq!(status, Some(0), "{name}: {stderr}");
+        assert_eq!(outcome["readBack"], true);
+        let written = disk.read_all();
+        assert!(written[..raw.len()] == raw[..], "{name} did not land bit-exact");
+    }
+}
+
+#[test]
+fn a_tampered_chunk_is_never_written_and_the_disk_cannot_boot() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(6 * MIB);
+    let plan = make_plan(dir.path(), &raw, &server.put("image.raw", raw.clone()));
+    let mut tampered = raw.clone();
+    tampered[4 * MIB + 17] ^= 0xff;
+    server.put("image.raw", tampered);
+    let disk = LoopDevice::new(8 << 20);
+    let (status, _, stderr) = deploy(&plan, &disk, &["--allow-http"]);
+    assert_eq!(status, Some(1), "{stderr}");
+    assert!(stderr.contains("chunk 4 (bytes 4194304..5242880) fails its SHA-256"), "{stderr}");
+    assert!(stderr.contains("was left unbootable"), "{stderr}");
+    let written = disk.read_all();
+    assert!(written[..MIB].iter().all(|b| *b == 0), "the first MiB must be zero");
+    assert!(written[4 * MIB..5 * MIB].iter().all(|b| *b == OLD_DATA), "the tampered chunk was written");
+    assert!(written[7 * MIB..].iter().all(|b| *b == 0), "the last MiB must be zero");
+}
+
+#[test]
+fn a_wrong_image_digest_or_a_truncated_stream_fails() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(3 * MIB);
+    let url = server.put("image.raw", raw.clone());
+    let plan_file = make_plan(dir.path(), &raw, &url);
+
+    // The chunks match but the plan's whole-image digest does not: the first MiB stays zero.
+    let mut plan: Value = serde_json::from_slice(&std::fs::read(&plan_file).unwrap()).unwrap();
+    let wrong = "0".repeat(64);
+    plan["image"]["digest"]["hex"] = wrong.clone().into();
+    plan["chunks"]["imageDigest"]["hex"] = wrong.into();
+    let wrong_plan = dir.path().join("wrong.json");
+    std::fs::write(&wrong_plan, plan.to_string()).unwrap();
+    let disk = LoopDevice::new(4 << 20);
+    let (status, _, stderr) = deploy(&wrong_plan, &disk, &["--allow-http"]);
+    assert_eq!(status, Some(1), "{stderr}");
+    assert!(stderr.contains("the image's digest differs from the plan"), "{stderr}");
+    assert!(disk.read_all()[..MIB].iter().all(|b| *b == 0));
+
+    // The server has only part of the image: a truncated stream is an error, never success.
+    server.put("image.raw", raw[..2 * MIB + 100].to_vec());
+    let disk = LoopDevice::new(4 << 20);
+    let (status, _, stderr) = deploy(&plan_file, &disk, &["--allow-http"]);
+    assert_ne!(status, Some(0), "{stderr}");
+    assert!(stderr.contains("was left unbootable"), "{stderr}");
+    assert!(disk.read_all()[..MIB].iter().all(|b| *b == 0));
+}
+
+#[test]
+fn a_dropped_connection_resumes_with_range() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(5 * MIB);
+    let url = server.put("image.raw", raw.clone());
+    let plan = make_plan(dir.path(), &raw, &url);
+    server.state.lock().unwrap().drop_once_after = Some(MIB + 12345);
+    let disk = LoopDevice::new(8 << 20);
+    let (status, _, stderr) = deploy(&plan, &disk, &["--allow-http"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(disk.read_all()[..raw.len()] == raw[..]);
+    let log = server.state.lock().unwrap().log.clone();
+    assert_eq!(log.len(), 2, "{log:?}");
+    let resumed = log[1].1.as_deref().unwrap();
+    let at: usize = resumed.trim_start_matches("bytes=").trim_end_matches('-').parse().unwrap();
+    assert!(at > 0 && at <= MIB + 12345, "resumed at {resumed}");
+}
+
+#[test]
+fn plain_http_needs_its_flag_and_nothing_is_written_without_it() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(2 * MIB);
+    let plan = make_plan(dir.path(), &raw, &server.put("image.raw", raw.clone()));
+    let disk = LoopDevice::new(4 << 20);
+    let (status, _, stderr) = deploy(&plan, &disk, &[]);
+    assert_eq!(status, Some(2), "{stderr}");
+    assert!(stderr.contains("plain http:// is refused"), "{stderr}");
+    assert!(disk.read_all().iter().all(|b| *b == OLD_DATA), "the disk was touched");
+}
+
+#[test]
+fn zero_chunks_are_skipped_on_a_zeroed_target() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(6 * MIB);
+    let plan = make_plan(dir.path(), &raw, &server.put("image.raw", raw.clone()));
+    let disk = LoopDevice::new(8 << 20);
+    // Zero the device as an erase would.
+    std::fs::write(&disk.path, vec![0u8; 8 << 20]).unwrap();
+    let (status, outcome, stderr) = deploy(&plan, &disk, &["--allow-http", "--target-zeroed", "--read-back"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(outcome["chunksSkipped"], 2, "{outcome}");
+    assert!(disk.read_all()[..raw.len()] == raw[..]);
+}
+
+#[test]
+fn a_deploy_killed_halfway_leaves_the_head_unwritten() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(6 * MIB);
+    let plan = make_plan(dir.path(), &raw, &server.put("image.raw", raw.clone()));
+    server.state.lock().unwrap().stall_after = Some(5 * MIB);
+    let disk = LoopDevice::new(8 << 20);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metal-boot"))
+        .args(["deploy", "--allow-http", "--plan", plan.to_str().unwrap(), "--device", disk.path.to_str().unwrap()])
+        .env("METAL_LOG", "warn")
+        .spawn()
+        .unwrap();
+    // Wait until the chunks before the stall are on the disk, then pull the plug.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while disk.read_all()[2 * MIB..3 * MIB] != raw[2 * MIB..3 * MIB] {
+        assert!(std::time::Instant::now() < deadline, "nothing was written");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let written = disk.read_all();
+    assert!(written[..MIB].iter().all(|b| *b == 0), "the head was written before the image checked out");
+    assert!(written[MIB..2 * MIB] == raw[MIB..2 * MIB], "the chunks before the stall were written");
+}
