@@ -57,6 +57,8 @@ fn erase_nvme_sata_virtio_and_scsi_in_the_ramdisk() {
     for (seed, disk) in [&nvme, &sata, &virtio, &scsi].into_iter().enumerate() {
         filled_disk(disk, u8::try_from(seed).unwrap());
     }
+    // The forced run names the NVMe namespace by path: NVMe names follow the controller
+    // order, and there is one controller.
     let console = Guest::new()
         .disk(&Bus::Nvme { serial: "HILNVME01".into() }, &nvme, "unmap")
         .disk(&Bus::Sata { model: "HILSATA".into(), serial: "HILSATA01".into() }, &sata, "unmap")
@@ -81,12 +83,18 @@ fn erase_nvme_sata_virtio_and_scsi_in_the_ramdisk() {
 
     // What list planned for each disk.
     let list: Value = serde_json::from_str(&console.section("list").unwrap()).unwrap();
-    let row =
-        |name: &str| list.as_array().unwrap().iter().find(|r| r["device"] == format!("/dev/{name}")).cloned().unwrap();
+    // By serial: kernel names (sda, sdb) depend on probe order.
+    let row = |serial: &str| {
+        let rows = list.as_array().unwrap();
+        rows.iter()
+            .find(|r| r["disk"]["identity"]["serial"] == serial)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {serial}: {list:#}"))
+    };
     let methods = |r: &Value| {
         r["plan"].as_array().unwrap().iter().map(|m| m["method"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
     };
-    assert_eq!(methods(&row("nvme0n1")), ["nvme-format-user-data", "overwrite-zeros"], "{list:#}");
+    assert_eq!(methods(&row("HILNVME01")), ["nvme-format-user-data", "overwrite-zeros"], "{list:#}");
     let rejected = |r: &Value| {
         r["rejected"]
             .as_array()
@@ -95,14 +103,14 @@ fn erase_nvme_sata_virtio_and_scsi_in_the_ramdisk() {
             .map(|m| (m["method"].as_str().unwrap().to_owned(), m["capability"].as_str().unwrap().to_owned()))
             .collect::<Vec<_>>()
     };
-    let nvme_rejected = rejected(&row("nvme0n1"));
+    let nvme_rejected = rejected(&row("HILNVME01"));
     assert!(nvme_rejected.contains(&("nvme-sanitize-crypto".into(), "SANICAP.CES=0".into())), "{nvme_rejected:?}");
     assert!(
         nvme_rejected.contains(&("nvme-format-crypto".into(), "OACS.FORMAT=1, FNA.CRYPTO=0".into())),
         "{nvme_rejected:?}"
     );
-    assert_eq!(methods(&row("sda")), ["overwrite-zeros"]);
-    let sata_rejected = rejected(&row("sda"));
+    assert_eq!(methods(&row("HILSATA01")), ["overwrite-zeros"]);
+    let sata_rejected = rejected(&row("HILSATA01"));
     assert!(
         sata_rejected
             .iter()
@@ -115,12 +123,12 @@ fn erase_nvme_sata_virtio_and_scsi_in_the_ramdisk() {
             .any(|(m, why)| m == "ata-sanitize-block" && why.contains("SANITIZE feature set not supported")),
         "{sata_rejected:?}"
     );
-    assert_eq!(methods(&row("vda")), ["overwrite-zeros"]);
-    assert!(rejected(&row("vda")).is_empty());
+    assert_eq!(methods(&row("HILVIRTIO01")), ["overwrite-zeros"]);
+    assert!(rejected(&row("HILVIRTIO01")).is_empty());
     // QEMU's SCSI disk does not answer REPORT SUPPORTED OPERATION CODES: SANITIZE is unknown,
     // so it is not tried.
-    assert_eq!(methods(&row("sdb")), ["overwrite-zeros"]);
-    let scsi_rejected = rejected(&row("sdb"));
+    assert_eq!(methods(&row("HILSCSI01")), ["overwrite-zeros"]);
+    let scsi_rejected = rejected(&row("HILSCSI01"));
     assert!(
         scsi_rejected.iter().any(|(m, why)| m == "scsi-sanitize-crypto" && why.starts_with("SANITIZE support unknown")),
         "{scsi_rejected:?}"
