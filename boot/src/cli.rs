@@ -1,7 +1,8 @@
 //! `metal-boot` commands for an ordinary shell: `plan IMAGE --url URL` prints the deploy
 //! plan the controller would compute; `deploy --plan FILE` writes an image the way the
-//! ramdisk does. Exit codes: 0 done; 1 the image failed verification (the disk was left
-//! unbootable); 2 bad arguments; 3 the disk or the download failed.
+//! ramdisk does; `inventory [--tests]` prints the commissioning report. Exit codes: 0 done;
+//! 1 the image failed verification (the disk was left unbootable) or a test failed; 2 bad
+//! arguments; 3 the disk or the download failed.
 
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
@@ -55,6 +56,23 @@ enum Command {
         /// Digest of the served file.
         #[arg(long, value_enum, default_value_t = Algorithm::Sha256)]
         digest: Algorithm,
+    },
+    /// Print this machine's inventory (JSON InventoryReport): CPU, memory and DIMMs, DMI,
+    /// disks, NICs, in-band firmware; with --tests, also the four basic tests (exit 1 when
+    /// one fails).
+    Inventory {
+        /// Node id to name in the report.
+        #[arg(long, default_value = "unknown")]
+        node: String,
+        /// Run the memory, disk, NIC and CPU tests.
+        #[arg(long)]
+        tests: bool,
+        /// Share of the available memory the memory test covers.
+        #[arg(long, default_value_t = 0.05)]
+        memory_fraction: f64,
+        /// Sampled reads per disk.
+        #[arg(long, default_value_t = 64)]
+        disk_samples: u64,
     },
     /// Deploy an image by its plan onto a disk.
     Deploy {
@@ -112,6 +130,18 @@ pub fn run(cli: Cli) -> u8 {
                 }
                 Err(e) => fail(EXIT_BAD_ARGUMENTS, e),
             }
+        }
+        Command::Inventory { node, tests, memory_fraction, disk_samples } => {
+            let report = crate::report::collect(
+                &crate::inventory::Roots::default(),
+                &node,
+                tests.then_some((memory_fraction, disk_samples)),
+            );
+            println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+            for t in report.tests.iter().filter(|t| !t.passed) {
+                eprintln!("metal-boot: {:?} test FAILED: {}", t.kind, t.details);
+            }
+            if report.passed() { EXIT_OK } else { EXIT_VERIFY }
         }
         Command::Deploy { plan, device, ca_fingerprint, allow_http, target_zeroed, read_back } => {
             let fetch = match ca_fingerprint.as_deref().map(metal_bmc::tls::parse_fingerprint).transpose() {

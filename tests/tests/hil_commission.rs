@@ -1,0 +1,54 @@
+//! metal-boot's commissioning inventory inside the test ramdisk on QEMU: CPUs, memory and
+//! the DIMM QEMU describes in SMBIOS, DMI identity from `-smbios`, the disks by the serials
+//! QEMU was given and their sizes, the NIC with its MAC and link, and the four basic tests
+//! passing (memory pattern, sampled disk reads with the NVMe health log, NIC link, CPUs).
+
+use metal_protocol::InventoryReport;
+use metal_protocol::inventory::TestKind;
+use metal_tests::hil::{Bus, Guest};
+
+#[test]
+fn commissioning_inventory_in_the_ramdisk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nvme, sata) = (dir.path().join("nvme.img"), dir.path().join("sata.img"));
+    std::fs::File::create(&nvme).unwrap().set_len(96 << 20).unwrap();
+    std::fs::File::create(&sata).unwrap().set_len(48 << 20).unwrap();
+    let console = Guest::new()
+        .args(&["-smbios", "type=1,manufacturer=Metal Test,product=HIL-1,serial=HIL-SERIAL-1"])
+        .args(&["-netdev", "user,id=n0,restrict=on", "-device", "e1000e,netdev=n0,mac=52:54:00:aa:bb:01"])
+        .disk(&Bus::Nvme { serial: "HILNVME01".into() }, &nvme, "unmap")
+        .disk(&Bus::Sata { model: "HILSATA".into(), serial: "HILSATA01".into() }, &sata, "unmap")
+        .script(
+            "ip link set eth0 up; for i in 1 2 3 4 5 6 7 8 9 10; do [ \"$(cat /sys/class/net/eth0/carrier 2>/dev/null)\" = 1 ] && break; sleep 0.5; done\n\
+             echo BEGIN inventory; METAL_LOG=warn metal-boot inventory --tests --node hil-1 --memory-fraction 0.05; echo END inventory",
+        )
+        .run();
+    assert!(console.finished, "the guest did not power off:\n{}", console.text);
+    let json = console.section("inventory").unwrap_or_else(|| panic!("no inventory:\n{}", console.text));
+    let report: InventoryReport = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}:\n{json}"));
+    assert_eq!(report.node_id, "hil-1");
+    assert_eq!(report.cpu.threads, 2);
+    assert!((400 << 20..=512 << 20).contains(&report.memory.total_bytes), "{:?}", report.memory);
+    assert_eq!(report.memory.dimms.iter().map(|d| d.size_bytes).sum::<u64>(), 512 << 20, "{:?}", report.memory.dimms);
+    assert_eq!(report.dmi.system_serial.as_deref(), Some("HIL-SERIAL-1"));
+    assert_eq!(report.dmi.system_vendor.as_deref(), Some("Metal Test"));
+    let disk = |serial: &str| {
+        report
+            .disks
+            .iter()
+            .find(|d| d.identity.serial.as_deref() == Some(serial))
+            .unwrap_or_else(|| panic!("no {serial}: {:?}", report.disks))
+    };
+    assert_eq!(disk("HILNVME01").identity.size_bytes, 96 << 20);
+    assert_eq!(disk("HILSATA01").identity.size_bytes, 48 << 20);
+    assert_eq!(disk("HILSATA01").identity.model.as_deref(), Some("HILSATA"));
+    let nic = report.nics.iter().find(|n| n.mac == "52:54:00:aa:bb:01").unwrap_or_else(|| panic!("{:?}", report.nics));
+    assert_eq!((nic.driver.as_deref(), nic.link), (Some("e1000e"), true));
+    for kind in [TestKind::Memory, TestKind::Disk, TestKind::Nic, TestKind::Cpu] {
+        let test = report.tests.iter().find(|t| t.kind == kind).unwrap();
+        assert!(test.passed, "{kind:?}: {}", test.details);
+    }
+    let disk_test = report.tests.iter().find(|t| t.kind == TestKind::Disk).unwrap();
+    assert!(disk_test.details.contains("NVMe health: no critical warning"), "{}", disk_test.details);
+    assert!(report.passed());
+}
