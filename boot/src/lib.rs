@@ -1,13 +1,14 @@
 //! metal-boot: the ramdisk agent. Today: the deploy path (`plan`: an image's digests and
 //! chunk manifest; `deploy`: stream, verify every chunk before writing it, first MiB last),
-//! the disk choice, and the commissioning inventory with its four basic tests. As /init,
-//! and the controller protocol, come next.
+//! the disk choice, the commissioning inventory with its four basic tests, and PID 1 of
+//! the ramdisk (`init`). The controller protocol comes next.
 
 pub mod checks;
 pub mod cli;
 pub mod deploy;
 pub mod digest;
 pub mod format;
+pub mod init;
 pub mod inventory;
 pub mod plan;
 pub mod report;

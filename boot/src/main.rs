@@ -1,8 +1,12 @@
-//! `metal-boot`: parses the command line and dispatches to the library.
+//! `metal-boot`: parses the command line and dispatches to the library. As PID 1 (the
+//! ramdisk's init) it runs `init::main` instead.
 
 use clap::Parser as _;
 
 fn main() -> std::process::ExitCode {
+    if std::process::id() == 1 {
+        metal_boot::init::main();
+    }
     let cli = metal_boot::cli::Cli::parse();
     metal_boot::cli::init_logging();
     std::process::ExitCode::from(metal_boot::cli::run(cli))

@@ -1,0 +1,262 @@
+//! metal-boot as PID 1 of the ramdisk: mount the kernel filesystems, load the modules the
+//! image lists, bring up `lo` and every NIC by DHCP (busybox's udhcpc, with the event script
+//! the ramdisk ships at /etc/udhcpc/default.script, which also writes resolv.conf), read the
+//! `metal.*` parameters from the kernel command line, run the task, and end with sync and
+//! reboot(2). Orphans are reaped all along. On a fatal error the console says what failed,
+//! and only `metal.debug=1` drops to a shell.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::inventory::Roots;
+
+/// What the ramdisk was booted to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Task {
+    /// Inventory and the basic tests.
+    Commission,
+    /// A shell on the console (debugging).
+    Shell,
+    /// Anything else named on the command line (arrives with the controller protocol).
+    Other(String),
+}
+
+/// How the ramdisk ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// reboot(2) RB_AUTOBOOT.
+    Reboot,
+    /// reboot(2) RB_POWER_OFF.
+    PowerOff,
+}
+
+/// The `metal.*` kernel parameters.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Params {
+    /// `metal.controller=URL`.
+    pub controller: Option<String>,
+    /// `metal.token=...`: one-time join token (never logged).
+    pub token: Option<String>,
+    /// `metal.ca=SHA256`: the site CA's fingerprint.
+    pub ca_fingerprint: Option<String>,
+    /// `metal.task=commission|shell|...` (default commission).
+    pub task: Task,
+    /// `metal.debug=1`: a shell on a fatal error.
+    pub debug: bool,
+    /// `metal.end=reboot|poweroff` (default reboot).
+    pub end: End,
+    /// `metal.node=ID`.
+    pub node: Option<String>,
+}
+
+impl std::fmt::Debug for Params {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Params")
+            .field("controller", &self.controller)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("ca_fingerprint", &self.ca_fingerprint)
+            .field("task", &self.task)
+            .field("debug", &self.debug)
+            .field("end", &self.end)
+            .field("node", &self.node)
+            .finish()
+    }
+}
+
+/// Reads the `metal.*` parameters of a kernel command line; others are ignored.
+pub fn parse_cmdline(cmdline: &str) -> Params {
+    let mut p = Params {
+        controller: None,
+        token: None,
+        ca_fingerprint: None,
+        task: Task::Commission,
+        debug: false,
+        end: End::Reboot,
+        node: None,
+    };
+    for word in cmdline.split_whitespace() {
+        let Some((key, value)) = word.split_once('=') else { continue };
+        let value = value.to_owned();
+        match key {
+            "metal.controller" => p.controller = Some(value),
+            "metal.token" => p.token = Some(value),
+            "metal.ca" => p.ca_fingerprint = Some(value),
+            "metal.task" => {
+                p.task = match value.as_str() {
+                    "commission" => Task::Commission,
+                    "shell" => Task::Shell,
+                    _ => Task::Other(value),
+                }
+            }
+            "metal.debug" => p.debug = matches!(value.as_str(), "1" | "true" | "yes"),
+            "metal.end" => p.end = if value == "poweroff" { End::PowerOff } else { End::Reboot },
+            "metal.node" => p.node = Some(value),
+            _ => {}
+        }
+    }
+    p
+}
+
+/// Collects exit statuses of every child (our own and orphans re-parented to PID 1), so
+/// `run` can wait for its own child without racing the reaper.
+#[derive(Default)]
+struct Reaper {
+    exited: Mutex<HashMap<i32, i32>>,
+    changed: Condvar,
+}
+
+fn reaper() -> &'static Arc<Reaper> {
+    static REAPER: OnceLock<Arc<Reaper>> = OnceLock::new();
+    REAPER.get_or_init(|| {
+        let reaper = Arc::new(Reaper::default());
+        let shared = reaper.clone();
+        std::thread::spawn(move || {
+            loop {
+                match crate::sys::wait_any() {
+                    Some((pid, status)) => {
+                        shared.exited.lock().map(|mut m| m.insert(pid, status)).ok();
+                        shared.changed.notify_all();
+                    }
+                    None => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        });
+        reaper
+    })
+}
+
+/// Runs a program to its end (waiting through the reaper); its exit code.
+fn run(program: &str, args: &[&str]) -> Result<i32, String> {
+    let reaper = reaper();
+    let child = Command::new(program).args(args).spawn().map_err(|e| format!("{program}: {e}"))?;
+    let pid = i32::try_from(child.id()).map_err(|_| "pid out of range".to_owned())?;
+    let mut exited = reaper.exited.lock().map_err(|_| "reaper poisoned".to_owned())?;
+    loop {
+        if let Some(status) = exited.remove(&pid) {
+            return Ok(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) });
+        }
+        exited = reaper.changed.wait(exited).map_err(|_| "reaper poisoned".to_owned())?;
+    }
+}
+
+fn say(message: &str) {
+    println!("metal-boot: {message}");
+}
+
+fn mount_all() -> Result<(), String> {
+    for (source, target, fstype) in [
+        ("proc", "/proc", "proc"),
+        ("sys", "/sys", "sysfs"),
+        ("dev", "/dev", "devtmpfs"),
+        ("run", "/run", "tmpfs"),
+        ("tmp", "/tmp", "tmpfs"),
+    ] {
+        crate::sys::mount(source, target, fstype).map_err(|e| format!("mount {fstype} on {target}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn load_modules() {
+    let list = std::fs::read_to_string("/etc/modules").unwrap_or_default();
+    let (mut loaded, mut failed) = (0, Vec::new());
+    for module in list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        match run("/bin/modprobe", &[module]) {
+            Ok(0) => loaded += 1,
+            _ => failed.push(module.to_owned()),
+        }
+    }
+    // A module for hardware the machine does not have fails to load; that is not fatal.
+    say(&format!(
+        "{loaded} modules loaded; not loaded (no such hardware?): {}",
+        if failed.is_empty() { "none".into() } else { failed.join(" ") }
+    ));
+}
+
+/// Brings up lo and every NIC with a device; DHCP on each until one gets a lease.
+fn network() -> Result<String, String> {
+    run("/bin/ip", &["link", "set", "lo", "up"])?;
+    let mut nics: Vec<String> = crate::inventory::nics(&Roots::default()).into_iter().map(|n| n.name).collect();
+    nics.sort();
+    for nic in &nics {
+        run("/bin/ip", &["link", "set", nic, "up"])?;
+        if run("/bin/udhcpc", &["-i", nic, "-f", "-q", "-n", "-t", "5", "-T", "2"])? == 0 {
+            let lease = std::fs::read_to_string(format!("/run/metal-dhcp-{nic}")).unwrap_or_default();
+            return Ok(format!("{nic}: {}", lease.trim()));
+        }
+    }
+    Err(format!("no DHCP lease on any NIC ({})", if nics.is_empty() { "none found".into() } else { nics.join(", ") }))
+}
+
+fn task(params: &Params) -> Result<(), String> {
+    match &params.task {
+        Task::Commission => {
+            let node = params.node.clone().unwrap_or_else(|| "unknown".into());
+            let report = crate::report::collect(&Roots::default(), &node, Some((0.05, 64)));
+            println!("BEGIN inventory-report");
+            println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+            println!("END inventory-report");
+            for t in report.tests.iter().filter(|t| !t.passed) {
+                say(&format!("{:?} test FAILED: {}", t.kind, t.details));
+            }
+            if report.passed() { Ok(()) } else { Err("a commissioning test failed".into()) }
+        }
+        Task::Shell => run("/bin/sh", &[]).map(|_| ()),
+        Task::Other(name) => {
+            Err(format!("task {name:?} needs the controller protocol, which this build does not speak yet"))
+        }
+    }
+}
+
+/// PID 1: never returns.
+pub fn main() -> ! {
+    let params = match mount_all() {
+        Ok(()) => parse_cmdline(&std::fs::read_to_string("/proc/cmdline").unwrap_or_default()),
+        Err(e) => {
+            say(&format!("FATAL: {e}"));
+            crate::sys::end(false);
+        }
+    };
+    say(&format!("PID 1, {params:?}"));
+    load_modules();
+    let result = network().and_then(|lease| {
+        say(&format!("network up, {lease}"));
+        task(&params)
+    });
+    match result {
+        Ok(()) => say("task done"),
+        Err(e) => {
+            say(&format!("FATAL: {e}"));
+            if params.debug {
+                say("metal.debug is set: a shell on the console; exit it to end");
+                let _ = run("/bin/sh", &[]);
+            }
+        }
+    }
+    say(match params.end {
+        End::PowerOff => "powering off",
+        End::Reboot => "rebooting",
+    });
+    crate::sys::end(params.end == End::PowerOff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metal_parameters_are_read_and_the_token_never_printed() {
+        let p = parse_cmdline(
+            "console=ttyS0 quiet metal.controller=https://10.0.2.2:8443 metal.token=s3cr3t-tok metal.ca=ab12 metal.task=commission metal.end=poweroff metal.node=n7\n",
+        );
+        assert_eq!(p.controller.as_deref(), Some("https://10.0.2.2:8443"));
+        assert_eq!(
+            (p.task.clone(), p.end, p.debug, p.node.as_deref()),
+            (Task::Commission, End::PowerOff, false, Some("n7"))
+        );
+        assert!(!format!("{p:?}").contains("s3cr3t"), "{p:?}");
+        let q = parse_cmdline("metal.task=erase metal.debug=1");
+        assert_eq!((q.task, q.debug, q.end), (Task::Other("erase".into()), true, End::Reboot));
+    }
+}
