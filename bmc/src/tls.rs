@@ -42,10 +42,20 @@ pub fn fingerprint(der: &[u8]) -> [u8; 32] {
     Sha256::digest(der).into()
 }
 
+/// What a connection's certificate must show.
+#[derive(Debug, Clone, Copy)]
+enum Pin {
+    /// Nothing (explicitly insecure).
+    Nothing,
+    /// The server's own certificate has this fingerprint.
+    Leaf([u8; 32]),
+    /// The server's chain includes the CA with this fingerprint and verifies against it.
+    Ca([u8; 32]),
+}
+
 #[derive(Debug)]
 struct Pinned {
-    /// None: verify nothing.
-    pin: Option<[u8; 32]>,
+    pin: Pin,
     provider: Arc<CryptoProvider>,
 }
 
@@ -53,17 +63,17 @@ impl ServerCertVerifier for Pinned {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
+        intermediates: &[CertificateDer<'_>],
         server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         match self.pin {
-            None => {
+            Pin::Nothing => {
                 tracing::warn!(bmc = ?server_name, "TLS verification is switched off for this BMC");
                 Ok(ServerCertVerified::assertion())
             }
-            Some(pin) => {
+            Pin::Leaf(pin) => {
                 let seen = fingerprint(end_entity);
                 if seen == pin {
                     Ok(ServerCertVerified::assertion())
@@ -74,6 +84,23 @@ impl ServerCertVerifier for Pinned {
                         hex::encode(pin)
                     )))
                 }
+            }
+            Pin::Ca(pin) => {
+                // The pinned CA, found in the chain the server sends, becomes the only trust
+                // anchor; the usual WebPKI checks (chain, validity, hostname) run against it.
+                let ca = intermediates.iter().find(|c| fingerprint(c) == pin).ok_or_else(|| {
+                    rustls::Error::General(format!(
+                        "the server's certificate chain does not include the pinned CA {}",
+                        hex::encode(pin)
+                    ))
+                })?;
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add(ca.clone()).map_err(|e| rustls::Error::General(format!("the pinned CA: {e}")))?;
+                let webpki =
+                    rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
+                        .build()
+                        .map_err(|e| rustls::Error::General(format!("the pinned CA: {e}")))?;
+                webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
             }
         }
     }
@@ -114,85 +141,22 @@ pub fn http_client(trust: &TlsTrust, timeout: std::time::Duration) -> Result<req
                 .map_err(|e| BmcError::Invalid(format!("the BMC CA is not a PEM certificate: {e}")))?;
             builder.use_rustls_tls().tls_built_in_root_certs(false).add_root_certificate(ca)
         }
-        TlsTrust::Fingerprint(pin) => builder.use_preconfigured_tls(pinned_config(Some(*pin))?),
-        TlsTrust::CaFingerprint(pin) => builder.use_preconfigured_tls(verifier_config(Arc::new(PinnedCa {
-            pin: *pin,
-            provider: Arc::new(rustls::crypto::ring::default_provider()),
-        }))?),
-        TlsTrust::InsecureSkipVerify => builder.use_preconfigured_tls(pinned_config(None)?),
+        TlsTrust::Fingerprint(pin) => builder.use_preconfigured_tls(pinned_config(Pin::Leaf(*pin))?),
+        TlsTrust::CaFingerprint(pin) => builder.use_preconfigured_tls(pinned_config(Pin::Ca(*pin))?),
+        TlsTrust::InsecureSkipVerify => builder.use_preconfigured_tls(pinned_config(Pin::Nothing)?),
     };
     builder.build().map_err(|e| BmcError::Invalid(format!("cannot build the HTTP client: {e}")))
 }
 
-fn pinned_config(pin: Option<[u8; 32]>) -> Result<rustls::ClientConfig, BmcError> {
-    verifier_config(Arc::new(Pinned { pin, provider: Arc::new(rustls::crypto::ring::default_provider()) }))
-}
-
-fn verifier_config(verifier: Arc<dyn ServerCertVerifier>) -> Result<rustls::ClientConfig, BmcError> {
+fn pinned_config(pin: Pin) -> Result<rustls::ClientConfig, BmcError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| BmcError::Invalid(format!("TLS configuration: {e}")))?
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
+        .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }))
         .with_no_client_auth();
     Ok(config)
-}
-
-/// Trusts the CA with the pinned fingerprint, found in the chain the server sends: that
-/// certificate becomes the only trust anchor and the usual WebPKI checks (chain, validity,
-/// hostname) run against it.
-#[derive(Debug)]
-struct PinnedCa {
-    pin: [u8; 32],
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for PinnedCa {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let ca = intermediates.iter().find(|c| fingerprint(c) == self.pin).ok_or_else(|| {
-            rustls::Error::General(format!(
-                "the server's certificate chain does not include the pinned CA {}",
-                hex::encode(self.pin)
-            ))
-        })?;
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca.clone()).map_err(|e| rustls::Error::General(format!("the pinned CA: {e}")))?;
-        let webpki =
-            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
-                .build()
-                .map_err(|e| rustls::Error::General(format!("the pinned CA: {e}")))?;
-        webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]

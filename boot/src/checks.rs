@@ -14,7 +14,7 @@ use metal_erase::passthrough::nvme;
 use metal_protocol::inventory::{Nic, TestKind, TestResult};
 use sha2::Digest as _;
 
-use crate::inventory::{Roots, meminfo_field};
+use crate::inventory::{SystemPaths, meminfo_field};
 
 fn timed(kind: TestKind, f: impl FnOnce() -> Result<String, String>) -> TestResult {
     let started = Instant::now();
@@ -28,7 +28,7 @@ fn timed(kind: TestKind, f: impl FnOnce() -> Result<String, String>) -> TestResu
 
 /// Memory: fills `fraction` of the available memory with an address-dependent pattern and
 /// its inverse, reading each back.
-pub fn memory(roots: &Roots, fraction: f64) -> TestResult {
+pub fn memory(roots: &SystemPaths, fraction: f64) -> TestResult {
     timed(TestKind::Memory, || {
         let meminfo = std::fs::read_to_string(roots.proc.join("meminfo")).map_err(|e| format!("meminfo: {e}"))?;
         let available = meminfo_field(&meminfo, "MemAvailable:").ok_or("no MemAvailable in /proc/meminfo")?;
@@ -140,7 +140,7 @@ fn workload() -> [u8; 32] {
 }
 
 /// CPUs: every present CPU is online, and each computes the workload to the same answer.
-pub fn cpus(roots: &Roots) -> TestResult {
+pub fn cpus(roots: &SystemPaths) -> TestResult {
     timed(TestKind::Cpu, || {
         let read = |f: &str| std::fs::read_to_string(roots.sys.join("devices/system/cpu").join(f)).unwrap_or_default();
         let (present, online) = (parse_cpu_list(&read("present")), parse_cpu_list(&read("online")));
@@ -202,7 +202,7 @@ mod tests {
     #[test]
     fn an_offline_cpu_fails_and_a_full_set_passes() {
         let dir = tempfile::tempdir().unwrap();
-        let roots = Roots { sys: dir.path().join("sys"), proc: dir.path().join("proc"), dev: dir.path().join("dev") };
+        let roots = SystemPaths::under(dir.path());
         let cpu_dir = roots.sys.join("devices/system/cpu");
         std::fs::create_dir_all(&cpu_dir).unwrap();
         std::fs::write(cpu_dir.join("present"), "0-1\n").unwrap();
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn memory_test_runs_on_this_machine() {
-        let result = memory(&Roots::default(), 0.001);
+        let result = memory(&SystemPaths::default(), 0.001);
         assert!(result.passed, "{result:?}");
     }
 }

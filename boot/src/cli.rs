@@ -133,7 +133,7 @@ pub fn run(cli: Cli) -> u8 {
         }
         Command::Inventory { node, tests, memory_fraction, disk_samples } => {
             let report = crate::report::collect(
-                &crate::inventory::Roots::default(),
+                &crate::inventory::SystemPaths::default(),
                 &node,
                 tests.then_some((memory_fraction, disk_samples)),
             );

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::inventory::Roots;
+use crate::inventory::SystemPaths;
 
 /// What the ramdisk was booted to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +177,7 @@ fn load_modules() {
 /// Brings up lo and every NIC with a device; DHCP on each until one gets a lease.
 fn network() -> Result<String, String> {
     run("/bin/ip", &["link", "set", "lo", "up"])?;
-    let mut nics: Vec<String> = crate::inventory::nics(&Roots::default()).into_iter().map(|n| n.name).collect();
+    let mut nics: Vec<String> = crate::inventory::nics(&SystemPaths::default()).into_iter().map(|n| n.name).collect();
     nics.sort();
     for nic in &nics {
         run("/bin/ip", &["link", "set", nic, "up"])?;
@@ -193,7 +193,7 @@ fn task(params: &Params) -> Result<(), String> {
     match &params.task {
         Task::Commission => {
             let node = params.node.clone().unwrap_or_else(|| "unknown".into());
-            let report = crate::report::collect(&Roots::default(), &node, Some((0.05, 64)));
+            let report = crate::report::collect(&SystemPaths::default(), &node, Some((0.05, 64)));
             println!("BEGIN inventory-report");
             println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
             println!("END inventory-report");

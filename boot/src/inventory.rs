@@ -9,22 +9,7 @@ use std::path::{Path, PathBuf};
 
 use metal_protocol::inventory::{Cpu, Dimm, Disk, Dmi, Memory, Nic};
 
-/// Where the machine's state is read.
-#[derive(Debug, Clone)]
-pub struct Roots {
-    /// sysfs.
-    pub sys: PathBuf,
-    /// procfs.
-    pub proc: PathBuf,
-    /// devtmpfs.
-    pub dev: PathBuf,
-}
-
-impl Default for Roots {
-    fn default() -> Self {
-        Self { sys: "/sys".into(), proc: "/proc".into(), dev: "/dev".into() }
-    }
-}
+pub use metal_protocol::inventory::SystemPaths;
 
 fn read_trimmed(path: &Path) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
@@ -122,7 +107,7 @@ pub fn dimm(raw: &[u8]) -> Option<Dimm> {
 }
 
 /// Memory: total from procfs, DIMMs from `/sys/firmware/dmi/entries/17-*/raw`.
-pub fn memory(roots: &Roots) -> Memory {
+pub fn memory(roots: &SystemPaths) -> Memory {
     let meminfo = std::fs::read_to_string(roots.proc.join("meminfo")).unwrap_or_default();
     let mut entries: Vec<PathBuf> = std::fs::read_dir(roots.sys.join("firmware/dmi/entries"))
         .into_iter()
@@ -136,7 +121,7 @@ pub fn memory(roots: &Roots) -> Memory {
 }
 
 /// DMI identity from `/sys/class/dmi/id`.
-pub fn dmi(roots: &Roots) -> Dmi {
+pub fn dmi(roots: &SystemPaths) -> Dmi {
     let id = roots.sys.join("class/dmi/id");
     let f = |name: &str| read_trimmed(&id.join(name));
     Dmi {
@@ -157,7 +142,7 @@ pub fn dmi(roots: &Roots) -> Dmi {
 }
 
 /// Physical NICs (those with a device behind them) from `/sys/class/net`.
-pub fn nics(roots: &Roots) -> Vec<Nic> {
+pub fn nics(roots: &SystemPaths) -> Vec<Nic> {
     let mut out = Vec::new();
     let mut entries: Vec<PathBuf> = std::fs::read_dir(roots.sys.join("class/net"))
         .into_iter()
@@ -191,7 +176,7 @@ pub fn nics(roots: &Roots) -> Vec<Nic> {
 }
 
 /// Disks as metal-erase discovers them (whole disks only; loop, RAM and optical left out).
-pub fn disks(roots: &Roots) -> Vec<Disk> {
+pub fn disks(roots: &SystemPaths) -> Vec<Disk> {
     let paths =
         metal_erase::device::SystemPaths { sys: roots.sys.clone(), dev: roots.dev.clone(), proc: roots.proc.clone() };
     metal_erase::device::discover(&paths)

@@ -107,6 +107,31 @@ impl Read for HttpSource {
 
 type Sender = tokio::sync::mpsc::Sender<io::Result<bytes::Bytes>>;
 
+/// The whole cause chain of a request error, and whether the TLS handshake refused the
+/// server (permanent: retrying cannot help).
+fn describe(e: &reqwest::Error) -> (String, bool) {
+    let mut parts = vec![e.to_string()];
+    let mut tls = false;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(cause) = next {
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            // The TLS layer reports a refused handshake as InvalidData (tokio-rustls), and
+            // io::Error hides its payload from source(): look inside, level by level.
+            tls |= io.kind() == io::ErrorKind::InvalidData;
+            if let Some(inner) = io.get_ref() {
+                next = Some(inner);
+                continue;
+            }
+        }
+        let text = cause.to_string();
+        if parts.last() != Some(&text) {
+            parts.push(text);
+        }
+        next = cause.source();
+    }
+    (parts.join(": "), tls)
+}
+
 /// Fetches `url` into `tx`, resuming from the last byte received after a failure, until
 /// exactly `size` bytes went through or it gives up.
 async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options: FetchOptions, tx: Sender) {
@@ -130,7 +155,12 @@ async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options
         let mut response = match request.send().await {
             Ok(r) => r,
             Err(e) => {
-                (failures, last_error) = (failures + 1, e.to_string());
+                let (message, tls) = describe(&e);
+                if tls {
+                    let _ = tx.send(Err(io::Error::other(format!("{url}: TLS: {message}")))).await;
+                    return;
+                }
+                (failures, last_error) = (failures + 1, message);
                 continue;
             }
         };
@@ -172,7 +202,7 @@ async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options
                     break;
                 }
                 Err(e) => {
-                    (failures, last_error) = (failures + 1, e.to_string());
+                    (failures, last_error) = (failures + 1, describe(&e).0);
                     break;
                 }
             }

@@ -280,3 +280,78 @@ fn a_deploy_killed_halfway_leaves_the_head_unwritten() {
     assert!(written[..MIB].iter().all(|b| *b == 0), "the head was written before the image checked out");
     assert!(written[MIB..2 * MIB] == raw[MIB..2 * MIB], "the chunks before the stall were written");
 }
+
+/// A python HTTPS file server whose chain (leaf + CA) comes from a test CA.
+struct HttpsFiles {
+    url: String,
+    ca_fingerprint: String,
+    _guard: metal_tests::emulators::Guard,
+    _dir: tempfile::TempDir,
+}
+
+impl HttpsFiles {
+    fn start(name: &str, bytes: &[u8]) -> HttpsFiles {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = metal_tests::emulators::pki(dir.path(), "images");
+        let chain = dir.path().join("chain.pem");
+        let mut pem = std::fs::read(&pki.cert).unwrap();
+        pem.extend_from_slice(&pki.ca_pem);
+        std::fs::write(&chain, pem).unwrap();
+        let files = dir.path().join("files");
+        std::fs::create_dir(&files).unwrap();
+        std::fs::write(files.join(name), bytes).unwrap();
+        let ca_der =
+            metal_protocol::identity::certificates_from_pem(std::str::from_utf8(&pki.ca_pem).unwrap()).unwrap();
+        let port = metal_tests::emulators::free_tcp_port();
+        let script = "import functools, http.server, ssl, sys\n\
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])\n\
+            handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[3])\n\
+            server = http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[4])), handler)\n\
+            server.socket = ctx.wrap_socket(server.socket, server_side=True)\n\
+            server.serve_forever()\n";
+        let child = Command::new("python3")
+            .args(["-c", script])
+            .arg(&chain)
+            .arg(&pki.key)
+            .arg(&files)
+            .arg(port.to_string())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let guard = metal_tests::emulators::Guard(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the https server did not start");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        HttpsFiles {
+            url: format!("https://127.0.0.1:{port}/{name}"),
+            ca_fingerprint: hex::encode(metal_bmc::tls::fingerprint(&ca_der[0])),
+            _guard: guard,
+            _dir: dir,
+        }
+    }
+}
+
+#[test]
+fn https_is_trusted_only_through_the_pinned_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(2 * MIB);
+    let server = HttpsFiles::start("image.raw", &raw);
+    let plan = make_plan(dir.path(), &raw, &server.url);
+
+    let disk = LoopDevice::new(4 << 20);
+    let (status, _, stderr) = deploy(&plan, &disk, &[]);
+    assert_eq!(status, Some(2), "{stderr}");
+    assert!(stderr.contains("needs the site CA fingerprint"), "{stderr}");
+
+    let (status, _, stderr) = deploy(&plan, &disk, &["--ca-fingerprint", &"ab".repeat(32)]);
+    assert_eq!(status, Some(3), "{stderr}");
+    assert!(stderr.contains("does not include the pinned CA"), "{stderr}");
+    assert!(!stderr.contains("resuming"), "a refused certificate is not retried: {stderr}");
+    assert!(disk.read_all()[..MIB].iter().all(|b| *b == 0), "a failed deploy leaves the head zeroed");
+
+    let (status, _, stderr) = deploy(&plan, &disk, &["--ca-fingerprint", &server.ca_fingerprint]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(disk.read_all()[..raw.len()] == raw[..]);
+}

@@ -14,22 +14,7 @@ use std::path::{Path, PathBuf};
 use metal_protocol::inventory::Disk;
 use metal_protocol::{DiskIdentity, Transport};
 
-/// Where the kernel's views live; `SystemPaths::default()` is the running system.
-#[derive(Debug, Clone)]
-pub struct SystemPaths {
-    /// sysfs mount point.
-    pub sys: PathBuf,
-    /// devtmpfs mount point.
-    pub dev: PathBuf,
-    /// procfs mount point.
-    pub proc: PathBuf,
-}
-
-impl Default for SystemPaths {
-    fn default() -> Self {
-        Self { sys: "/sys".into(), dev: "/dev".into(), proc: "/proc".into() }
-    }
-}
+pub use metal_protocol::inventory::SystemPaths;
 
 /// What sort of block device it is, which decides whether `--all` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -160,7 +160,7 @@ async fn read_sources(sources: &Sources) -> Result<Vec<FirmwareVersion>, Outcome
     if !sources.in_band && !sources.bmc.given() {
         return Err(fail(Outcome::Invalid, "name a source: --in-band, --bmc-address ... or both"));
     }
-    let mut versions = if sources.in_band { inband::read(&inband::Roots::default()) } else { Vec::new() };
+    let mut versions = if sources.in_band { inband::read(&inband::SystemPaths::default()) } else { Vec::new() };
     if sources.bmc.given() {
         let connected = sources.bmc.connect().await.map_err(bmc_failure)?;
         versions.extend(inventory::out_of_band(connected.as_ref()).await.map_err(bmc_failure)?.versions);

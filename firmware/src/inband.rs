@@ -11,22 +11,7 @@ use metal_protocol::firmware::FirmwareVersion;
 
 use crate::sys;
 
-/// Where the machine's state is read (`/sys`, `/proc`, `/dev`; a fake tree in tests).
-#[derive(Debug, Clone)]
-pub struct Roots {
-    /// sysfs.
-    pub sys: PathBuf,
-    /// procfs.
-    pub proc: PathBuf,
-    /// devtmpfs.
-    pub dev: PathBuf,
-}
-
-impl Default for Roots {
-    fn default() -> Self {
-        Self { sys: "/sys".into(), proc: "/proc".into(), dev: "/dev".into() }
-    }
-}
+pub use metal_protocol::inventory::SystemPaths;
 
 fn read_trimmed(path: &Path) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
@@ -56,7 +41,7 @@ pub fn device_id_firmware(response: &[u8]) -> Option<String> {
 
 /// Everything readable in band. Network interfaces are those under `sys/class/net` with a
 /// device behind them; their firmware comes from the ethtool ioctl on the live system.
-pub fn read(roots: &Roots) -> Vec<FirmwareVersion> {
+pub fn read(roots: &SystemPaths) -> Vec<FirmwareVersion> {
     let mut out = Vec::new();
     if let Some(bios) = read_trimmed(&roots.sys.join("class/dmi/id/bios_version")) {
         out.push(version("bios".into(), bios, "dmi"));
@@ -119,7 +104,7 @@ mod tests {
     #[test]
     fn a_fake_machine_reads_back_under_common_names() {
         let dir = tempfile::tempdir().unwrap();
-        let roots = Roots { sys: dir.path().join("sys"), proc: dir.path().join("proc"), dev: dir.path().join("dev") };
+        let roots = SystemPaths::under(dir.path());
         write(&roots.sys, "class/dmi/id/bios_version", "2.4.1\n");
         write(&roots.sys, "class/nvme/nvme0/serial", "S4EWNX0R123456      \n");
         write(&roots.sys, "class/nvme/nvme0/firmware_rev", "2B2QEXM7\n");
@@ -150,7 +135,7 @@ mod tests {
     #[test]
     fn an_empty_machine_reports_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let roots = Roots { sys: dir.path().join("sys"), proc: dir.path().join("proc"), dev: dir.path().join("dev") };
+        let roots = SystemPaths::under(dir.path());
         assert!(read(&roots).is_empty());
     }
 

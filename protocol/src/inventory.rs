@@ -220,3 +220,29 @@ pub struct Tool {
     /// Its version.
     pub version: String,
 }
+
+/// Where a machine's kernel views live (`/sys`, `/proc`, `/dev`); the running system by
+/// default, a fake tree in tests. Shared by everything that reads them (erase, firmware,
+/// boot) so a test points all of them at one tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemPaths {
+    /// sysfs mount point.
+    pub sys: std::path::PathBuf,
+    /// procfs mount point.
+    pub proc: std::path::PathBuf,
+    /// devtmpfs mount point.
+    pub dev: std::path::PathBuf,
+}
+
+impl Default for SystemPaths {
+    fn default() -> Self {
+        Self { sys: "/sys".into(), proc: "/proc".into(), dev: "/dev".into() }
+    }
+}
+
+impl SystemPaths {
+    /// `sys`, `proc` and `dev` under `root` (a test's fake tree).
+    pub fn under(root: &std::path::Path) -> Self {
+        Self { sys: root.join("sys"), proc: root.join("proc"), dev: root.join("dev") }
+    }
+}
