@@ -9,6 +9,7 @@
 
 pub mod attest;
 pub mod canonical;
+pub mod cloudinit;
 pub mod deploy;
 pub mod disk;
 pub mod dsse;

@@ -1,0 +1,369 @@
+//! Rendering the cloud-init NoCloud seed a deploy writes after the image: key-only SSH, root
+//! login disabled, one named admin user with passwordless sudo, and a first-boot join with a
+//! single-use token and the pinned site CA.
+//!
+//! Every value is validated first (hostname, user name, SSH keys, URL, token, fingerprint,
+//! addresses), and the documents are rendered as JSON, which YAML reads as flow style: no
+//! value from a request is ever spliced into YAML text, so none can add keys or documents.
+
+use serde_json::{Value, json};
+
+use crate::deploy::{CloudInitSeed, SeedVolume};
+
+/// Where the first-boot join configuration is written on the deployed system.
+pub const JOIN_CONFIG_PATH: &str = "/etc/metal/join.json";
+/// The program the first boot runs to join (shipped in images built for metal).
+pub const JOIN_COMMAND: &str = "/usr/local/sbin/metal-join";
+
+/// The first-boot join: where to, with which single-use token, trusting which CA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstBootJoin {
+    /// `https://` URL of the controller.
+    pub controller_url: String,
+    /// The single-use join token.
+    pub token: String,
+    /// SHA-256 fingerprint of the site CA (64 hex digits).
+    pub ca_fingerprint: String,
+}
+
+/// One NIC's network configuration (network-config version 2), matched by MAC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    /// Name to give it (`eth0`, `bond0`...).
+    pub name: String,
+    /// Its MAC address.
+    pub mac: String,
+    /// DHCPv4 instead of static addresses.
+    pub dhcp4: bool,
+    /// Static addresses in CIDR form.
+    pub addresses: Vec<String>,
+    /// Default IPv4 gateway.
+    pub gateway4: Option<String>,
+    /// DNS servers.
+    pub nameservers: Vec<String>,
+}
+
+/// What a seed says, before validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedInput {
+    /// The instance id (changes with every deploy so cloud-init runs again).
+    pub instance_id: String,
+    /// The host name.
+    pub hostname: String,
+    /// The admin user's name.
+    pub admin_user: String,
+    /// The admin user's SSH public keys (`type base64 [comment]`), at least one.
+    pub ssh_authorized_keys: Vec<String>,
+    /// The first-boot join, if the node joins the controller.
+    pub join: Option<FirstBootJoin>,
+    /// Network configuration; `None` leaves the image's default (DHCP).
+    pub network: Vec<Interface>,
+    /// Where the `cidata` volume goes.
+    pub volume: SeedVolume,
+}
+
+/// A value that may not go into a seed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid cloud-init seed: {field}: {message}")]
+pub struct SeedError {
+    /// The offending field.
+    pub field: String,
+    /// Why.
+    pub message: String,
+}
+
+fn bad(field: impl Into<String>, message: impl Into<String>) -> SeedError {
+    SeedError { field: field.into(), message: message.into() }
+}
+
+/// RFC 1123 host name (labels of letters, digits and hyphens, at most 253 characters).
+fn check_hostname(name: &str) -> Result<(), SeedError> {
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err(bad("hostname", format!("{name:?} is not an RFC 1123 host name")));
+    }
+    Ok(())
+}
+
+/// A POSIX-portable user name that is not a system account.
+fn check_user(name: &str) -> Result<(), SeedError> {
+    let first = name.bytes().next();
+    let ok = (1..=32).contains(&name.len())
+        && first.is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !ok {
+        return Err(bad("adminUser", format!("{name:?} is not a valid user name ([a-z_][a-z0-9_-]{{0,31}})")));
+    }
+    if matches!(name, "root" | "daemon" | "bin" | "sys" | "nobody" | "sshd") {
+        return Err(bad("adminUser", format!("{name:?} is a system account")));
+    }
+    Ok(())
+}
+
+const KEY_TYPES: [&str; 7] = [
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+];
+
+/// An OpenSSH public key line: a known type, base64 that decodes and names the same type,
+/// and an optional printable comment. Options (`command=...`) are refused.
+fn check_ssh_key(index: usize, key: &str) -> Result<(), SeedError> {
+    use base64::Engine as _;
+    let field = format!("sshAuthorizedKeys[{index}]");
+    let mut parts = key.trim().splitn(3, ' ');
+    let (kind, blob, comment) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next());
+    if !KEY_TYPES.contains(&kind) {
+        return Err(bad(field, format!("key type {kind:?} is not one of {}", KEY_TYPES.join(", "))));
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(blob)
+        .map_err(|_| bad(field.clone(), "the key is not valid base64"))?;
+    let named = decoded
+        .get(..4)
+        .and_then(|l| usize::try_from(u32::from_be_bytes([l[0], l[1], l[2], l[3]])).ok())
+        .and_then(|n| decoded.get(4..4 + n));
+    if named != Some(kind.as_bytes()) {
+        return Err(bad(field, format!("the key data does not hold a {kind} key")));
+    }
+    if comment.is_some_and(|c| c.chars().any(|ch| ch.is_control())) {
+        return Err(bad(field, "the comment holds control characters"));
+    }
+    Ok(())
+}
+
+fn check_ip(field: &str, text: &str) -> Result<std::net::IpAddr, SeedError> {
+    text.parse().map_err(|_| bad(field, format!("{text:?} is not an IP address")))
+}
+
+fn check_cidr(field: &str, text: &str) -> Result<(), SeedError> {
+    let (ip, prefix) = text.split_once('/').ok_or_else(|| bad(field, format!("{text:?} is not address/prefix")))?;
+    let max = if check_ip(field, ip)?.is_ipv4() { 32 } else { 128 };
+    match prefix.parse::<u8>() {
+        Ok(p) if p <= max => Ok(()),
+        _ => Err(bad(field, format!("prefix {prefix:?} is not 0..={max}"))),
+    }
+}
+
+fn check_mac(field: &str, mac: &str) -> Result<(), SeedError> {
+    let ok = mac.len() == 17
+        && mac.split(':').count() == 6
+        && mac.split(':').all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()));
+    if ok { Ok(()) } else { Err(bad(field, format!("{mac:?} is not a MAC address"))) }
+}
+
+fn check_join(join: &FirstBootJoin) -> Result<(), SeedError> {
+    let url = &join.controller_url;
+    let rest = url.strip_prefix("https://").ok_or_else(|| bad("join.controllerUrl", "must be an https:// URL"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if host.is_empty() || url.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '\\') {
+        return Err(bad("join.controllerUrl", format!("{url:?} is not a plain https URL")));
+    }
+    let token_ok = (16..=256).contains(&join.token.len())
+        && join.token.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !token_ok {
+        return Err(bad("join.token", "must be 16 to 256 characters of [A-Za-z0-9._-]"));
+    }
+    let fp = &join.ca_fingerprint;
+    if fp.len() != 64 || !fp.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(bad("join.caFingerprint", "must be 64 lower-case hex digits (SHA-256)"));
+    }
+    Ok(())
+}
+
+impl SeedInput {
+    /// Checks every value.
+    pub fn validate(&self) -> Result<(), SeedError> {
+        let id_ok = (1..=128).contains(&self.instance_id.len())
+            && self.instance_id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !id_ok {
+            return Err(bad("instanceId", "must be 1 to 128 characters of [A-Za-z0-9._-]"));
+        }
+        check_hostname(&self.hostname)?;
+        check_user(&self.admin_user)?;
+        if self.ssh_authorized_keys.is_empty() {
+            return Err(bad("sshAuthorizedKeys", "at least one key: login is key-only"));
+        }
+        for (i, key) in self.ssh_authorized_keys.iter().enumerate() {
+            check_ssh_key(i, key)?;
+        }
+        if let Some(join) = &self.join {
+            check_join(join)?;
+        }
+        for (i, nic) in self.network.iter().enumerate() {
+            let f = |name: &str| format!("network[{i}].{name}");
+            let name_ok = (1..=15).contains(&nic.name.len())
+                && nic.name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            if !name_ok {
+                return Err(bad(f("name"), format!("{:?} is not an interface name", nic.name)));
+            }
+            check_mac(&f("mac"), &nic.mac)?;
+            for a in &nic.addresses {
+                check_cidr(&f("addresses"), a)?;
+            }
+            if let Some(g) = &nic.gateway4 {
+                if !check_ip(&f("gateway4"), g)?.is_ipv4() {
+                    return Err(bad(f("gateway4"), "must be IPv4"));
+                }
+            }
+            for n in &nic.nameservers {
+                check_ip(&f("nameservers"), n)?;
+            }
+            if !nic.dhcp4 && nic.addresses.is_empty() {
+                return Err(bad(f("addresses"), "a NIC without DHCP needs an address"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Renders the seed after validating every value.
+pub fn render(input: &SeedInput) -> Result<CloudInitSeed, SeedError> {
+    input.validate()?;
+    let meta_data = json!({"instance-id": input.instance_id, "local-hostname": input.hostname});
+    let mut config = json!({
+        "hostname": input.hostname,
+        "preserve_hostname": false,
+        "disable_root": true,
+        "ssh_pwauth": false,
+        "users": [{
+            "name": input.admin_user,
+            "shell": "/bin/bash",
+            "lock_passwd": true,
+            "sudo": "ALL=(ALL) NOPASSWD:ALL",
+            "ssh_authorized_keys": input.ssh_authorized_keys.iter().map(|k| k.trim()).collect::<Vec<_>>(),
+        }],
+    });
+    if let Some(join) = &input.join {
+        let join_config =
+            json!({"controller": join.controller_url, "token": join.token, "caFingerprint": join.ca_fingerprint});
+        config["write_files"] = json!([{
+            "path": JOIN_CONFIG_PATH,
+            "permissions": "0600",
+            "owner": "root:root",
+            "content": join_config.to_string(),
+        }]);
+        config["runcmd"] = json!([[JOIN_COMMAND, "--config", JOIN_CONFIG_PATH]]);
+    }
+    let network_config = (!input.network.is_empty()).then(|| {
+        let ethernets: serde_json::Map<String, Value> = input
+            .network
+            .iter()
+            .map(|nic| {
+                let mut entry =
+                    json!({"match": {"macaddress": nic.mac.to_lowercase()}, "set-name": nic.name, "dhcp4": nic.dhcp4});
+                if !nic.addresses.is_empty() {
+                    entry["addresses"] = json!(nic.addresses);
+                }
+                if let Some(g) = &nic.gateway4 {
+                    entry["routes"] = json!([{"to": "default", "via": g}]);
+                }
+                if !nic.nameservers.is_empty() {
+                    entry["nameservers"] = json!({"addresses": nic.nameservers});
+                }
+                (nic.name.clone(), entry)
+            })
+            .collect();
+        json!({"version": 2, "ethernets": ethernets}).to_string()
+    });
+    Ok(CloudInitSeed {
+        meta_data: meta_data.to_string(),
+        user_data: format!("#cloud-config\n{}\n", serde_json::to_string_pretty(&config).unwrap_or_default()),
+        network_config,
+        volume: input.volume,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real ed25519 public key line.
+    pub const KEY: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops@example";
+
+    fn input() -> SeedInput {
+        SeedInput {
+            instance_id: "node-7-gen-3".into(),
+            hostname: "gpu-07.site-a".into(),
+            admin_user: "ops".into(),
+            ssh_authorized_keys: vec![KEY.into()],
+            join: Some(FirstBootJoin {
+                controller_url: "https://metal.site-a:8443".into(),
+                token: "tok_0123456789abcdef".into(),
+                ca_fingerprint: "ab".repeat(32),
+            }),
+            network: vec![Interface {
+                name: "eth0".into(),
+                mac: "52:54:00:AA:BB:01".into(),
+                dhcp4: false,
+                addresses: vec!["10.0.0.7/24".into()],
+                gateway4: Some("10.0.0.1".into()),
+                nameservers: vec!["10.0.0.2".into()],
+            }],
+            volume: SeedVolume::VfatPartition,
+        }
+    }
+
+    #[test]
+    fn a_valid_seed_renders_key_only_ssh_sudo_and_the_join() {
+        let seed = render(&input()).unwrap();
+        assert!(seed.user_data.starts_with("#cloud-config\n"));
+        let config: Value = serde_json::from_str(seed.user_data.trim_start_matches("#cloud-config\n")).unwrap();
+        assert_eq!((&config["disable_root"], &config["ssh_pwauth"]), (&json!(true), &json!(false)));
+        assert_eq!(config["users"][0]["sudo"], "ALL=(ALL) NOPASSWD:ALL");
+        assert_eq!(config["users"][0]["lock_passwd"], true);
+        assert_eq!(config["write_files"][0]["permissions"], "0600");
+        assert_eq!(config["runcmd"][0][0], JOIN_COMMAND);
+        let meta: Value = serde_json::from_str(&seed.meta_data).unwrap();
+        assert_eq!(meta["local-hostname"], "gpu-07.site-a");
+        let net: Value = serde_json::from_str(seed.network_config.as_deref().unwrap()).unwrap();
+        assert_eq!(net["ethernets"]["eth0"]["match"]["macaddress"], "52:54:00:aa:bb:01");
+    }
+
+    #[test]
+    fn nothing_from_a_request_reaches_the_yaml_unchecked() {
+        let cases: Vec<(Box<dyn Fn(&mut SeedInput)>, &str)> = vec![
+            (Box::new(|i| i.hostname = "evil\nruncmd: [reboot]".into()), "hostname"),
+            (Box::new(|i| i.hostname = "-bad.example".into()), "hostname"),
+            (Box::new(|i| i.admin_user = "root".into()), "adminUser"),
+            (Box::new(|i| i.admin_user = "Ops".into()), "adminUser"),
+            (Box::new(|i| i.ssh_authorized_keys = vec![]), "sshAuthorizedKeys"),
+            (
+                Box::new(|i| i.ssh_authorized_keys = vec!["command=\"sh\" ssh-ed25519 AAAA".into()]),
+                "sshAuthorizedKeys[0]",
+            ),
+            (
+                Box::new(|i| {
+                    i.ssh_authorized_keys =
+                        vec!["ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl".into()]
+                }),
+                "sshAuthorizedKeys[0]",
+            ),
+            (Box::new(|i| i.ssh_authorized_keys = vec![format!("{KEY}\u{7}")]), "sshAuthorizedKeys[0]"),
+            (Box::new(|i| i.join.as_mut().unwrap().controller_url = "http://metal".into()), "join.controllerUrl"),
+            (Box::new(|i| i.join.as_mut().unwrap().token = "short".into()), "join.token"),
+            (Box::new(|i| i.join.as_mut().unwrap().token = "tok_0123456789abcdef\"; x".into()), "join.token"),
+            (Box::new(|i| i.join.as_mut().unwrap().ca_fingerprint = "AB".repeat(32)), "join.caFingerprint"),
+            (Box::new(|i| i.network[0].mac = "52:54:00:aa:bb".into()), "network[0].mac"),
+            (Box::new(|i| i.network[0].addresses = vec!["10.0.0.7/33".into()]), "network[0].addresses"),
+            (Box::new(|i| i.network[0].gateway4 = Some("fe80::1".into())), "network[0].gateway4"),
+            (Box::new(|i| i.instance_id = "a b".into()), "instanceId"),
+        ];
+        for (change, field) in cases {
+            let mut bad_input = input();
+            change(&mut bad_input);
+            let e = render(&bad_input).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+        }
+    }
+}
