@@ -210,10 +210,10 @@ impl SeedInput {
             for a in &nic.addresses {
                 check_cidr(&f("addresses"), a)?;
             }
-            if let Some(g) = &nic.gateway4 {
-                if !check_ip(&f("gateway4"), g)?.is_ipv4() {
-                    return Err(bad(f("gateway4"), "must be IPv4"));
-                }
+            if let Some(g) = &nic.gateway4
+                && !check_ip(&f("gateway4"), g)?.is_ipv4()
+            {
+                return Err(bad(f("gateway4"), "must be IPv4"));
             }
             for n in &nic.nameservers {
                 check_ip(&f("nameservers"), n)?;
@@ -332,7 +332,9 @@ mod tests {
 
     #[test]
     fn nothing_from_a_request_reaches_the_yaml_unchecked() {
-        let cases: Vec<(Box<dyn Fn(&mut SeedInput)>, &str)> = vec![
+        /// A change that makes the input invalid, and the field the error must name.
+        type Case = (Box<dyn Fn(&mut SeedInput)>, &'static str);
+        let cases: Vec<Case> = vec![
             (Box::new(|i| i.hostname = "evil\nruncmd: [reboot]".into()), "hostname"),
             (Box::new(|i| i.hostname = "-bad.example".into()), "hostname"),
             (Box::new(|i| i.admin_user = "root".into()), "adminUser"),
