@@ -213,7 +213,7 @@ fn deploy_command(plan_file: &Path, device: Option<&Path>, fetch: &FetchOptions,
                 | DeployError::Truncated { .. }
                 | DeployError::TooLong { .. }
                 | DeployError::ReadBack { .. } => EXIT_VERIFY,
-                DeployError::Plan(_) | DeployError::TooLarge { .. } => EXIT_BAD_ARGUMENTS,
+                DeployError::Plan(_) | DeployError::TooLarge { .. } | DeployError::Seed(_) => EXIT_BAD_ARGUMENTS,
                 DeployError::Source(_) | DeployError::Disk { .. } => EXIT_FAILED,
             };
             fail(code, format!("{e}; {} was left unbootable", chosen.path.display()))

@@ -126,6 +126,9 @@ pub enum DeployError {
         /// The error.
         source: io::Error,
     },
+    /// The cloud-init seed cannot be written.
+    #[error(transparent)]
+    Seed(#[from] crate::seed::SeedError),
     /// What was written does not read back as the manifest says.
     #[error("read-back of chunk {index} (bytes {offset}..{end}) differs from the manifest")]
     ReadBack {
@@ -193,8 +196,14 @@ pub fn deploy(
     plan.validate()?;
     let started = Instant::now();
     let manifest = &plan.chunks;
-    if manifest.raw_size_bytes > target.size() {
-        return Err(DeployError::TooLarge { image: manifest.raw_size_bytes, disk: target.size() });
+    let mut needed = manifest.raw_size_bytes;
+    if let Some(seed) = &plan.cloud_init {
+        crate::seed::check(seed)?;
+        // The seed partition after the image, and room for a backup GPT at the end.
+        needed = needed.div_ceil(HELD_BACK) * HELD_BACK + crate::seed::SEED_BYTES + HELD_BACK;
+    }
+    if needed > target.size() {
+        return Err(DeployError::TooLarge { image: needed, disk: target.size() });
     }
     let mut scratch = AlignedBuf::new(4 << 20);
     make_unbootable(target, &mut scratch).map_err(disk("clearing the old partition table"))?;
@@ -372,19 +381,43 @@ fn run(
     if next < count {
         return Err(DeployError::Truncated { expected: manifest.raw_size_bytes, got: next * manifest.chunk_size });
     }
+    // Everything checked out. The seed (and its partition, edited into the held-back table)
+    // next, then the first MiB last.
+    let original_head = held.clone();
+    if let Some(seed) = &plan.cloud_init {
+        let layout = crate::seed::add_partition(
+            &mut held,
+            manifest.raw_size_bytes,
+            target.size(),
+            u64::from(target.block_size()),
+        )?;
+        let volume = crate::seed::fat_volume(seed).map_err(disk("building the cloud-init seed"))?;
+        write_aligned(target, scratch, &volume, layout.start).map_err(disk("writing the cloud-init seed"))?;
+        written += volume.len() as u64;
+        if let Some((offset, backup)) = &layout.backup {
+            write_aligned(target, scratch, backup, *offset).map_err(disk("writing the backup GPT"))?;
+        }
+        tracing::info!(start = layout.start, bytes = volume.len(), "cloud-init seed written (partition cidata)");
+    }
     target.sync().map_err(disk("syncing the image"))?;
-    // Everything checked out: the first MiB goes last.
     write_aligned(target, scratch, &held, 0).map_err(disk("writing the first MiB"))?;
     written += held.len() as u64;
     target.sync().map_err(disk("syncing the first MiB"))?;
     if options.read_back {
-        read_back(plan, target)?;
+        read_back(plan, target, &original_head, &held)?;
     }
     Ok((written, skipped, options.read_back))
 }
 
-/// Reads the image back from the disk and checks every chunk against the manifest.
-fn read_back(plan: &DeployPlan, target: &dyn Target) -> Result<(), DeployError> {
+/// Reads the image back from the disk and checks every chunk against the manifest. The
+/// first MiB must read back as `written_head` (the image's head, with the seed partition
+/// when there is one); the manifest is checked with the image's own head, `image_head`.
+fn read_back(
+    plan: &DeployPlan,
+    target: &dyn Target,
+    image_head: &[u8],
+    written_head: &[u8],
+) -> Result<(), DeployError> {
     let manifest = &plan.chunks;
     let block = u64::from(target.block_size());
     let mut buf = AlignedBuf::new(usize::try_from(manifest.chunk_size.div_ceil(block) * block).unwrap_or(0));
@@ -393,6 +426,16 @@ fn read_back(plan: &DeployPlan, target: &dyn Target) -> Result<(), DeployError> 
         let len = manifest.chunk_len(index);
         let aligned = usize::try_from(len.div_ceil(block) * block).unwrap_or(0);
         target.read_at(&mut buf[..aligned], offset).map_err(disk(format!("reading back chunk {index}")))?;
+        // The part of this chunk inside the held-back head.
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(written_head.len());
+        let end = usize::try_from(offset + len).unwrap_or(usize::MAX).min(written_head.len());
+        if start < end {
+            let at = start - usize::try_from(offset).unwrap_or(0);
+            if buf[at..at + end - start] != written_head[start..end] {
+                return Err(DeployError::ReadBack { index, offset, end: offset + len });
+            }
+            buf[at..at + end - start].copy_from_slice(&image_head[start..end]);
+        }
         if &chunk_sha256(&buf[..usize::try_from(len).unwrap_or(0)]) != expected {
             return Err(DeployError::ReadBack { index, offset, end: offset + len });
         }

@@ -12,6 +12,7 @@ pub mod init;
 pub mod inventory;
 pub mod plan;
 pub mod report;
+pub mod seed;
 pub mod source;
 mod sys;
 pub mod target;

@@ -2,7 +2,8 @@
 //! loopback: raw, gzip, zstd and xz images land bit-exact; a tampered chunk, a truncated
 //! stream or a wrong digest fail and leave a disk that cannot boot (the first MiB zero);
 //! a dropped connection is resumed with a Range request; a deploy killed halfway leaves
-//! the first MiB unwritten; http:// needs its flag.
+//! the first MiB unwritten; http:// needs its flag; a GPT image gets its cloud-init seed
+//! partition (valid table, `cidata` FAT volume found by blkid).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,7 +16,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metal_tests::loopdev::{LoopDevice, OLD_DATA};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const MIB: usize = 1 << 20;
 
@@ -354,4 +355,77 @@ fn https_is_trusted_only_through_the_pinned_ca() {
     let (status, _, stderr) = deploy(&plan, &disk, &["--ca-fingerprint", &server.ca_fingerprint]);
     assert_eq!(status, Some(0), "{stderr}");
     assert!(disk.read_all()[..raw.len()] == raw[..]);
+}
+
+#[test]
+fn a_gpt_image_gets_its_cloud_init_seed_partition() {
+    use metal_protocol::cloudinit::{SeedInput, render};
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // An 8 MiB GPT image with one Linux partition (1 MiB .. 7 MiB) full of data.
+    let file = dir.path().join("gpt.img");
+    std::fs::write(&file, vec![0u8; 8 * MIB]).unwrap();
+    let mut sfdisk =
+        Command::new("sfdisk").args(["--quiet"]).arg(&file).stdin(std::process::Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(
+        sfdisk.stdin.as_mut().unwrap(),
+        b"label: gpt\nstart=2048, size=12288, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=\"root\"\n",
+    )
+    .unwrap();
+    assert!(sfdisk.wait().unwrap().success());
+    let mut image = std::fs::read(&file).unwrap();
+    image[MIB..7 * MIB].copy_from_slice(&disk_image(6 * MIB));
+    let plan_file = make_plan(dir.path(), &image, &server.put("gpt.img", image.clone()));
+    let seed = render(&SeedInput {
+        instance_id: "node-7-gen-3".into(),
+        hostname: "gpu-07".into(),
+        admin_user: "ops".into(),
+        ssh_authorized_keys: vec![
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops".into(),
+        ],
+        join: None,
+        network: vec![],
+        volume: metal_protocol::deploy::SeedVolume::VfatPartition,
+    })
+    .unwrap();
+    let mut plan: Value = serde_json::from_slice(&std::fs::read(&plan_file).unwrap()).unwrap();
+    plan["cloudInit"] = serde_json::to_value(&seed).unwrap();
+    std::fs::write(&plan_file, plan.to_string()).unwrap();
+
+    let disk = LoopDevice::new(64 << 20);
+    let (status, _, stderr) = deploy(&plan_file, &disk, &["--allow-http", "--read-back"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    let written = disk.read_all();
+    assert!(written[MIB..7 * MIB] == image[MIB..7 * MIB], "the root partition is not bit-exact");
+
+    // The table is valid and names both partitions; the seed starts right after the image.
+    let verify = Command::new("sfdisk").arg("--verify").arg(&disk.path).output().unwrap();
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    let json = Command::new("sfdisk").arg("--json").arg(&disk.path).output().unwrap();
+    let table: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let partitions = table["partitiontable"]["partitions"].as_array().unwrap();
+    assert_eq!(partitions.len(), 2, "{table:#}");
+    assert_eq!(
+        (&partitions[1]["name"], &partitions[1]["start"], &partitions[1]["size"]),
+        (&json!("cidata"), &json!(16384), &json!(32768))
+    );
+
+    // blkid finds the NoCloud volume by its label; its files are the seed.
+    let blkid = Command::new("blkid")
+        .args(["-p", "-o", "export", "-O", &(8 * MIB).to_string()])
+        .arg(&disk.path)
+        .output()
+        .unwrap();
+    let found = String::from_utf8_lossy(&blkid.stdout);
+    assert!(found.contains("TYPE=vfat") && found.contains("LABEL=cidata"), "{found}");
+    let volume = written[8 * MIB..24 * MIB].to_vec();
+    let fs = fatfs::FileSystem::new(std::io::Cursor::new(volume), fatfs::FsOptions::new()).unwrap();
+    let mut user_data = String::new();
+    std::io::Read::read_to_string(&mut fs.root_dir().open_file("user-data").unwrap(), &mut user_data).unwrap();
+    assert_eq!(user_data, seed.user_data);
 }
