@@ -506,6 +506,43 @@ impl SiteCa {
 }
 
 impl SiteCa {
+    /// Issues a TLS server certificate for the controller (`names`: DNS names or IP
+    /// addresses, at least one), valid from `now` for `validity`. Ramdisks trust it through
+    /// the CA's fingerprint on their kernel command line. Returns DER.
+    pub fn issue_server(
+        &self,
+        subject: &VerifyingKey,
+        names: &[String],
+        now: SystemTime,
+        validity: Duration,
+    ) -> Result<Vec<u8>, IdentityError> {
+        if names.is_empty() {
+            return Err(IdentityError::InvalidName("a server certificate needs at least one name".into()));
+        }
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::OrganizationName, "metal");
+        params.distinguished_name.push(DnType::CommonName, format!("metal controller {}", names[0]));
+        params.subject_alt_names = names
+            .iter()
+            .map(|n| match n.parse::<std::net::IpAddr>() {
+                Ok(ip) => Ok(SanType::IpAddress(ip)),
+                Err(_) => n.clone().try_into().map(SanType::DnsName).map_err(issue_error),
+            })
+            .collect::<Result<_, _>>()?;
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
+        params.key_identifier_method = KeyIdMethod::PreSpecified(key_identifier(subject));
+        params.serial_number = Some(random_serial());
+        params.not_before = OffsetDateTime::from(now);
+        params.not_after = OffsetDateTime::from(now + validity);
+        let issuer = Issuer::new(self.issuer_params()?, DalekKey(&self.key));
+        let cert = params.signed_by(&SubjectKey(subject), &issuer).map_err(issue_error)?;
+        Ok(cert.der().to_vec())
+    }
+
     /// The CA's subject name and key identifier, rebuilt from its certificate for rcgen.
     fn issuer_params(&self) -> Result<CertificateParams, IdentityError> {
         let parsed = StrictCert::parse(&self.certificate.der)?;

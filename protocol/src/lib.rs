@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod attest;
+pub mod boot;
 pub mod canonical;
 pub mod cloudinit;
 pub mod deploy;

@@ -45,6 +45,27 @@ fn firmware_report() {
 }
 
 #[test]
+fn boot_protocol() {
+    let join =
+        metal_protocol::boot::JoinRequest { token: "tok_0123456789abcdef".into(), public_key: "A".repeat(43) + "=" };
+    check("join-request", &join);
+    assert!(!join.to_string().contains("tok_"), "the token never shows");
+    check(
+        "join-response",
+        &metal_protocol::boot::JoinResponse {
+            node_id: "node-1".into(),
+            generation: 3,
+            certificate_chain: "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n".into(),
+            expires_at: time::macros::datetime!(2026-12-01 10:00 UTC),
+        },
+    );
+    check(
+        "report-receipt",
+        &metal_protocol::boot::ReportReceipt { accepted: false, reason: Some("WIPE_DISK_MISSING".into()) },
+    );
+}
+
+#[test]
 fn unknown_fields_are_refused() {
     let mut value = serde_json::to_value(common::wipe_report("node-1")).unwrap();
     value["disks"][0]["erasedByMagic"] = true.into();

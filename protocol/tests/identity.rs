@@ -121,3 +121,18 @@ fn pem_helpers_round_trip_keys_and_chains() {
     let chain = format!("{}{}", metal_protocol::identity::pem_encode("CERTIFICATE", &leaf), ca.certificate().pem());
     assert_eq!(certificates_from_pem(&chain).unwrap(), vec![leaf, ca.certificate().der().to_vec()]);
 }
+
+#[test]
+fn server_certificates_name_hosts_and_are_never_role_certificates() {
+    let ca = site("site-a");
+    let k = key();
+    let names = vec!["127.0.0.1".to_owned(), "metal.site-a".to_owned()];
+    let der = ca.issue_server(&k.verifying_key(), &names, t0(), Duration::from_secs(600)).unwrap();
+    let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+    let san = parsed.subject_alternative_name().unwrap().unwrap().value;
+    let shown: Vec<String> = san.general_names.iter().map(|n| format!("{n}")).collect();
+    assert_eq!(shown, ["IPAddress(7f:00:00:01)", "DNSName(metal.site-a)"]);
+    // A server certificate carries no role: it never passes as a node's identity.
+    assert!(ca.certificate().verify(&der, t0() + Duration::from_secs(60)).is_err());
+    assert!(ca.issue_server(&k.verifying_key(), &[], t0(), Duration::from_secs(600)).is_err());
+}

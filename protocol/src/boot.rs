@@ -1,0 +1,56 @@
+//! What a ramdisk and its controller say to each other. The ramdisk boots with a one-time
+//! token and the site CA's fingerprint on its kernel command line; it generates a key in
+//! memory and exchanges the token for a short-lived `ramdisk` certificate (`JoinRequest` ->
+//! `JoinResponse`), then authenticates every later call with it (mTLS) and signs its reports
+//! (DSSE envelopes, `POST /v1/boot/reports`).
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+/// Where a ramdisk joins.
+pub const JOIN_PATH: &str = "/v1/boot/join";
+/// Where a ramdisk posts its signed reports.
+pub const REPORTS_PATH: &str = "/v1/boot/reports";
+
+/// A ramdisk asks for its certificate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinRequest {
+    /// The one-time token from the kernel command line (single use, bound to node and task).
+    pub token: String,
+    /// The ramdisk's Ed25519 public key, base64 of the 32 raw bytes.
+    pub public_key: String,
+}
+
+impl std::fmt::Display for JoinRequest {
+    /// Never shows the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "join request for key {}", self.public_key)
+    }
+}
+
+/// The controller's answer: the certificate for the key, of the node's current generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinResponse {
+    /// The node the token was issued for.
+    pub node_id: String,
+    /// The node's identity generation.
+    pub generation: u64,
+    /// The `ramdisk` certificate, then the site CA (PEM).
+    pub certificate_chain: String,
+    /// When the certificate expires.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+/// The controller's word on a report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReportReceipt {
+    /// Whether the report was accepted.
+    pub accepted: bool,
+    /// Why not, when refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
