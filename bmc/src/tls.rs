@@ -129,34 +129,71 @@ impl ServerCertVerifier for Pinned {
     }
 }
 
+/// A client certificate chain (DER, leaf first) and its PKCS#8 key, for mutual TLS.
+pub struct ClientIdentity {
+    /// The chain.
+    pub chain: Vec<Vec<u8>>,
+    /// The private key, PKCS#8 DER (zeroed when dropped).
+    pub key_pkcs8: zeroize::Zeroizing<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientIdentity").field("chain_len", &self.chain.len()).finish_non_exhaustive()
+    }
+}
+
 /// An HTTP client for one BMC with its trust, timeouts and no redirects to other hosts.
 pub fn http_client(trust: &TlsTrust, timeout: std::time::Duration) -> Result<reqwest::Client, BmcError> {
+    http_client_with_identity(trust, timeout, None)
+}
+
+/// An HTTP client with its trust and timeouts that presents `identity` (mutual TLS; pinned
+/// trusts only).
+pub fn http_client_with_identity(
+    trust: &TlsTrust,
+    timeout: std::time::Duration,
+    identity: Option<&ClientIdentity>,
+) -> Result<reqwest::Client, BmcError> {
     let builder = reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout.min(std::time::Duration::from_secs(10)))
         .redirect(reqwest::redirect::Policy::limited(3));
-    let builder = match trust {
-        TlsTrust::Ca(pem) => {
+    let builder = match (trust, identity) {
+        (TlsTrust::Ca(pem), None) => {
             let ca = reqwest::Certificate::from_pem(pem)
                 .map_err(|e| BmcError::Invalid(format!("the BMC CA is not a PEM certificate: {e}")))?;
             builder.use_rustls_tls().tls_built_in_root_certs(false).add_root_certificate(ca)
         }
-        TlsTrust::Fingerprint(pin) => builder.use_preconfigured_tls(pinned_config(Pin::Leaf(*pin))?),
-        TlsTrust::CaFingerprint(pin) => builder.use_preconfigured_tls(pinned_config(Pin::Ca(*pin))?),
-        TlsTrust::InsecureSkipVerify => builder.use_preconfigured_tls(pinned_config(Pin::Nothing)?),
+        (TlsTrust::Ca(_), Some(_)) => {
+            return Err(BmcError::Invalid("a client certificate needs a pinned trust".into()));
+        }
+        (TlsTrust::Fingerprint(pin), _) => builder.use_preconfigured_tls(pinned_config(Pin::Leaf(*pin), identity)?),
+        (TlsTrust::CaFingerprint(pin), _) => builder.use_preconfigured_tls(pinned_config(Pin::Ca(*pin), identity)?),
+        (TlsTrust::InsecureSkipVerify, _) => builder.use_preconfigured_tls(pinned_config(Pin::Nothing, identity)?),
     };
     builder.build().map_err(|e| BmcError::Invalid(format!("cannot build the HTTP client: {e}")))
 }
 
-fn pinned_config(pin: Pin) -> Result<rustls::ClientConfig, BmcError> {
+fn pinned_config(pin: Pin, identity: Option<&ClientIdentity>) -> Result<rustls::ClientConfig, BmcError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| BmcError::Invalid(format!("TLS configuration: {e}")))?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }))
-        .with_no_client_auth();
-    Ok(config)
+        .with_custom_certificate_verifier(Arc::new(Pinned { pin, provider }));
+    Ok(match identity {
+        None => builder.with_no_client_auth(),
+        Some(id) => {
+            let chain = id.chain.iter().map(|der| CertificateDer::from(der.clone())).collect();
+            let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(
+                id.key_pkcs8.to_vec(),
+            ));
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| BmcError::Invalid(format!("the client certificate: {e}")))?
+        }
+    })
 }
 
 #[cfg(test)]

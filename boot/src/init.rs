@@ -189,16 +189,45 @@ fn network() -> Result<String, String> {
     Err(format!("no DHCP lease on any NIC ({})", if nics.is_empty() { "none found".into() } else { nics.join(", ") }))
 }
 
+/// Joins the controller when the command line names one (controller, token and CA go
+/// together); `None` for an offline run.
+fn join(params: &Params) -> Result<Option<crate::controller::Joined>, String> {
+    match (&params.controller, &params.token, &params.ca_fingerprint) {
+        (None, None, None) => Ok(None),
+        (Some(url), Some(token), Some(ca)) => {
+            let joined = crate::controller::join(url, ca, token, crate::controller::Retry::default())
+                .map_err(|e| e.to_string())?;
+            say(&format!("joined the controller as {}", joined.identity().identity().to_uri()));
+            Ok(Some(joined))
+        }
+        _ => Err("metal.controller, metal.token and metal.ca go together".into()),
+    }
+}
+
 fn task(params: &Params) -> Result<(), String> {
     match &params.task {
         Task::Commission => {
-            let node = params.node.clone().unwrap_or_else(|| "unknown".into());
+            let joined = join(params)?;
+            let node = match &joined {
+                Some(j) => j.identity().identity().node.clone(),
+                None => params.node.clone().unwrap_or_else(|| "unknown".into()),
+            };
             let report = crate::report::collect(&SystemPaths::default(), &node, Some((0.05, 64)));
             println!("BEGIN inventory-report");
             println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
             println!("END inventory-report");
             for t in report.tests.iter().filter(|t| !t.passed) {
                 say(&format!("{:?} test FAILED: {}", t.kind, t.details));
+            }
+            if let Some(joined) = &joined {
+                let receipt = joined
+                    .post_report(metal_protocol::InventoryReport::PAYLOAD_TYPE, &report)
+                    .map_err(|e| format!("reporting: {e}"))?;
+                say(&format!(
+                    "report sent; accepted: {}{}",
+                    receipt.accepted,
+                    receipt.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                ));
             }
             if report.passed() { Ok(()) } else { Err("a commissioning test failed".into()) }
         }

@@ -107,31 +107,6 @@ impl Read for HttpSource {
 
 type Sender = tokio::sync::mpsc::Sender<io::Result<bytes::Bytes>>;
 
-/// The whole cause chain of a request error, and whether the TLS handshake refused the
-/// server (permanent: retrying cannot help).
-fn describe(e: &reqwest::Error) -> (String, bool) {
-    let mut parts = vec![e.to_string()];
-    let mut tls = false;
-    let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
-    while let Some(cause) = next {
-        if let Some(io) = cause.downcast_ref::<io::Error>() {
-            // The TLS layer reports a refused handshake as InvalidData (tokio-rustls), and
-            // io::Error hides its payload from source(): look inside, level by level.
-            tls |= io.kind() == io::ErrorKind::InvalidData;
-            if let Some(inner) = io.get_ref() {
-                next = Some(inner);
-                continue;
-            }
-        }
-        let text = cause.to_string();
-        if parts.last() != Some(&text) {
-            parts.push(text);
-        }
-        next = cause.source();
-    }
-    (parts.join(": "), tls)
-}
-
 /// Fetches `url` into `tx`, resuming from the last byte received after a failure, until
 /// exactly `size` bytes went through or it gives up.
 async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options: FetchOptions, tx: Sender) {
@@ -155,7 +130,7 @@ async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options
         let mut response = match request.send().await {
             Ok(r) => r,
             Err(e) => {
-                let (message, tls) = describe(&e);
+                let (message, tls) = crate::http::describe(&e);
                 if tls {
                     let _ = tx.send(Err(io::Error::other(format!("{url}: TLS: {message}")))).await;
                     return;
@@ -165,7 +140,7 @@ async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options
             }
         };
         let status = response.status();
-        if status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+        if crate::http::transient(status) {
             (failures, last_error) = (failures + 1, format!("HTTP {status}"));
             continue;
         }
@@ -202,7 +177,7 @@ async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options
                     break;
                 }
                 Err(e) => {
-                    (failures, last_error) = (failures + 1, describe(&e).0);
+                    (failures, last_error) = (failures + 1, crate::http::describe(&e).0);
                     break;
                 }
             }

@@ -75,3 +75,31 @@ fn metal_boot_as_pid_1_commissions_over_dhcp() {
     assert!(report.passed(), "{:?}", report.tests);
     assert!(text.contains("metal-boot: task done") && text.contains("metal-boot: powering off"), "{text}");
 }
+
+#[test]
+fn metal_boot_joins_the_controller_and_reports_signed() {
+    let token = "tok_hil_0123456789abcdef";
+    // The guest reaches the host's loopback as 10.0.2.2. (A restricted network with
+    // guestfwd would expose only the controller, but QEMU carries every guest connection to
+    // a guestfwd address over one host connection, and the report needs a second one.)
+    let controller = metal_tests::controller::TestController::start(&[token], 0, &["10.0.2.2"]);
+    let netdev = "user,id=n0".to_owned();
+    let console = Guest::new()
+        .args(&["-netdev", &netdev, "-device", "e1000e,netdev=n0"])
+        .append(&format!(
+            "rdinit=/bin/metal-boot metal.task=commission metal.end=poweroff metal.controller=https://10.0.2.2:{} metal.token={token} metal.ca={}",
+            controller.port,
+            controller.fingerprint
+        ))
+        .run();
+    assert!(console.finished, "the guest did not power off:\n{}", console.text);
+    let text = &console.text;
+    assert!(text.contains("joined the controller as spiffe://site-a/node/node-9/gen/2/ramdisk"), "{text}");
+    assert!(text.contains("report sent; accepted: true"), "{text}");
+    assert!(!text.contains(token), "the token leaked:\n{text}");
+    let state = controller.state.lock().unwrap();
+    let (signer, payload_type, payload) = &state.reports[0];
+    assert_eq!(payload_type, InventoryReport::PAYLOAD_TYPE);
+    assert_eq!((signer.node.as_str(), payload["nodeId"].as_str()), ("node-9", Some("node-9")));
+    assert!(state.tokens.is_empty(), "the token was used");
+}

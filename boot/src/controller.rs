@@ -1,0 +1,190 @@
+//! Talking to the controller: HTTPS trusting only the site CA whose fingerprint is on the
+//! kernel command line; the one-time token exchanged for a short-lived `ramdisk` certificate
+//! for a key generated in memory (never written anywhere); later calls authenticated with
+//! that certificate (mTLS) and reports signed with it as DSSE envelopes. Transient failures
+//! (no connection, 5xx, 429) are retried with backoff; a refusal (4xx, a TLS mismatch) is
+//! not.
+
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use metal_bmc::tls::{ClientIdentity, TlsTrust, http_client_with_identity};
+use metal_protocol::boot::{JOIN_PATH, JoinRequest, JoinResponse, REPORTS_PATH, ReportReceipt};
+use metal_protocol::identity::certificates_from_pem;
+use metal_protocol::{CaCertificate, Envelope, Role, Signer, SigningIdentity, SigningKey};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Why talking to the controller failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// The command line or the configuration is unusable.
+    #[error("{0}")]
+    Invalid(String),
+    /// The controller refused (an HTTP error status; its message included).
+    #[error("the controller refused {what}: HTTP {status}: {message}")]
+    Refused {
+        /// What was asked.
+        what: &'static str,
+        /// The status.
+        status: u16,
+        /// The controller's message.
+        message: String,
+    },
+    /// The controller could not be reached, or TLS failed; after the retries, if any.
+    #[error("cannot reach the controller for {what}: {message}")]
+    Unreachable {
+        /// What was asked.
+        what: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// The certificate the controller returned does not hold up.
+    #[error("the controller's certificate: {0}")]
+    Certificate(String),
+}
+
+/// Retry policy.
+#[derive(Debug, Clone)]
+pub struct Retry {
+    /// Attempts in all.
+    pub attempts: u32,
+    /// First delay, doubled each time.
+    pub backoff: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self { attempts: 6, backoff: Duration::from_millis(500) }
+    }
+}
+
+/// A controller the ramdisk has joined.
+#[derive(Debug)]
+pub struct Joined {
+    base: reqwest::Url,
+    client: reqwest::Client,
+    identity: SigningIdentity,
+    retry: Retry,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ControllerError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ControllerError::Invalid(format!("cannot start: {e}")))
+}
+
+/// POSTs `body` as JSON to `url`, retrying transient failures, and parses the answer.
+async fn post<B: Serialize, T: DeserializeOwned>(
+    client: &reqwest::Client,
+    url: reqwest::Url,
+    body: &B,
+    what: &'static str,
+    retry: &Retry,
+) -> Result<T, ControllerError> {
+    let mut last = String::new();
+    for attempt in 0..retry.attempts.max(1) {
+        if attempt > 0 {
+            tokio::time::sleep(retry.backoff * 2u32.saturating_pow(attempt - 1)).await;
+            tracing::warn!(what, attempt = attempt + 1, "retrying: {last}");
+        }
+        match client.post(url.clone()).json(body).send().await {
+            Err(e) => {
+                let (message, tls) = crate::http::describe(&e);
+                if tls {
+                    return Err(ControllerError::Unreachable { what, message: format!("TLS: {message}") });
+                }
+                last = message;
+            }
+            Ok(response) if crate::http::transient(response.status()) => last = format!("HTTP {}", response.status()),
+            Ok(response) if !response.status().is_success() => {
+                let status = response.status().as_u16();
+                let text = response.text().await.unwrap_or_default();
+                let message = serde_json::from_str::<serde_json::Value>(&text)
+                    .ok()
+                    .and_then(|v| v["message"].as_str().map(str::to_owned))
+                    .unwrap_or(text);
+                return Err(ControllerError::Refused { what, status, message });
+            }
+            Ok(response) => {
+                return response.json::<T>().await.map_err(|e| ControllerError::Unreachable {
+                    what,
+                    message: format!("unreadable answer: {}", crate::http::describe(&e).0),
+                });
+            }
+        }
+    }
+    Err(ControllerError::Unreachable { what, message: format!("gave up after {} attempts: {last}", retry.attempts) })
+}
+
+/// Exchanges the one-time `token` for a `ramdisk` certificate from the controller at
+/// `base_url`, trusting only the CA with `ca_fingerprint`.
+pub fn join(base_url: &str, ca_fingerprint: &str, token: &str, retry: Retry) -> Result<Joined, ControllerError> {
+    let base = reqwest::Url::parse(base_url)
+        .map_err(|e| ControllerError::Invalid(format!("controller URL {base_url:?}: {e}")))?;
+    if base.scheme() != "https" {
+        return Err(ControllerError::Invalid(format!("the controller URL {base_url:?} must be https://")));
+    }
+    let pin = metal_bmc::tls::parse_fingerprint(ca_fingerprint).map_err(|e| ControllerError::Invalid(e.to_string()))?;
+    let trust = TlsTrust::CaFingerprint(pin);
+    let timeout = Duration::from_secs(30);
+    let anonymous =
+        http_client_with_identity(&trust, timeout, None).map_err(|e| ControllerError::Invalid(e.to_string()))?;
+    let key = SigningKey::generate(&mut rand::rngs::OsRng);
+    let request = JoinRequest {
+        token: token.to_owned(),
+        public_key: base64::engine::general_purpose::STANDARD.encode(key.verifying_key().to_bytes()),
+    };
+    let runtime = runtime()?;
+    let url = base.join(JOIN_PATH).map_err(|e| ControllerError::Invalid(e.to_string()))?;
+    let answer: JoinResponse = runtime.block_on(post(&anonymous, url, &request, "the join", &retry))?;
+
+    // The certificate must chain to the pinned CA and be ours, of the ramdisk role.
+    let chain =
+        certificates_from_pem(&answer.certificate_chain).map_err(|e| ControllerError::Certificate(e.to_string()))?;
+    let ca_der = chain
+        .iter()
+        .find(|der| metal_bmc::tls::fingerprint(der) == pin)
+        .ok_or_else(|| ControllerError::Certificate("the chain does not include the pinned site CA".into()))?;
+    let ca = CaCertificate::from_der(ca_der).map_err(|e| ControllerError::Certificate(e.to_string()))?;
+    let leaf = chain.first().ok_or_else(|| ControllerError::Certificate("an empty chain".into()))?;
+    let verified = ca.verify(leaf, SystemTime::now()).map_err(|e| ControllerError::Certificate(e.to_string()))?;
+    if verified.public_key != key.verifying_key() {
+        return Err(ControllerError::Certificate("it is not for the key this ramdisk sent".into()));
+    }
+    if verified.identity.role != Role::Ramdisk || verified.identity.node != answer.node_id {
+        return Err(ControllerError::Certificate(format!(
+            "it names {}, not a ramdisk of {}",
+            verified.identity.to_uri(),
+            answer.node_id
+        )));
+    }
+    let key_pkcs8 = zeroize::Zeroizing::new(
+        ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&key)
+            .map_err(|e| ControllerError::Invalid(format!("encoding the key: {e}")))?
+            .as_bytes()
+            .to_vec(),
+    );
+    let client = http_client_with_identity(&trust, timeout, Some(&ClientIdentity { chain: chain.clone(), key_pkcs8 }))
+        .map_err(|e| ControllerError::Invalid(e.to_string()))?;
+    tracing::info!(identity = %verified.identity.to_uri(), expires_at = %answer.expires_at, "joined the controller");
+    let identity = SigningIdentity::new(Signer::new(key, chain), verified.identity);
+    Ok(Joined { base, client, identity, retry, runtime })
+}
+
+impl Joined {
+    /// The identity the certificate names.
+    pub fn identity(&self) -> &SigningIdentity {
+        &self.identity
+    }
+
+    /// Signs `report` as a DSSE envelope of `payload_type` and posts it over mTLS.
+    pub fn post_report<T: Serialize>(&self, payload_type: &str, report: &T) -> Result<ReportReceipt, ControllerError> {
+        let envelope = Envelope::sign_json(payload_type, report, self.identity.signer())
+            .map_err(|e| ControllerError::Invalid(format!("signing the report: {e}")))?;
+        let url = self.base.join(REPORTS_PATH).map_err(|e| ControllerError::Invalid(e.to_string()))?;
+        self.runtime.block_on(post(&self.client, url, &envelope, "the report", &self.retry))
+    }
+}

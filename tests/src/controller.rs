@@ -1,0 +1,171 @@
+//! A test controller that speaks the ramdisk protocol (`protocol::boot`) over real TLS: its
+//! certificate comes from a fresh site CA, the join endpoint takes single-use tokens (and can
+//! answer "busy" first), and the reports endpoint demands the ramdisk certificate (mutual
+//! TLS) and a DSSE signature by that same certificate. Until the scheduler serves these
+//! endpoints, metal-boot's tests and the HIL tests talk to this.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Extension, Json, Router};
+use base64::Engine as _;
+use metal_protocol::boot::{JoinRequest, JoinResponse, ReportReceipt};
+use metal_protocol::identity::pem_encode;
+use metal_protocol::{Envelope, Identity, Role, SigningKey, SiteCa, VerifyingKey};
+
+/// The client certificate of a connection, if it sent one.
+#[derive(Clone)]
+struct Peer(Option<Vec<u8>>);
+
+/// What the test controller knows and received.
+#[derive(Debug)]
+pub struct Controller {
+    /// The site CA.
+    pub ca: SiteCa,
+    /// Tokens not used yet.
+    pub tokens: HashSet<String>,
+    /// Join requests still to answer 503.
+    pub busy_joins: u32,
+    /// Every accepted report: who signed it, its payload type, its payload.
+    pub reports: Vec<(Identity, String, serde_json::Value)>,
+}
+
+/// The controller state, shared with the test.
+pub type Shared = Arc<Mutex<Controller>>;
+
+fn refuse(status: StatusCode, message: &str) -> Response {
+    (status, Json(serde_json::json!({"code": "REFUSED", "message": message}))).into_response()
+}
+
+async fn join_handler(State(s): State<Shared>, Json(request): Json<JoinRequest>) -> Response {
+    let mut c = s.lock().unwrap();
+    if c.busy_joins > 0 {
+        c.busy_joins -= 1;
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, "busy");
+    }
+    if !c.tokens.remove(&request.token) {
+        return refuse(StatusCode::FORBIDDEN, "the join token is unknown or already used");
+    }
+    let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&request.public_key) else {
+        return refuse(StatusCode::BAD_REQUEST, "publicKey is not base64");
+    };
+    let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice())
+        .map_err(|_| ())
+        .and_then(|b| VerifyingKey::from_bytes(&b).map_err(|_| ()))
+    else {
+        return refuse(StatusCode::BAD_REQUEST, "publicKey is not an Ed25519 key");
+    };
+    let now = SystemTime::now();
+    let der =
+        c.ca.issue(&key, "node-9", 2, Role::Ramdisk, now - Duration::from_secs(60), Duration::from_secs(900)).unwrap();
+    Json(JoinResponse {
+        node_id: "node-9".into(),
+        generation: 2,
+        certificate_chain: pem_encode("CERTIFICATE", &der) + &c.ca.certificate().pem(),
+        expires_at: time::OffsetDateTime::from(now + Duration::from_secs(900)),
+    })
+    .into_response()
+}
+
+async fn reports_handler(
+    State(s): State<Shared>,
+    Extension(peer): Extension<Peer>,
+    Json(envelope): Json<Envelope>,
+) -> Response {
+    let mut c = s.lock().unwrap();
+    let Some(der) = peer.0 else { return refuse(StatusCode::UNAUTHORIZED, "reports need the ramdisk certificate") };
+    let Ok(verified) = c.ca.certificate().verify(&der, SystemTime::now()) else {
+        return refuse(StatusCode::UNAUTHORIZED, "the client certificate is not of this site");
+    };
+    let signature = envelope.single_signature().unwrap();
+    if envelope.verify_signature(signature, &verified.public_key).is_err() {
+        return refuse(StatusCode::BAD_REQUEST, "the report is not signed by the connection's certificate");
+    }
+    let payload: serde_json::Value = serde_json::from_slice(&envelope.payload_bytes().unwrap()).unwrap();
+    c.reports.push((verified.identity, envelope.payload_type.clone(), payload));
+    Json(ReportReceipt { accepted: true, reason: None }).into_response()
+}
+
+/// A running test controller.
+#[derive(Debug)]
+pub struct TestController {
+    /// `https://127.0.0.1:PORT`.
+    pub url: String,
+    /// Its port.
+    pub port: u16,
+    /// SHA-256 of the site CA, hex.
+    pub fingerprint: String,
+    /// What it knows and received.
+    pub state: Shared,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl TestController {
+    /// Starts on loopback with these one-time tokens; the first `busy_joins` joins get 503.
+    /// The certificate names 127.0.0.1 and `extra_names` (10.0.2.2 for QEMU guests).
+    pub fn start(tokens: &[&str], busy_joins: u32, extra_names: &[&str]) -> TestController {
+        let now = SystemTime::now();
+        let ca = SiteCa::create("site-a", now - Duration::from_secs(600), Duration::from_secs(86400)).unwrap();
+        let server_key = SigningKey::generate(&mut rand::rngs::OsRng);
+        let server_der = ca
+            .issue_server(
+                &server_key.verifying_key(),
+                &std::iter::once("127.0.0.1").chain(extra_names.iter().copied()).map(str::to_owned).collect::<Vec<_>>(),
+                now - Duration::from_secs(60),
+                Duration::from_secs(3600),
+            )
+            .unwrap();
+        let ca_der = ca.certificate().der().to_vec();
+        let fingerprint = ca.certificate().fingerprint_sha256();
+        let pkcs8 = ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&server_key).unwrap();
+        let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(pkcs8.as_bytes().to_vec().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca_der.clone().into()).unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .allow_unauthenticated()
+            .build()
+            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![server_der.into(), ca_der.into()], key_der)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let state: Shared = Arc::new(Mutex::new(Controller {
+            ca,
+            tokens: tokens.iter().map(|t| (*t).to_owned()).collect(),
+            busy_joins,
+            reports: Vec::new(),
+        }));
+        let router = Router::new()
+            .route(metal_protocol::boot::JOIN_PATH, post(join_handler))
+            .route(metal_protocol::boot::REPORTS_PATH, post(reports_handler))
+            .with_state(state.clone());
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let url = format!("https://127.0.0.1:{port}");
+        runtime.spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { return };
+                let (acceptor, router) = (acceptor.clone(), router.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let peer = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec());
+                    let service = hyper_util::service::TowerToHyperService::new(router.layer(Extension(Peer(peer))));
+                    let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        TestController { url, port, fingerprint, state, _runtime: runtime }
+    }
+}
