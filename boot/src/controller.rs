@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use metal_bmc::tls::{ClientIdentity, TlsTrust, http_client_with_identity};
-use metal_protocol::boot::{JOIN_PATH, JoinRequest, JoinResponse, REPORTS_PATH, ReportReceipt};
+use metal_protocol::boot::{JOIN_PATH, JoinRequest, JoinResponse, PLAN_PATH, REPORTS_PATH, ReportReceipt, TaskReport};
+use metal_protocol::deploy::DeployPlan;
 use metal_protocol::identity::certificates_from_pem;
 use metal_protocol::{CaCertificate, Envelope, Role, Signer, SigningIdentity, SigningKey};
 use serde::Serialize;
@@ -63,6 +64,7 @@ impl Default for Retry {
 #[derive(Debug)]
 pub struct Joined {
     base: reqwest::Url,
+    pin: [u8; 32],
     client: reqwest::Client,
     identity: SigningIdentity,
     retry: Retry,
@@ -76,11 +78,9 @@ fn runtime() -> Result<tokio::runtime::Runtime, ControllerError> {
         .map_err(|e| ControllerError::Invalid(format!("cannot start: {e}")))
 }
 
-/// POSTs `body` as JSON to `url`, retrying transient failures, and parses the answer.
-async fn post<B: Serialize, T: DeserializeOwned>(
-    client: &reqwest::Client,
-    url: reqwest::Url,
-    body: &B,
+/// Sends the request `build` makes, retrying transient failures, and parses the answer.
+async fn send<T: DeserializeOwned>(
+    build: impl Fn() -> reqwest::RequestBuilder,
     what: &'static str,
     retry: &Retry,
 ) -> Result<T, ControllerError> {
@@ -90,7 +90,7 @@ async fn post<B: Serialize, T: DeserializeOwned>(
             tokio::time::sleep(retry.backoff * 2u32.saturating_pow(attempt - 1)).await;
             tracing::warn!(what, attempt = attempt + 1, "retrying: {last}");
         }
-        match client.post(url.clone()).json(body).send().await {
+        match build().send().await {
             Err(e) => {
                 let (message, tls) = crate::http::describe(&e);
                 if tls {
@@ -139,7 +139,8 @@ pub fn join(base_url: &str, ca_fingerprint: &str, token: &str, retry: Retry) -> 
     };
     let runtime = runtime()?;
     let url = base.join(JOIN_PATH).map_err(|e| ControllerError::Invalid(e.to_string()))?;
-    let answer: JoinResponse = runtime.block_on(post(&anonymous, url, &request, "the join", &retry))?;
+    let answer: JoinResponse =
+        runtime.block_on(send(|| anonymous.post(url.clone()).json(&request), "the join", &retry))?;
 
     // The certificate must chain to the pinned CA and be ours, of the ramdisk role.
     let chain =
@@ -171,7 +172,7 @@ pub fn join(base_url: &str, ca_fingerprint: &str, token: &str, retry: Retry) -> 
         .map_err(|e| ControllerError::Invalid(e.to_string()))?;
     tracing::info!(identity = %verified.identity.to_uri(), expires_at = %answer.expires_at, "joined the controller");
     let identity = SigningIdentity::new(Signer::new(key, chain), verified.identity);
-    Ok(Joined { base, client, identity, retry, runtime })
+    Ok(Joined { base, pin, client, identity, retry, runtime })
 }
 
 impl Joined {
@@ -185,6 +186,32 @@ impl Joined {
         let envelope = Envelope::sign_json(payload_type, report, self.identity.signer())
             .map_err(|e| ControllerError::Invalid(format!("signing the report: {e}")))?;
         let url = self.base.join(REPORTS_PATH).map_err(|e| ControllerError::Invalid(e.to_string()))?;
-        self.runtime.block_on(post(&self.client, url, &envelope, "the report", &self.retry))
+        self.runtime.block_on(send(|| self.client.post(url.clone()).json(&envelope), "the report", &self.retry))
+    }
+
+    /// Fetches this node's deploy plan (over mTLS) and checks it is self-consistent.
+    pub fn fetch_plan(&self) -> Result<DeployPlan, ControllerError> {
+        let url = self.base.join(PLAN_PATH).map_err(|e| ControllerError::Invalid(e.to_string()))?;
+        let plan: DeployPlan =
+            self.runtime.block_on(send(|| self.client.get(url.clone()), "the deploy plan", &self.retry))?;
+        plan.validate().map_err(|e| ControllerError::Invalid(format!("the controller's plan: {e}")))?;
+        Ok(plan)
+    }
+
+    /// The site CA fingerprint this controller is trusted by (images it serves use it too).
+    pub fn ca_fingerprint(&self) -> [u8; 32] {
+        self.pin
+    }
+
+    /// Signs and posts how `task` ended.
+    pub fn report_task(&self, task: &str, ok: bool, detail: String) -> Result<ReportReceipt, ControllerError> {
+        let report = TaskReport {
+            node_id: self.identity.identity().node.clone(),
+            task: task.to_owned(),
+            ok,
+            detail,
+            finished_at: time::OffsetDateTime::now_utc(),
+        };
+        self.post_report(TaskReport::PAYLOAD_TYPE, &report)
     }
 }

@@ -17,6 +17,8 @@ use crate::inventory::SystemPaths;
 pub enum Task {
     /// Inventory and the basic tests.
     Commission,
+    /// Write the image of the plan the controller hands out.
+    Deploy,
     /// A shell on the console (debugging).
     Shell,
     /// Anything else named on the command line (arrives with the controller protocol).
@@ -86,6 +88,7 @@ pub fn parse_cmdline(cmdline: &str) -> Params {
             "metal.task" => {
                 p.task = match value.as_str() {
                     "commission" => Task::Commission,
+                    "deploy" => Task::Deploy,
                     "shell" => Task::Shell,
                     _ => Task::Other(value),
                 }
@@ -231,11 +234,49 @@ fn task(params: &Params) -> Result<(), String> {
             }
             if report.passed() { Ok(()) } else { Err("a commissioning test failed".into()) }
         }
+        Task::Deploy => {
+            let joined =
+                join(params)?.ok_or("a deploy needs the controller: metal.controller, metal.token, metal.ca")?;
+            let result = deploy(&joined);
+            let (ok, detail) = match &result {
+                Ok(done) => (true, done.clone()),
+                Err(e) => (false, e.clone()),
+            };
+            say(&format!("deploy {}: {detail}", if ok { "done" } else { "FAILED" }));
+            joined.report_task("deploy", ok, detail).map_err(|e| format!("reporting: {e}"))?;
+            result.map(|_| ())
+        }
         Task::Shell => run("/bin/sh", &[]).map(|_| ()),
         Task::Other(name) => {
             Err(format!("task {name:?} needs the controller protocol, which this build does not speak yet"))
         }
     }
+}
+
+/// Fetches the plan and writes it to the disk the plan's hints choose.
+fn deploy(joined: &crate::controller::Joined) -> Result<String, String> {
+    let plan = joined.fetch_plan().map_err(|e| e.to_string())?;
+    let paths = SystemPaths::default();
+    let devices = metal_erase::device::discover(&paths).map_err(|e| e.to_string())?;
+    let raw = plan.chunks.raw_size_bytes;
+    let chosen = crate::target::choose(&devices, &plan.target, raw).map_err(|e| e.to_string())?;
+    say(&format!("deploying {} ({raw} raw bytes) to {}", plan.image.url, chosen.path.display()));
+    let disk = metal_erase::io::BlockTarget::open(&chosen.path, true)
+        .map_err(|e| format!("{}: {e}", chosen.path.display()))?;
+    let fetch = crate::source::FetchOptions { ca_fingerprint: Some(joined.ca_fingerprint()), ..Default::default() };
+    let stream =
+        crate::source::HttpSource::open(&plan.image.url, plan.image.size_bytes, &fetch).map_err(|e| e.to_string())?;
+    let options = crate::deploy::DeployOptions { read_back: true, ..Default::default() };
+    let outcome = crate::deploy::deploy(&plan, Box::new(stream), &disk, &options)
+        .map_err(|e| format!("{e}; {} was left unbootable", chosen.path.display()))?;
+    Ok(format!(
+        "{} raw bytes to {} ({} bytes written, read back, cloud-init seed {}) in {:.1} s",
+        outcome.raw_bytes,
+        chosen.path.display(),
+        outcome.bytes_written,
+        if plan.cloud_init.is_some() { "written" } else { "none" },
+        outcome.seconds
+    ))
 }
 
 /// PID 1: never returns.
@@ -285,6 +326,7 @@ mod tests {
             (Task::Commission, End::PowerOff, false, Some("n7"))
         );
         assert!(!format!("{p:?}").contains("s3cr3t"), "{p:?}");
+        assert_eq!(parse_cmdline("metal.task=deploy").task, Task::Deploy);
         let q = parse_cmdline("metal.task=erase metal.debug=1");
         assert_eq!((q.task, q.debug, q.end), (Task::Other("erase".into()), true, End::Reboot));
     }

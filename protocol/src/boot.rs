@@ -2,7 +2,8 @@
 //! token and the site CA's fingerprint on its kernel command line; it generates a key in
 //! memory and exchanges the token for a short-lived `ramdisk` certificate (`JoinRequest` ->
 //! `JoinResponse`), then authenticates every later call with it (mTLS) and signs its reports
-//! (DSSE envelopes, `POST /v1/boot/reports`).
+//! (DSSE envelopes, `POST /v1/boot/reports`). A deploy fetches its plan
+//! (`GET /v1/boot/plan`); every task ends with a signed `TaskReport`, failures included.
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -11,6 +12,8 @@ use time::OffsetDateTime;
 pub const JOIN_PATH: &str = "/v1/boot/join";
 /// Where a ramdisk posts its signed reports.
 pub const REPORTS_PATH: &str = "/v1/boot/reports";
+/// Where a deploying ramdisk fetches its `DeployPlan` (mutual TLS).
+pub const PLAN_PATH: &str = "/v1/boot/plan";
 
 /// A ramdisk asks for its certificate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,4 +56,27 @@ pub struct ReportReceipt {
     /// Why not, when refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// How a ramdisk task ended, signed like every report (a failure included, so the
+/// controller hears why a machine stopped).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskReport {
+    /// The node (from the ramdisk's certificate).
+    pub node_id: String,
+    /// The task (`deploy`, `commission`, ...).
+    pub task: String,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// What happened: the outcome, or the error.
+    pub detail: String,
+    /// When it ended.
+    #[serde(with = "time::serde::rfc3339")]
+    pub finished_at: OffsetDateTime,
+}
+
+impl TaskReport {
+    /// DSSE payload type of a signed task report.
+    pub const PAYLOAD_TYPE: &'static str = "application/vnd.metal.task-report+json";
 }

@@ -63,6 +63,16 @@ fn boot_protocol() {
         "report-receipt",
         &metal_protocol::boot::ReportReceipt { accepted: false, reason: Some("WIPE_DISK_MISSING".into()) },
     );
+    check(
+        "task-report",
+        &metal_protocol::boot::TaskReport {
+            node_id: "node-1".into(),
+            task: "deploy".into(),
+            ok: false,
+            detail: "chunk 4 (bytes 4194304..5242880) fails its SHA-256".into(),
+            finished_at: time::macros::datetime!(2026-12-01 10:00 UTC),
+        },
+    );
 }
 
 #[test]

@@ -33,6 +33,10 @@ pub struct Controller {
     pub busy_joins: u32,
     /// Every accepted report: who signed it, its payload type, its payload.
     pub reports: Vec<(Identity, String, serde_json::Value)>,
+    /// The plan handed to a deploying ramdisk.
+    pub plan: Option<metal_protocol::deploy::DeployPlan>,
+    /// Files served at `/images/NAME`.
+    pub files: std::collections::HashMap<String, Vec<u8>>,
 }
 
 /// The controller state, shared with the test.
@@ -91,6 +95,24 @@ async fn reports_handler(
     Json(ReportReceipt { accepted: true, reason: None }).into_response()
 }
 
+async fn plan_handler(State(s): State<Shared>, Extension(peer): Extension<Peer>) -> Response {
+    let c = s.lock().unwrap();
+    if peer.0.as_ref().is_none_or(|der| c.ca.certificate().verify(der, SystemTime::now()).is_err()) {
+        return refuse(StatusCode::UNAUTHORIZED, "the plan needs the ramdisk certificate");
+    }
+    match &c.plan {
+        Some(plan) => Json(plan.clone()).into_response(),
+        None => refuse(StatusCode::NOT_FOUND, "no deploy planned for this node"),
+    }
+}
+
+async fn image_handler(State(s): State<Shared>, axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    match s.lock().unwrap().files.get(&name) {
+        Some(bytes) => bytes.clone().into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 /// A running test controller.
 #[derive(Debug)]
 pub struct TestController {
@@ -143,10 +165,14 @@ impl TestController {
             tokens: tokens.iter().map(|t| (*t).to_owned()).collect(),
             busy_joins,
             reports: Vec::new(),
+            plan: None,
+            files: std::collections::HashMap::new(),
         }));
         let router = Router::new()
             .route(metal_protocol::boot::JOIN_PATH, post(join_handler))
             .route(metal_protocol::boot::REPORTS_PATH, post(reports_handler))
+            .route(metal_protocol::boot::PLAN_PATH, axum::routing::get(plan_handler))
+            .route("/images/{name}", axum::routing::get(image_handler))
             .with_state(state.clone());
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
