@@ -1,6 +1,6 @@
 //! The four basic commissioning tests, each pass/fail with details: memory (a pattern test
 //! over a share of the free RAM), every disk readable (sampled reads across the disk, and
-//! the NVMe health log where there is one), every NIC's link, and the CPUs (all present
+//! the NVMe health log or the ATA SMART status where there is one), every NIC's link, and the CPUs (all present
 //! cores online, the same checksum workload on each core giving the same answer).
 
 use std::time::Instant;
@@ -10,7 +10,7 @@ use std::os::fd::AsFd as _;
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 
 use metal_erase::io::AlignedBuf;
-use metal_erase::passthrough::nvme;
+use metal_erase::passthrough::{ata, nvme};
 use metal_protocol::inventory::{Nic, TestKind, TestResult};
 use sha2::Digest as _;
 
@@ -107,6 +107,28 @@ fn check_disk(device: &BlockDevice, samples: u64) -> Result<String, String> {
             }
             Ok(done) => line.push_str(&format!("; NVMe health log refused ({:#06x})", done.status)),
             Err(e) => line.push_str(&format!("; NVMe health log unavailable ({e})")),
+        }
+    }
+    if device.disk.transport == metal_protocol::Transport::Sata {
+        let outcome = metal_erase::ioctl::sg_io(
+            file.as_fd(),
+            &ata::smart_return_status(),
+            &mut [],
+            std::time::Duration::from_secs(30),
+        );
+        match outcome
+            .map_err(|e| e.to_string())
+            .and_then(|o| ata::check_completion(&o.sense).map_err(|e| e.to_string()))
+        {
+            Ok(Some(regs)) => match ata::smart_status(&regs) {
+                Some(true) => line.push_str("; SMART: no threshold exceeded"),
+                Some(false) => {
+                    return Err(format!("{line}; SMART: a threshold is exceeded (the drive predicts its failure)"));
+                }
+                None => line.push_str("; SMART status unreadable"),
+            },
+            Ok(None) => line.push_str("; SMART status not returned"),
+            Err(e) => line.push_str(&format!("; SMART unavailable ({e})")),
         }
     }
     Ok(line)

@@ -53,6 +53,8 @@ pub struct DeployOutcome {
     pub read_back: bool,
     /// Wall time.
     pub seconds: f64,
+    /// The process's peak resident memory when the deploy ended.
+    pub peak_memory_bytes: u64,
 }
 
 /// Why a deploy failed. The disk is left without a partition table or boot sector.
@@ -220,6 +222,7 @@ pub fn deploy(
         chunks_skipped,
         read_back,
         seconds: started.elapsed().as_secs_f64(),
+        peak_memory_bytes: crate::sys::peak_rss_bytes(),
     })
 }
 
@@ -323,9 +326,10 @@ fn run(
         0 => std::thread::available_parallelism().map_or(2, |n| n.get()).min(8),
         n => n,
     };
-    // Buffers in flight: enough to keep every hasher busy, within the memory budget.
+    // Buffers in flight: enough to keep every hasher busy, within the memory budget (one
+    // 256 MiB chunk at a time at the largest chunk size).
     let in_flight =
-        usize::try_from((MEMORY_BUDGET / manifest.chunk_size).clamp(2, 2 * hashers as u64 + 2)).unwrap_or(2);
+        usize::try_from((MEMORY_BUDGET / manifest.chunk_size).clamp(1, 2 * hashers as u64 + 2)).unwrap_or(1);
     let (free_tx, free_rx) = sync_channel::<Vec<u8>>(in_flight);
     for _ in 0..in_flight {
         let _ = free_tx.send(Vec::with_capacity(usize::try_from(manifest.chunk_size).unwrap_or(0)));

@@ -16,5 +16,5 @@ pub mod plan;
 pub mod report;
 pub mod seed;
 pub mod source;
-mod sys;
+pub(crate) mod sys;
 pub mod target;

@@ -50,3 +50,12 @@ pub fn wait_any() -> Option<(i32, i32)> {
     let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
     (pid > 0).then_some((pid, status))
 }
+
+/// This process's peak resident set size in bytes (0 if unknown).
+pub fn peak_rss_bytes() -> u64 {
+    // SAFETY: rusage is plain integers; all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage through a pointer to a live value.
+    let ret = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    if ret == 0 { u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024 } else { 0 }
+}

@@ -154,6 +154,8 @@ fn every_format_lands_bit_exact() {
         let (status, outcome, stderr) = deploy(&plan, &disk, &["--allow-http", "--read-back"]);
         assert_eq!(status, Some(0), "{name}: {stderr}");
         assert_eq!(outcome["readBack"], true);
+        let peak = outcome["peakMemoryBytes"].as_u64().unwrap();
+        assert!(peak > 0 && peak < 256 << 20, "{name}: peak memory {peak} bytes");
         let written = disk.read_all();
         assert!(written[..raw.len()] == raw[..], "{name} did not land bit-exact");
     }

@@ -52,6 +52,7 @@ fn commissioning_inventory_in_the_ramdisk() {
     }
     let disk_test = report.tests.iter().find(|t| t.kind == TestKind::Disk).unwrap();
     assert!(disk_test.details.contains("NVMe health: no critical warning"), "{}", disk_test.details);
+    assert!(disk_test.details.contains("SMART: no threshold exceeded"), "{}", disk_test.details);
     assert!(report.passed());
 }
 

@@ -241,6 +241,24 @@ pub fn non_data(tf: &TaskFile, extend: bool) -> Result<ScsiCommand, AtaError> {
     Ok(ScsiCommand::no_data(cdb16(tf, Protocol::NonData, extend)?.to_vec()))
 }
 
+/// SMART RETURN STATUS (ACS-3 7.48.8): SMART (B0h), FEATURE DAh, LBA mid/high the 4Fh/C2h
+/// key; the device answers in LBA mid/high (4Fh/C2h fine, F4h/2Ch threshold exceeded).
+pub fn smart_return_status() -> ScsiCommand {
+    let tf = TaskFile { features: 0xDA, count: 0, lba: 0x00C2_4F00, device: 0, command: 0xB0 };
+    ScsiCommand::no_data(cdb16(&tf, Protocol::NonData, false).map(|c| c.to_vec()).unwrap_or_default())
+}
+
+/// The verdict of SMART RETURN STATUS from its returned registers: `Some(true)` no threshold
+/// exceeded, `Some(false)` a threshold exceeded (the drive predicts its failure), `None`
+/// an answer that is neither.
+pub fn smart_status(regs: &AtaReturn) -> Option<bool> {
+    match ((regs.lba >> 8) & 0xff, (regs.lba >> 16) & 0xff) {
+        (0x4f, 0xc2) => Some(true),
+        (0xf4, 0x2c) => Some(false),
+        _ => None,
+    }
+}
+
 /// A PIO data-in ATA command reading COUNT blocks of 512 bytes.
 pub fn pio_data_in(tf: &TaskFile, extend: bool) -> Result<ScsiCommand, AtaError> {
     let cdb = cdb16(tf, Protocol::PioDataIn, extend)?;
@@ -923,6 +941,22 @@ mod tests {
         assert_eq!(cmd.cdb, [0x85, 0x06, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40, 0xF3, 0x00]);
         assert_eq!(cmd.direction, Direction::None);
         assert_eq!(cmd.data_len, 0);
+    }
+
+    // smartctl's SMART RETURN STATUS through SAT (scsiata.cpp): FEATURE DAh, LBA mid 4Fh,
+    // LBA high C2h, COMMAND B0h, non-data with CK_COND so the registers come back.
+    #[test]
+    fn smart_return_status_cdb_and_verdicts() {
+        let cmd = smart_return_status();
+        assert_eq!(
+            cmd.cdb,
+            [0x85, 0x06, 0x20, 0x00, 0xDA, 0x00, 0x00, 0x00, 0x00, 0x00, 0x4F, 0x00, 0xC2, 0x00, 0xB0, 0x00]
+        );
+        let regs =
+            |lba: u64| AtaReturn { extend: false, error: 0, count: 0, lba, device: 0, status: 0x50, upper_valid: true };
+        assert_eq!(smart_status(&regs(0x00C2_4F00)), Some(true));
+        assert_eq!(smart_status(&regs(0x002C_F400)), Some(false));
+        assert_eq!(smart_status(&regs(0)), None);
     }
 
     // hdparm `do_set_security()` via `do_taskfile_cmd()`: PIO out, nsect 1, 28-bit:
