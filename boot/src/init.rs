@@ -327,6 +327,10 @@ mod tests {
         );
         assert!(!format!("{p:?}").contains("s3cr3t"), "{p:?}");
         assert_eq!(parse_cmdline("metal.task=deploy").task, Task::Deploy);
+        // A controller needs all three; none is an offline run.
+        let partial = parse_cmdline("metal.token=tok_0123456789abcdef metal.ca=ab12");
+        assert_eq!(join(&partial).unwrap_err(), "metal.controller, metal.token and metal.ca go together");
+        assert!(join(&parse_cmdline("quiet")).unwrap().is_none());
         let q = parse_cmdline("metal.task=erase metal.debug=1");
         assert_eq!((q.task, q.debug, q.end), (Task::Other("erase".into()), true, End::Reboot));
     }
