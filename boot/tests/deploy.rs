@@ -364,19 +364,7 @@ fn a_gpt_image_gets_its_cloud_init_seed_partition() {
     use metal_protocol::cloudinit::{SeedInput, render};
     let server = ImageServer::start();
     let dir = tempfile::tempdir().unwrap();
-    // An 8 MiB GPT image with one Linux partition (1 MiB .. 7 MiB) full of data.
-    let file = dir.path().join("gpt.img");
-    std::fs::write(&file, vec![0u8; 8 * MIB]).unwrap();
-    let mut sfdisk =
-        Command::new("sfdisk").args(["--quiet"]).arg(&file).stdin(std::process::Stdio::piped()).spawn().unwrap();
-    std::io::Write::write_all(
-        sfdisk.stdin.as_mut().unwrap(),
-        b"label: gpt\nstart=2048, size=12288, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=\"root\"\n",
-    )
-    .unwrap();
-    assert!(sfdisk.wait().unwrap().success());
-    let mut image = std::fs::read(&file).unwrap();
-    image[MIB..7 * MIB].copy_from_slice(&disk_image(6 * MIB));
+    let image = metal_tests::images::gpt_image(dir.path());
     let plan_file = make_plan(dir.path(), &image, &server.put("gpt.img", image.clone()));
     let seed = render(&SeedInput {
         instance_id: "node-7-gen-3".into(),

@@ -486,14 +486,36 @@ impl SiteCa {
     ) -> Result<Vec<u8>, IdentityError> {
         validate_name("node id", node)?;
         let identity = Identity { site: self.certificate.site.clone(), node: node.to_owned(), generation, role };
+        let san = vec![SanType::URI(identity.to_uri().try_into().map_err(issue_error)?)];
+        self.sign_leaf(
+            subject,
+            &format!("{role} {node} gen {generation}"),
+            san,
+            ExtendedKeyUsagePurpose::ClientAuth,
+            now,
+            validity,
+        )
+    }
+
+    /// Signs an end-entity certificate for `subject` with these names and one extended key
+    /// usage, valid from `now` for `validity`. Returns DER.
+    fn sign_leaf(
+        &self,
+        subject: &VerifyingKey,
+        common_name: &str,
+        subject_alt_names: Vec<SanType>,
+        usage: ExtendedKeyUsagePurpose,
+        now: SystemTime,
+        validity: Duration,
+    ) -> Result<Vec<u8>, IdentityError> {
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
         params.distinguished_name.push(DnType::OrganizationName, "metal");
-        params.distinguished_name.push(DnType::CommonName, format!("{role} {node} gen {generation}"));
-        params.subject_alt_names = vec![SanType::URI(identity.to_uri().try_into().map_err(issue_error)?)];
+        params.distinguished_name.push(DnType::CommonName, common_name);
+        params.subject_alt_names = subject_alt_names;
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.extended_key_usages = vec![usage];
         params.use_authority_key_identifier_extension = true;
         params.key_identifier_method = KeyIdMethod::PreSpecified(key_identifier(subject));
         params.serial_number = Some(random_serial());
@@ -519,28 +541,21 @@ impl SiteCa {
         if names.is_empty() {
             return Err(IdentityError::InvalidName("a server certificate needs at least one name".into()));
         }
-        let mut params = CertificateParams::default();
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::OrganizationName, "metal");
-        params.distinguished_name.push(DnType::CommonName, format!("metal controller {}", names[0]));
-        params.subject_alt_names = names
+        let san = names
             .iter()
             .map(|n| match n.parse::<std::net::IpAddr>() {
                 Ok(ip) => Ok(SanType::IpAddress(ip)),
                 Err(_) => n.clone().try_into().map(SanType::DnsName).map_err(issue_error),
             })
             .collect::<Result<_, _>>()?;
-        params.is_ca = IsCa::ExplicitNoCa;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.use_authority_key_identifier_extension = true;
-        params.key_identifier_method = KeyIdMethod::PreSpecified(key_identifier(subject));
-        params.serial_number = Some(random_serial());
-        params.not_before = OffsetDateTime::from(now);
-        params.not_after = OffsetDateTime::from(now + validity);
-        let issuer = Issuer::new(self.issuer_params()?, DalekKey(&self.key));
-        let cert = params.signed_by(&SubjectKey(subject), &issuer).map_err(issue_error)?;
-        Ok(cert.der().to_vec())
+        self.sign_leaf(
+            subject,
+            &format!("metal controller {}", names[0]),
+            san,
+            ExtendedKeyUsagePurpose::ServerAuth,
+            now,
+            validity,
+        )
     }
 
     /// The CA's subject name and key identifier, rebuilt from its certificate for rcgen.

@@ -4,4 +4,5 @@ pub mod controller;
 pub mod elf;
 pub mod emulators;
 pub mod hil;
+pub mod images;
 pub mod loopdev;

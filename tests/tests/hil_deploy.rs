@@ -5,7 +5,7 @@
 //! then checks the disk image: the image bit-exact, a valid partition table, and a FAT
 //! volume labelled cidata.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use metal_protocol::boot::TaskReport;
 use metal_protocol::cloudinit::{SeedInput, render};
@@ -14,30 +14,12 @@ use metal_tests::hil::{Bus, Guest};
 
 const MIB: usize = 1 << 20;
 
-/// An 8 MiB GPT image with one Linux partition (1 MiB .. 7 MiB) full of data.
-fn gpt_image(dir: &std::path::Path) -> Vec<u8> {
-    let file = dir.join("gpt.img");
-    std::fs::write(&file, vec![0u8; 8 * MIB]).unwrap();
-    let mut sfdisk = Command::new("sfdisk").arg("--quiet").arg(&file).stdin(Stdio::piped()).spawn().unwrap();
-    std::io::Write::write_all(
-        sfdisk.stdin.as_mut().unwrap(),
-        b"label: gpt\nstart=2048, size=12288, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=\"root\"\n",
-    )
-    .unwrap();
-    assert!(sfdisk.wait().unwrap().success());
-    let mut image = std::fs::read(&file).unwrap();
-    for (i, b) in image[MIB..7 * MIB].iter_mut().enumerate() {
-        *b = u8::try_from(i % 253).unwrap() | 1;
-    }
-    image
-}
-
 #[test]
 fn metal_boot_deploys_a_plan_from_the_controller_in_the_ramdisk() {
     let dir = tempfile::tempdir().unwrap();
     let token = "tok_hil_deploy_0123456789";
     let controller = metal_tests::controller::TestController::start(&[token], 0, &["10.0.2.2"]);
-    let image = gpt_image(dir.path());
+    let image = metal_tests::images::gpt_image(dir.path());
     let image_file = dir.path().join("disk.img");
     std::fs::write(&image_file, &image).unwrap();
     let url = format!("https://10.0.2.2:{}/images/disk.img", controller.port);
