@@ -7,7 +7,6 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use metal_erase::engine::{self, DiskJob, EraseOptions};
 use metal_erase::io::{AlignedBuf, BlockTarget};
@@ -15,8 +14,9 @@ use metal_erase::pattern::Pattern;
 use metal_erase::plan::Capabilities;
 use metal_erase::progress::NoProgress;
 use metal_erase::{device, verify};
+use metal_protocol::Role;
 use metal_protocol::wipe::{SanitizeMethod, VerifyMode, WipePolicy, WipeResult};
-use metal_protocol::{Role, SiteCa};
+use metal_tests::identity::TestIdentity;
 use metal_tests::loopdev::LoopDevice;
 
 /// What these tests do with a loop device beyond the shared helper.
@@ -146,25 +146,7 @@ fn markers_are_planted_and_must_be_gone() {
 }
 
 fn identity_files(dir: &Path, role: Role) -> (PathBuf, PathBuf, PathBuf) {
-    let ca =
-        SiteCa::create("site-a", std::time::SystemTime::now() - Duration::from_secs(60), Duration::from_secs(86400))
-            .unwrap();
-    let key = metal_protocol::SigningKey::generate(&mut rand::rngs::OsRng);
-    let cert = ca
-        .issue(
-            &key.verifying_key(),
-            "node-9",
-            2,
-            role,
-            std::time::SystemTime::now() - Duration::from_secs(60),
-            Duration::from_secs(3600),
-        )
-        .unwrap();
-    let (k, c, a) = (dir.join("id.key"), dir.join("id.crt"), dir.join("ca.crt"));
-    std::fs::write(&k, metal_protocol::identity::signing_key_pem(&key).unwrap().as_bytes()).unwrap();
-    std::fs::write(&c, metal_protocol::identity::pem_encode("CERTIFICATE", &cert) + &ca.certificate().pem()).unwrap();
-    std::fs::write(&a, ca.certificate().pem()).unwrap();
-    (k, c, a)
+    TestIdentity::issue("node-9", 2, role).write(dir)
 }
 
 fn metal_erase(args: &[&str]) -> Output {

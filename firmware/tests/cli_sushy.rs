@@ -67,29 +67,17 @@ fn inventory_and_baseline_checks_against_sushy() {
 
 #[test]
 fn a_signed_check_speaks_for_the_certificate_s_node() {
-    use std::time::{Duration, SystemTime};
+    use std::time::SystemTime;
 
-    use metal_protocol::identity::{pem_encode, signing_key_pem};
-    use metal_protocol::{Envelope, FirmwareReport, Role, SigningKey, SiteCa};
+    use metal_protocol::{Envelope, FirmwareReport, Role};
+    use metal_tests::identity::TestIdentity;
 
     let sushy = Sushy::start();
     let dir = tempfile::tempdir().unwrap();
     let now = SystemTime::now();
-    let ca = SiteCa::create("site-a", now - Duration::from_secs(60), Duration::from_secs(86400)).unwrap();
-    let key = SigningKey::generate(&mut rand::rngs::OsRng);
-    let cert = ca
-        .issue(
-            &key.verifying_key(),
-            "node-7",
-            3,
-            Role::Ramdisk,
-            now - Duration::from_secs(60),
-            Duration::from_secs(3600),
-        )
-        .unwrap();
-    let (key_file, cert_file) = (dir.path().join("key.pem"), dir.path().join("cert.pem"));
-    std::fs::write(&key_file, signing_key_pem(&key).unwrap().as_bytes()).unwrap();
-    std::fs::write(&cert_file, pem_encode("CERTIFICATE", &cert) + &ca.certificate().pem()).unwrap();
+    let identity = TestIdentity::issue("node-7", 3, Role::Ramdisk);
+    let (key_file, cert_file, _) = identity.write(dir.path());
+    let ca = &identity.ca;
     let ok = baseline(dir.path(), "ok.json", json!({"bmc": "1.00"}));
     let signing = ["--key", key_file.to_str().unwrap(), "--cert", cert_file.to_str().unwrap()];
 

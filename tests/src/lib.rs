@@ -4,5 +4,6 @@ pub mod controller;
 pub mod elf;
 pub mod emulators;
 pub mod hil;
+pub mod identity;
 pub mod images;
 pub mod loopdev;

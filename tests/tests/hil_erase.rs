@@ -9,11 +9,12 @@
 //! reads every disk image: nothing of the data is left.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use metal_protocol::wipe::{SanitizeMethod, VerifyMode, WipeResult};
-use metal_protocol::{CaCertificate, Envelope, Role, SigningKey, SiteCa};
+use metal_protocol::{CaCertificate, Envelope, Role};
 use metal_tests::hil::{Bus, Guest};
+use metal_tests::identity::TestIdentity;
 use serde_json::Value;
 
 const SIZE: usize = 64 << 20;
@@ -36,21 +37,8 @@ fn surviving_blocks(path: &Path, seed: u8) -> usize {
 #[test]
 fn erase_nvme_sata_virtio_and_scsi_in_the_ramdisk() {
     let dir = tempfile::tempdir().unwrap();
-    let now = SystemTime::now();
-    let ca = SiteCa::create("site-a", now - Duration::from_secs(600), Duration::from_secs(86400)).unwrap();
-    let key = SigningKey::generate(&mut rand::rngs::OsRng);
-    let cert = ca
-        .issue(
-            &key.verifying_key(),
-            "hil-node-1",
-            4,
-            Role::Ramdisk,
-            now - Duration::from_secs(600),
-            Duration::from_secs(3600),
-        )
-        .unwrap();
-    let key_pem = metal_protocol::identity::signing_key_pem(&key).unwrap();
-    let chain = metal_protocol::identity::pem_encode("CERTIFICATE", &cert) + &ca.certificate().pem();
+    let identity = TestIdentity::issue("hil-node-1", 4, Role::Ramdisk);
+    let (key_pem, chain, ca) = (&identity.key_pem, &identity.chain_pem, &identity.ca);
 
     let image = |name: &str| dir.path().join(format!("{name}.img"));
     let (nvme, sata, virtio, scsi) = (image("nvme"), image("sata"), image("virtio"), image("scsi"));
