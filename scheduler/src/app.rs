@@ -31,6 +31,8 @@ pub struct App {
     pub metrics: Metrics,
     /// Node snapshots for placement (a cache; the database decides).
     pub placement: crate::capacity::PlacementCache,
+    /// The boot service, when `boot-listen` is set.
+    pub boot: Option<crate::boot::BootService>,
 }
 
 /// Shared handle to the service state.
@@ -68,6 +70,9 @@ pub enum StartError {
     /// A database operation failed during start-up.
     #[error("database: {0}")]
     Database(#[from] store::DbError),
+    /// The boot service could not start (its CA, or its configuration).
+    #[error("boot service: {0}")]
+    Boot(String),
     /// The first admin token could not be written.
     #[error("{path}: {source}")]
     AdminToken {
@@ -90,6 +95,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
     let data_dir = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .map_err(|source| StartError::DataDir { path: data_dir.display().to_string(), source })?;
+    let boot = crate::boot::BootService::open(&config)?;
     let url = config.database_url.clone().unwrap_or_else(|| Store::sqlite_url(&data_dir));
     let store = Store::open(&url).await?;
     info!(backend = ?store.backend(), "database ready");
@@ -123,6 +129,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
         events: Notify::new(),
         metrics: Metrics::default(),
         placement: Default::default(),
+        boot,
     }))
 }
 
@@ -265,12 +272,28 @@ pub fn spawn_reaper(app: AppState) {
     });
 }
 
-/// Serves the API on `listener` until SIGINT or SIGTERM, then finishes in-flight requests.
-pub async fn serve(app: AppState, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+/// Serves the API on `listener` (and the boot service's TLS listener on `boot`) until SIGINT
+/// or SIGTERM, then finishes in-flight requests.
+pub async fn serve(
+    app: AppState,
+    listener: tokio::net::TcpListener,
+    boot: Option<tokio::net::TcpListener>,
+) -> std::io::Result<()> {
     spawn_reaper(app.clone());
+    let stop = Arc::new(Notify::new());
+    let boot_task = boot.map(|boot| {
+        let (app, stop) = (app.clone(), stop.clone());
+        tokio::spawn(async move { crate::boot::tls::serve(app, boot, async move { stop.notified().await }).await })
+    });
     let router = crate::api::router(app);
     info!(address = %listener.local_addr()?, "metal-scheduler listening");
-    axum::serve(listener, router).with_graceful_shutdown(shutdown_signal()).await?;
+    axum::serve(listener, router.into_make_service_with_connect_info::<std::net::SocketAddr>())
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    stop.notify_one();
+    if let Some(task) = boot_task {
+        task.await.map_err(std::io::Error::other)??;
+    }
     info!("shut down cleanly");
     Ok(())
 }

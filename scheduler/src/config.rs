@@ -25,6 +25,48 @@ pub struct Config {
     pub reaper_interval: Duration,
     /// Seals BMC credentials at rest (`METAL_MASTER_KEY`, environment only).
     pub master_key: Option<crate::secrets::MasterKey>,
+    /// The boot service (iPXE scripts, ramdisk files, the ramdisk protocol).
+    pub boot: BootConfig,
+}
+
+/// The boot service's settings. The service is on when `listen` is set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BootConfig {
+    /// Address of the TLS listener ramdisks join and report on (`None`: boot service off).
+    pub listen: Option<SocketAddr>,
+    /// The URL ramdisks reach that listener at (`metal.controller=`); its host is in the
+    /// listener's certificate. Default: `https://` + `listen`.
+    pub controller_url: Option<String>,
+    /// Directory holding the ramdisk's `vmlinuz` and `initrd` (default `DATA_DIR/boot`).
+    pub files_dir: Option<PathBuf>,
+    /// Enrol unknown MACs that network-boot as new nodes (off by default).
+    pub auto_enrol: bool,
+    /// How long a one-time ramdisk token stays usable.
+    pub token_ttl: Duration,
+    /// How long a ramdisk certificate is valid.
+    pub certificate_validity: Duration,
+    /// Unauthenticated boot requests allowed per client address per minute (burst the same).
+    pub rate_per_minute: u32,
+    /// Extra kernel command line for every ramdisk (console settings, for instance).
+    pub kernel_args: String,
+    /// Site name for a CA created on first start (the SPIFFE trust domain).
+    pub site: String,
+}
+
+impl Default for BootConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            controller_url: None,
+            files_dir: None,
+            auto_enrol: false,
+            token_ttl: Duration::from_secs(30 * 60),
+            certificate_validity: Duration::from_secs(12 * 3600),
+            rate_per_minute: 120,
+            kernel_args: "console=tty0 console=ttyS0,115200".into(),
+            site: "metal".into(),
+        }
+    }
 }
 
 impl Default for Config {
@@ -36,6 +78,7 @@ impl Default for Config {
             deadlines: Deadlines::default(),
             reaper_interval: Duration::from_secs(30),
             master_key: None,
+            boot: BootConfig::default(),
         }
     }
 }
@@ -61,6 +104,24 @@ pub struct ConfigLayer {
     /// `METAL_MASTER_KEY` (64 hex digits); never read from a file.
     #[serde(skip)]
     pub master_key: Option<String>,
+    /// `boot-listen = "0.0.0.0:7451"`: turns the boot service on.
+    pub boot_listen: Option<SocketAddr>,
+    /// `boot-controller-url = "https://10.0.0.1:7451"`.
+    pub boot_controller_url: Option<String>,
+    /// `boot-files-dir = "/var/lib/metal/boot"`.
+    pub boot_files_dir: Option<PathBuf>,
+    /// `boot-auto-enrol = true`.
+    pub boot_auto_enrol: Option<bool>,
+    /// `boot-token-ttl = "30m"`.
+    pub boot_token_ttl: Option<String>,
+    /// `boot-certificate-validity = "12h"`.
+    pub boot_certificate_validity: Option<String>,
+    /// `boot-rate-limit = 120` (requests per client address per minute).
+    pub boot_rate_limit: Option<u32>,
+    /// `boot-kernel-args = "console=ttyS0,115200"`.
+    pub boot_kernel_args: Option<String>,
+    /// `site = "metal"`.
+    pub site: Option<String>,
 }
 
 /// A configuration error, naming the setting.
@@ -89,11 +150,23 @@ impl ConfigLayer {
     /// `METAL_REAPER_INTERVAL` and `METAL_MASTER_KEY` through `get` (the process environment
     /// in production).
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let listen = get("METAL_LISTEN")
-            .map(|v| v.parse().map_err(|_| config_error("METAL_LISTEN", format!("{v:?} is not ADDRESS:PORT"))))
+        let address = |name: &str| {
+            get(name)
+                .map(|v| v.parse().map_err(|_| config_error(name, format!("{v:?} is not ADDRESS:PORT"))))
+                .transpose()
+        };
+        let boot_auto_enrol = get("METAL_BOOT_AUTO_ENROL")
+            .map(|v| match v.as_str() {
+                "1" | "true" => Ok(true),
+                "0" | "false" => Ok(false),
+                _ => Err(config_error("METAL_BOOT_AUTO_ENROL", format!("{v:?} is not true or false"))),
+            })
+            .transpose()?;
+        let boot_rate_limit = get("METAL_BOOT_RATE_LIMIT")
+            .map(|v| v.parse().map_err(|_| config_error("METAL_BOOT_RATE_LIMIT", format!("{v:?} is not a count"))))
             .transpose()?;
         Ok(Self {
-            listen,
+            listen: address("METAL_LISTEN")?,
             data_dir: get("METAL_DATA_DIR").map(PathBuf::from),
             database_url: get("METAL_DATABASE_URL"),
             commissioning_deadline: get("METAL_COMMISSIONING_DEADLINE"),
@@ -101,6 +174,15 @@ impl ConfigLayer {
             releasing_deadline: get("METAL_RELEASING_DEADLINE"),
             reaper_interval: get("METAL_REAPER_INTERVAL"),
             master_key: get("METAL_MASTER_KEY"),
+            boot_listen: address("METAL_BOOT_LISTEN")?,
+            boot_controller_url: get("METAL_BOOT_CONTROLLER_URL"),
+            boot_files_dir: get("METAL_BOOT_FILES_DIR").map(PathBuf::from),
+            boot_auto_enrol,
+            boot_token_ttl: get("METAL_BOOT_TOKEN_TTL"),
+            boot_certificate_validity: get("METAL_BOOT_CERTIFICATE_VALIDITY"),
+            boot_rate_limit,
+            boot_kernel_args: get("METAL_BOOT_KERNEL_ARGS"),
+            site: get("METAL_SITE"),
         })
     }
 
@@ -127,6 +209,41 @@ impl ConfigLayer {
         }
         if let Some(v) = self.reaper_interval {
             config.reaper_interval = duration("reaper-interval", &v)?;
+        }
+        let boot = &mut config.boot;
+        if let Some(v) = self.boot_listen {
+            boot.listen = Some(v);
+        }
+        if let Some(v) = self.boot_controller_url {
+            if !v.starts_with("https://") {
+                return Err(config_error("boot-controller-url", format!("{v:?} must be an https:// URL")));
+            }
+            boot.controller_url = Some(v.trim_end_matches('/').to_owned());
+        }
+        if let Some(v) = self.boot_files_dir {
+            boot.files_dir = Some(v);
+        }
+        if let Some(v) = self.boot_auto_enrol {
+            boot.auto_enrol = v;
+        }
+        if let Some(v) = self.boot_token_ttl {
+            boot.token_ttl = duration("boot-token-ttl", &v)?;
+        }
+        if let Some(v) = self.boot_certificate_validity {
+            boot.certificate_validity = duration("boot-certificate-validity", &v)?;
+        }
+        if let Some(v) = self.boot_rate_limit {
+            if v == 0 {
+                return Err(config_error("boot-rate-limit", "must be at least 1"));
+            }
+            boot.rate_per_minute = v;
+        }
+        if let Some(v) = self.boot_kernel_args {
+            boot.kernel_args = v;
+        }
+        if let Some(v) = self.site {
+            metal_protocol::identity::validate_name("site", &v).map_err(|e| config_error("site", e.to_string()))?;
+            boot.site = v;
         }
         if let Some(v) = self.master_key {
             config.master_key =

@@ -28,6 +28,8 @@ pub enum ErrorCode {
     Unauthenticated,
     /// A node's BMC failed, refused or could not be reached (502).
     BmcError,
+    /// Too many requests from this client; retry later (429).
+    RateLimited,
     /// Something failed on the server.
     Internal,
 }
@@ -86,6 +88,9 @@ pub enum ApiError {
     /// A node's BMC failed (the message names the BMC and what it said, never a credential).
     #[error("{0}")]
     Bmc(String),
+    /// Too many requests from one client (429, code RATE_LIMITED).
+    #[error("{0}")]
+    RateLimited(String),
     /// Server-side failure (detail is logged, not returned).
     #[error("internal error: {0}")]
     Internal(String),
@@ -107,6 +112,7 @@ impl ApiError {
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::Unauthenticated(_) => ErrorCode::Unauthenticated,
             ApiError::Bmc(_) => ErrorCode::BmcError,
+            ApiError::RateLimited(_) => ErrorCode::RateLimited,
             ApiError::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -123,6 +129,7 @@ impl ApiError {
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
             ErrorCode::BmcError => StatusCode::BAD_GATEWAY,
+            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -5,6 +5,7 @@ pub mod api;
 pub mod app;
 pub mod billing;
 pub mod bmcs;
+pub mod boot;
 pub mod ca_files;
 pub mod capacity;
 pub mod client;

@@ -104,8 +104,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+        let boot = match config.boot.listen {
+            Some(address) => Some(
+                tokio::net::TcpListener::bind(address)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot listen on {address} (boot-listen): {e}"))?,
+            ),
+            None => None,
+        };
         let app = metal_scheduler::app::start(config, std::sync::Arc::new(SystemClock)).await?;
-        metal_scheduler::app::serve(app, listener).await?;
+        metal_scheduler::app::serve(app, listener, boot).await?;
         anyhow::Ok(())
     })
 }

@@ -7,3 +7,4 @@ pub mod hil;
 pub mod identity;
 pub mod images;
 pub mod loopdev;
+pub mod scheduler;

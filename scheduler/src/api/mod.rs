@@ -3,6 +3,7 @@
 
 mod auth;
 mod bmc;
+mod boot;
 mod events;
 mod health;
 mod nodes;
@@ -97,6 +98,9 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         bmc::discover,
         bmc::console,
         bmc::console_sessions,
+        boot::get_inventory,
+        boot::list_wipe_reports,
+        boot::put_deploy_plan,
     ),
     components(schemas(crate::error::ErrorBody)),
     modifiers(&BearerAuth)
@@ -165,6 +169,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/bmcs/discover", post(bmc::discover))
         .route("/v1/nodes/{id}/console", get(bmc::console))
         .route("/v1/nodes/{id}/console/sessions", get(bmc::console_sessions))
+        .route("/v1/nodes/{id}/inventory", get(boot::get_inventory))
+        .route("/v1/nodes/{id}/wipe-reports", get(boot::list_wipe_reports))
+        .route("/v1/nodes/{id}/deploy-plan", axum::routing::put(boot::put_deploy_plan))
+        .route("/boot/ipxe", get(crate::boot::ipxe::script))
+        .route("/boot/files/{name}", get(crate::boot::ipxe::file))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::stream_events))
         .fallback(|| async { ApiError::NotFound("route".into()) })

@@ -2,6 +2,7 @@
 //! them that need no database: state machines and validation. One place for all of them.
 
 pub mod bmc;
+pub mod boot;
 pub mod event;
 pub mod node;
 pub mod pool;

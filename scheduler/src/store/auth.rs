@@ -30,7 +30,15 @@ fn parse_role(stored: &str) -> CredentialRole {
     }
 }
 
-fn hash(token: &str) -> String {
+/// 256 random bits, hex.
+pub(crate) fn new_secret() -> String {
+    let mut secret = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut secret);
+    hex::encode(secret)
+}
+
+/// SHA-256 of a secret token, hex: what the database keeps instead of the token.
+pub(crate) fn hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
@@ -42,9 +50,7 @@ pub fn create_credential(
     name: &str,
     now: OffsetDateTime,
 ) -> DbResult<(Credential, String)> {
-    let mut secret = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut secret);
-    let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
+    let token = format!("{TOKEN_PREFIX}{}", new_secret());
     let id = format!("cred-{}", uuid::Uuid::new_v4().simple());
     conn.execute(
         "INSERT INTO credentials (id, token_hash, role, tenant_id, name, created_at) VALUES ($1, $2, $3, $4, $5, $6)",

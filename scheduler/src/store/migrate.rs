@@ -14,6 +14,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "row-locks", include_str!("../../migrations/0004_row_locks.sql")),
     (5, "bmcs", include_str!("../../migrations/0005_bmcs.sql")),
     (6, "console-sessions", include_str!("../../migrations/0006_console_sessions.sql")),
+    (7, "boot", include_str!("../../migrations/0007_boot.sql")),
 ];
 
 /// Brings the schema up to date.

@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod billing;
 pub mod bmcs;
+pub mod boot;
 pub mod capacity;
 pub mod db;
 pub mod events;

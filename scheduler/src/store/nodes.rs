@@ -96,6 +96,14 @@ pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Node>> {
         .transpose()
 }
 
+/// The node whose boot MAC (normalised) is `mac`.
+pub fn by_boot_mac(conn: &mut dyn Conn, mac: &str) -> DbResult<Option<Node>> {
+    conn.query_opt(&format!("SELECT {COLUMNS} FROM nodes WHERE boot_mac = $1"), &[&mac])?
+        .as_ref()
+        .map(node_from_row)
+        .transpose()
+}
+
 /// Nodes, by id, optionally in one state.
 pub fn list(conn: &mut dyn Conn, state: Option<NodeState>) -> DbResult<Vec<Node>> {
     let rows = match state {

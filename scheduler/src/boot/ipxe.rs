@@ -1,0 +1,186 @@
+//! What a network-booting machine is told: `GET /boot/ipxe?mac=` answers the iPXE script for
+//! the node's next step (a ramdisk task with a fresh one-time token and the CA fingerprint
+//! on its kernel command line, or "boot the next device"), and `GET /boot/files/NAME?token=`
+//! serves the ramdisk's kernel and initrd to holders of a live token. Both are
+//! unauthenticated, so both are rate-limited per client address; neither logs the token.
+
+use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use time::OffsetDateTime;
+use tracing::info;
+
+use crate::app::AppState;
+use crate::boot::{BootService, ClientAddr};
+use crate::config::BootConfig;
+use crate::error::{ApiError, ApiResult};
+use crate::model::boot::{BootStep, boot_step};
+use crate::model::node::{Deadlines, NodeState, NodeTransition, normalize_mac};
+use crate::store::{self, Conn};
+
+/// The files a ramdisk boot fetches, by the names the script uses.
+pub const FILES: [&str; 2] = ["vmlinuz", "initrd"];
+
+/// Who drives a node the boot service moved to commissioning.
+const OWNER: &str = "boot-service";
+
+/// What the script tells one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The node.
+    pub node_id: String,
+    /// Its state when it asked.
+    pub state: NodeState,
+    /// The step, with the token when it is a ramdisk task.
+    pub step: BootStep,
+    /// The one-time token for a ramdisk task.
+    pub token: Option<String>,
+}
+
+/// The iPXE script for `decision`. Paths are relative: iPXE resolves them against the URL the
+/// script came from. `initrd=initrd` on the kernel line is what Debian's iPXE needs under
+/// UEFI to hand the kernel its initrd.
+pub fn render(decision: &Decision, service: &BootService, kernel_args: &str) -> String {
+    match (&decision.step, &decision.token) {
+        (BootStep::Ramdisk(task), Some(token)) => format!(
+            "#!ipxe\n\
+             echo metal: node {node} ({state}): booting the ramdisk to {task}\n\
+             kernel --name vmlinuz /boot/files/vmlinuz?token={token} initrd=initrd metal.controller={url} \
+             metal.token={token} metal.ca={fingerprint} metal.task={task} metal.node={node} {kernel_args}\n\
+             initrd --name initrd /boot/files/initrd?token={token}\n\
+             boot\n",
+            node = decision.node_id,
+            state = decision.state,
+            url = service.controller_url,
+            fingerprint = service.ca_fingerprint,
+        ),
+        _ => format!(
+            "#!ipxe\necho metal: node {} ({}): nothing to run, booting the next device\nexit\n",
+            decision.node_id, decision.state
+        ),
+    }
+}
+
+/// Finds (or, with auto-enrol, enrols) the node with this boot MAC, moves a new node to
+/// commissioning, and issues a token when its step is a ramdisk task.
+pub fn decide(
+    tx: &mut dyn Conn,
+    mac: &str,
+    config: &BootConfig,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<Decision> {
+    let mut node = match store::nodes::by_boot_mac(tx, mac)? {
+        Some(node) => node,
+        None if config.auto_enrol => {
+            let new = store::nodes::NewNode {
+                id: format!("node-{}", mac.replace(':', "")),
+                boot_mac: Some(mac.to_owned()),
+                pool_id: None,
+                labels: Default::default(),
+                taints: Vec::new(),
+                devices: Vec::new(),
+            };
+            let node = store::nodes::insert(tx, &new, now)?
+                .ok_or_else(|| ApiError::Conflict(format!("node {} exists with another boot MAC", new.id)))?;
+            store::events::append(
+                tx,
+                "node.enrolled",
+                &format!("node/{}", node.id),
+                None,
+                &json!({"node": node.id, "bootMac": mac, "by": "network boot"}),
+                now,
+            )?;
+            node
+        }
+        None => return Err(ApiError::NotFound(format!("node with boot MAC {mac}"))),
+    };
+    let step = boot_step(node.state);
+    if node.state == NodeState::New {
+        let request = NodeTransition {
+            from: NodeState::New,
+            to: NodeState::Commissioning,
+            generation: Some(node.generation),
+            owner: Some(OWNER.into()),
+            reason: Some("network boot of a new node".into()),
+        };
+        node = store::nodes::transition(tx, &node.id, &request, deadlines, now)?;
+    }
+    let token = match step {
+        BootStep::Ramdisk(task) => {
+            let token = store::boot::issue_token(tx, &node.id, task, node.identity_generation, now, config.token_ttl)?;
+            store::events::append(
+                tx,
+                "node.boot.ramdisk",
+                &format!("node/{}", node.id),
+                None,
+                &json!({"node": node.id, "task": task, "identityGeneration": node.identity_generation}),
+                now,
+            )?;
+            Some(token)
+        }
+        BootStep::LocalDisk => None,
+    };
+    Ok(Decision { node_id: node.id, state: node.state, step, token })
+}
+
+/// Query of `/boot/ipxe`.
+#[derive(Debug, Deserialize)]
+pub struct ScriptQuery {
+    /// The booting interface's MAC (`${netX/mac}` in iPXE).
+    pub mac: String,
+}
+
+/// `GET /boot/ipxe?mac=`: the iPXE script for the node's next step.
+pub async fn script(
+    State(app): State<AppState>,
+    ClientAddr(address): ClientAddr,
+    Query(query): Query<ScriptQuery>,
+) -> ApiResult<Response> {
+    let service = BootService::of(&app)?;
+    service.limiter.check(address)?;
+    let mac = normalize_mac(&query.mac).map_err(|m| ApiError::invalid("mac", m))?;
+    let (config, deadlines, now) = (app.config.boot.clone(), app.config.deadlines, app.clock.now());
+    let decision = app.change(move |tx| decide(tx, &mac, &config, &deadlines, now)).await?;
+    match decision.step {
+        BootStep::Ramdisk(task) => info!(node = %decision.node_id, %task, client = %address, "ramdisk boot"),
+        BootStep::LocalDisk => info!(node = %decision.node_id, state = %decision.state, "boot the next device"),
+    }
+    let body = render(&decision, service, &app.config.boot.kernel_args);
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], body)
+        .into_response())
+}
+
+/// Query of `/boot/files/NAME`.
+#[derive(Debug, Deserialize)]
+pub struct FileQuery {
+    /// A live one-time token (issued by the script, not used yet).
+    pub token: String,
+}
+
+/// `GET /boot/files/{vmlinuz|initrd}?token=`: the ramdisk, for holders of a live token.
+pub async fn file(
+    State(app): State<AppState>,
+    ClientAddr(address): ClientAddr,
+    Path(name): Path<String>,
+    Query(query): Query<FileQuery>,
+) -> ApiResult<Response> {
+    let service = BootService::of(&app)?;
+    service.limiter.check(address)?;
+    if !FILES.contains(&name.as_str()) {
+        return Err(ApiError::NotFound(format!("boot file {name:?}")));
+    }
+    let now = app.clock.now();
+    let token = app.store.read(move |tx| store::boot::live_token(tx, &query.token, now)).await?;
+    let Some(token) = token else {
+        return Err(ApiError::Forbidden("boot files need a live boot token (unknown, used or expired)".into()));
+    };
+    let path = service.files_dir.join(&name);
+    let bytes = tokio::fs::read(&path).await.map_err(|e| {
+        ApiError::InvalidConfig(format!("the ramdisk's {name} cannot be read from {}: {e}", path.display()))
+    })?;
+    info!(node = %token.node_id, task = %token.task, file = %name, bytes = bytes.len(), "served");
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}

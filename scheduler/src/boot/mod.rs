@@ -1,0 +1,120 @@
+//! The boot service. On the plain HTTP API: the iPXE script a network-booting machine asks
+//! for and the ramdisk files (`ipxe`). On its own TLS listener, whose certificate the site CA
+//! issues: the ramdisk protocol (`ramdisk`), where the ramdisk pins the CA by the
+//! fingerprint on its kernel command line and authenticates with the certificate it joined
+//! for. Unauthenticated requests are rate-limited per client address (`ratelimit`).
+
+pub mod ipxe;
+pub mod ramdisk;
+pub mod ratelimit;
+pub mod tls;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
+use metal_protocol::SiteCa;
+use tracing::info;
+
+use crate::app::{App, StartError};
+use crate::ca_files;
+use crate::config::Config;
+use crate::error::ApiError;
+
+/// Directory of the site CA inside the data directory.
+pub const CA_DIR: &str = "ca";
+
+/// The boot service's state.
+#[derive(Debug)]
+pub struct BootService {
+    /// The site CA: issues ramdisk certificates and the listener's own.
+    pub ca: Arc<SiteCa>,
+    /// What ramdisks are told to reach (`metal.controller=`).
+    pub controller_url: String,
+    /// SHA-256 of the site CA certificate, hex (`metal.ca=`).
+    pub ca_fingerprint: String,
+    /// Where `vmlinuz` and `initrd` are.
+    pub files_dir: PathBuf,
+    /// The listener's address (its IP is in the certificate too, when it is a specific one).
+    pub listen: SocketAddr,
+    /// Per-address limits on the unauthenticated endpoints.
+    pub limiter: ratelimit::RateLimiter,
+}
+
+impl BootService {
+    /// The service when `boot-listen` is set: loads the site CA from `DATA_DIR/ca`, creating
+    /// it on first start.
+    pub fn open(config: &Config) -> Result<Option<BootService>, StartError> {
+        let Some(listen) = config.boot.listen else { return Ok(None) };
+        let controller_url = match &config.boot.controller_url {
+            Some(url) => url.clone(),
+            None if listen.ip().is_unspecified() => {
+                return Err(StartError::Boot(format!(
+                    "boot-listen {listen} listens on every address: set boot-controller-url to the one ramdisks reach"
+                )));
+            }
+            None => format!("https://{listen}"),
+        };
+        let dir = config.data_dir.join(CA_DIR);
+        let ca = match ca_files::load(&dir) {
+            Ok(ca) => ca,
+            Err(ca_files::CaFileError::Missing(_)) => {
+                let ca = ca_files::init(&dir, &config.boot.site, std::time::Duration::from_secs(3650 * 86400))
+                    .map_err(|e| StartError::Boot(e.to_string()))?;
+                info!(dir = %dir.display(), "created the site CA");
+                ca
+            }
+            Err(e) => return Err(StartError::Boot(e.to_string())),
+        };
+        let ca_fingerprint = ca.certificate().fingerprint_sha256();
+        info!(%controller_url, ca_fingerprint, "boot service on");
+        Ok(Some(BootService {
+            ca: Arc::new(ca),
+            controller_url,
+            ca_fingerprint,
+            files_dir: config.boot.files_dir.clone().unwrap_or_else(|| config.data_dir.join("boot")),
+            listen,
+            limiter: ratelimit::RateLimiter::new(config.boot.rate_per_minute),
+        }))
+    }
+
+    /// The running service, or NOT_FOUND when it is off.
+    pub fn of(app: &App) -> Result<&BootService, ApiError> {
+        app.boot.as_ref().ok_or_else(|| ApiError::NotFound("boot service (set boot-listen to turn it on)".into()))
+    }
+
+    /// The names the listener's certificate carries: the controller URL's host, and the
+    /// listen address when it is a specific one.
+    pub fn certificate_names(&self) -> Vec<String> {
+        let host = self.controller_url.trim_start_matches("https://").split('/').next().unwrap_or_default();
+        let host = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+        };
+        let mut names = vec![host.to_owned()];
+        let ip = self.listen.ip().to_string();
+        if !self.listen.ip().is_unspecified() && ip != host {
+            names.push(ip);
+        }
+        names
+    }
+}
+
+/// The client certificate a TLS connection presented, if any.
+#[derive(Debug, Clone)]
+pub struct Peer(pub Option<Vec<u8>>);
+
+/// The client's address (from the connection; unspecified when the server did not record it).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub IpAddr);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let address = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+        Ok(ClientAddr(address.unwrap_or(IpAddr::from([0, 0, 0, 0]))))
+    }
+}

@@ -1,0 +1,346 @@
+//! The controller's side of `protocol::boot`, on the TLS listener: `join` trades a one-time
+//! token and a public key for a `ramdisk` certificate of the node's current identity
+//! generation; `reports` takes DSSE-signed reports over mutual TLS (commissioning
+//! inventories move the node to ready or failed; wipe reports pass only through
+//! `verify_wipe_report` against the stored platform inventory, and every refusal is stored
+//! and raised as an event; task reports end deploys and erases); `plan` hands a deploying
+//! ramdisk its plan.
+
+use std::time::{Duration, SystemTime};
+
+use axum::Extension;
+use axum::extract::State;
+use base64::Engine as _;
+use metal_protocol::boot::{JoinRequest, JoinResponse, ReportReceipt, TaskReport};
+use metal_protocol::identity::{pem_encode, read_unverified};
+use metal_protocol::{
+    Envelope, Identity, InventoryReport, Role, SiteCa, VerifyingKey, WipeExpectation, WipeReport, verify_wipe_report,
+};
+use serde_json::json;
+use time::OffsetDateTime;
+use tracing::{info, warn};
+
+use crate::api::ApiJson;
+use crate::app::AppState;
+use crate::boot::{BootService, ClientAddr, Peer};
+use crate::error::{ApiError, ApiResult};
+use crate::model::boot::{BootStep, WipeReportRecord, boot_step};
+use crate::model::node::{Deadlines, Node, NodeState, NodeTransition};
+use crate::store::{self, Conn};
+
+/// The refusal of a genuine report whose erase failed (`WipeRefusal::DiskFailed`).
+const DISK_FAILED: &str = "disk-failed";
+
+/// Certificates are valid from a little before they are issued (clock skew).
+const BACKDATE: Duration = Duration::from_secs(300);
+
+fn node_or_404(tx: &mut dyn Conn, id: &str) -> ApiResult<Node> {
+    store::nodes::get(tx, id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))
+}
+
+fn parse_key(text: &str) -> ApiResult<VerifyingKey> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|_| ApiError::invalid("publicKey", "not base64"))?;
+    let raw = <[u8; 32]>::try_from(bytes.as_slice())
+        .map_err(|_| ApiError::invalid("publicKey", "an Ed25519 public key is 32 bytes"))?;
+    VerifyingKey::from_bytes(&raw).map_err(|_| ApiError::invalid("publicKey", "not an Ed25519 public key"))
+}
+
+/// `POST /v1/boot/join`: the one-time token (single use, bound to node, task and identity
+/// generation, short-lived) and a public key give a `ramdisk` certificate.
+pub async fn join(
+    State(app): State<AppState>,
+    ClientAddr(address): ClientAddr,
+    ApiJson(request): ApiJson<JoinRequest>,
+) -> ApiResult<ApiJson<JoinResponse>> {
+    let service = BootService::of(&app)?;
+    service.limiter.check(address)?;
+    let key = parse_key(&request.public_key)?;
+    let now = app.clock.now();
+    let token = request.token;
+    let node = app
+        .change(move |tx| {
+            let token = store::boot::redeem_token(tx, &token, now)?;
+            let node = node_or_404(tx, &token.node_id)?;
+            if node.identity_generation != token.identity_generation {
+                return Err(ApiError::Forbidden(format!(
+                    "node {}'s identity moved to generation {} after the token was issued",
+                    node.id, node.identity_generation
+                )));
+            }
+            if boot_step(node.state) != BootStep::Ramdisk(token.task) {
+                return Err(ApiError::Forbidden(format!(
+                    "the token is for {} but node {} is {} now",
+                    token.task, node.id, node.state
+                )));
+            }
+            store::events::append(
+                tx,
+                "node.ramdisk.joined",
+                &format!("node/{}", node.id),
+                None,
+                &json!({"node": node.id, "task": token.task, "identityGeneration": node.identity_generation}),
+                now,
+            )?;
+            Ok(node)
+        })
+        .await?;
+    let validity = app.config.boot.certificate_validity;
+    let generation =
+        u64::try_from(node.identity_generation).map_err(|_| ApiError::Internal("negative generation".into()))?;
+    let der = service
+        .ca
+        .issue(&key, &node.id, generation, Role::Ramdisk, SystemTime::from(now) - BACKDATE, validity + BACKDATE)
+        .map_err(|e| ApiError::Internal(format!("issuing the ramdisk certificate: {e}")))?;
+    info!(node = %node.id, generation, client = %address, "ramdisk joined");
+    Ok(ApiJson(JoinResponse {
+        node_id: node.id,
+        generation,
+        certificate_chain: pem_encode("CERTIFICATE", &der) + &service.ca.certificate().pem(),
+        expires_at: now + validity,
+    }))
+}
+
+/// The connection's client certificate, checked against the site CA now.
+fn peer_identity(service: &BootService, peer: &Peer, now: OffsetDateTime) -> ApiResult<(Identity, VerifyingKey)> {
+    let der = peer.0.as_deref().ok_or_else(|| {
+        ApiError::Unauthenticated("this endpoint needs a certificate of this site (mutual TLS)".into())
+    })?;
+    let verified = service
+        .ca
+        .certificate()
+        .verify(der, SystemTime::from(now))
+        .map_err(|e| ApiError::Unauthenticated(format!("client certificate refused: {e}")))?;
+    Ok((verified.identity, verified.public_key))
+}
+
+/// A ramdisk's own report: signed by the connection's `ramdisk` certificate of the node's
+/// current identity generation. Returns the node and the payload.
+fn ramdisk_payload<T: serde::de::DeserializeOwned>(
+    tx: &mut dyn Conn,
+    identity: &Identity,
+    key: &VerifyingKey,
+    envelope: &Envelope,
+) -> ApiResult<(Node, T)> {
+    if identity.role != Role::Ramdisk {
+        return Err(ApiError::Forbidden(format!(
+            "a {} certificate cannot post {}",
+            identity.role, envelope.payload_type
+        )));
+    }
+    let signature = envelope.single_signature().map_err(|e| ApiError::invalid("signatures", e.to_string()))?;
+    envelope
+        .verify_signature(signature, key)
+        .map_err(|_| ApiError::Forbidden("the report is not signed by the connection's certificate".into()))?;
+    let node = node_or_404(tx, &identity.node)?;
+    if u64::try_from(node.identity_generation).ok() != Some(identity.generation) {
+        return Err(ApiError::Forbidden(format!(
+            "the certificate is of identity generation {}, node {} is at {}",
+            identity.generation, node.id, node.identity_generation
+        )));
+    }
+    let bytes = envelope.payload_bytes().map_err(|e| ApiError::invalid("payload", e.to_string()))?;
+    let payload = serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid("payload", e.to_string()))?;
+    Ok((node, payload))
+}
+
+fn move_node(
+    tx: &mut dyn Conn,
+    node: &Node,
+    to: NodeState,
+    reason: String,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<Node> {
+    let request =
+        NodeTransition { from: node.state, to, generation: Some(node.generation), owner: None, reason: Some(reason) };
+    store::nodes::transition(tx, &node.id, &request, deadlines, now)
+}
+
+fn commissioning_report(
+    tx: &mut dyn Conn,
+    identity: &Identity,
+    key: &VerifyingKey,
+    envelope: &Envelope,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<ReportReceipt> {
+    let (node, report): (Node, InventoryReport) = ramdisk_payload(tx, identity, key, envelope)?;
+    if report.node_id != node.id {
+        return Err(ApiError::Forbidden(format!(
+            "the report names node {}, the certificate {}",
+            report.node_id, node.id
+        )));
+    }
+    if node.state != NodeState::Commissioning {
+        return Err(ApiError::Conflict(format!("node {} is {}, not commissioning", node.id, node.state)));
+    }
+    let passed = report.passed();
+    let inventory = serde_json::to_string(&report).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
+    store::boot::put_inventory(tx, &node.id, passed, &inventory, &raw, now)?;
+    let failed: Vec<String> =
+        report.tests.iter().filter(|t| !t.passed).map(|t| format!("{:?}: {}", t.kind, t.details)).collect();
+    let (to, reason) = if passed {
+        (
+            NodeState::Ready,
+            format!("commissioned: {} disks, {} NICs, every test passed", report.disks.len(), report.nics.len()),
+        )
+    } else {
+        (NodeState::Failed, format!("commissioning test failed: {}", failed.join("; ")))
+    };
+    move_node(tx, &node, to, reason, deadlines, now)?;
+    Ok(ReportReceipt { accepted: true, reason: None })
+}
+
+fn wipe_report(
+    tx: &mut dyn Conn,
+    ca: &SiteCa,
+    identity: &Identity,
+    envelope: &Envelope,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<ReportReceipt> {
+    let node = node_or_404(tx, &identity.node)?;
+    let signer = envelope
+        .single_signature()
+        .ok()
+        .and_then(|signature| signature.certificate_ders().ok())
+        .and_then(|chain| chain.first().and_then(|der| read_unverified(der).ok()))
+        .map(|(identity, _)| identity.to_uri());
+    let inventory = store::boot::get_inventory(tx, &node.id)?;
+    let outcome = match &inventory {
+        None => Err(("no-inventory", format!("node {} has no platform inventory to check a wipe against", node.id))),
+        Some(stored) => {
+            let report: InventoryReport = serde_json::from_value(stored.inventory.clone())
+                .map_err(|e| ApiError::Internal(format!("stored inventory of {}: {e}", node.id)))?;
+            let disks: Vec<_> = report.disks.iter().map(|d| d.identity.clone()).collect();
+            let expect = WipeExpectation {
+                node_id: &node.id,
+                generation: u64::try_from(node.identity_generation).unwrap_or_default(),
+                disks: &disks,
+                at: SystemTime::from(now),
+            };
+            verify_wipe_report(envelope, ca.certificate(), &expect).map_err(|r| (r.code(), r.to_string()))
+        }
+    };
+    let record = WipeReportRecord {
+        id: format!("wipe-{}", uuid::Uuid::new_v4().simple()),
+        node_id: node.id.clone(),
+        accepted: outcome.is_ok(),
+        code: outcome.as_ref().err().map(|(code, _)| (*code).to_owned()),
+        reason: outcome.as_ref().err().map(|(_, reason)| reason.clone()),
+        signer,
+        received_at: now,
+    };
+    let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
+    store::boot::record_wipe(tx, &record, &raw)?;
+    let subject = format!("node/{}", node.id);
+    match outcome {
+        Ok(report) => {
+            let data = json!({"node": node.id, "report": record.id, "disks": report.disks.len()});
+            store::events::append(tx, "node.wipe.accepted", &subject, None, &data, now)?;
+            if node.state == NodeState::Releasing {
+                let reason =
+                    format!("wipe report {} accepted: {} disks erased and verified", record.id, report.disks.len());
+                move_node(tx, &node, NodeState::Ready, reason, deadlines, now)?;
+            }
+            Ok(ReportReceipt { accepted: true, reason: None })
+        }
+        Err((code, reason)) => {
+            let data =
+                json!({"node": node.id, "report": record.id, "code": code, "reason": reason, "signer": record.signer});
+            store::events::append(tx, "node.wipe.refused", &subject, None, &data, now)?;
+            // A genuine report of a failed erase quarantines the node at once; other refusals
+            // leave it releasing (the reaper fails it at the deadline).
+            if code == DISK_FAILED && node.state == NodeState::Releasing {
+                move_node(tx, &node, NodeState::Failed, format!("wipe failed: {reason}"), deadlines, now)?;
+            }
+            Ok(ReportReceipt { accepted: false, reason: Some(format!("{code}: {reason}")) })
+        }
+    }
+}
+
+fn task_report(
+    tx: &mut dyn Conn,
+    identity: &Identity,
+    key: &VerifyingKey,
+    envelope: &Envelope,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<ReportReceipt> {
+    let (node, report): (Node, TaskReport) = ramdisk_payload(tx, identity, key, envelope)?;
+    if report.node_id != node.id {
+        return Err(ApiError::Forbidden(format!(
+            "the report names node {}, the certificate {}",
+            report.node_id, node.id
+        )));
+    }
+    let data = json!({"node": node.id, "task": report.task, "ok": report.ok, "detail": report.detail});
+    store::events::append(tx, "node.task.reported", &format!("node/{}", node.id), None, &data, now)?;
+    let outcome = match (report.task.as_str(), report.ok, node.state) {
+        ("deploy", true, NodeState::Deploying) => Some(NodeState::Deployed),
+        ("deploy", false, NodeState::Deploying)
+        | ("erase", false, NodeState::Releasing)
+        | ("commission", false, NodeState::Commissioning) => Some(NodeState::Failed),
+        _ => None,
+    };
+    if let Some(to) = outcome {
+        let verb = if report.ok { "done" } else { "failed" };
+        move_node(tx, &node, to, format!("{} {verb}: {}", report.task, report.detail), deadlines, now)?;
+    }
+    Ok(ReportReceipt { accepted: true, reason: None })
+}
+
+/// `POST /v1/boot/reports`: a DSSE-signed report over mutual TLS.
+pub async fn reports(
+    State(app): State<AppState>,
+    Extension(peer): Extension<Peer>,
+    ApiJson(envelope): ApiJson<Envelope>,
+) -> ApiResult<ApiJson<ReportReceipt>> {
+    let service = BootService::of(&app)?;
+    let now = app.clock.now();
+    let (identity, key) = peer_identity(service, &peer, now)?;
+    let deadlines = app.config.deadlines;
+    let payload_type = envelope.payload_type.clone();
+    let who = identity.to_uri();
+    let ca = service.ca.clone();
+    let receipt = app
+        .change(move |tx| match envelope.payload_type.as_str() {
+            InventoryReport::PAYLOAD_TYPE => commissioning_report(tx, &identity, &key, &envelope, &deadlines, now),
+            WipeReport::PAYLOAD_TYPE => wipe_report(tx, &ca, &identity, &envelope, &deadlines, now),
+            TaskReport::PAYLOAD_TYPE => task_report(tx, &identity, &key, &envelope, &deadlines, now),
+            other => Err(ApiError::invalid("payloadType", format!("unknown report type {other:?}"))),
+        })
+        .await?;
+    match &receipt.reason {
+        None => info!(from = %who, %payload_type, "report accepted"),
+        Some(reason) => warn!(from = %who, %payload_type, %reason, "report refused"),
+    }
+    Ok(ApiJson(receipt))
+}
+
+/// `GET /v1/boot/plan`: the deploy plan of the connection's node, while it is deploying.
+pub async fn plan(
+    State(app): State<AppState>,
+    Extension(peer): Extension<Peer>,
+) -> ApiResult<ApiJson<serde_json::Value>> {
+    let service = BootService::of(&app)?;
+    let (identity, _) = peer_identity(service, &peer, app.clock.now())?;
+    if identity.role != Role::Ramdisk {
+        return Err(ApiError::Forbidden(format!("a {} certificate cannot fetch a deploy plan", identity.role)));
+    }
+    let node_id = identity.node.clone();
+    let plan = app
+        .store
+        .read(move |tx| {
+            let node = node_or_404(tx, &node_id)?;
+            if node.state != NodeState::Deploying {
+                return Err(ApiError::Conflict(format!("node {} is {}, not deploying", node.id, node.state)));
+            }
+            Ok(store::boot::get_plan(tx, &node.id)?)
+        })
+        .await?;
+    plan.map(ApiJson).ok_or_else(|| ApiError::NotFound(format!("deploy plan of node {}", identity.node)))
+}

@@ -1,0 +1,76 @@
+//! A token bucket per client address for the unauthenticated boot endpoints: each address
+//! may burst `per_minute` requests and earns them back at `per_minute` a minute.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::error::ApiError;
+
+/// Buckets above this many addresses are pruned of the full ones.
+const MAX_TRACKED: usize = 65_536;
+
+/// Per-address token buckets.
+#[derive(Debug)]
+pub struct RateLimiter {
+    per_minute: f64,
+    buckets: Mutex<HashMap<IpAddr, (f64, Instant)>>,
+}
+
+impl RateLimiter {
+    /// `per_minute` requests a minute per address, with a burst of as many.
+    pub fn new(per_minute: u32) -> Self {
+        Self { per_minute: f64::from(per_minute.max(1)), buckets: Mutex::new(HashMap::new()) }
+    }
+
+    /// Takes one request from `address`'s bucket, or says when to come back.
+    pub fn check(&self, address: IpAddr) -> Result<(), ApiError> {
+        self.check_at(address, Instant::now())
+    }
+
+    fn check_at(&self, address: IpAddr, now: Instant) -> Result<(), ApiError> {
+        let rate = self.per_minute / 60.0;
+        let mut buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if buckets.len() >= MAX_TRACKED {
+            let full = self.per_minute;
+            buckets.retain(|_, (tokens, at)| *tokens + now.duration_since(*at).as_secs_f64() * rate < full);
+        }
+        let (tokens, at) = buckets.entry(address).or_insert((self.per_minute, now));
+        let available = (*tokens + now.duration_since(*at).as_secs_f64() * rate).min(self.per_minute);
+        *at = now;
+        if available >= 1.0 {
+            *tokens = available - 1.0;
+            Ok(())
+        } else {
+            *tokens = available;
+            let wait = ((1.0 - available) / rate).ceil();
+            Err(ApiError::RateLimited(format!(
+                "too many boot requests from {address}: {} a minute are allowed; retry in {wait} s",
+                self.per_minute
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn bursts_then_refills_per_address() {
+        let limiter = RateLimiter::new(3);
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            limiter.check_at(a, t0).unwrap();
+        }
+        let err = limiter.check_at(a, t0).unwrap_err();
+        assert!(matches!(err, ApiError::RateLimited(_)) && err.to_string().contains("retry in 20 s"), "{err}");
+        limiter.check_at(b, t0).unwrap();
+        assert!(limiter.check_at(a, t0 + Duration::from_secs(19)).is_err());
+        limiter.check_at(a, t0 + Duration::from_secs(40)).unwrap();
+    }
+}

@@ -1,0 +1,138 @@
+//! The boot service's API types and the one rule that needs no database: what a node that
+//! network-boots is sent to do, from its lifecycle state.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::model::node::NodeState;
+
+/// A task the ramdisk runs (`metal.task=` on its kernel command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum BootTask {
+    /// Inventory and basic tests; the report moves the node to ready or failed.
+    Commission,
+    /// The teardown's wipe: every disk erased and read back, a signed wipe report.
+    Erase,
+    /// Write the node's deploy plan to its disk.
+    Deploy,
+}
+
+impl BootTask {
+    /// Name on the kernel command line and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BootTask::Commission => "commission",
+            BootTask::Erase => "erase",
+            BootTask::Deploy => "deploy",
+        }
+    }
+}
+
+impl fmt::Display for BootTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for BootTask {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [BootTask::Commission, BootTask::Erase, BootTask::Deploy]
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| format!("unknown boot task {s:?}"))
+    }
+}
+
+/// What a network-booting node is told to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootStep {
+    /// Boot the ramdisk for this task.
+    Ramdisk(BootTask),
+    /// Nothing for the ramdisk: leave network boot and boot the next device (the local disk).
+    LocalDisk,
+}
+
+/// The step for a node in `state`: new and commissioning nodes are commissioned, a
+/// releasing node is erased, a deploying node is deployed; every other state boots its disk.
+pub fn boot_step(state: NodeState) -> BootStep {
+    match state {
+        NodeState::New | NodeState::Commissioning => BootStep::Ramdisk(BootTask::Commission),
+        NodeState::Releasing => BootStep::Ramdisk(BootTask::Erase),
+        NodeState::Deploying => BootStep::Ramdisk(BootTask::Deploy),
+        _ => BootStep::LocalDisk,
+    }
+}
+
+/// The platform inventory of a node: what its last commissioning reported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInventory {
+    /// The node.
+    pub node_id: String,
+    /// Whether every commissioning test passed.
+    pub passed: bool,
+    /// When the report arrived.
+    #[serde(with = "time::serde::rfc3339")]
+    pub reported_at: time::OffsetDateTime,
+    /// The `InventoryReport` as the ramdisk signed it.
+    #[schema(value_type = Object)]
+    pub inventory: serde_json::Value,
+}
+
+/// One wipe report as received: accepted, or refused with the rule it broke.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WipeReportRecord {
+    /// Id of this record.
+    pub id: String,
+    /// The node it was posted for (the connection's certificate names it).
+    pub node_id: String,
+    /// Whether it was accepted.
+    pub accepted: bool,
+    /// The refusal's stable code (`role-not-allowed`, `missing-disk`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Why it was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The identity of the certificate that signed it, when it could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    /// When it arrived.
+    #[serde(with = "time::serde::rfc3339")]
+    pub received_at: time::OffsetDateTime,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_has_one_step() {
+        let ramdisk: Vec<(NodeState, BootTask)> = NodeState::ALL
+            .into_iter()
+            .filter_map(|s| match boot_step(s) {
+                BootStep::Ramdisk(t) => Some((s, t)),
+                BootStep::LocalDisk => None,
+            })
+            .collect();
+        assert_eq!(
+            ramdisk,
+            [
+                (NodeState::New, BootTask::Commission),
+                (NodeState::Commissioning, BootTask::Commission),
+                (NodeState::Deploying, BootTask::Deploy),
+                (NodeState::Releasing, BootTask::Erase),
+            ]
+        );
+        for t in [BootTask::Commission, BootTask::Erase, BootTask::Deploy] {
+            assert_eq!(t.as_str().parse::<BootTask>(), Ok(t));
+        }
+        assert!("firmware".parse::<BootTask>().is_err());
+    }
+}

@@ -1,0 +1,185 @@
+//! Boot service rows: one-time ramdisk tokens (only their SHA-256 is kept), the platform
+//! inventory from the last commissioning, every wipe report as received (accepted or
+//! refused, with the rule it broke) and the deploy plan a deploying ramdisk fetches.
+
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use crate::clock::{from_millis, to_millis};
+use crate::error::ApiError;
+use crate::model::boot::{BootTask, NodeInventory, WipeReportRecord};
+use crate::store::auth::{hash, new_secret};
+use crate::store::{Conn, DbResult, Row};
+
+/// What a one-time token was issued for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootToken {
+    /// The node.
+    pub node_id: String,
+    /// The task.
+    pub task: BootTask,
+    /// The node's identity generation when the token was issued.
+    pub identity_generation: i64,
+    /// When it stops being accepted.
+    pub expires_at: OffsetDateTime,
+}
+
+fn token_from_row(row: &Row) -> DbResult<BootToken> {
+    Ok(BootToken {
+        node_id: row.get("node_id")?,
+        task: row.parse("task")?,
+        identity_generation: row.get("identity_generation")?,
+        expires_at: from_millis(row.get("expires_at")?),
+    })
+}
+
+/// Issues a token for `node`'s `task`, valid for `ttl`; returns the token (the only time it
+/// exists outside the kernel command line it is written on).
+pub fn issue_token(
+    conn: &mut dyn Conn,
+    node_id: &str,
+    task: BootTask,
+    identity_generation: i64,
+    now: OffsetDateTime,
+    ttl: Duration,
+) -> DbResult<String> {
+    let token = new_secret();
+    conn.execute(
+        "INSERT INTO boot_tokens (token_hash, node_id, task, identity_generation, created_at, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&hash(&token), &node_id, &task.as_str(), &identity_generation, &to_millis(now), &to_millis(now + ttl)],
+    )?;
+    Ok(token)
+}
+
+const TOKEN_COLUMNS: &str = "node_id, task, identity_generation, expires_at, used_at";
+
+/// The token if it is live (issued, unused, unexpired), without using it: what the kernel
+/// and initrd downloads check.
+pub fn live_token(conn: &mut dyn Conn, token: &str, now: OffsetDateTime) -> DbResult<Option<BootToken>> {
+    let row = conn.query_opt(
+        &format!(
+            "SELECT {TOKEN_COLUMNS} FROM boot_tokens WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2"
+        ),
+        &[&hash(token), &to_millis(now)],
+    )?;
+    row.as_ref().map(token_from_row).transpose()
+}
+
+/// Uses a token once. Unknown, already used and expired tokens are FORBIDDEN, each with its
+/// own message.
+pub fn redeem_token(conn: &mut dyn Conn, token: &str, now: OffsetDateTime) -> Result<BootToken, ApiError> {
+    let digest = hash(token);
+    let row = conn
+        .query_opt(&format!("SELECT {TOKEN_COLUMNS} FROM boot_tokens WHERE token_hash = $1"), &[&digest])?
+        .ok_or_else(|| ApiError::Forbidden("the join token is unknown".into()))?;
+    let found = token_from_row(&row)?;
+    let used_at: Option<i64> = row.get("used_at")?;
+    if used_at.is_some() {
+        return Err(ApiError::Forbidden("the join token was already used".into()));
+    }
+    if found.expires_at <= now {
+        return Err(ApiError::Forbidden(format!("the join token expired at {}", found.expires_at)));
+    }
+    let used = conn.execute(
+        "UPDATE boot_tokens SET used_at = $1 WHERE token_hash = $2 AND used_at IS NULL",
+        &[&to_millis(now), &digest],
+    )?;
+    if used == 0 {
+        return Err(ApiError::Forbidden("the join token was already used".into()));
+    }
+    Ok(found)
+}
+
+/// Replaces the node's platform inventory.
+pub fn put_inventory(
+    conn: &mut dyn Conn,
+    node_id: &str,
+    passed: bool,
+    inventory: &str,
+    envelope: &str,
+    now: OffsetDateTime,
+) -> DbResult<()> {
+    conn.execute("DELETE FROM node_inventories WHERE node_id = $1", &[&node_id])?;
+    conn.execute(
+        "INSERT INTO node_inventories (node_id, passed, inventory, envelope, reported_at) VALUES ($1, $2, $3, $4, $5)",
+        &[&node_id, &i64::from(passed), &inventory, &envelope, &to_millis(now)],
+    )?;
+    Ok(())
+}
+
+/// The node's platform inventory, if it was ever commissioned.
+pub fn get_inventory(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<NodeInventory>> {
+    let row = conn.query_opt(
+        "SELECT node_id, passed, inventory, reported_at FROM node_inventories WHERE node_id = $1",
+        &[&node_id],
+    )?;
+    row.map(|row| {
+        Ok(NodeInventory {
+            node_id: row.get("node_id")?,
+            passed: row.flag("passed")?,
+            reported_at: from_millis(row.get("reported_at")?),
+            inventory: row.json("inventory")?,
+        })
+    })
+    .transpose()
+}
+
+/// Stores a wipe report as received.
+pub fn record_wipe(conn: &mut dyn Conn, record: &WipeReportRecord, envelope: &str) -> DbResult<()> {
+    conn.execute(
+        "INSERT INTO wipe_reports (id, node_id, accepted, code, reason, signer, envelope, received_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[
+            &record.id,
+            &record.node_id,
+            &i64::from(record.accepted),
+            &record.code,
+            &record.reason,
+            &record.signer,
+            &envelope,
+            &to_millis(record.received_at),
+        ],
+    )?;
+    Ok(())
+}
+
+/// The node's wipe reports, oldest first.
+pub fn wipe_reports(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<WipeReportRecord>> {
+    conn.query(
+        "SELECT id, node_id, accepted, code, reason, signer, received_at FROM wipe_reports \
+         WHERE node_id = $1 ORDER BY received_at, id",
+        &[&node_id],
+    )?
+    .iter()
+    .map(|row| {
+        Ok(WipeReportRecord {
+            id: row.get("id")?,
+            node_id: row.get("node_id")?,
+            accepted: row.flag("accepted")?,
+            code: row.get("code")?,
+            reason: row.get("reason")?,
+            signer: row.get("signer")?,
+            received_at: from_millis(row.get("received_at")?),
+        })
+    })
+    .collect()
+}
+
+/// Replaces the node's deploy plan (JSON of a `DeployPlan`).
+pub fn put_plan(conn: &mut dyn Conn, node_id: &str, plan: &str, now: OffsetDateTime) -> DbResult<()> {
+    conn.execute("DELETE FROM deploy_plans WHERE node_id = $1", &[&node_id])?;
+    conn.execute(
+        "INSERT INTO deploy_plans (node_id, plan, created_at) VALUES ($1, $2, $3)",
+        &[&node_id, &plan, &to_millis(now)],
+    )?;
+    Ok(())
+}
+
+/// The node's deploy plan, if one is set.
+pub fn get_plan(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<serde_json::Value>> {
+    conn.query_opt("SELECT plan FROM deploy_plans WHERE node_id = $1", &[&node_id])?
+        .map(|row| row.json("plan"))
+        .transpose()
+}

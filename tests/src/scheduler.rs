@@ -1,0 +1,154 @@
+//! The real scheduler with its boot service on, for tests outside the scheduler crate: its
+//! own runtime on loopback, a temporary data directory (SQLite; the site CA is created on
+//! start), a manual clock that starts at the real time (certificates are checked against the
+//! real time by TLS), and blocking helpers for the admin API.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use metal_scheduler::app::{self, App};
+use metal_scheduler::clock::ManualClock;
+use metal_scheduler::config::Config;
+use serde_json::Value;
+
+/// A running scheduler.
+pub struct TestScheduler {
+    /// `http://127.0.0.1:PORT`: the API and the iPXE endpoints.
+    pub url: String,
+    /// `https://127.0.0.1:PORT`: the ramdisk protocol.
+    pub boot_url: String,
+    /// The port of the TLS listener.
+    pub boot_port: u16,
+    /// The port of the HTTP API.
+    pub port: u16,
+    /// SHA-256 of the site CA, hex (what `metal.ca=` carries).
+    pub fingerprint: String,
+    /// The bootstrap admin token.
+    pub admin: String,
+    /// The service's clock.
+    pub clock: ManualClock,
+    /// The service.
+    pub app: Arc<App>,
+    dir: tempfile::TempDir,
+    http: reqwest::blocking::Client,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for TestScheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestScheduler").field("url", &self.url).field("boot_url", &self.boot_url).finish()
+    }
+}
+
+impl TestScheduler {
+    /// Starts with the boot service on; `configure` adjusts the configuration first (the
+    /// ramdisk files directory, auto-enrol, the controller URL a guest uses, ...).
+    pub fn start(configure: impl FnOnce(&mut Config)) -> TestScheduler {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let (api, boot) = runtime.block_on(async {
+            let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let boot = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            (api, boot)
+        });
+        let (port, boot_port) = (api.local_addr().unwrap().port(), boot.local_addr().unwrap().port());
+        let mut config = Config { data_dir: dir.path().to_path_buf(), ..Config::default() };
+        config.boot.listen = Some(boot.local_addr().unwrap());
+        configure(&mut config);
+        let clock = ManualClock::new(time::OffsetDateTime::now_utc());
+        let app = runtime.block_on(app::start(config, Arc::new(clock.clone()))).unwrap();
+        let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
+        let fingerprint = app.boot.as_ref().unwrap().ca_fingerprint.clone();
+        let router = metal_scheduler::api::router(app.clone());
+        runtime.spawn(async move {
+            axum::serve(api, router.into_make_service_with_connect_info::<std::net::SocketAddr>()).await.unwrap()
+        });
+        let boot_app = app.clone();
+        runtime.spawn(async move {
+            metal_scheduler::boot::tls::serve(boot_app, boot, std::future::pending()).await.unwrap()
+        });
+        TestScheduler {
+            url: format!("http://127.0.0.1:{port}"),
+            boot_url: format!("https://127.0.0.1:{boot_port}"),
+            boot_port,
+            port,
+            fingerprint,
+            admin,
+            clock,
+            app,
+            dir,
+            http: reqwest::blocking::Client::new(),
+            _runtime: runtime,
+        }
+    }
+
+    /// The data directory (the site CA is in `ca/`).
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `DATA_DIR/boot`, where the service looks for `vmlinuz` and `initrd` by default.
+    pub fn files_dir(&self) -> PathBuf {
+        self.dir.path().join("boot")
+    }
+
+    /// The site CA (to issue test certificates of other roles).
+    pub fn ca(&self) -> metal_protocol::SiteCa {
+        metal_scheduler::ca_files::load(&self.data_dir().join(metal_scheduler::boot::CA_DIR)).unwrap()
+    }
+
+    /// An admin API call: status and JSON body (or the text as a JSON string).
+    pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request =
+            self.http.request(method.parse().unwrap(), format!("{}{path}", self.url)).bearer_auth(&self.admin);
+        if let Some(b) = body {
+            request = request.json(&b);
+        }
+        let response = request.send().unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// An unauthenticated GET: status and body text.
+    pub fn get_text(&self, path: &str) -> (u16, String) {
+        let response = self.http.get(format!("{}{path}", self.url)).send().unwrap();
+        (response.status().as_u16(), response.text().unwrap())
+    }
+
+    /// Enrols a node with this boot MAC (state new).
+    pub fn enrol(&self, id: &str, mac: &str) {
+        let (status, body) = self.call("POST", "/v1/nodes", Some(serde_json::json!({"id": id, "bootMac": mac})));
+        assert_eq!(status, 201, "{body}");
+    }
+
+    /// The node as the API shows it.
+    pub fn node(&self, id: &str) -> Value {
+        let (status, body) = self.call("GET", &format!("/v1/nodes/{id}"), None);
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Walks a node through admin transitions (`owner` "test" for in-progress states).
+    pub fn walk(&self, id: &str, states: &[&str]) {
+        for pair in states.windows(2) {
+            let body = serde_json::json!({"from": pair[0], "to": pair[1], "owner": "test"});
+            let (status, answer) = self.call("POST", &format!("/v1/nodes/{id}/transitions"), Some(body));
+            assert_eq!(status, 200, "{} -> {}: {answer}", pair[0], pair[1]);
+        }
+    }
+
+    /// Events of `kind` so far.
+    pub fn events(&self, kind: &str) -> Vec<Value> {
+        let (status, body) = self.call("GET", "/v1/events?after=0", None);
+        assert_eq!(status, 200, "{body}");
+        body["events"].as_array().unwrap().iter().filter(|e| e["kind"] == kind).cloned().collect()
+    }
+
+    /// The token and task on the kernel line of an iPXE script.
+    pub fn script_token(script: &str) -> Option<(String, String)> {
+        let line = script.lines().find(|l| l.starts_with("kernel "))?;
+        let value = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_owned);
+        Some((value("metal.token=")?, value("metal.task=")?))
+    }
+}

@@ -1,0 +1,305 @@
+//! The scheduler's boot service end to end on loopback, with metal-boot's own controller
+//! client as the ramdisk: iPXE scripts per MAC, token-gated files, the one-time join,
+//! commissioning and wipe report intake (every refusal stored and raised), task reports,
+//! deploy plans, rate limits and auto-enrolment.
+
+use std::time::Duration;
+
+use metal_boot::controller::{self, ControllerError, Joined, Retry};
+use metal_protocol::{Envelope, InventoryReport, Role, Signer, SigningKey, WipeReport};
+use metal_scheduler::config::Config;
+use metal_tests::scheduler::TestScheduler;
+use serde_json::{Value, json};
+
+const MAC: &str = "52:54:00:12:34:56";
+
+fn start() -> TestScheduler {
+    TestScheduler::start(|_| {})
+}
+
+fn no_retry() -> Retry {
+    Retry { attempts: 1, backoff: Duration::from_millis(1) }
+}
+
+/// Boots `node` through `/boot/ipxe` and returns the script's token, checking its task.
+fn boot(s: &TestScheduler, task: &str) -> String {
+    let (status, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert_eq!(status, 200, "{script}");
+    let (token, found) = TestScheduler::script_token(&script).unwrap_or_else(|| panic!("no kernel line: {script}"));
+    assert_eq!(found, task, "{script}");
+    token
+}
+
+fn join(s: &TestScheduler, token: &str) -> Result<Joined, ControllerError> {
+    controller::join(&s.boot_url, &s.fingerprint, token, no_retry())
+}
+
+fn inventory(node: &str) -> InventoryReport {
+    let mut report: InventoryReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+    report.node_id = node.into();
+    report
+}
+
+fn wipe(node: &str) -> WipeReport {
+    let mut report: WipeReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+    report.node_id = node.into();
+    report
+}
+
+/// A node that has been commissioned through the boot service (state ready).
+fn commissioned(s: &TestScheduler) {
+    s.enrol("n1", MAC);
+    let joined = join(s, &boot(s, "commission")).unwrap();
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory("n1")).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    assert_eq!(s.node("n1")["state"], "ready");
+}
+
+#[test]
+fn a_new_node_is_commissioned_through_the_script_the_files_and_the_join() {
+    let s = start();
+    std::fs::create_dir_all(s.files_dir()).unwrap();
+    std::fs::write(s.files_dir().join("vmlinuz"), b"kernel bytes").unwrap();
+    std::fs::write(s.files_dir().join("initrd"), b"initrd bytes").unwrap();
+
+    let (status, body) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert_eq!(status, 404, "an unknown MAC is not enrolled by default: {body}");
+    assert!(body.contains(MAC), "{body}");
+    let (status, body) = s.get_text("/boot/ipxe?mac=nonsense");
+    assert_eq!(status, 422, "{body}");
+
+    s.enrol("n1", MAC);
+    let (status, script) = s.get_text(&format!("/boot/ipxe?mac={}", MAC.to_uppercase()));
+    assert_eq!(status, 200, "{script}");
+    assert!(script.starts_with("#!ipxe\n"), "{script}");
+    for needle in [
+        format!("metal.controller={}", s.boot_url),
+        format!("metal.ca={}", s.fingerprint),
+        "metal.task=commission".into(),
+        "metal.node=n1".into(),
+        "initrd=initrd".into(),
+        "initrd --name initrd /boot/files/initrd?token=".into(),
+    ] {
+        assert!(script.contains(&needle), "{needle} missing from:\n{script}");
+    }
+    let (token, _) = TestScheduler::script_token(&script).unwrap();
+    assert_eq!(s.node("n1")["state"], "commissioning", "a new node that boots is commissioned");
+    assert_eq!(s.node("n1")["owner"], "boot-service");
+
+    // The files are served to a live token only.
+    assert_eq!(s.get_text(&format!("/boot/files/vmlinuz?token={token}")), (200, "kernel bytes".into()));
+    assert_eq!(s.get_text(&format!("/boot/files/initrd?token={token}")), (200, "initrd bytes".into()));
+    assert_eq!(s.get_text("/boot/files/vmlinuz?token=guess").0, 403);
+    assert_eq!(s.get_text(&format!("/boot/files/passwd?token={token}")).0, 404);
+
+    // The token is traded once for a ramdisk certificate of the node's identity generation.
+    let joined = join(&s, &token).unwrap();
+    let identity = joined.identity().identity();
+    assert_eq!((identity.node.as_str(), identity.generation, identity.role), ("n1", 1, Role::Ramdisk));
+    match join(&s, &token) {
+        Err(ControllerError::Refused { status: 403, message, .. }) => {
+            assert!(message.contains("already used"), "{message}")
+        }
+        other => panic!("a reused token must be refused: {other:?}"),
+    }
+    assert_eq!(s.get_text(&format!("/boot/files/initrd?token={token}")).0, 403, "a used token fetches nothing");
+
+    // The commissioning report moves the node to ready and is stored as its inventory.
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory("n1")).unwrap();
+    assert!(receipt.accepted);
+    let node = s.node("n1");
+    assert_eq!(node["state"], "ready", "{node}");
+    let (status, stored) = s.call("GET", "/v1/nodes/n1/inventory", None);
+    assert_eq!(status, 200, "{stored}");
+    assert_eq!(stored["passed"], true);
+    assert_eq!(stored["inventory"]["disks"][0]["identity"]["serial"], "NVME0001");
+    assert_eq!(s.events("node.ramdisk.joined").len(), 1);
+
+    // Ready: the script sends the machine to its next boot device.
+    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert!(script.contains("\nexit\n") && !script.contains("metal.token"), "{script}");
+}
+
+#[test]
+fn a_failed_commissioning_test_fails_the_node() {
+    let s = start();
+    s.enrol("n1", MAC);
+    let joined = join(&s, &boot(&s, "commission")).unwrap();
+    let mut report = inventory("n1");
+    report.tests[0].passed = false;
+    report.tests[0].details = "pattern mismatch at 0x1000".into();
+    assert!(joined.post_report(InventoryReport::PAYLOAD_TYPE, &report).unwrap().accepted);
+    let node = s.node("n1");
+    assert_eq!(node["state"], "failed", "{node}");
+    assert!(node["stateReason"].as_str().unwrap().contains("pattern mismatch"), "{node}");
+}
+
+#[test]
+fn expired_tokens_and_stale_identities_do_not_join() {
+    let s = start();
+    s.enrol("n1", MAC);
+    let token = boot(&s, "commission");
+    s.clock.advance(Duration::from_secs(31 * 60));
+    match join(&s, &token) {
+        Err(ControllerError::Refused { status: 403, message, .. }) => assert!(message.contains("expired"), "{message}"),
+        other => panic!("an expired token must be refused: {other:?}"),
+    }
+    // A token for commissioning is no good once the node moved on.
+    let token = boot(&s, "commission");
+    s.walk("n1", &["commissioning", "failed"]);
+    match join(&s, &token) {
+        Err(ControllerError::Refused { status: 403, message, .. }) => {
+            assert!(message.contains("is failed now"), "{message}")
+        }
+        other => panic!("a token for another step must be refused: {other:?}"),
+    }
+}
+
+/// Posts a wipe report signed by a fresh `role` certificate of node n1 over a connection
+/// authenticated by the same certificate.
+fn post_as(s: &TestScheduler, role: Role, report: &WipeReport) -> Value {
+    let ca = s.ca();
+    let key = SigningKey::generate(&mut rand::rngs::OsRng);
+    let now = std::time::SystemTime::now();
+    let der =
+        ca.issue(&key.verifying_key(), "n1", 1, role, now - Duration::from_secs(60), Duration::from_secs(600)).unwrap();
+    let chain = vec![der, ca.certificate().der().to_vec()];
+    let key_pkcs8 = zeroize::Zeroizing::new(
+        ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&key).unwrap().as_bytes().to_vec(),
+    );
+    let envelope = Envelope::sign_json(WipeReport::PAYLOAD_TYPE, report, &Signer::new(key, chain.clone())).unwrap();
+    let pin = metal_bmc::tls::parse_fingerprint(&s.fingerprint).unwrap();
+    let client = metal_bmc::tls::http_client_with_identity(
+        &metal_bmc::tls::TlsTrust::CaFingerprint(pin),
+        Duration::from_secs(10),
+        Some(&metal_bmc::tls::ClientIdentity { chain, key_pkcs8 }),
+    )
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let response = client
+            .post(format!("{}{}", s.boot_url, metal_protocol::boot::REPORTS_PATH))
+            .json(&envelope)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json::<Value>().await.unwrap()
+    })
+}
+
+#[test]
+fn wipe_reports_pass_only_through_verify_wipe_report_and_refusals_are_stored() {
+    let s = start();
+    commissioned(&s);
+    s.walk("n1", &["ready", "allocated", "deploying", "deployed", "releasing"]);
+    let token = boot(&s, "erase");
+    let joined = join(&s, &token).unwrap();
+
+    // A node-tenant certificate of the same node cannot vouch for a wipe.
+    let receipt = post_as(&s, Role::NodeTenant, &wipe("n1"));
+    assert_eq!(receipt["accepted"], false, "{receipt}");
+    assert!(receipt["reason"].as_str().unwrap().starts_with("role-not-allowed"), "{receipt}");
+
+    // A report that leaves out an inventoried disk (a second later: records list by time).
+    s.clock.advance(Duration::from_secs(1));
+    let mut partial = wipe("n1");
+    partial.disks.retain(|d| d.identity.serial.as_deref() != Some("NVME0001"));
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &partial).unwrap();
+    assert!(!receipt.accepted && receipt.reason.as_deref().unwrap().contains("missing-disk"), "{receipt:?}");
+    assert_eq!(s.node("n1")["state"], "releasing", "a refused report changes nothing");
+
+    let (status, records) = s.call("GET", "/v1/nodes/n1/wipe-reports", None);
+    assert_eq!(status, 200, "{records}");
+    let codes: Vec<&str> = records.as_array().unwrap().iter().map(|r| r["code"].as_str().unwrap()).collect();
+    assert_eq!(codes, ["role-not-allowed", "missing-disk"]);
+    assert!(records[0]["signer"].as_str().unwrap().ends_with("/node/n1/gen/1/node-tenant"), "{records}");
+    let refused = s.events("node.wipe.refused");
+    assert_eq!(refused.len(), 2);
+    assert_eq!(refused[1]["data"]["code"], "missing-disk");
+
+    // The whole, passing report from the ramdisk returns the node to ready.
+    s.clock.advance(Duration::from_secs(1));
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &wipe("n1")).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    assert_eq!(s.node("n1")["state"], "ready");
+    let (_, records) = s.call("GET", "/v1/nodes/n1/wipe-reports", None);
+    assert_eq!(records[2]["accepted"], true, "{records}");
+}
+
+#[test]
+fn a_report_of_a_failed_erase_quarantines_the_node() {
+    let s = start();
+    commissioned(&s);
+    s.walk("n1", &["ready", "allocated", "deploying", "deployed", "releasing"]);
+    let joined = join(&s, &boot(&s, "erase")).unwrap();
+    let mut failed = wipe("n1");
+    failed.disks[0].result = metal_protocol::wipe::WipeResult::Fail;
+    failed.disks[0].first_bad_offset = Some(4096);
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &failed).unwrap();
+    assert!(!receipt.accepted && receipt.reason.as_deref().unwrap().starts_with("disk-failed"), "{receipt:?}");
+    let node = s.node("n1");
+    assert_eq!(node["state"], "failed", "{node}");
+    assert_eq!(node["failedFrom"], "releasing");
+}
+
+#[test]
+fn reports_need_the_sites_client_certificate_and_the_current_generation() {
+    let s = start();
+    s.enrol("n1", MAC);
+    let client = reqwest::blocking::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+    let response = client
+        .post(format!("{}{}", s.boot_url, metal_protocol::boot::REPORTS_PATH))
+        .json(&json!({"payloadType": "x", "payload": "", "signatures": []}))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert_eq!(client.get(format!("{}{}", s.boot_url, metal_protocol::boot::PLAN_PATH)).send().unwrap().status(), 401);
+}
+
+#[test]
+fn a_deploying_node_fetches_its_plan_and_its_task_report_ends_the_deploy() {
+    let s = start();
+    commissioned(&s);
+    let plan: Value = serde_json::from_str(include_str!("../../protocol/tests/golden/deploy-plan.json")).unwrap();
+    let (status, body) = s.call("PUT", "/v1/nodes/n1/deploy-plan", Some(json!({"image": "nonsense"})));
+    assert_eq!(status, 422, "{body}");
+    let (status, body) = s.call("PUT", "/v1/nodes/n1/deploy-plan", Some(plan.clone()));
+    assert_eq!(status, 204, "{body}");
+    s.walk("n1", &["ready", "allocated", "deploying"]);
+    let joined = join(&s, &boot(&s, "deploy")).unwrap();
+    let fetched = joined.fetch_plan().unwrap();
+    assert_eq!(serde_json::to_value(&fetched).unwrap(), plan);
+    assert!(joined.report_task("deploy", true, "written".into()).unwrap().accepted);
+    assert_eq!(s.node("n1")["state"], "deployed");
+    match joined.fetch_plan() {
+        Err(ControllerError::Refused { status: 409, .. }) => {}
+        other => panic!("a deployed node has no plan to fetch: {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_macs_enrol_themselves_when_auto_enrol_is_on() {
+    let s = TestScheduler::start(|c: &mut Config| c.boot.auto_enrol = true);
+    let token = boot(&s, "commission");
+    let node = s.node("node-525400123456");
+    assert_eq!((node["state"].as_str(), node["bootMac"].as_str()), (Some("commissioning"), Some(MAC)));
+    assert_eq!(s.events("node.enrolled").len(), 1);
+    assert_eq!(join(&s, &token).unwrap().identity().identity().node, "node-525400123456");
+}
+
+#[test]
+fn boot_endpoints_are_rate_limited_per_client() {
+    let s = TestScheduler::start(|c: &mut Config| c.boot.rate_per_minute = 3);
+    s.enrol("n1", MAC);
+    for _ in 0..3 {
+        assert_eq!(s.get_text(&format!("/boot/ipxe?mac={MAC}")).0, 200);
+    }
+    let (status, body) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("RATE_LIMITED") && body.contains("retry in"), "{body}");
+    assert_eq!(s.get_text("/boot/files/vmlinuz?token=x").0, 429, "the files share the client's bucket");
+    assert_eq!(s.call("GET", "/v1/nodes/n1", None).0, 200, "the authenticated API is not limited");
+}
