@@ -19,6 +19,8 @@ pub enum Task {
     Commission,
     /// Write the image of the plan the controller hands out.
     Deploy,
+    /// Erase every disk, read it back, and post the signed wipe report.
+    Erase,
     /// A shell on the console (debugging).
     Shell,
     /// Anything else named on the command line (arrives with the controller protocol).
@@ -51,6 +53,9 @@ pub struct Params {
     pub end: End,
     /// `metal.node=ID`.
     pub node: Option<String>,
+    /// `metal.erase.method=NAME`: the erase uses exactly this method on every disk (no
+    /// fallback; the read-back still decides whether it worked).
+    pub erase_method: Option<String>,
 }
 
 impl std::fmt::Debug for Params {
@@ -63,6 +68,7 @@ impl std::fmt::Debug for Params {
             .field("debug", &self.debug)
             .field("end", &self.end)
             .field("node", &self.node)
+            .field("erase_method", &self.erase_method)
             .finish()
     }
 }
@@ -77,6 +83,7 @@ pub fn parse_cmdline(cmdline: &str) -> Params {
         debug: false,
         end: End::Reboot,
         node: None,
+        erase_method: None,
     };
     for word in cmdline.split_whitespace() {
         let Some((key, value)) = word.split_once('=') else { continue };
@@ -89,6 +96,7 @@ pub fn parse_cmdline(cmdline: &str) -> Params {
                 p.task = match value.as_str() {
                     "commission" => Task::Commission,
                     "deploy" => Task::Deploy,
+                    "erase" => Task::Erase,
                     "shell" => Task::Shell,
                     _ => Task::Other(value),
                 }
@@ -96,6 +104,7 @@ pub fn parse_cmdline(cmdline: &str) -> Params {
             "metal.debug" => p.debug = matches!(value.as_str(), "1" | "true" | "yes"),
             "metal.end" => p.end = if value == "poweroff" { End::PowerOff } else { End::Reboot },
             "metal.node" => p.node = Some(value),
+            "metal.erase.method" => p.erase_method = Some(value),
             _ => {}
         }
     }
@@ -246,10 +255,57 @@ fn task(params: &Params) -> Result<(), String> {
             joined.report_task("deploy", ok, detail).map_err(|e| format!("reporting: {e}"))?;
             result.map(|_| ())
         }
+        Task::Erase => {
+            let joined =
+                join(params)?.ok_or("an erase needs the controller: metal.controller, metal.token, metal.ca")?;
+            let result = erase(&joined, params.erase_method.as_deref());
+            let (ok, detail) = match &result {
+                Ok(done) => (true, done.clone()),
+                Err(e) => (false, e.clone()),
+            };
+            say(&format!("erase {}: {detail}", if ok { "done" } else { "FAILED" }));
+            joined.report_task("erase", ok, detail).map_err(|e| format!("reporting: {e}"))?;
+            result.map(|_| ())
+        }
         Task::Shell => run("/bin/sh", &[]).map(|_| ()),
         Task::Other(name) => {
             Err(format!("task {name:?} needs the controller protocol, which this build does not speak yet"))
         }
+    }
+}
+
+/// Erases every disk, posts the signed wipe report and says whether the controller took it.
+fn erase(joined: &crate::controller::Joined, method: Option<&str>) -> Result<String, String> {
+    use metal_protocol::wipe::{WipeReport, WipeResult};
+    let options = metal_erase::engine::EraseOptions {
+        forced_method: method.map(metal_erase::plan::parse_method).transpose()?,
+        ..Default::default()
+    };
+    let selection = metal_erase::device::Selection::All { exclude: Vec::new() };
+    let report = metal_erase::session::erase(
+        &SystemPaths::default(),
+        &selection,
+        &options,
+        joined.identity(),
+        None,
+        &metal_erase::progress::JsonProgress::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    for disk in &report.disks {
+        let outcome = match disk.result {
+            WipeResult::Pass => "erased and verified".to_owned(),
+            WipeResult::Fail => format!("FAILED: {}", disk.failure.as_deref().unwrap_or("?")),
+        };
+        let method = disk.method.and_then(|m| serde_json::to_value(m).ok());
+        let method = method.as_ref().and_then(|m| m.as_str()).unwrap_or("no method");
+        say(&format!("{} by {method}: {outcome}", disk.device));
+    }
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &report).map_err(|e| format!("reporting: {e}"))?;
+    let passed = report.disks.iter().filter(|d| d.result == WipeResult::Pass).count();
+    let summary = format!("{passed} of {} disks erased and verified", report.disks.len());
+    match receipt.reason {
+        None if receipt.accepted => Ok(format!("{summary}; wipe report accepted")),
+        reason => Err(format!("{summary}; wipe report refused: {}", reason.unwrap_or_default())),
     }
 }
 
@@ -331,7 +387,9 @@ mod tests {
         let partial = parse_cmdline("metal.token=tok_0123456789abcdef metal.ca=ab12");
         assert_eq!(join(&partial).unwrap_err(), "metal.controller, metal.token and metal.ca go together");
         assert!(join(&parse_cmdline("quiet")).unwrap().is_none());
-        let q = parse_cmdline("metal.task=erase metal.debug=1");
-        assert_eq!((q.task, q.debug, q.end), (Task::Other("erase".into()), true, End::Reboot));
+        let q = parse_cmdline("metal.task=erase metal.debug=1 metal.erase.method=discard");
+        assert_eq!((q.task, q.debug, q.end), (Task::Erase, true, End::Reboot));
+        assert_eq!(q.erase_method.as_deref(), Some("discard"));
+        assert_eq!(parse_cmdline("metal.task=firmware").task, Task::Other("firmware".into()));
     }
 }

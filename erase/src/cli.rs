@@ -11,16 +11,16 @@ use std::path::{Path, PathBuf};
 use metal_protocol::inventory::InventoryReport;
 use metal_protocol::wipe::{DiskWipe, WipePolicy, WipeResult};
 use metal_protocol::{CaCertificate, DiskIdentity, Envelope};
-use time::OffsetDateTime;
 use tracing::{error, info, warn};
 
 use crate::device::{self, BlockDevice, Selection, SystemPaths};
-use crate::engine::{self, DiskJob, EraseOptions};
+use crate::engine::EraseOptions;
 use crate::firmware;
 use crate::io::BlockTarget;
 use crate::plan::{self, Capabilities};
 use crate::progress::{JsonProgress, ProgressSink, TerminalProgress};
 use crate::report::{self, SigningIdentity};
+use crate::session;
 
 /// Every disk erased and verified (or, for `verify`, the report is valid).
 pub const EXIT_OK: u8 = 0;
@@ -214,40 +214,22 @@ pub fn run(args: &RunArgs) -> u8 {
         Ok(inventory) => inventory,
         Err(e) => return bad_arguments(e),
     };
-    let paths = SystemPaths::default();
-    let (chosen, skipped) =
-        match device::discover(&paths).and_then(|devices| device::select(&devices, selection, &paths.sys)) {
-            Ok(pair) => pair,
-            Err(e) => return bad_arguments(e),
-        };
-    for s in &skipped {
-        info!(disk = %s.name, reason = %s.reason, "skipped");
-    }
-    let started_at = OffsetDateTime::now_utc();
-    let inventory_disks = inventory.unwrap_or_else(|| chosen.iter().map(|d| d.disk.identity.clone()).collect());
-    let mut jobs = Vec::new();
-    let mut unopened = Vec::new();
-    for device in chosen {
-        match BlockTarget::open(&device.path, true) {
-            Ok(target) => {
-                let capabilities = firmware::probe(&target, device.disk.transport);
-                jobs.push(DiskJob { device, target: Box::new(target), capabilities })
-            }
-            Err(e) => {
-                error!(disk = %device.path.display(), error = %e, "cannot open for erase");
-                unopened.push(failed_to_open(&device, &e));
-            }
-        }
-    }
-    info!(disks = jobs.len(), policy = ?args.options.policy, "erasing");
     let progress: Box<dyn ProgressSink> = if std::io::stderr().is_terminal() {
         Box::new(TerminalProgress::default())
     } else {
         Box::new(JsonProgress::default())
     };
-    let mut wipes = engine::erase_disks(jobs, &args.options, progress.as_ref());
-    wipes.extend(unopened);
-    let report = report::build(&identity, inventory_disks, args.options.policy, wipes, started_at);
+    let report = match session::erase(
+        &SystemPaths::default(),
+        selection,
+        &args.options,
+        &identity,
+        inventory,
+        progress.as_ref(),
+    ) {
+        Ok(report) => report,
+        Err(e) => return bad_arguments(e),
+    };
     let code = exit_code(&report.disks);
     match report::sign(&identity, &report)
         .and_then(|env| write_report(&args.report, &env).map_err(report::ReportError::Sign))
@@ -267,25 +249,6 @@ pub fn run(args: &RunArgs) -> u8 {
         }
     }
     code
-}
-
-fn failed_to_open(device: &BlockDevice, e: &std::io::Error) -> DiskWipe {
-    let now = OffsetDateTime::now_utc();
-    DiskWipe {
-        device: device.path.display().to_string(),
-        identity: device.disk.identity.clone(),
-        method: None,
-        method_reason: String::new(),
-        rejected_methods: Vec::new(),
-        commands: Vec::new(),
-        started_at: now,
-        finished_at: now,
-        verification: None,
-        result: WipeResult::Fail,
-        first_bad_offset: None,
-        failure: Some(format!("could not open the device: {e}")),
-        nist_category: None,
-    }
 }
 
 /// 0 when all passed; 1 when any verification found data; else 3.

@@ -284,13 +284,19 @@ fn run_method(
 fn method_label(method: SanitizeMethod) -> &'static str {
     match method {
         SanitizeMethod::SecureDiscard => "secure-discard",
+        SanitizeMethod::Discard => "discard",
         _ => "device-erase",
     }
 }
 
 /// Issues a device-side erase. A refusal (unsupported command) lets the plan fall back.
 fn device_erase(target: &dyn Target, method: SanitizeMethod, log: &mut Log) -> Result<(), MethodError> {
-    if method != SanitizeMethod::SecureDiscard {
+    let discard = match method {
+        SanitizeMethod::SecureDiscard => Some(("BLKSECDISCARD 0..size", true)),
+        SanitizeMethod::Discard => Some(("BLKDISCARD 0..size", false)),
+        _ => None,
+    };
+    let Some((command, secure)) = discard else {
         let mut record = |sent: firmware::Sent| {
             log.commands.push(DeviceCommand {
                 command: sent.command,
@@ -304,8 +310,8 @@ fn device_erase(target: &dyn Target, method: SanitizeMethod, log: &mut Log) -> R
             firmware::EraseError::Refused(why) => MethodError::Refused(why),
             firmware::EraseError::Failed(why) => MethodError::Failed(why),
         });
-    }
-    log.run("BLKSECDISCARD 0..size", || target.discard_all(true)).map_err(|e| {
+    };
+    log.run(command, || target.discard_all(secure)).map_err(|e| {
         if is_refusal(&e) {
             MethodError::Refused(format!("{}: {e}", method_label(method)))
         } else {
@@ -404,17 +410,21 @@ mod tests {
 
     #[test]
     fn a_discard_that_keeps_the_data_fails_verification() {
-        let options =
-            EraseOptions { forced_method: Some(SanitizeMethod::SecureDiscard), markers: 16, ..Default::default() };
-        let wipe = erase_disk(&job(8 << 20), &options, &NoProgress);
-        assert_eq!(wipe.result, WipeResult::Fail);
-        assert_eq!(wipe.method, Some(SanitizeMethod::SecureDiscard));
-        let bad = wipe.first_bad_offset.expect("the surviving data is located");
-        assert!(wipe.failure.unwrap().contains(&bad.to_string()));
-        assert!(
-            wipe.commands.iter().any(|c| c.command.starts_with("BLKSECDISCARD") && c.ok),
-            "the lie was acknowledged"
-        );
+        for (method, command) in
+            [(SanitizeMethod::SecureDiscard, "BLKSECDISCARD"), (SanitizeMethod::Discard, "BLKDISCARD")]
+        {
+            let options = EraseOptions { forced_method: Some(method), markers: 16, ..Default::default() };
+            let wipe = erase_disk(&job(8 << 20), &options, &NoProgress);
+            assert_eq!(wipe.result, WipeResult::Fail);
+            assert_eq!(wipe.method, Some(method));
+            let bad = wipe.first_bad_offset.expect("the surviving data is located");
+            assert!(wipe.failure.unwrap().contains(&bad.to_string()));
+            assert!(
+                wipe.commands.iter().any(|c| c.command.starts_with(command) && c.ok),
+                "the lie was acknowledged: {:?}",
+                wipe.commands
+            );
+        }
     }
 
     #[test]

@@ -301,7 +301,7 @@ pub fn run(target: &dyn Target, method: M, log: &mut dyn FnMut(Sent)) -> Result<
         M::ScsiSanitizeCrypto | M::ScsiSanitizeBlock | M::ScsiSanitizeOverwrite => {
             scsi_sanitize(target, scsi_action(method).unwrap_or(scsi::SanitizeAction::BlockErase), log)
         }
-        M::SecureDiscard | M::OverwriteZeros | M::OverwriteRandom => {
+        M::SecureDiscard | M::Discard | M::OverwriteZeros | M::OverwriteRandom => {
             Err(EraseError::Refused(format!("{method:?} is not a firmware method")))
         }
     }

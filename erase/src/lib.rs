@@ -18,4 +18,5 @@ pub mod pattern;
 pub mod plan;
 pub mod progress;
 pub mod report;
+pub mod session;
 pub mod verify;

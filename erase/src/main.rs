@@ -101,7 +101,7 @@ struct Run {
     #[arg(long, value_enum, default_value_t = PatternArg::Zeros)]
     pattern: PatternArg,
     /// Use exactly this method (no fallback), e.g. secure-discard or overwrite-random.
-    #[arg(long, value_parser = parse_method)]
+    #[arg(long, value_parser = metal_erase::plan::parse_method)]
     method: Option<SanitizeMethod>,
     /// Markers planted before a device erase.
     #[arg(long, default_value_t = 1024)]
@@ -149,14 +149,6 @@ impl From<Verify> for VerifyMode {
 enum PatternArg {
     Zeros,
     Random,
-}
-
-fn parse_method(s: &str) -> Result<SanitizeMethod, String> {
-    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
-        format!(
-            "unknown method {s:?} (for example secure-discard, overwrite-zeros, overwrite-random, nvme-format-crypto)"
-        )
-    })
 }
 
 fn main() -> ExitCode {

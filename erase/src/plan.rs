@@ -85,8 +85,20 @@ pub fn nist_category(method: SanitizeMethod) -> NistCategory {
         | ScsiSanitizeCrypto
         | ScsiSanitizeBlock
         | ScsiSanitizeOverwrite => NistCategory::Purge,
-        NvmeFormatUserData | AtaSecurityErase | SecureDiscard | OverwriteZeros | OverwriteRandom => NistCategory::Clear,
+        NvmeFormatUserData | AtaSecurityErase | SecureDiscard | Discard | OverwriteZeros | OverwriteRandom => {
+            NistCategory::Clear
+        }
     }
+}
+
+/// A method by its name (`secure-discard`, `discard`, `overwrite-zeros`, `nvme-format-crypto`, ...).
+pub fn parse_method(s: &str) -> Result<SanitizeMethod, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
+        format!(
+            "unknown erase method {s:?} (for example secure-discard, discard, overwrite-zeros, overwrite-random, \
+             nvme-format-crypto)"
+        )
+    })
 }
 
 /// Whether a method is carried out by the device (and so needs markers to be verified).

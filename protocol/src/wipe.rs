@@ -86,6 +86,9 @@ pub enum SanitizeMethod {
     ScsiSanitizeOverwrite,
     /// BLKSECDISCARD over the whole device.
     SecureDiscard,
+    /// BLKDISCARD (TRIM/UNMAP) over the whole device: only ever used when named, and only
+    /// as good as the read-back that follows (many devices acknowledge and keep the data).
+    Discard,
     /// Software overwrite with zeros (O_DIRECT).
     OverwriteZeros,
     /// Software overwrite with a keyed pseudo-random stream (O_DIRECT).

@@ -36,6 +36,16 @@ pub fn ramdisk() -> &'static Path {
     })
 }
 
+/// A TFTP directory whose `boot.ipxe` is the repository's `ipxe/metal.ipxe` pointing at
+/// the scheduler API `url` (as the guest reaches it).
+pub fn tftp_dir(dir: &Path, url: &str) -> PathBuf {
+    let template = std::fs::read_to_string(workspace().join("ipxe/metal.ipxe")).unwrap();
+    let tftp = dir.join("tftp");
+    std::fs::create_dir_all(&tftp).unwrap();
+    std::fs::write(tftp.join("boot.ipxe"), template.replace("@METAL_URL@", url)).unwrap();
+    tftp
+}
+
 /// A disk attached to the guest.
 #[derive(Debug, Clone)]
 pub enum Bus {
@@ -49,6 +59,19 @@ pub enum Bus {
     Scsi { serial: String },
 }
 
+/// Where a guest boots from.
+#[derive(Debug, Clone)]
+pub enum BootFrom {
+    /// The test ramdisk by a direct PVH kernel boot, with the test's files appended.
+    Ramdisk,
+    /// The network: QEMU's iPXE option ROM fetches `boot.ipxe` from this TFTP directory.
+    Network(PathBuf),
+    /// This ISO as a CD.
+    Cdrom(PathBuf),
+    /// The firmware's own order (disks first).
+    Firmware,
+}
+
 /// A QEMU guest to boot.
 #[derive(Debug)]
 pub struct Guest {
@@ -57,13 +80,15 @@ pub struct Guest {
     timeout: Duration,
     append: String,
     disks: usize,
+    boot: BootFrom,
+    until: Option<String>,
 }
 
 /// What the guest printed on its serial console.
 #[derive(Debug, Clone)]
 pub struct Console {
     pub text: String,
-    /// The guest powered off by itself (not killed at the timeout).
+    /// The guest powered off by itself or showed the `until` marker (not killed at the timeout).
     pub finished: bool,
 }
 
@@ -98,7 +123,37 @@ impl Guest {
             timeout: Duration::from_secs(180),
             append: String::new(),
             disks: 0,
+            boot: BootFrom::Ramdisk,
+            until: None,
         }
+    }
+
+    /// Boots from somewhere other than the test ramdisk's direct kernel boot.
+    pub fn boot(mut self, from: BootFrom) -> Guest {
+        self.boot = from;
+        self
+    }
+
+    /// A virtio NIC on QEMU's user network with this MAC (the guest reaches the host as
+    /// 10.0.2.2); with `BootFrom::Network` its option ROM network-boots.
+    pub fn nic(mut self, mac: &str) -> Guest {
+        let tftp = match &self.boot {
+            BootFrom::Network(dir) => format!(",tftp={},bootfile=boot.ipxe", dir.display()),
+            _ => String::new(),
+        };
+        self.args.extend([
+            "-netdev".into(),
+            format!("user,id=n0{tftp}"),
+            "-device".into(),
+            format!("virtio-net-pci,netdev=n0,mac={mac}"),
+        ]);
+        self
+    }
+
+    /// Stops (kills the guest) as soon as the console shows `marker`.
+    pub fn until(mut self, marker: &str) -> Guest {
+        self.until = Some(marker.to_owned());
+        self
     }
 
     /// Extra QEMU arguments.
@@ -153,23 +208,36 @@ impl Guest {
         self
     }
 
-    /// Boots, waits for the guest to power off (or the timeout) and returns its console.
+    /// Boots, waits for the guest to power off (or the `until` marker, or the timeout) and
+    /// returns its console.
     pub fn run(self) -> Console {
-        let ramdisk = ramdisk();
         let dir = tempfile::tempdir().unwrap();
-        let initrd = dir.path().join("initrd");
-        let mut combined = std::fs::read(ramdisk.join("initrd.cpio.gz")).unwrap();
-        combined.extend(overlay(dir.path(), &self.files));
-        std::fs::write(&initrd, combined).unwrap();
         let console = dir.path().join("console.log");
         let mut command = Command::new("qemu-system-x86_64");
+        command.args(&self.args);
+        match &self.boot {
+            BootFrom::Ramdisk => {
+                let ramdisk = ramdisk();
+                let initrd = dir.path().join("initrd");
+                let mut combined = std::fs::read(ramdisk.join("initrd.cpio.gz")).unwrap();
+                combined.extend(overlay(dir.path(), &self.files));
+                std::fs::write(&initrd, combined).unwrap();
+                command
+                    .arg("-kernel")
+                    .arg(ramdisk.join("vmlinux"))
+                    .arg("-initrd")
+                    .arg(&initrd)
+                    .args(["-append", &format!("console=ttyS0 panic=-1 quiet{}", self.append)]);
+            }
+            BootFrom::Network(_) => {
+                command.args(["-boot", "n"]);
+            }
+            BootFrom::Cdrom(iso) => {
+                command.arg("-cdrom").arg(iso).args(["-boot", "d"]);
+            }
+            BootFrom::Firmware => {}
+        }
         command
-            .args(&self.args)
-            .arg("-kernel")
-            .arg(ramdisk.join("vmlinux"))
-            .arg("-initrd")
-            .arg(&initrd)
-            .args(["-append", &format!("console=ttyS0 panic=-1 quiet{}", self.append)])
             .arg("-serial")
             .arg(format!("file:{}", console.display()))
             .stdin(Stdio::null())
@@ -179,6 +247,12 @@ impl Guest {
         let deadline = Instant::now() + self.timeout;
         let mut finished = false;
         while Instant::now() < deadline {
+            if let Some(marker) = &self.until {
+                if std::fs::read(&console).is_ok_and(|text| String::from_utf8_lossy(&text).contains(marker.as_str())) {
+                    finished = true;
+                    break;
+                }
+            }
             if let Some(status) = guard.0.try_wait().unwrap() {
                 let mut stderr = String::new();
                 std::io::Read::read_to_string(guard.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();

@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
+use metal_protocol::{Envelope, Role, Signer, SigningKey};
 use metal_scheduler::app::{self, App};
 use metal_scheduler::clock::ManualClock;
 use metal_scheduler::config::Config;
@@ -143,6 +145,51 @@ impl TestScheduler {
         let (status, body) = self.call("GET", "/v1/events?after=0", None);
         assert_eq!(status, 200, "{body}");
         body["events"].as_array().unwrap().iter().filter(|e| e["kind"] == kind).cloned().collect()
+    }
+
+    /// Signs `report` with a fresh `role` certificate of `node` (identity generation
+    /// `generation`) from the site CA and posts it over a connection authenticated by the
+    /// same certificate; returns the receipt.
+    pub fn post_report_as<T: serde::Serialize>(
+        &self,
+        role: Role,
+        node: &str,
+        generation: u64,
+        payload_type: &str,
+        report: &T,
+    ) -> Value {
+        let ca = self.ca();
+        let key = SigningKey::generate(&mut rand::rngs::OsRng);
+        let now = std::time::SystemTime::now();
+        let der = ca
+            .issue(
+                &key.verifying_key(),
+                node,
+                generation,
+                role,
+                now - Duration::from_secs(60),
+                Duration::from_secs(600),
+            )
+            .unwrap();
+        let chain = vec![der, ca.certificate().der().to_vec()];
+        let key_pkcs8 = zeroize::Zeroizing::new(
+            ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&key).unwrap().as_bytes().to_vec(),
+        );
+        let envelope = Envelope::sign_json(payload_type, report, &Signer::new(key, chain.clone())).unwrap();
+        let pin = metal_bmc::tls::parse_fingerprint(&self.fingerprint).unwrap();
+        let client = metal_bmc::tls::http_client_with_identity(
+            &metal_bmc::tls::TlsTrust::CaFingerprint(pin),
+            Duration::from_secs(10),
+            Some(&metal_bmc::tls::ClientIdentity { chain, key_pkcs8 }),
+        )
+        .unwrap();
+        let url = format!("{}{}", self.boot_url, metal_protocol::boot::REPORTS_PATH);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let response = client.post(url).json(&envelope).send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        })
     }
 
     /// The token and task on the kernel line of an iPXE script.

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use metal_boot::controller::{self, ControllerError, Joined, Retry};
-use metal_protocol::{Envelope, InventoryReport, Role, Signer, SigningKey, WipeReport};
+use metal_protocol::{InventoryReport, Role, WipeReport};
 use metal_scheduler::config::Config;
 use metal_tests::scheduler::TestScheduler;
 use serde_json::{Value, json};
@@ -157,39 +157,6 @@ fn expired_tokens_and_stale_identities_do_not_join() {
     }
 }
 
-/// Posts a wipe report signed by a fresh `role` certificate of node n1 over a connection
-/// authenticated by the same certificate.
-fn post_as(s: &TestScheduler, role: Role, report: &WipeReport) -> Value {
-    let ca = s.ca();
-    let key = SigningKey::generate(&mut rand::rngs::OsRng);
-    let now = std::time::SystemTime::now();
-    let der =
-        ca.issue(&key.verifying_key(), "n1", 1, role, now - Duration::from_secs(60), Duration::from_secs(600)).unwrap();
-    let chain = vec![der, ca.certificate().der().to_vec()];
-    let key_pkcs8 = zeroize::Zeroizing::new(
-        ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&key).unwrap().as_bytes().to_vec(),
-    );
-    let envelope = Envelope::sign_json(WipeReport::PAYLOAD_TYPE, report, &Signer::new(key, chain.clone())).unwrap();
-    let pin = metal_bmc::tls::parse_fingerprint(&s.fingerprint).unwrap();
-    let client = metal_bmc::tls::http_client_with_identity(
-        &metal_bmc::tls::TlsTrust::CaFingerprint(pin),
-        Duration::from_secs(10),
-        Some(&metal_bmc::tls::ClientIdentity { chain, key_pkcs8 }),
-    )
-    .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let response = client
-            .post(format!("{}{}", s.boot_url, metal_protocol::boot::REPORTS_PATH))
-            .json(&envelope)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        response.json::<Value>().await.unwrap()
-    })
-}
-
 #[test]
 fn wipe_reports_pass_only_through_verify_wipe_report_and_refusals_are_stored() {
     let s = start();
@@ -199,7 +166,7 @@ fn wipe_reports_pass_only_through_verify_wipe_report_and_refusals_are_stored() {
     let joined = join(&s, &token).unwrap();
 
     // A node-tenant certificate of the same node cannot vouch for a wipe.
-    let receipt = post_as(&s, Role::NodeTenant, &wipe("n1"));
+    let receipt = s.post_report_as(Role::NodeTenant, "n1", 1, WipeReport::PAYLOAD_TYPE, &wipe("n1"));
     assert_eq!(receipt["accepted"], false, "{receipt}");
     assert!(receipt["reason"].as_str().unwrap().starts_with("role-not-allowed"), "{receipt}");
 
