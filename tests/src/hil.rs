@@ -247,11 +247,11 @@ impl Guest {
         let deadline = Instant::now() + self.timeout;
         let mut finished = false;
         while Instant::now() < deadline {
-            if let Some(marker) = &self.until {
-                if std::fs::read(&console).is_ok_and(|text| String::from_utf8_lossy(&text).contains(marker.as_str())) {
-                    finished = true;
-                    break;
-                }
+            if let Some(marker) = &self.until
+                && std::fs::read(&console).is_ok_and(|text| String::from_utf8_lossy(&text).contains(marker.as_str()))
+            {
+                finished = true;
+                break;
             }
             if let Some(status) = guard.0.try_wait().unwrap() {
                 let mut stderr = String::new();
