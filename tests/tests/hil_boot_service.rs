@@ -156,3 +156,59 @@ fn a_disk_that_ignores_discards_is_caught_and_the_node_is_not_returned() {
     assert_eq!(records[0]["code"], "disk-failed", "{records}");
     assert!(std::fs::read(&liar).unwrap().iter().any(|b| *b != 0), "the data really is still there");
 }
+
+/// `ipxe/build-ipxe-iso.sh` for the scheduler at `url`.
+fn iso(dir: &Path, url: &str, hybrid: bool) -> std::path::PathBuf {
+    let out = dir.join(if hybrid { "hybrid.iso" } else { "bios.iso" });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ipxe/build-ipxe-iso.sh");
+    let mut command = std::process::Command::new(script);
+    command.args(["--url", url]).arg(&out);
+    if hybrid {
+        command.arg("--hybrid");
+    }
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    out
+}
+
+#[test]
+fn virtual_media_isos_boot_the_ramdisk_to_the_controller() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scheduler("");
+    let url = format!("http://10.0.2.2:{}", s.port);
+    let disk = dir.path().join("disk.img");
+    filled(&disk, 16 * MIB);
+
+    // 6. The isolinux ISO as a CD: iPXE with the embedded script, then the whole commissioning.
+    let mac = "52:54:00:00:07:06";
+    s.enrol("hil-6", mac);
+    let console = Guest::new()
+        .boot(BootFrom::Cdrom(iso(dir.path(), &url, false)))
+        .nic(mac)
+        .disk(&Bus::Virtio { serial: "HILCD01".into() }, &disk, "unmap")
+        .timeout(Duration::from_secs(420))
+        .run();
+    assert!(console.finished, "{}", console.text);
+    assert!(
+        console.text.contains("joined the controller as spiffe://metal/node/hil-6/gen/1/ramdisk"),
+        "{}",
+        console.text
+    );
+    assert_eq!(s.node("hil-6")["state"], "ready", "{}", console.text);
+
+    // The BIOS + UEFI ISO from grub-mkrescue, under BIOS: GRUB starts the same iPXE.
+    let mac = "52:54:00:00:07:07";
+    s.enrol("hil-7", mac);
+    let console = Guest::new()
+        .boot(BootFrom::Cdrom(iso(dir.path(), &url, true)))
+        .nic(mac)
+        .until("joined the controller as")
+        .timeout(Duration::from_secs(420))
+        .run();
+    assert!(console.finished, "{}", console.text);
+    assert!(
+        console.text.contains("joined the controller as spiffe://metal/node/hil-7/gen/1/ramdisk"),
+        "{}",
+        console.text
+    );
+}
