@@ -127,39 +127,66 @@ pub struct TestController {
     _runtime: tokio::runtime::Runtime,
 }
 
+/// Serves `router` over TLS on loopback with a certificate `ca` issues for 127.0.0.1 and
+/// `extra_names`; client certificates of `ca` are asked for but optional, and each request
+/// carries the connection's as a `Peer` extension. Returns the port and the runtime that
+/// serves (dropping it stops the server).
+fn serve_tls(ca: &SiteCa, extra_names: &[&str], router: Router) -> (u16, tokio::runtime::Runtime) {
+    let now = SystemTime::now();
+    let server_key = SigningKey::generate(&mut rand::rngs::OsRng);
+    let server_der = ca
+        .issue_server(
+            &server_key.verifying_key(),
+            &std::iter::once("127.0.0.1").chain(extra_names.iter().copied()).map(str::to_owned).collect::<Vec<_>>(),
+            now - Duration::from_secs(60),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+    let ca_der = ca.certificate().der().to_vec();
+    let pkcs8 = ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&server_key).unwrap();
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(pkcs8.as_bytes().to_vec().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca_der.clone().into()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![server_der.into(), ca_der.into()], key_der)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    runtime.spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let (acceptor, router) = (acceptor.clone(), router.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let peer = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec());
+                let service = hyper_util::service::TowerToHyperService::new(router.layer(Extension(Peer(peer))));
+                let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (port, runtime)
+}
+
 impl TestController {
     /// Starts on loopback with these one-time tokens; the first `busy_joins` joins get 503.
     /// The certificate names 127.0.0.1 and `extra_names` (10.0.2.2 for QEMU guests).
     pub fn start(tokens: &[&str], busy_joins: u32, extra_names: &[&str]) -> TestController {
-        let now = SystemTime::now();
-        let ca = SiteCa::create("site-a", now - Duration::from_secs(600), Duration::from_secs(86400)).unwrap();
-        let server_key = SigningKey::generate(&mut rand::rngs::OsRng);
-        let server_der = ca
-            .issue_server(
-                &server_key.verifying_key(),
-                &std::iter::once("127.0.0.1").chain(extra_names.iter().copied()).map(str::to_owned).collect::<Vec<_>>(),
-                now - Duration::from_secs(60),
-                Duration::from_secs(3600),
-            )
-            .unwrap();
-        let ca_der = ca.certificate().der().to_vec();
+        let ca =
+            SiteCa::create("site-a", SystemTime::now() - Duration::from_secs(600), Duration::from_secs(86400)).unwrap();
         let fingerprint = ca.certificate().fingerprint_sha256();
-        let pkcs8 = ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&server_key).unwrap();
-        let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(pkcs8.as_bytes().to_vec().into());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca_der.clone().into()).unwrap();
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .allow_unauthenticated()
-            .build()
-            .unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(vec![server_der.into(), ca_der.into()], key_der)
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let tls_ca = SiteCa::from_pem(&ca.certificate().pem(), &ca.key_pem().unwrap()).unwrap();
         let state: Shared = Arc::new(Mutex::new(Controller {
             ca,
             tokens: tokens.iter().map(|t| (*t).to_owned()).collect(),
@@ -174,24 +201,37 @@ impl TestController {
             .route(metal_protocol::boot::PLAN_PATH, axum::routing::get(plan_handler))
             .route("/images/{name}", axum::routing::get(image_handler))
             .with_state(state.clone());
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let url = format!("https://127.0.0.1:{port}");
-        runtime.spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else { return };
-                let (acceptor, router) = (acceptor.clone(), router.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else { return };
-                    let peer = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec());
-                    let service = hyper_util::service::TowerToHyperService::new(router.layer(Extension(Peer(peer))));
-                    let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
-        TestController { url, port, fingerprint, state, _runtime: runtime }
+        let (port, runtime) = serve_tls(&tls_ca, extra_names, router);
+        TestController { url: format!("https://127.0.0.1:{port}"), port, fingerprint, state, _runtime: runtime }
+    }
+}
+
+/// An HTTPS image server whose certificate a given site CA issued (a deploying ramdisk trusts
+/// only its site CA), serving `files` at `/images/NAME`.
+#[derive(Debug)]
+pub struct ImageServer {
+    /// Its port on loopback.
+    pub port: u16,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl ImageServer {
+    /// Starts on loopback; the certificate names 127.0.0.1 and `extra_names`.
+    pub fn start(ca: &SiteCa, extra_names: &[&str], files: std::collections::HashMap<String, Vec<u8>>) -> ImageServer {
+        let files = Arc::new(files);
+        let router = Router::new().route(
+            "/images/{name}",
+            axum::routing::get(move |axum::extract::Path(name): axum::extract::Path<String>| {
+                let files = files.clone();
+                async move {
+                    match files.get(&name) {
+                        Some(bytes) => bytes.clone().into_response(),
+                        None => StatusCode::NOT_FOUND.into_response(),
+                    }
+                }
+            }),
+        );
+        let (port, runtime) = serve_tls(ca, extra_names, router);
+        ImageServer { port, _runtime: runtime }
     }
 }

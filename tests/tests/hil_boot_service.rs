@@ -5,8 +5,11 @@
 //! tenant-signed or partial one refused); a disk that lies about discards is caught.
 
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
+use metal_protocol::cloudinit::{SeedInput, render};
+use metal_protocol::deploy::{DigestAlgorithm, SeedVolume};
 use metal_protocol::{InventoryReport, Role, WipeReport};
 use metal_scheduler::config::Config;
 use metal_tests::hil::{BootFrom, Bus, Console, Guest, tftp_dir};
@@ -161,7 +164,7 @@ fn a_disk_that_ignores_discards_is_caught_and_the_node_is_not_returned() {
 fn iso(dir: &Path, url: &str, hybrid: bool) -> std::path::PathBuf {
     let out = dir.join(if hybrid { "hybrid.iso" } else { "bios.iso" });
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ipxe/build-ipxe-iso.sh");
-    let mut command = std::process::Command::new(script);
+    let mut command = Command::new(script);
     command.args(["--url", url]).arg(&out);
     if hybrid {
         command.arg("--hybrid");
@@ -211,4 +214,109 @@ fn virtual_media_isos_boot_the_ramdisk_to_the_controller() {
         "{}",
         console.text
     );
+}
+
+/// What the deployed disk's boot sector prints on COM1 before it halts.
+const DISK_MARKER: &str = "METAL-DEPLOYED-DISK-BOOTED";
+
+/// A bootable 8 MiB MBR disk image: a 16-bit boot sector that writes `DISK_MARKER` to the
+/// first serial port and halts, and one Linux partition from 1 MiB full of a pattern.
+fn bootable_image() -> Vec<u8> {
+    #[rustfmt::skip]
+    let code: [u8; 22] = [
+        0xfa,             // cli
+        0x31, 0xc0,       // xor ax, ax
+        0x8e, 0xd8,       // mov ds, ax
+        0xbe, 0x16, 0x7c, // mov si, 0x7c16 (the message, right after this code)
+        0xba, 0xf8, 0x03, // mov dx, 0x3f8 (COM1)
+        0xac,             // next: lodsb
+        0x84, 0xc0,       // test al, al
+        0x74, 0x03,       // jz done
+        0xee,             // out dx, al
+        0xeb, 0xf8,       // jmp next
+        0xf4,             // done: hlt
+        0xeb, 0xfd,       // jmp done
+    ];
+    let mut image: Vec<u8> = (0..8 * MIB).map(|i| u8::try_from(i % 253).unwrap()).collect();
+    image[..MIB].fill(0);
+    image[..code.len()].copy_from_slice(&code);
+    let message = format!("{DISK_MARKER}\r\n\0");
+    image[code.len()..code.len() + message.len()].copy_from_slice(message.as_bytes());
+    let entry = &mut image[446..462];
+    entry[4] = 0x83;
+    entry[8..12].copy_from_slice(&2048u32.to_le_bytes());
+    entry[12..16].copy_from_slice(&u32::try_from((8 * MIB - MIB) / 512).unwrap().to_le_bytes());
+    image[510] = 0x55;
+    image[511] = 0xaa;
+    image
+}
+
+#[test]
+fn a_deployed_image_lands_bit_exact_with_its_seed_and_boots_from_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scheduler("");
+    let mac = "52:54:00:00:07:05";
+    s.enrol("hil-5", mac);
+    let (target, other) = (dir.path().join("target.img"), dir.path().join("other.img"));
+    filled(&target, 64 * MIB);
+    filled(&other, 32 * MIB);
+    let disks = [
+        (Bus::Virtio { serial: "HILDEPLOY".into() }, target.as_path(), "unmap"),
+        (Bus::Nvme { serial: "HILOTHER".into() }, other.as_path(), "unmap"),
+    ];
+    pxe_boot(&s, dir.path(), mac, &disks);
+    assert_eq!(s.node("hil-5")["state"], "ready");
+
+    // The plan: the image on an HTTPS server of the site CA, the virtio disk by serial, a seed.
+    let image = bootable_image();
+    let image_file = dir.path().join("disk.img");
+    std::fs::write(&image_file, &image).unwrap();
+    let images = metal_tests::controller::ImageServer::start(
+        &s.ca(),
+        &["10.0.2.2"],
+        [("disk.img".to_owned(), image.clone())].into(),
+    );
+    let url = format!("https://10.0.2.2:{}/images/disk.img", images.port);
+    let mut plan = metal_boot::plan::make_plan(&image_file, &url, 1 << 20, DigestAlgorithm::Sha256).unwrap();
+    plan.target.serial = Some("HILDEPLOY".into());
+    plan.cloud_init = Some(
+        render(&SeedInput {
+            instance_id: "hil-5-gen-1".into(),
+            hostname: "hil-5".into(),
+            admin_user: "ops".into(),
+            ssh_authorized_keys: vec![
+                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops".into(),
+            ],
+            join: None,
+            network: vec![],
+            volume: SeedVolume::VfatPartition,
+        })
+        .unwrap(),
+    );
+    let (status, body) = s.call("PUT", "/v1/nodes/hil-5/deploy-plan", Some(serde_json::to_value(&plan).unwrap()));
+    assert_eq!(status, 204, "{body}");
+    s.walk("hil-5", &["ready", "allocated", "deploying"]);
+
+    // 5. The deploy: PXE, join, plan over mTLS, stream, verify, write, read back, report.
+    let console = pxe_boot(&s, dir.path(), mac, &disks);
+    assert!(console.text.contains("task: Deploy") && console.text.contains("deploy done"), "{}", console.text);
+    let node = s.node("hil-5");
+    assert_eq!(node["state"], "deployed", "{node}");
+    let written = std::fs::read(&target).unwrap();
+    assert!(written[MIB..8 * MIB] == image[MIB..8 * MIB], "the image is not bit-exact");
+    assert!(written[..446] == image[..446], "the boot code is not bit-exact");
+    let blkid =
+        Command::new("blkid").args(["-p", "-o", "export", "-O", &(8 * MIB).to_string()]).arg(&target).output().unwrap();
+    let found = String::from_utf8_lossy(&blkid.stdout);
+    assert!(found.contains("TYPE=vfat") && found.contains("LABEL=cidata"), "{found}");
+    assert!(std::fs::read(&other).unwrap()[..MIB].iter().any(|b| *b != 0), "the other disk was not touched");
+
+    // The machine network-boots again; the scheduler sends it to its disk, which boots.
+    let tftp = tftp_dir(dir.path(), &format!("http://10.0.2.2:{}", s.port));
+    let mut guest = Guest::new().boot(BootFrom::Network(tftp)).nic(mac).until(DISK_MARKER);
+    for (bus, image, discard) in &disks {
+        guest = guest.disk(bus, image, discard);
+    }
+    let console = guest.timeout(Duration::from_secs(240)).run();
+    assert!(console.finished, "the deployed disk did not boot:\n{}", console.text);
 }
