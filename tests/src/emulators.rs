@@ -208,14 +208,70 @@ esac
 exit 0
 "#;
 
+/// The chassis program of a machine: power on starts QEMU (`qemu.sh` next to it) booting
+/// from the device last set (`-boot once=n` for pxe), power off kills it; a QEMU that ended
+/// by itself (the guest rebooted under `-no-reboot`) is powered off.
+const MACHINE_CHASSIS: &str = r#"#!/bin/sh
+D=$(dirname "$0"); op=$2; shift 2
+alive() { [ -f $D/qemu.pid ] && kill -0 $(cat $D/qemu.pid) 2>/dev/null; }
+start_vm() { alive && return 0
+  case $(cat $D/bootdev 2>/dev/null || echo default) in pxe) B="once=n";; cdrom) B="once=d";; *) B="c";; esac
+  echo "start -boot $B" >> $D/chassis.log
+  rm -f $D/qemu.pid
+  setsid $D/qemu.sh -boot $B < /dev/null > $D/qemu.out 2>&1 &
+  i=0; while [ $i -lt 50 ] && ! [ -s $D/qemu.pid ]; do sleep 0.1; i=$((i+1)); done; }
+stop_vm() { alive || return 0; kill $(cat $D/qemu.pid)
+  i=0; while alive && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+  alive && kill -9 $(cat $D/qemu.pid); rm -f $D/qemu.pid; }
+case $op in
+  get) for p in "$@"; do case $p in
+         power) if alive; then echo power:1; else echo power:0; fi;;
+         boot) echo "boot:$(cat $D/bootdev 2>/dev/null || echo default)";;
+         *) echo "bad $p"; exit 1;; esac; done;;
+  set) while [ $# -ge 2 ]; do p=$1; v=$2; shift 2; case $p in
+         power) echo "power $v" >> $D/chassis.log; if [ "$v" = 1 ]; then start_vm; else stop_vm; fi;;
+         reset) echo "reset $v" >> $D/chassis.log; stop_vm; start_vm;;
+         shutdown|identify) echo "$p $v" >> $D/chassis.log;;
+         boot) echo "$v" > $D/bootdev;;
+         *) echo "bad $p"; exit 1;; esac; done;;
+  *) exit 1;;
+esac
+exit 0
+"#;
+
 impl IpmiSim {
+    /// A BMC whose chassis only keeps power and boot device in files.
     pub fn start() -> IpmiSim {
+        Self::start_with(CHASSIS)
+    }
+
+    /// The BMC of a QEMU machine: QEMU runs with `qemu_args` (and `-boot` from the boot
+    /// device) while the chassis is powered on. The machine is killed on drop.
+    pub fn machine(qemu_args: &[String]) -> IpmiSim {
+        use std::os::unix::fs::PermissionsExt as _;
+        let sim = Self::start_with(MACHINE_CHASSIS);
+        let quoted: Vec<String> = qemu_args.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect();
+        let script = sim.dir.path().join("qemu.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nexec qemu-system-x86_64 {} -pidfile {} \"$@\"\n",
+                quoted.join(" "),
+                sim.dir.path().join("qemu.pid").display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        sim
+    }
+
+    fn start_with(chassis_program: &str) -> IpmiSim {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let port = free_udp_port();
         let serial_port = free_tcp_port();
         let chassis = dir.path().join("chassis.sh");
-        std::fs::write(&chassis, CHASSIS).unwrap();
+        std::fs::write(&chassis, chassis_program).unwrap();
         std::fs::set_permissions(&chassis, std::fs::Permissions::from_mode(0o755)).unwrap();
         let auths = "none md2 md5 straight";
         let lan = format!(
@@ -267,6 +323,17 @@ impl IpmiSim {
     /// What the chassis program was asked to do, in order.
     pub fn chassis_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("chassis.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for IpmiSim {
+    /// Kills the machine a chassis program started (it runs in its own session).
+    fn drop(&mut self) {
+        if let Some(pid) =
+            std::fs::read_to_string(self.dir.path().join("qemu.pid")).ok().and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
     }
 }
 

@@ -208,6 +208,14 @@ impl Guest {
         self
     }
 
+    /// The QEMU arguments for a machine someone else starts (a BMC emulator's chassis
+    /// program adds `-boot`): the devices, and the serial console to `console`.
+    pub fn machine_args(&self, console: &Path) -> Vec<String> {
+        let mut args = self.args.clone();
+        args.extend(["-serial".into(), format!("file:{}", console.display())]);
+        args
+    }
+
     /// Boots, waits for the guest to power off (or the `until` marker, or the timeout) and
     /// returns its console.
     pub fn run(self) -> Console {

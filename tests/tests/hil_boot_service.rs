@@ -320,3 +320,61 @@ fn a_deployed_image_lands_bit_exact_with_its_seed_and_boots_from_the_disk() {
     let console = guest.timeout(Duration::from_secs(240)).run();
     assert!(console.finished, "the deployed disk did not boot:\n{}", console.text);
 }
+
+/// Polls until the node is in `state` (or the timeout).
+fn wait_for_state(s: &TestScheduler, id: &str, state: &str, timeout: Duration) -> Value {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let node = s.node(id);
+        if node["state"] == state || std::time::Instant::now() > deadline {
+            return node;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn the_scheduler_powers_a_machine_on_into_pxe_through_its_ipmi_bmc() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scheduler("");
+    let mac = "52:54:00:00:07:08";
+    s.enrol("hil-8", mac);
+    let disk = dir.path().join("disk.img");
+    filled(&disk, 16 * MIB);
+    let console = dir.path().join("console.log");
+    let tftp = tftp_dir(dir.path(), &format!("http://10.0.2.2:{}", s.port));
+    let machine = Guest::new()
+        .boot(BootFrom::Network(tftp))
+        .nic(mac)
+        .disk(&Bus::Sata { model: "HIL SATA".into(), serial: "HILIPMI01".into() }, &disk, "unmap")
+        .machine_args(&console);
+    let bmc = metal_tests::emulators::IpmiSim::machine(&machine);
+    let spec = serde_json::json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", bmc.port),
+                                  "username": "admin", "password": "password"});
+    let (status, body) = s.call("PUT", "/v1/nodes/hil-8/bmc", Some(spec));
+    assert_eq!(status, 200, "{body}");
+
+    // 7. Boot-to-PXE and power on through ipmitool; ipmi_sim's chassis program starts QEMU.
+    let (status, body) = s.call("POST", "/v1/nodes/hil-8/boot", Some(serde_json::json!({"target": "pxe"})));
+    assert!(status == 204, "{status} {body}");
+    let (status, body) = s.call("POST", "/v1/nodes/hil-8/power", Some(serde_json::json!({"action": "on"})));
+    assert_eq!(status, 200, "{body}");
+    let node = wait_for_state(&s, "hil-8", "ready", Duration::from_secs(420));
+    let text = std::fs::read_to_string(&console).unwrap_or_default();
+    assert_eq!(node["state"], "ready", "{node}\n{text}\nchassis: {}", bmc.chassis_log());
+    assert!(bmc.chassis_log().contains("start -boot once=n"), "{}", bmc.chassis_log());
+    let (_, stored) = s.call("GET", "/v1/nodes/hil-8/inventory", None);
+    assert_eq!(stored["inventory"]["disks"][0]["identity"]["serial"], "HILIPMI01", "{stored}");
+
+    // The ramdisk rebooted at the end (QEMU runs with -no-reboot): the BMC reads power off.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, power) = s.call("GET", "/v1/nodes/hil-8/power", None);
+        assert_eq!(status, 200, "{power}");
+        if power["power"] == "off" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still on: {power}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
