@@ -144,7 +144,9 @@ pub fn nics(nics: &[Nic]) -> TestResult {
             .iter()
             .map(|n| format!("{} ({}): {}", n.name, n.mac, if n.link { "link up" } else { "NO LINK" }))
             .collect();
-        if nics.iter().all(|n| n.link) { Ok(lines.join("; ")) } else { Err(lines.join("; ")) }
+        // Unplugged ports are normal (a four-port card with one cable); a machine with no
+        // link anywhere is not.
+        if nics.iter().any(|n| n.link) { Ok(lines.join("; ")) } else { Err(lines.join("; ")) }
     })
 }
 
@@ -247,8 +249,10 @@ mod tests {
             pci_address: None,
         };
         assert!(nics(&[nic("eth0", true)]).passed);
-        let down = nics(&[nic("eth0", true), nic("eth1", false)]);
-        assert!(!down.passed && down.details.contains("eth1 (52:54:00:12:34:56): NO LINK"));
+        let unplugged = nics(&[nic("eth0", true), nic("eth1", false)]);
+        assert!(unplugged.passed && unplugged.details.contains("eth1 (52:54:00:12:34:56): NO LINK"));
+        let none = nics(&[nic("eth0", false), nic("eth1", false)]);
+        assert!(!none.passed && none.details.contains("eth0 (52:54:00:12:34:56): NO LINK"));
         assert!(!nics(&[]).passed);
     }
 

@@ -53,6 +53,8 @@ pub struct Params {
     pub end: End,
     /// `metal.node=ID`.
     pub node: Option<String>,
+    /// `metal.bootif=MAC`: the NIC the machine network-booted from (tried first for DHCP).
+    pub boot_mac: Option<String>,
     /// `metal.erase.method=NAME`: the erase uses exactly this method on every disk (no
     /// fallback; the read-back still decides whether it worked).
     pub erase_method: Option<String>,
@@ -68,6 +70,7 @@ impl std::fmt::Debug for Params {
             .field("debug", &self.debug)
             .field("end", &self.end)
             .field("node", &self.node)
+            .field("boot_mac", &self.boot_mac)
             .field("erase_method", &self.erase_method)
             .finish()
     }
@@ -83,6 +86,7 @@ pub fn parse_cmdline(cmdline: &str) -> Params {
         debug: false,
         end: End::Reboot,
         node: None,
+        boot_mac: None,
         erase_method: None,
     };
     for word in cmdline.split_whitespace() {
@@ -105,6 +109,7 @@ pub fn parse_cmdline(cmdline: &str) -> Params {
             "metal.end" => p.end = if value == "poweroff" { End::PowerOff } else { End::Reboot },
             "metal.node" => p.node = Some(value),
             "metal.erase.method" => p.erase_method = Some(value),
+            "metal.bootif" => p.boot_mac = Some(value),
             _ => {}
         }
     }
@@ -187,12 +192,20 @@ fn load_modules() {
 }
 
 /// Brings up lo and every NIC with a device; DHCP on each until one gets a lease.
-fn network() -> Result<String, String> {
+/// Brings every NIC up (so each reports its link) and takes a DHCP lease on the first that
+/// answers, trying the one with `boot_mac` (the NIC the machine network-booted from) first.
+fn network(boot_mac: Option<&str>) -> Result<String, String> {
     run("/bin/ip", &["link", "set", "lo", "up"])?;
-    let mut nics: Vec<String> = crate::inventory::nics(&SystemPaths::default()).into_iter().map(|n| n.name).collect();
+    let mut nics: Vec<(bool, String)> = crate::inventory::nics(&SystemPaths::default())
+        .into_iter()
+        .map(|n| (boot_mac.is_none_or(|m| !m.eq_ignore_ascii_case(&n.mac)), n.name))
+        .collect();
     nics.sort();
+    let nics: Vec<String> = nics.into_iter().map(|(_, name)| name).collect();
     for nic in &nics {
         run("/bin/ip", &["link", "set", nic, "up"])?;
+    }
+    for nic in &nics {
         if run("/bin/udhcpc", &["-i", nic, "-f", "-q", "-n", "-t", "5", "-T", "2"])? == 0 {
             let lease = std::fs::read_to_string(format!("/run/metal-dhcp-{nic}")).unwrap_or_default();
             return Ok(format!("{nic}: {}", lease.trim()));
@@ -346,7 +359,7 @@ pub fn main() -> ! {
     };
     say(&format!("PID 1, {params:?}"));
     load_modules();
-    let result = network().and_then(|lease| {
+    let result = network(params.boot_mac.as_deref()).and_then(|lease| {
         say(&format!("network up, {lease}"));
         task(&params)
     });
@@ -390,6 +403,7 @@ mod tests {
         let q = parse_cmdline("metal.task=erase metal.debug=1 metal.erase.method=discard");
         assert_eq!((q.task, q.debug, q.end), (Task::Erase, true, End::Reboot));
         assert_eq!(q.erase_method.as_deref(), Some("discard"));
+        assert_eq!(parse_cmdline("metal.bootif=52:54:00:AA:BB:CC").boot_mac.as_deref(), Some("52:54:00:AA:BB:CC"));
         assert_eq!(parse_cmdline("metal.task=firmware").task, Task::Other("firmware".into()));
     }
 }

@@ -353,11 +353,57 @@ pub struct LibvirtDomain {
     pub name: String,
     pub uuid: String,
     _daemons: Vec<Guard>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+}
+
+/// A machine for `LibvirtDomain::machine`: one virtio disk (the default boot device) and a
+/// NIC on QEMU's user network whose TFTP directory network-boots it when the boot device is
+/// set to the network.
+#[derive(Debug)]
+pub struct LibvirtMachine<'a> {
+    /// The raw disk image.
+    pub disk: &'a Path,
+    /// Its serial.
+    pub serial: &'a str,
+    /// The NIC's MAC.
+    pub mac: &'a str,
+    /// The TFTP directory holding `boot.ipxe`.
+    pub tftp: &'a Path,
 }
 
 impl LibvirtDomain {
+    /// A domain with no disk and no NIC: it sits in its firmware when on.
     pub fn define() -> LibvirtDomain {
+        Self::define_xml("<os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>", "", "")
+    }
+
+    /// A domain with a disk and two NICs. libvirt cannot give QEMU's user network a TFTP
+    /// directory, so the NIC that network-boots is passed to QEMU directly, last in the boot
+    /// order (index 9); the libvirt NIC is there for sushy's boot override to name (it has
+    /// nothing to boot, so the firmware goes on). Its reboot powers it off. Everything it
+    /// reads must be readable by libvirt's QEMU user.
+    pub fn machine(spec: &LibvirtMachine<'_>) -> LibvirtDomain {
+        let devices = format!(
+            "<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{}'/>\
+             <target dev='vda' bus='virtio'/><serial>{}</serial></disk>\
+             <interface type='user'><model type='virtio'/></interface>",
+            spec.disk.display(),
+            spec.serial
+        );
+        let commandline = format!(
+            "<qemu:commandline><qemu:arg value='-netdev'/><qemu:arg value='user,id=hostnet9,tftp={},bootfile=boot.ipxe'/>\
+             <qemu:arg value='-device'/><qemu:arg value='virtio-net-pci,netdev=hostnet9,mac={},bootindex=9,bus=pci.0,addr=0x10'/></qemu:commandline>",
+            spec.tftp.display(),
+            spec.mac
+        );
+        Self::define_xml(
+            "<os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os><on_reboot>destroy</on_reboot>",
+            &devices,
+            &commandline,
+        )
+    }
+
+    fn define_xml(os: &str, devices: &str, commandline: &str) -> LibvirtDomain {
         let mut daemons = Vec::new();
         let socket = Path::new("/run/libvirt/libvirt-sock");
         // A socket file left by a daemon that is gone refuses connections: start our own.
@@ -382,9 +428,11 @@ impl LibvirtDomain {
         let dir = tempfile::tempdir().unwrap();
         let name = format!("metal-test-{}-{}", std::process::id(), free_tcp_port());
         let xml = format!(
-            "<domain type='qemu'><name>{name}</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>\
-             <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>\
-             <devices><serial type='file'><source path='{}'/></serial></devices></domain>",
+            "<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'><name>{name}</name>\
+             <memory unit='MiB'>{}</memory><vcpu>{}</vcpu>{os}\
+             <devices>{devices}<serial type='file'><source path='{}'/></serial></devices>{commandline}</domain>",
+            if devices.is_empty() { 64 } else { 512 },
+            if devices.is_empty() { 1 } else { 2 },
             dir.path().join("console.log").display()
         );
         let file = dir.path().join("domain.xml");
@@ -392,7 +440,17 @@ impl LibvirtDomain {
         let out = virsh(&["define", file.to_str().unwrap()]);
         assert!(out.status.success(), "virsh define: {}", String::from_utf8_lossy(&out.stderr));
         let uuid = String::from_utf8_lossy(&virsh(&["domuuid", &name]).stdout).trim().to_owned();
-        LibvirtDomain { name, uuid, _daemons: daemons, _dir: dir }
+        LibvirtDomain { name, uuid, _daemons: daemons, dir }
+    }
+
+    /// The domain's XML as libvirt has it now.
+    pub fn xml(&self) -> String {
+        String::from_utf8_lossy(&virsh(&["dumpxml", &self.name]).stdout).into_owned()
+    }
+
+    /// What the domain printed on its serial console.
+    pub fn console(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("console.log")).unwrap_or_default()
     }
 
     /// What libvirt says (`running`, `shut off`).

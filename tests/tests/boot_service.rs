@@ -79,6 +79,7 @@ fn a_new_node_is_commissioned_through_the_script_the_files_and_the_join() {
         format!("metal.ca={}", s.fingerprint),
         "metal.task=commission".into(),
         "metal.node=n1".into(),
+        format!("metal.bootif={MAC}"),
         "initrd=initrd".into(),
         "initrd --name initrd /boot/files/initrd?token=".into(),
     ] {

@@ -321,12 +321,12 @@ fn a_deployed_image_lands_bit_exact_with_its_seed_and_boots_from_the_disk() {
     assert!(console.finished, "the deployed disk did not boot:\n{}", console.text);
 }
 
-/// Polls until the node is in `state` (or the timeout).
+/// Polls until the node is in `state`, or failed, or the timeout passed.
 fn wait_for_state(s: &TestScheduler, id: &str, state: &str, timeout: Duration) -> Value {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let node = s.node(id);
-        if node["state"] == state || std::time::Instant::now() > deadline {
+        if node["state"] == state || node["state"] == "failed" || std::time::Instant::now() > deadline {
             return node;
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -377,4 +377,42 @@ fn the_scheduler_powers_a_machine_on_into_pxe_through_its_ipmi_bmc() {
         assert!(std::time::Instant::now() < deadline, "still on: {power}");
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+#[test]
+fn the_scheduler_powers_a_machine_on_into_pxe_through_sushy_tools_and_libvirt() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    // libvirt runs QEMU as its own user: it must reach the disk and the TFTP directory.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = scheduler("");
+    let mac = "52:54:00:00:07:09";
+    s.enrol("hil-9", mac);
+    let disk = dir.path().join("disk.img");
+    filled(&disk, 16 * MIB);
+    let tftp = tftp_dir(dir.path(), &format!("http://10.0.2.2:{}", s.port));
+    let domain = metal_tests::emulators::LibvirtDomain::machine(&metal_tests::emulators::LibvirtMachine {
+        disk: &disk,
+        serial: "HILRF01",
+        mac,
+        tftp: &tftp,
+    });
+    let sushy = metal_tests::emulators::Sushy::start_libvirt(&domain.uuid);
+    let spec = serde_json::json!({"protocol": "redfish", "address": sushy.endpoint, "username": "admin",
+        "password": metal_tests::emulators::SUSHY_PASSWORD, "tls": {"mode": "fingerprint", "value": sushy.pki.fingerprint}});
+    let (status, body) = s.call("PUT", "/v1/nodes/hil-9/bmc", Some(spec));
+    assert_eq!(status, 200, "{body}");
+
+    // 7. Boot override to PXE and power on through Redfish; sushy-tools drives libvirt.
+    let (status, body) = s.call("POST", "/v1/nodes/hil-9/boot", Some(serde_json::json!({"target": "pxe"})));
+    assert!(status == 204, "{status} {body}");
+    let xml = domain.xml();
+    let nic = &xml[xml.find("<interface").unwrap()..xml.find("</interface>").unwrap()];
+    assert!(nic.contains("<boot order='1'/>"), "sushy put the network first: {xml}");
+    let (status, body) = s.call("POST", "/v1/nodes/hil-9/power", Some(serde_json::json!({"action": "on"})));
+    assert_eq!(status, 200, "{body}");
+    let node = wait_for_state(&s, "hil-9", "ready", Duration::from_secs(420));
+    assert_eq!(node["state"], "ready", "{node}\n{}", domain.console());
+    let (_, stored) = s.call("GET", "/v1/nodes/hil-9/inventory", None);
+    assert_eq!(stored["inventory"]["disks"][0]["identity"]["serial"], "HILRF01", "{stored}");
 }

@@ -37,6 +37,8 @@ pub struct Decision {
     pub step: BootStep,
     /// The one-time token for a ramdisk task.
     pub token: Option<String>,
+    /// The MAC it booted with (normalised).
+    pub boot_mac: String,
 }
 
 /// The iPXE script for `decision`. Paths are relative: iPXE resolves them against the URL the
@@ -48,11 +50,13 @@ pub fn render(decision: &Decision, service: &BootService, kernel_args: &str) -> 
             "#!ipxe\n\
              echo metal: node {node} ({state}): booting the ramdisk to {task}\n\
              kernel --name vmlinuz /boot/files/vmlinuz?token={token} initrd=initrd metal.controller={url} \
-             metal.token={token} metal.ca={fingerprint} metal.task={task} metal.node={node} {kernel_args}\n\
+             metal.token={token} metal.ca={fingerprint} metal.task={task} metal.node={node} metal.bootif={mac} \
+             {kernel_args}\n\
              initrd --name initrd /boot/files/initrd?token={token}\n\
              boot\n",
             node = decision.node_id,
             state = decision.state,
+            mac = decision.boot_mac,
             url = service.controller_url,
             fingerprint = service.ca_fingerprint,
         ),
@@ -123,7 +127,7 @@ pub fn decide(
         }
         BootStep::LocalDisk => None,
     };
-    Ok(Decision { node_id: node.id, state: node.state, step, token })
+    Ok(Decision { node_id: node.id, state: node.state, step, token, boot_mac: mac.to_owned() })
 }
 
 /// Query of `/boot/ipxe`.
