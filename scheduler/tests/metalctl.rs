@@ -183,3 +183,39 @@ fn metalctl_drives_a_bmc_with_passwords_off_the_command_line() {
     let o = run(&["bmc", "set", "n1", "--protocol", "ipmi", "--address", &address, "--username", "admin"], Some(""));
     assert!(!o.status.success() && text(&o).contains("no BMC password"), "{}", text(&o));
 }
+
+#[test]
+fn metalctl_shows_what_the_boot_service_stored_and_sets_deploy_plans() {
+    use metal_protocol::{InventoryReport, Role, WipeReport};
+    let s = metal_tests::scheduler::TestScheduler::start(|_| {});
+    let run = |args: &[&str], stdin: Option<&str>| metalctl(&s.url, &s.admin, args, stdin);
+    s.enrol("n1", "52:54:00:00:00:01");
+    s.walk("n1", &["new", "commissioning"]);
+    let mut inventory: InventoryReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+    inventory.node_id = "n1".into();
+    let receipt = s.post_report_as(Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &inventory);
+    assert_eq!(receipt["accepted"], true, "{receipt}");
+
+    let o = run(&["node", "inventory", "n1"], None);
+    assert!(o.status.success(), "{}", text(&o));
+    let shown = text(&o);
+    assert!(shown.contains("tests passed: true") && shown.contains("NAME     SERIAL    MODEL"), "{shown}");
+    assert!(shown.contains("nvme0n1  NVME0001  QEMU NVMe Ctrl  1073741824  nvme"), "{shown}");
+
+    let mut wipe: WipeReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+    wipe.node_id = "n1".into();
+    s.post_report_as(Role::NodeTenant, "n1", 1, WipeReport::PAYLOAD_TYPE, &wipe);
+    let o = run(&["node", "wipe-reports", "n1"], None);
+    let shown = text(&o);
+    assert!(shown.starts_with("RECEIVED") && shown.contains("false     role-not-allowed"), "{shown}");
+
+    let plan = include_str!("../../protocol/tests/golden/deploy-plan.json");
+    let o = run(&["node", "deploy-plan", "n1", "-"], Some(plan));
+    assert!(o.status.success() && text(&o).contains("deploy plan of n1 set"), "{}", text(&o));
+    let o = run(&["node", "deploy-plan", "n1", "-"], Some("{\"image\": 1}"));
+    assert!(!o.status.success() && text(&o).contains("INVALID_INPUT"), "{}", text(&o));
+    let o = run(&["node", "inventory", "nope"], None);
+    assert!(!o.status.success() && text(&o).contains("NOT_FOUND"), "{}", text(&o));
+}

@@ -1,7 +1,8 @@
 //! The real scheduler with its boot service on, for tests outside the scheduler crate: its
-//! own runtime on loopback, a temporary data directory (SQLite; the site CA is created on
-//! start), a manual clock that starts at the real time (certificates are checked against the
-//! real time by TLS), and blocking helpers for the admin API.
+//! own runtime on loopback, a temporary data directory (the site CA is created on start),
+//! SQLite there or a fresh PostgreSQL database when `METAL_TEST_POSTGRES` is set, a manual
+//! clock that starts at the real time (TLS checks certificates against the real time), and
+//! blocking helpers for the admin API.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,6 +13,16 @@ use metal_scheduler::app::{self, App};
 use metal_scheduler::clock::ManualClock;
 use metal_scheduler::config::Config;
 use serde_json::Value;
+
+/// A new, empty PostgreSQL database when `METAL_TEST_POSTGRES` names a server's admin URL
+/// (scripts/test's second pass), else None: SQLite in the data directory.
+fn postgres_database() -> Option<String> {
+    let admin = std::env::var("METAL_TEST_POSTGRES").ok()?;
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+    client.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    Some(format!("{}/{name}", admin.rsplit_once('/').unwrap().0))
+}
 
 /// A running scheduler.
 pub struct TestScheduler {
@@ -54,7 +65,8 @@ impl TestScheduler {
             (api, boot)
         });
         let (port, boot_port) = (api.local_addr().unwrap().port(), boot.local_addr().unwrap().port());
-        let mut config = Config { data_dir: dir.path().to_path_buf(), ..Config::default() };
+        let mut config =
+            Config { data_dir: dir.path().to_path_buf(), database_url: postgres_database(), ..Config::default() };
         config.boot.listen = Some(boot.local_addr().unwrap());
         configure(&mut config);
         let clock = ManualClock::new(time::OffsetDateTime::now_utc());

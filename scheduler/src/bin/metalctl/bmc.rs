@@ -130,7 +130,7 @@ fn password(file: Option<&PathBuf>) -> Result<String, ClientError> {
     Ok(password)
 }
 
-fn credentials(file: &PathBuf) -> Result<Value, ClientError> {
+fn credentials(file: &std::path::Path) -> Result<Value, ClientError> {
     let text = read_input(file)?;
     if let Ok(list @ Value::Array(_)) = serde_json::from_str(&text) {
         return Ok(list);

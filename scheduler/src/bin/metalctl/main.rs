@@ -150,6 +150,13 @@ enum NodeCommand {
         #[arg(long)]
         pool: Option<String>,
     },
+    /// The platform inventory its last commissioning reported (disks in a table; -o json for all).
+    Inventory { id: String },
+    /// Every wipe report received for the node: accepted, or refused with the rule it broke.
+    WipeReports { id: String },
+    /// Set the deploy plan (a DeployPlan JSON file, e.g. from `metal-boot plan`; - is stdin) its
+    /// ramdisk fetches when it next deploys.
+    DeployPlan { id: String, file: PathBuf },
 }
 
 #[derive(Subcommand, Debug)]
@@ -257,6 +264,17 @@ const POOL_COLUMNS: [(&str, &str); 6] = [
     ("CAPACITY", "capacity"),
 ];
 
+const DISK_COLUMNS: [(&str, &str); 5] =
+    [("NAME", "name"), ("SERIAL", "serial"), ("MODEL", "model"), ("BYTES", "size"), ("TRANSPORT", "transport")];
+
+const WIPE_COLUMNS: [(&str, &str); 5] = [
+    ("RECEIVED", "receivedAt"),
+    ("ACCEPTED", "accepted"),
+    ("CODE", "code"),
+    ("REASON", "reason"),
+    ("SIGNER", "signer"),
+];
+
 const NODE_COLUMNS: [(&str, &str); 7] = [
     ("ID", "id"),
     ("STATE", "state"),
@@ -312,14 +330,15 @@ fn key_values(items: &[String], what: &str) -> Result<serde_json::Map<String, Va
         .collect()
 }
 
-fn read_input(file: &PathBuf) -> Result<String, ClientError> {
-    let mut text = String::new();
+/// A file's text, or stdin's for `-`.
+fn read_input(file: &std::path::Path) -> Result<String, ClientError> {
     if file.as_os_str() == "-" {
+        let mut text = String::new();
         std::io::stdin().read_to_string(&mut text).map_err(|e| ClientError::Config(format!("stdin: {e}")))?;
+        Ok(text)
     } else {
-        text = std::fs::read_to_string(file).map_err(|e| ClientError::Config(format!("{}: {e}", file.display())))?;
+        std::fs::read_to_string(file).map_err(|e| ClientError::Config(format!("{}: {e}", file.display())))
     }
-    Ok(text)
 }
 
 fn print(output: Output, value: &Value, columns: &[(&str, &str)]) {
@@ -372,13 +391,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             print(out, &client.request("POST", "/v1/nodes", Some(RequestBody::Json(body)))?, &NODE_COLUMNS);
         }
         Command::Node(NodeCommand::Import { file }) => {
-            let mut text = String::new();
-            if file.as_os_str() == "-" {
-                std::io::stdin().read_to_string(&mut text).map_err(|e| ClientError::Config(format!("stdin: {e}")))?;
-            } else {
-                text = std::fs::read_to_string(&file)
-                    .map_err(|e| ClientError::Config(format!("{}: {e}", file.display())))?;
-            }
+            let text = read_input(&file)?;
             let body = match serde_json::from_str::<Value>(&text) {
                 Ok(json) => RequestBody::Json(json),
                 Err(_) => RequestBody::Csv(text),
@@ -420,6 +433,36 @@ fn run(cli: Cli) -> Result<(), ClientError> {
                 body["poolId"] = json!(pool);
             }
             patch_node(&client, out, &id, body)?;
+        }
+        Command::Node(NodeCommand::Inventory { id }) => {
+            let stored = client.request("GET", &format!("/v1/nodes/{id}/inventory"), None)?;
+            match out {
+                Output::Json => print(out, &stored, &[]),
+                Output::Table => {
+                    let disks: Vec<Value> = stored["inventory"]["disks"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|d| {
+                            json!({"name": d["name"], "serial": d["identity"]["serial"], "model": d["identity"]["model"],
+                                   "size": d["identity"]["sizeBytes"], "transport": d["transport"]})
+                        })
+                        .collect();
+                    println!("node {id}: reported {}, tests passed: {}", stored["reportedAt"], stored["passed"]);
+                    print(out, &Value::Array(disks), &DISK_COLUMNS);
+                }
+            }
+        }
+        Command::Node(NodeCommand::WipeReports { id }) => {
+            let reports = client.request("GET", &format!("/v1/nodes/{id}/wipe-reports"), None)?;
+            print(out, &reports, &WIPE_COLUMNS);
+        }
+        Command::Node(NodeCommand::DeployPlan { id, file }) => {
+            let text = read_input(&file)?;
+            let plan: Value = serde_json::from_str(&text)
+                .map_err(|e| ClientError::Config(format!("{}: not JSON: {e}", file.display())))?;
+            client.request("PUT", &format!("/v1/nodes/{id}/deploy-plan"), Some(RequestBody::Json(plan)))?;
+            println!("deploy plan of {id} set");
         }
         Command::Bmc(command) => bmc::run(&client, out, command)?,
         Command::Tenant(TenantCommand::List) => {
