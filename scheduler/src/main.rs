@@ -26,6 +26,10 @@ enum Command {
     Ca(CaCommand),
     /// Run the control plane service: the HTTP API on --listen, data in --data-dir.
     ///
+    /// With boot-listen set, the boot service runs too: iPXE scripts at /boot/ipxe on the API
+    /// port, the ramdisk protocol over TLS on boot-listen (certificate from the site CA in
+    /// DATA_DIR/ca, created on first start), the ramdisk files from DATA_DIR/boot.
+    ///
     /// Settings come from defaults, then --config FILE (TOML), then METAL_* environment
     /// variables, then these flags. With no database URL the service embeds SQLite in the data
     /// directory. On first start it creates a platform admin credential and writes its token
@@ -37,7 +41,10 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct ServeArgs {
-    /// TOML configuration file (keys: listen, data-dir, database-url, *-deadline, reaper-interval).
+    /// TOML configuration file (keys: listen, data-dir, database-url, *-deadline, reaper-interval,
+    /// site, and for the boot service boot-listen, boot-controller-url, boot-files-dir,
+    /// boot-auto-enrol, boot-token-ttl, boot-certificate-validity, boot-rate-limit,
+    /// boot-kernel-args; each also as METAL_<KEY> with dashes as underscores).
     #[arg(long, env = "METAL_CONFIG")]
     config: Option<PathBuf>,
     /// Address and port to listen on [default: 127.0.0.1:7450].

@@ -64,3 +64,60 @@ fn serve_starts_answers_and_shuts_down_cleanly() {
         assert!(!all.iter().any(|l| l.contains(secret)), "{secret:?} was logged");
     }
 }
+
+#[test]
+fn serve_runs_the_boot_service_when_configured_and_names_a_bad_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    // An address ramdisks cannot be sent to: refused at start, naming the setting.
+    let out = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("METAL_BOOT_LISTEN", "0.0.0.0:0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("boot-controller-url"), "{err}");
+
+    let boot_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot_port}"))
+        .env("METAL_BOOT_TOKEN_TTL", "10m")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut address, mut boot_up) = (None, false);
+    while address.is_none() || !boot_up {
+        let line = lines.next().expect("the service exited before listening").unwrap();
+        let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
+        match entry["fields"]["message"].as_str() {
+            Some("metal-scheduler listening") => address = entry["fields"]["address"].as_str().map(str::to_owned),
+            Some("boot listener (TLS) up") => boot_up = true,
+            _ => {}
+        }
+    }
+    let address = address.unwrap();
+    let ca = std::fs::read_to_string(dir.path().join("ca/ca.crt")).unwrap();
+    let http = reqwest::blocking::Client::new();
+    let script = http.get(format!("http://{address}/boot/ipxe?mac=52:54:00:00:00:09")).send().unwrap();
+    assert_eq!(script.status(), 404, "unknown MACs are not enrolled by default");
+    // The TLS listener presents a certificate of the site CA for 127.0.0.1.
+    let tls = reqwest::blocking::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let join = tls
+        .post(format!("https://127.0.0.1:{boot_port}/v1/boot/join"))
+        .json(&serde_json::json!({"token": "guess", "publicKey": "AAAA"}))
+        .send()
+        .unwrap();
+    assert_eq!(join.status(), 422, "{}", join.text().unwrap());
+    // SAFETY: kill(2) on our own child's pid with a valid signal number has no memory effects.
+    assert_eq!(unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM) }, 0);
+    assert!(child.wait().unwrap().success());
+}
