@@ -1,8 +1,25 @@
-//! Disk images for deploy tests.
+//! Disk images and cloud-init seeds for deploy tests.
 
 use std::process::{Command, Stdio};
 
 const MIB: usize = 1 << 20;
+
+/// The NoCloud seed deploy tests write: host `hostname`, an `ops` admin with one SSH key, a
+/// FAT seed partition.
+pub fn seed(instance_id: &str, hostname: &str) -> metal_protocol::deploy::CloudInitSeed {
+    metal_protocol::cloudinit::render(&metal_protocol::cloudinit::SeedInput {
+        instance_id: instance_id.into(),
+        hostname: hostname.into(),
+        admin_user: "ops".into(),
+        ssh_authorized_keys: vec![
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops".into(),
+        ],
+        join: None,
+        network: vec![],
+        volume: metal_protocol::deploy::SeedVolume::VfatPartition,
+    })
+    .unwrap()
+}
 
 /// An 8 MiB GPT disk image (made with sfdisk) with one Linux partition named `root` from
 /// 1 MiB to 7 MiB, full of never-zero data.

@@ -107,7 +107,14 @@ fn a_new_node_is_commissioned_through_the_script_the_files_and_the_join() {
     }
     assert_eq!(s.get_text(&format!("/boot/files/initrd?token={token}")).0, 403, "a used token fetches nothing");
 
-    // The commissioning report moves the node to ready and is stored as its inventory.
+    // A report about another node is refused; the commissioning report moves the node to
+    // ready and is stored as its inventory.
+    match joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory("n2")) {
+        Err(ControllerError::Refused { status: 403, message, .. }) => {
+            assert!(message.contains("names node n2"), "{message}")
+        }
+        other => panic!("a report about another node must be refused: {other:?}"),
+    }
     let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory("n1")).unwrap();
     assert!(receipt.accepted);
     let node = s.node("n1");

@@ -8,8 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use metal_protocol::cloudinit::{SeedInput, render};
-use metal_protocol::deploy::{DigestAlgorithm, SeedVolume};
+use metal_protocol::deploy::DigestAlgorithm;
 use metal_protocol::{InventoryReport, Role, WipeReport};
 use metal_scheduler::config::Config;
 use metal_tests::hil::{BootFrom, Bus, Console, Guest, tftp_dir};
@@ -279,20 +278,7 @@ fn a_deployed_image_lands_bit_exact_with_its_seed_and_boots_from_the_disk() {
     let url = format!("https://10.0.2.2:{}/images/disk.img", images.port);
     let mut plan = metal_boot::plan::make_plan(&image_file, &url, 1 << 20, DigestAlgorithm::Sha256).unwrap();
     plan.target.serial = Some("HILDEPLOY".into());
-    plan.cloud_init = Some(
-        render(&SeedInput {
-            instance_id: "hil-5-gen-1".into(),
-            hostname: "hil-5".into(),
-            admin_user: "ops".into(),
-            ssh_authorized_keys: vec![
-                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops".into(),
-            ],
-            join: None,
-            network: vec![],
-            volume: SeedVolume::VfatPartition,
-        })
-        .unwrap(),
-    );
+    plan.cloud_init = Some(metal_tests::images::seed("hil-5-gen-1", "hil-5"));
     let (status, body) = s.call("PUT", "/v1/nodes/hil-5/deploy-plan", Some(serde_json::to_value(&plan).unwrap()));
     assert_eq!(status, 204, "{body}");
     s.walk("hil-5", &["ready", "allocated", "deploying"]);

@@ -8,8 +8,7 @@
 use std::process::Command;
 
 use metal_protocol::boot::TaskReport;
-use metal_protocol::cloudinit::{SeedInput, render};
-use metal_protocol::deploy::{DigestAlgorithm, SeedVolume};
+use metal_protocol::deploy::DigestAlgorithm;
 use metal_tests::hil::{Bus, Guest};
 
 const MIB: usize = 1 << 20;
@@ -25,20 +24,7 @@ fn metal_boot_deploys_a_plan_from_the_controller_in_the_ramdisk() {
     let url = format!("https://10.0.2.2:{}/images/disk.img", controller.port);
     let mut plan = metal_boot::plan::make_plan(&image_file, &url, 1 << 20, DigestAlgorithm::Sha512).unwrap();
     plan.target.serial = Some("HILNVME01".into());
-    plan.cloud_init = Some(
-        render(&SeedInput {
-            instance_id: "node-9-gen-2".into(),
-            hostname: "node-9".into(),
-            admin_user: "ops".into(),
-            ssh_authorized_keys: vec![
-                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops".into(),
-            ],
-            join: None,
-            network: vec![],
-            volume: SeedVolume::VfatPartition,
-        })
-        .unwrap(),
-    );
+    plan.cloud_init = Some(metal_tests::images::seed("node-9-gen-2", "node-9"));
     {
         let mut state = controller.state.lock().unwrap();
         state.plan = Some(plan);

@@ -116,12 +116,14 @@ fn peer_identity(service: &BootService, peer: &Peer, now: OffsetDateTime) -> Api
 }
 
 /// A ramdisk's own report: signed by the connection's `ramdisk` certificate of the node's
-/// current identity generation. Returns the node and the payload.
+/// current identity generation, about that node (`node_of` reads the node the payload
+/// names). Returns the node and the payload.
 fn ramdisk_payload<T: serde::de::DeserializeOwned>(
     tx: &mut dyn Conn,
     identity: &Identity,
     key: &VerifyingKey,
     envelope: &Envelope,
+    node_of: impl Fn(&T) -> &str,
 ) -> ApiResult<(Node, T)> {
     if identity.role != Role::Ramdisk {
         return Err(ApiError::Forbidden(format!(
@@ -141,7 +143,14 @@ fn ramdisk_payload<T: serde::de::DeserializeOwned>(
         )));
     }
     let bytes = envelope.payload_bytes().map_err(|e| ApiError::invalid("payload", e.to_string()))?;
-    let payload = serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid("payload", e.to_string()))?;
+    let payload: T = serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid("payload", e.to_string()))?;
+    if node_of(&payload) != node.id {
+        return Err(ApiError::Forbidden(format!(
+            "the report names node {}, the certificate {}",
+            node_of(&payload),
+            node.id
+        )));
+    }
     Ok((node, payload))
 }
 
@@ -166,13 +175,7 @@ fn commissioning_report(
     deadlines: &Deadlines,
     now: OffsetDateTime,
 ) -> ApiResult<ReportReceipt> {
-    let (node, report): (Node, InventoryReport) = ramdisk_payload(tx, identity, key, envelope)?;
-    if report.node_id != node.id {
-        return Err(ApiError::Forbidden(format!(
-            "the report names node {}, the certificate {}",
-            report.node_id, node.id
-        )));
-    }
+    let (node, report) = ramdisk_payload(tx, identity, key, envelope, |r: &InventoryReport| &r.node_id)?;
     if node.state != NodeState::Commissioning {
         return Err(ApiError::Conflict(format!("node {} is {}, not commissioning", node.id, node.state)));
     }
@@ -270,13 +273,7 @@ fn task_report(
     deadlines: &Deadlines,
     now: OffsetDateTime,
 ) -> ApiResult<ReportReceipt> {
-    let (node, report): (Node, TaskReport) = ramdisk_payload(tx, identity, key, envelope)?;
-    if report.node_id != node.id {
-        return Err(ApiError::Forbidden(format!(
-            "the report names node {}, the certificate {}",
-            report.node_id, node.id
-        )));
-    }
+    let (node, report) = ramdisk_payload(tx, identity, key, envelope, |r: &TaskReport| &r.node_id)?;
     let data = json!({"node": node.id, "task": report.task, "ok": report.ok, "detail": report.detail});
     store::events::append(tx, "node.task.reported", &format!("node/{}", node.id), None, &data, now)?;
     let outcome = match (report.task.as_str(), report.ok, node.state) {
