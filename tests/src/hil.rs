@@ -46,6 +46,24 @@ pub fn tftp_dir(dir: &Path, url: &str) -> PathBuf {
     tftp
 }
 
+/// The production ramdisk (`scripts/build-mkosi-ramdisk`: vmlinuz, initrd), built once per
+/// test process from the current tree.
+pub fn mkosi_ramdisk() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = workspace().join("target/mkosi-ramdisk");
+        let status = Command::new("flock")
+            .arg(workspace().join("target/.mkosi-ramdisk.lock"))
+            .arg(workspace().join("scripts/build-mkosi-ramdisk"))
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .status()
+            .expect("flock and scripts/build-mkosi-ramdisk");
+        assert!(status.success(), "scripts/build-mkosi-ramdisk failed");
+        dir
+    })
+}
+
 /// A disk attached to the guest.
 #[derive(Debug, Clone)]
 pub enum Bus {

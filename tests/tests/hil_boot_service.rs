@@ -21,7 +21,12 @@ const MIB: usize = 1 << 20;
 /// with metal-boot as PID 1; `extra` goes on every ramdisk's kernel command line.
 fn scheduler(extra: &str) -> TestScheduler {
     let ramdisk = metal_tests::hil::ramdisk();
-    let args = format!("console=ttyS0 panic=-1 rdinit=/bin/metal-boot {extra}");
+    serving(&ramdisk.join("vmlinuz"), &ramdisk.join("initrd.cpio.gz"), &format!("rdinit=/bin/metal-boot {extra}"))
+}
+
+/// A scheduler serving this kernel and initrd, with `args` on every ramdisk's command line.
+fn serving(kernel: &Path, initrd: &Path, args: &str) -> TestScheduler {
+    let args = format!("console=ttyS0 panic=-1 {args}");
     let s = TestScheduler::start(|c: &mut Config| {
         let port = c.boot.listen.unwrap().port();
         c.boot.controller_url = Some(format!("https://10.0.2.2:{port}"));
@@ -29,8 +34,8 @@ fn scheduler(extra: &str) -> TestScheduler {
     });
     let files = s.files_dir();
     std::fs::create_dir_all(&files).unwrap();
-    std::os::unix::fs::symlink(ramdisk.join("vmlinuz"), files.join("vmlinuz")).unwrap();
-    std::os::unix::fs::symlink(ramdisk.join("initrd.cpio.gz"), files.join("initrd")).unwrap();
+    std::os::unix::fs::symlink(kernel, files.join("vmlinuz")).unwrap();
+    std::os::unix::fs::symlink(initrd, files.join("initrd")).unwrap();
     s
 }
 
@@ -401,4 +406,32 @@ fn the_scheduler_powers_a_machine_on_into_pxe_through_sushy_tools_and_libvirt() 
     assert_eq!(node["state"], "ready", "{node}\n{}", domain.console());
     let (_, stored) = s.call("GET", "/v1/nodes/hil-9/inventory", None);
     assert_eq!(stored["inventory"]["disks"][0]["identity"]["serial"], "HILRF01", "{stored}");
+}
+
+#[test]
+fn the_production_mkosi_ramdisk_commissions_a_network_booted_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let ramdisk = metal_tests::hil::mkosi_ramdisk();
+    let s = serving(&ramdisk.join("vmlinuz"), &ramdisk.join("initrd"), "");
+    let mac = "52:54:00:00:07:0a";
+    s.enrol("hil-10", mac);
+    let (nvme, sata) = (dir.path().join("nvme.img"), dir.path().join("sata.img"));
+    filled(&nvme, 32 * MIB);
+    filled(&sata, 16 * MIB);
+    let disks = [
+        (Bus::Nvme { serial: "HILMKOSI1".into() }, nvme.as_path(), "unmap"),
+        (Bus::Sata { model: "HIL SATA".into(), serial: "HILMKOSI2".into() }, sata.as_path(), "unmap"),
+    ];
+    let console = pxe_boot(&s, dir.path(), mac, &disks);
+    assert!(
+        console.text.contains("Run /init as init process") && console.text.contains("metal-boot: PID 1"),
+        "{}",
+        console.text
+    );
+    assert_eq!(s.node("hil-10")["state"], "ready", "{}", console.text);
+    let (_, stored) = s.call("GET", "/v1/nodes/hil-10/inventory", None);
+    let report: InventoryReport = serde_json::from_value(stored["inventory"].clone()).unwrap();
+    let mut serials: Vec<String> = report.disks.iter().filter_map(|d| d.identity.serial.clone()).collect();
+    serials.sort();
+    assert_eq!(serials, ["HILMKOSI1", "HILMKOSI2"], "{stored}");
 }
