@@ -168,6 +168,12 @@ impl Guest {
         self
     }
 
+    /// UEFI firmware (OVMF) instead of SeaBIOS.
+    pub fn uefi(mut self) -> Guest {
+        self.args.extend(["-bios".into(), "/usr/share/ovmf/OVMF.fd".into()]);
+        self
+    }
+
     /// Stops (kills the guest) as soon as the console shows `marker`.
     pub fn until(mut self, marker: &str) -> Guest {
         self.until = Some(marker.to_owned());

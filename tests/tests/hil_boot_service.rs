@@ -435,3 +435,27 @@ fn the_production_mkosi_ramdisk_commissions_a_network_booted_machine() {
     serials.sort();
     assert_eq!(serials, ["HILMKOSI1", "HILMKOSI2"], "{stored}");
 }
+
+#[test]
+fn a_uefi_machine_network_boots_the_ramdisk_with_its_initrd() {
+    // Debian's iPXE starts an EFI-stub kernel without its initrd unless the kernel line names
+    // it (initrd=initrd): this boot reaches metal-boot only if the scheduler's script does.
+    let dir = tempfile::tempdir().unwrap();
+    let s = scheduler("");
+    let mac = "52:54:00:00:07:0b";
+    s.enrol("hil-11", mac);
+    let tftp = tftp_dir(dir.path(), &format!("http://10.0.2.2:{}", s.port));
+    let console = Guest::new()
+        .uefi()
+        .boot(BootFrom::Network(tftp))
+        .nic(mac)
+        .until("joined the controller as")
+        .timeout(Duration::from_secs(420))
+        .run();
+    assert!(console.finished, "{}", console.text);
+    assert!(
+        console.text.contains("joined the controller as spiffe://metal/node/hil-11/gen/1/ramdisk"),
+        "{}",
+        console.text
+    );
+}
