@@ -8,10 +8,12 @@
 #
 # BIOS: isolinux starts ipxe.lkrn (package ipxe) with the script as its initrd; iPXE runs an
 # initrd that starts with "#!ipxe" as its script. --hybrid: grub-mkrescue; under BIOS GRUB
-# does the same with linux16/initrd16; under UEFI it chainloads ipxe.efi, which cannot take
-# an embedded script in Debian's 2019 build (no autoexec.ipxe), so it boots what DHCP names
-# (point the DHCP boot file at metal.ipxe). Packages: ipxe, isolinux, syslinux-common,
-# xorriso, grub-common, grub-pc-bin, grub-efi-amd64-bin, mtools (scripts/setup installs them).
+# does the same with linux16/initrd16. Under UEFI, Debian's 2019 ipxe.efi cannot take an
+# embedded script (no autoexec.ipxe), so GRUB does the chain itself with its own network
+# stack: DHCP, then the scheduler's /boot/grub?mac= for each card (the same decision as
+# /boot/ipxe, in GRUB's language), whose kernel and initrd GRUB fetches over HTTP (plain
+# HTTP only: GRUB has no TLS). Packages: ipxe, isolinux, syslinux-common, xorriso,
+# grub-common, grub-pc-bin, grub-efi-amd64-bin, mtools (scripts/setup installs them).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -38,7 +40,7 @@ if ! [[ $url =~ ^https?://[A-Za-z0-9.:_-]+(\[[0-9A-Fa-f:]+\])?(:[0-9]+)?(/[A-Za-
   exit 2
 fi
 url=${url%/}
-for f in /usr/lib/ipxe/ipxe.lkrn /usr/lib/ipxe/ipxe.efi; do
+for f in /usr/lib/ipxe/ipxe.lkrn; do
   [ -f "$f" ] || { echo "build-ipxe-iso: $f is missing (apt-get install ipxe)" >&2; exit 1; }
 done
 
@@ -48,16 +50,37 @@ sed "s|@METAL_URL@|$url|g" "$here/metal.ipxe" > "$stage/metal.ipx"
 cp /usr/lib/ipxe/ipxe.lkrn "$stage/ipxe.lkr"
 
 if [ "$hybrid" = 1 ]; then
-  cp /usr/lib/ipxe/ipxe.efi "$stage/ipxe.efi"
+  if [[ $url != http://* ]]; then
+    echo "build-ipxe-iso: --hybrid needs an http:// URL (GRUB's UEFI network stack has no TLS)" >&2
+    exit 2
+  fi
+  rest=${url#http://}
+  hostport=${rest%%/*}
+  prefix=
+  [[ $rest == */* ]] && prefix=/${rest#*/}
+  [[ $hostport == *:* ]] || hostport=$hostport:80
   mkdir -p "$stage/boot/grub"
   cat > "$stage/boot/grub/grub.cfg" <<CFG
 serial --unit=0 --speed=115200
 terminal_input serial console
 terminal_output serial console
 set timeout=1
-menuentry "metal: iPXE, then $url" {
+menuentry "metal: network boot through $url" {
   if [ "\$grub_platform" = "efi" ]; then
-    chainloader /ipxe.efi
+    insmod efinet
+    insmod http
+    set metal="(http,$hostport)$prefix"
+    while true; do
+      net_bootp
+      for card in efinet0 efinet1 efinet2 efinet3; do
+        eval "set mac=\\\$net_\${card}_dhcp_mac"
+        if [ -n "\$mac" ]; then
+          source "\${metal}/boot/grub?mac=\$mac"
+        fi
+      done
+      echo "metal: no answer from $url (not enrolled yet?); asking again in 10 s"
+      sleep 10
+    done
   else
     linux16 /ipxe.lkr
     initrd16 /metal.ipx
@@ -76,4 +99,4 @@ else
   xorriso -as mkisofs -quiet -o "$out" -b isolinux/isolinux.bin -c isolinux/boot.cat \
     -no-emul-boot -boot-load-size 4 -boot-info-table -J -R -V METAL_IPXE "$stage"
 fi
-echo "build-ipxe-iso: $out ($(du -h "$out" | cut -f1)) chains to $url/boot/ipxe"
+echo "build-ipxe-iso: $out ($(du -h "$out" | cut -f1)) boots through $url"

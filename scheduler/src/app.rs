@@ -287,9 +287,7 @@ pub async fn serve(
     });
     let router = crate::api::router(app);
     info!(address = %listener.local_addr()?, "metal-scheduler listening");
-    axum::serve(listener, router.into_make_service_with_connect_info::<std::net::SocketAddr>())
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    crate::http_server::serve(listener, router, shutdown_signal()).await;
     stop.notify_one();
     if let Some(task) = boot_task {
         task.await.map_err(std::io::Error::other)??;

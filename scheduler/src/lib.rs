@@ -15,6 +15,7 @@ pub mod console;
 pub mod discovery;
 pub mod duration;
 pub mod error;
+pub mod http_server;
 pub mod metrics;
 pub mod model;
 pub mod placement;

@@ -74,9 +74,7 @@ impl TestScheduler {
         let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
         let fingerprint = app.boot.as_ref().unwrap().ca_fingerprint.clone();
         let router = metal_scheduler::api::router(app.clone());
-        runtime.spawn(async move {
-            axum::serve(api, router.into_make_service_with_connect_info::<std::net::SocketAddr>()).await.unwrap()
-        });
+        runtime.spawn(metal_scheduler::http_server::serve(api, router, std::future::pending()));
         let boot_app = app.clone();
         runtime.spawn(async move {
             metal_scheduler::boot::tls::serve(boot_app, boot, std::future::pending()).await.unwrap()

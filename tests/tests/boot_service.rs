@@ -125,9 +125,26 @@ fn a_new_node_is_commissioned_through_the_script_the_files_and_the_join() {
     assert_eq!(stored["inventory"]["disks"][0]["identity"]["serial"], "NVME0001");
     assert_eq!(s.events("node.ramdisk.joined").len(), 1);
 
-    // Ready: the script sends the machine to its next boot device.
+    // Ready: the script sends the machine to its next boot device, in either language.
     let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
     assert!(script.contains("\nexit\n") && !script.contains("metal.token"), "{script}");
+    let (_, script) = s.get_text(&format!("/boot/grub?mac={MAC}"));
+    assert!(script.contains("nothing to run") && script.ends_with("\nexit\n"), "{script}");
+}
+
+#[test]
+fn grub_gets_the_same_decision_in_its_own_language() {
+    let s = start();
+    s.enrol("n1", MAC);
+    let (status, script) = s.get_text(&format!("/boot/grub?mac={MAC}"));
+    assert_eq!(status, 200, "{script}");
+    assert!(!script.contains("#!ipxe") && !script.contains("initrd=initrd"), "{script}");
+    let kernel = script.lines().find(|l| l.starts_with("linux ")).unwrap_or_else(|| panic!("{script}"));
+    assert!(kernel.starts_with("linux \"${metal}/boot/files/vmlinuz?token="), "{kernel}");
+    assert!(kernel.contains("metal.task=commission") && kernel.contains(&format!("metal.ca={}", s.fingerprint)));
+    assert!(script.contains("initrd \"${metal}/boot/files/initrd?token="), "{script}");
+    let token = kernel.split_whitespace().find_map(|w| w.strip_prefix("metal.token=")).unwrap();
+    assert!(join(&s, token).is_ok(), "the GRUB script's token joins");
 }
 
 #[test]

@@ -218,6 +218,23 @@ fn virtual_media_isos_boot_the_ramdisk_to_the_controller() {
         "{}",
         console.text
     );
+
+    // The same ISO under UEFI: GRUB's own network stack asks /boot/grub and loads the ramdisk.
+    let mac = "52:54:00:00:07:0c";
+    s.enrol("hil-12", mac);
+    let console = Guest::new()
+        .uefi()
+        .boot(BootFrom::Cdrom(dir.path().join("hybrid.iso")))
+        .nic(mac)
+        .until("joined the controller as")
+        .timeout(Duration::from_secs(420))
+        .run();
+    assert!(console.finished, "{}", console.text);
+    assert!(
+        console.text.contains("joined the controller as spiffe://metal/node/hil-12/gen/1/ramdisk"),
+        "{}",
+        console.text
+    );
 }
 
 /// What the deployed disk's boot sector prints on COM1 before it halts.

@@ -1,8 +1,9 @@
-//! What a network-booting machine is told: `GET /boot/ipxe?mac=` answers the iPXE script for
-//! the node's next step (a ramdisk task with a fresh one-time token and the CA fingerprint
-//! on its kernel command line, or "boot the next device"), and `GET /boot/files/NAME?token=`
-//! serves the ramdisk's kernel and initrd to holders of a live token. Both are
-//! unauthenticated, so both are rate-limited per client address; neither logs the token.
+//! What a network-booting machine is told: `GET /boot/ipxe?mac=` (or `/boot/grub?mac=` for
+//! GRUB) answers the script for the node's next step (a ramdisk task with a fresh one-time
+//! token and the CA fingerprint on its kernel command line, or "boot the next device"), and
+//! `GET /boot/files/NAME?token=` serves the ramdisk's kernel and initrd to holders of a live
+//! token. Both are unauthenticated, so both are rate-limited per client address; neither
+//! logs the token.
 
 use axum::extract::{Path, Query, State};
 use axum::http::header;
@@ -16,7 +17,7 @@ use crate::app::AppState;
 use crate::boot::{BootService, ClientAddr};
 use crate::config::BootConfig;
 use crate::error::{ApiError, ApiResult};
-use crate::model::boot::{BootStep, boot_step};
+use crate::model::boot::{BootStep, BootTask, boot_step};
 use crate::model::node::{Deadlines, NodeState, NodeTransition, normalize_mac};
 use crate::store::{self, Conn};
 
@@ -41,29 +42,58 @@ pub struct Decision {
     pub boot_mac: String,
 }
 
-/// The iPXE script for `decision`. Paths are relative: iPXE resolves them against the URL the
-/// script came from. `initrd=initrd` on the kernel line is what Debian's iPXE needs under
-/// UEFI to hand the kernel its initrd.
-pub fn render(decision: &Decision, service: &BootService, kernel_args: &str) -> String {
-    match (&decision.step, &decision.token) {
-        (BootStep::Ramdisk(task), Some(token)) => format!(
+/// The boot loader a script is written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// iPXE (`GET /boot/ipxe`): the PXE chain and the BIOS virtual-media ISO.
+    Ipxe,
+    /// GRUB (`GET /boot/grub`): the UEFI side of the hybrid virtual-media ISO, which fetches
+    /// over its own HTTP stack; `${metal}` is the `(http,HOST:PORT)` device its grub.cfg set.
+    Grub,
+}
+
+/// The ramdisk's kernel command line for `task` (the token is on it: the ramdisk joins
+/// with it).
+fn kernel_line(decision: &Decision, task: BootTask, token: &str, service: &BootService, kernel_args: &str) -> String {
+    format!(
+        "metal.controller={url} metal.token={token} metal.ca={fingerprint} metal.task={task} metal.node={node} \
+         metal.bootif={mac} {kernel_args}",
+        url = service.controller_url,
+        fingerprint = service.ca_fingerprint,
+        node = decision.node_id,
+        mac = decision.boot_mac,
+    )
+}
+
+/// The script for `decision` in `dialect`. iPXE paths are relative: iPXE resolves them
+/// against the URL the script came from. `initrd=initrd` on iPXE's kernel line is what
+/// Debian's iPXE needs under UEFI to hand the kernel its initrd; GRUB hands it over itself
+/// (and the EFI stub would look for a file named by `initrd=`). "Boot the next device" is
+/// `exit` in both: back to the firmware's boot order.
+pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dialect: Dialect) -> String {
+    let (node, state) = (&decision.node_id, decision.state);
+    match (&decision.step, &decision.token, dialect) {
+        (BootStep::Ramdisk(task), Some(token), Dialect::Ipxe) => format!(
             "#!ipxe\n\
              echo metal: node {node} ({state}): booting the ramdisk to {task}\n\
-             kernel --name vmlinuz /boot/files/vmlinuz?token={token} initrd=initrd metal.controller={url} \
-             metal.token={token} metal.ca={fingerprint} metal.task={task} metal.node={node} metal.bootif={mac} \
-             {kernel_args}\n\
+             kernel --name vmlinuz /boot/files/vmlinuz?token={token} initrd=initrd {line}\n\
              initrd --name initrd /boot/files/initrd?token={token}\n\
              boot\n",
-            node = decision.node_id,
-            state = decision.state,
-            mac = decision.boot_mac,
-            url = service.controller_url,
-            fingerprint = service.ca_fingerprint,
+            line = kernel_line(decision, *task, token, service, kernel_args),
         ),
-        _ => format!(
-            "#!ipxe\necho metal: node {} ({}): nothing to run, booting the next device\nexit\n",
-            decision.node_id, decision.state
+        (BootStep::Ramdisk(task), Some(token), Dialect::Grub) => format!(
+            "echo \"metal: node {node} ({state}): booting the ramdisk to {task}\"\n\
+             linux \"${{metal}}/boot/files/vmlinuz?token={token}\" {line}\n\
+             initrd \"${{metal}}/boot/files/initrd?token={token}\"\n\
+             boot\n",
+            line = kernel_line(decision, *task, token, service, kernel_args),
         ),
+        (_, _, Dialect::Ipxe) => {
+            format!("#!ipxe\necho metal: node {node} ({state}): nothing to run, booting the next device\nexit\n")
+        }
+        (_, _, Dialect::Grub) => {
+            format!("echo \"metal: node {node} ({state}): nothing to run, booting the next device\"\nexit\n")
+        }
     }
 }
 
@@ -138,10 +168,20 @@ pub struct ScriptQuery {
 }
 
 /// `GET /boot/ipxe?mac=`: the iPXE script for the node's next step.
-pub async fn script(
+pub async fn ipxe_script(state: State<AppState>, client: ClientAddr, query: Query<ScriptQuery>) -> ApiResult<Response> {
+    script(state, client, query, Dialect::Ipxe).await
+}
+
+/// `GET /boot/grub?mac=`: the same in GRUB's language.
+pub async fn grub_script(state: State<AppState>, client: ClientAddr, query: Query<ScriptQuery>) -> ApiResult<Response> {
+    script(state, client, query, Dialect::Grub).await
+}
+
+async fn script(
     State(app): State<AppState>,
     ClientAddr(address): ClientAddr,
     Query(query): Query<ScriptQuery>,
+    dialect: Dialect,
 ) -> ApiResult<Response> {
     let service = BootService::of(&app)?;
     service.limiter.check(address)?;
@@ -152,7 +192,7 @@ pub async fn script(
         BootStep::Ramdisk(task) => info!(node = %decision.node_id, %task, client = %address, "ramdisk boot"),
         BootStep::LocalDisk => info!(node = %decision.node_id, state = %decision.state, "boot the next device"),
     }
-    let body = render(&decision, service, &app.config.boot.kernel_args);
+    let body = render(&decision, service, &app.config.boot.kernel_args, dialect);
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], body)
         .into_response())
 }

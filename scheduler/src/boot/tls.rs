@@ -3,12 +3,10 @@
 //! its life is gone; client certificates are optional at the handshake (the join has none)
 //! and checked against the site CA by the handlers that need them (`Peer`).
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
-use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use metal_protocol::{SigningKey, SiteCa};
 use rustls::crypto::CryptoProvider;
@@ -18,6 +16,7 @@ use tracing::{info, warn};
 
 use crate::app::AppState;
 use crate::boot::{BootService, Peer, ramdisk};
+use crate::http_server::{Connections, accept_loop};
 
 /// How long the listener's own certificate is valid.
 const SERVER_VALIDITY: Duration = Duration::from_secs(30 * 86400);
@@ -102,35 +101,22 @@ pub async fn serve(
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let router = router(app.clone());
     info!(address = %listener.local_addr()?, url = %service.controller_url, "boot listener (TLS) up");
-    tokio::pin!(shutdown);
-    loop {
-        let (tcp, address) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    warn!(error = %e, "boot listener: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => return Ok(()),
-        };
-        let (acceptor, router) = (acceptor.clone(), router.clone());
+    let connections = Arc::new(Connections::default());
+    accept_loop(&listener, shutdown, |tcp, client| {
+        let (acceptor, router, connections) = (acceptor.clone(), router.clone(), connections.clone());
         tokio::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(tls) => tls,
-                Err(e) => {
-                    info!(client = %address, error = %e, "boot listener: TLS handshake failed");
-                    return;
+            match acceptor.accept(tcp).await {
+                Ok(tls) => {
+                    let peer = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec());
+                    connections.serve(tls, client, router.layer(axum::Extension(Peer(peer))));
                 }
-            };
-            let peer = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec());
-            let service = hyper_util::service::TowerToHyperService::new(
-                router.layer(axum::Extension(Peer(peer))).layer(axum::Extension(ConnectInfo::<SocketAddr>(address))),
-            );
-            let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                .await;
+                Err(e) => info!(%client, error = %e, "boot listener: TLS handshake failed"),
+            }
         });
+    })
+    .await;
+    if let Some(connections) = Arc::into_inner(connections) {
+        connections.shutdown(Duration::from_secs(30)).await;
     }
+    Ok(())
 }

@@ -56,7 +56,7 @@ impl Site {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let router = metal_scheduler::api::router(app.clone());
-        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        tokio::spawn(metal_scheduler::http_server::serve(listener, router, std::future::pending()));
         Site { url, admin, clock, app, http: reqwest::Client::new(), _dir: dir }
     }
 
