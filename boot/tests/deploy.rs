@@ -361,23 +361,11 @@ fn https_is_trusted_only_through_the_pinned_ca() {
 
 #[test]
 fn a_gpt_image_gets_its_cloud_init_seed_partition() {
-    use metal_protocol::cloudinit::{SeedInput, render};
     let server = ImageServer::start();
     let dir = tempfile::tempdir().unwrap();
     let image = metal_tests::images::gpt_image(dir.path());
     let plan_file = make_plan(dir.path(), &image, &server.put("gpt.img", image.clone()));
-    let seed = render(&SeedInput {
-        instance_id: "node-7-gen-3".into(),
-        hostname: "gpu-07".into(),
-        admin_user: "ops".into(),
-        ssh_authorized_keys: vec![
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops".into(),
-        ],
-        join: None,
-        network: vec![],
-        volume: metal_protocol::deploy::SeedVolume::VfatPartition,
-    })
-    .unwrap();
+    let seed = metal_tests::images::seed("node-7-gen-3", "gpu-07");
     let mut plan: Value = serde_json::from_slice(&std::fs::read(&plan_file).unwrap()).unwrap();
     plan["cloudInit"] = serde_json::to_value(&seed).unwrap();
     std::fs::write(&plan_file, plan.to_string()).unwrap();
