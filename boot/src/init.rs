@@ -21,6 +21,8 @@ pub enum Task {
     Deploy,
     /// Erase every disk, read it back, and post the signed wipe report.
     Erase,
+    /// Read the firmware versions in band and post them (the controller checks the baseline).
+    Firmware,
     /// A shell on the console (debugging).
     Shell,
     /// Anything else named on the command line (arrives with the controller protocol).
@@ -101,6 +103,7 @@ pub fn parse_cmdline(cmdline: &str) -> Params {
                     "commission" => Task::Commission,
                     "deploy" => Task::Deploy,
                     "erase" => Task::Erase,
+                    "firmware" => Task::Firmware,
                     "shell" => Task::Shell,
                     _ => Task::Other(value),
                 }
@@ -260,31 +263,52 @@ fn task(params: &Params) -> Result<(), String> {
             let joined =
                 join(params)?.ok_or("a deploy needs the controller: metal.controller, metal.token, metal.ca")?;
             let result = deploy(&joined);
-            let (ok, detail) = match &result {
-                Ok(done) => (true, done.clone()),
-                Err(e) => (false, e.clone()),
-            };
-            say(&format!("deploy {}: {detail}", if ok { "done" } else { "FAILED" }));
-            joined.report_task("deploy", ok, detail).map_err(|e| format!("reporting: {e}"))?;
-            result.map(|_| ())
+            finish(&joined, "deploy", "deploy", result)
         }
         Task::Erase => {
             let joined =
                 join(params)?.ok_or("an erase needs the controller: metal.controller, metal.token, metal.ca")?;
             let result = erase(&joined, params.erase_method.as_deref());
-            let (ok, detail) = match &result {
-                Ok(done) => (true, done.clone()),
-                Err(e) => (false, e.clone()),
-            };
-            say(&format!("erase {}: {detail}", if ok { "done" } else { "FAILED" }));
-            joined.report_task("erase", ok, detail).map_err(|e| format!("reporting: {e}"))?;
-            result.map(|_| ())
+            finish(&joined, "erase", "erase", result)
+        }
+        Task::Firmware => {
+            let joined = join(params)?
+                .ok_or("a firmware check needs the controller: metal.controller, metal.token, metal.ca")?;
+            let node = joined.identity().identity().node.clone();
+            let report = crate::report::collect(&SystemPaths::default(), &node, None);
+            for v in &report.firmware {
+                say(&format!("firmware {} {} ({})", v.component, v.version, v.source));
+            }
+            let result = joined
+                .post_report(metal_protocol::InventoryReport::PAYLOAD_TYPE, &report)
+                .map_err(|e| format!("reporting: {e}"))
+                .and_then(|receipt| match receipt.reason {
+                    None => Ok(format!("{} versions reported; compliant", report.firmware.len())),
+                    Some(reason) => Err(reason),
+                });
+            finish(&joined, "firmware", "firmware check", result)
         }
         Task::Shell => run("/bin/sh", &[]).map(|_| ()),
         Task::Other(name) => {
             Err(format!("task {name:?} needs the controller protocol, which this build does not speak yet"))
         }
     }
+}
+
+/// Says how a joined task ended and reports it, signed, to the controller.
+fn finish(
+    joined: &crate::controller::Joined,
+    task: &str,
+    label: &str,
+    result: Result<String, String>,
+) -> Result<(), String> {
+    let (ok, detail) = match &result {
+        Ok(done) => (true, done.clone()),
+        Err(e) => (false, e.clone()),
+    };
+    say(&format!("{label} {}: {detail}", if ok { "done" } else { "FAILED" }));
+    joined.report_task(task, ok, detail).map_err(|e| format!("reporting: {e}"))?;
+    result.map(|_| ())
 }
 
 /// Erases every disk, posts the signed wipe report and says whether the controller took it.
@@ -404,6 +428,7 @@ mod tests {
         assert_eq!((q.task, q.debug, q.end), (Task::Erase, true, End::Reboot));
         assert_eq!(q.erase_method.as_deref(), Some("discard"));
         assert_eq!(parse_cmdline("metal.bootif=52:54:00:AA:BB:CC").boot_mac.as_deref(), Some("52:54:00:AA:BB:CC"));
-        assert_eq!(parse_cmdline("metal.task=firmware").task, Task::Other("firmware".into()));
+        assert_eq!(parse_cmdline("metal.task=firmware").task, Task::Firmware);
+        assert_eq!(parse_cmdline("metal.task=dance").task, Task::Other("dance".into()));
     }
 }

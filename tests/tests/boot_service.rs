@@ -295,3 +295,44 @@ fn boot_endpoints_are_rate_limited_per_client() {
     assert_eq!(s.get_text("/boot/files/vmlinuz?token=x").0, 429, "the files share the client's bucket");
     assert_eq!(s.call("GET", "/v1/nodes/n1", None).0, 200, "the authenticated API is not limited");
 }
+
+/// Puts node n1 in a pool whose firmware baseline wants this BIOS version.
+fn pool_with_bios(s: &TestScheduler, bios: &str) {
+    let pool = json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
+        "policy": {"tenantRoot": true, "firmwareBaseline": {"bios": bios}}});
+    let (status, body) = s.call("POST", "/v1/pools", Some(pool));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = s.call("PATCH", "/v1/nodes/n1", Some(json!({"poolId": "p1"})));
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn a_releasing_node_in_a_pool_with_a_baseline_has_its_firmware_checked_before_the_erase() {
+    let s = start();
+    commissioned(&s);
+    pool_with_bios(&s, "1.16.3");
+    s.walk("n1", &["ready", "allocated", "deploying", "deployed", "releasing"]);
+    let token = boot(&s, "firmware");
+    let joined = join(&s, &token).unwrap();
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory("n1")).unwrap();
+    assert!(receipt.accepted && receipt.reason.is_none(), "{receipt:?}");
+    let checked = s.events("node.firmware.checked");
+    assert_eq!(checked[0]["data"]["compliant"], true, "{checked:?}");
+    assert_eq!(s.node("n1")["state"], "releasing");
+    // Compliant at this generation: the next boot erases.
+    boot(&s, "erase");
+}
+
+#[test]
+fn firmware_drift_found_in_band_fails_the_releasing_node() {
+    let s = start();
+    commissioned(&s);
+    pool_with_bios(&s, "2.0");
+    s.walk("n1", &["ready", "allocated", "deploying", "deployed", "releasing"]);
+    let joined = join(&s, &boot(&s, "firmware")).unwrap();
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory("n1")).unwrap();
+    assert_eq!(receipt.reason.as_deref(), Some("FIRMWARE_DRIFT: bios: expected 2.0, found 1.16.3"), "{receipt:?}");
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
+    assert!(node["stateReason"].as_str().unwrap().starts_with("FIRMWARE_DRIFT"), "{node}");
+}

@@ -119,6 +119,18 @@ fn pxe_commission_then_erase_with_a_signed_wipe_report_the_scheduler_accepts() {
     assert!(receipt["reason"].as_str().unwrap().contains("HILSATA01"), "{receipt}");
     assert_eq!(s.node("hil-1")["state"], "releasing");
 
+    // The teardown's firmware step first: the node's pool wants the BIOS it commissioned with;
+    // the ramdisk reads it in band and the scheduler finds it compliant.
+    let bios = report.firmware.iter().find(|v| v.component == "bios").unwrap().version.clone();
+    let pool = serde_json::json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
+        "policy": {"tenantRoot": true, "firmwareBaseline": {"bios": bios}}});
+    assert_eq!(s.call("POST", "/v1/pools", Some(pool)).0, 201);
+    assert_eq!(s.call("PATCH", "/v1/nodes/hil-1", Some(serde_json::json!({"poolId": "p1"}))).0, 200);
+    let console = pxe_boot(&s, dir.path(), mac, &disks);
+    assert!(console.text.contains("task: Firmware"), "{}", console.text);
+    assert!(console.text.contains("firmware check done: "), "{}", console.text);
+    assert_eq!(s.events("node.firmware.checked")[0]["data"]["compliant"], true);
+
     // 2. The erase: NVMe Format where the controller has it, overwrites elsewhere, read back,
     //    the signed report accepted, the node ready again, and no old byte left.
     let console = pxe_boot(&s, dir.path(), mac, &disks);

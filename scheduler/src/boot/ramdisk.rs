@@ -69,7 +69,7 @@ pub async fn join(
                     node.id, node.identity_generation
                 )));
             }
-            if boot_step(node.state) != BootStep::Ramdisk(token.task) {
+            if boot_step(node.state, store::boot::firmware_due(tx, &node)?) != BootStep::Ramdisk(token.task) {
                 return Err(ApiError::Forbidden(format!(
                     "the token is for {} but node {} is {} now",
                     token.task, node.id, node.state
@@ -167,7 +167,9 @@ fn move_node(
     store::nodes::transition(tx, &node.id, &request, deadlines, now)
 }
 
-fn commissioning_report(
+/// An inventory: the commissioning report of a commissioning node, or the firmware check of
+/// a releasing one.
+fn inventory_report(
     tx: &mut dyn Conn,
     identity: &Identity,
     key: &VerifyingKey,
@@ -176,11 +178,53 @@ fn commissioning_report(
     now: OffsetDateTime,
 ) -> ApiResult<ReportReceipt> {
     let (node, report) = ramdisk_payload(tx, identity, key, envelope, |r: &InventoryReport| &r.node_id)?;
-    if node.state != NodeState::Commissioning {
-        return Err(ApiError::Conflict(format!("node {} is {}, not commissioning", node.id, node.state)));
+    match node.state {
+        NodeState::Commissioning => commissioning_report(tx, &node, &report, envelope, deadlines, now),
+        NodeState::Releasing => firmware_check(tx, &node, &report, deadlines, now),
+        state => Err(ApiError::Conflict(format!("node {} is {state}, not commissioning or releasing", node.id))),
     }
+}
+
+/// The teardown's firmware step: the versions the ramdisk read in band against the pool's
+/// baseline (the ramdisk reports versions; the verdict is the scheduler's). Drift fails the
+/// node (quarantine); a compliant check at this generation moves the boot service to the erase.
+fn firmware_check(
+    tx: &mut dyn Conn,
+    node: &Node,
+    report: &InventoryReport,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<ReportReceipt> {
+    let pool = match node.pool_id.as_deref() {
+        Some(id) => store::capacity::get_pool(tx, id)?,
+        None => None,
+    };
+    let baseline = pool.and_then(|p| p.policy.firmware_baseline);
+    let check = metal_firmware::baseline::check(&node.id, &report.firmware, baseline.as_ref(), now)
+        .map_err(|e| ApiError::Conflict(format!("node {}: no firmware check is due: {e}", node.id)))?;
+    let text = serde_json::to_string(&check).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let id = store::boot::record_firmware_check(tx, &node.id, node.generation, check.compliant, &text, now)?;
+    let drift = metal_firmware::baseline::drift_lines(&check);
+    let data = json!({"node": node.id, "check": id, "compliant": check.compliant, "drift": drift});
+    store::events::append(tx, "node.firmware.checked", &format!("node/{}", node.id), None, &data, now)?;
+    if check.compliant {
+        return Ok(ReportReceipt { accepted: true, reason: None });
+    }
+    let reason = format!("FIRMWARE_DRIFT: {}", drift.join("; "));
+    move_node(tx, node, NodeState::Failed, reason.clone(), deadlines, now)?;
+    Ok(ReportReceipt { accepted: true, reason: Some(reason) })
+}
+
+fn commissioning_report(
+    tx: &mut dyn Conn,
+    node: &Node,
+    report: &InventoryReport,
+    envelope: &Envelope,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<ReportReceipt> {
     let passed = report.passed();
-    let inventory = serde_json::to_string(&report).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let inventory = serde_json::to_string(report).map_err(|e| ApiError::Internal(e.to_string()))?;
     let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
     store::boot::put_inventory(tx, &node.id, passed, &inventory, &raw, now)?;
     let failed: Vec<String> =
@@ -193,7 +237,7 @@ fn commissioning_report(
     } else {
         (NodeState::Failed, format!("commissioning test failed: {}", failed.join("; ")))
     };
-    move_node(tx, &node, to, reason, deadlines, now)?;
+    move_node(tx, node, to, reason, deadlines, now)?;
     Ok(ReportReceipt { accepted: true, reason: None })
 }
 
@@ -279,7 +323,7 @@ fn task_report(
     let outcome = match (report.task.as_str(), report.ok, node.state) {
         ("deploy", true, NodeState::Deploying) => Some(NodeState::Deployed),
         ("deploy", false, NodeState::Deploying)
-        | ("erase", false, NodeState::Releasing)
+        | ("erase" | "firmware", false, NodeState::Releasing)
         | ("commission", false, NodeState::Commissioning) => Some(NodeState::Failed),
         _ => None,
     };
@@ -305,7 +349,7 @@ pub async fn reports(
     let ca = service.ca.clone();
     let receipt = app
         .change(move |tx| match envelope.payload_type.as_str() {
-            InventoryReport::PAYLOAD_TYPE => commissioning_report(tx, &identity, &key, &envelope, &deadlines, now),
+            InventoryReport::PAYLOAD_TYPE => inventory_report(tx, &identity, &key, &envelope, &deadlines, now),
             WipeReport::PAYLOAD_TYPE => wipe_report(tx, &ca, &identity, &envelope, &deadlines, now),
             TaskReport::PAYLOAD_TYPE => task_report(tx, &identity, &key, &envelope, &deadlines, now),
             other => Err(ApiError::invalid("payloadType", format!("unknown report type {other:?}"))),

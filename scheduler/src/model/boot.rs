@@ -19,6 +19,8 @@ pub enum BootTask {
     Erase,
     /// Write the node's deploy plan to its disk.
     Deploy,
+    /// The teardown's in-band firmware check (before the erase, when the pool has a baseline).
+    Firmware,
 }
 
 impl BootTask {
@@ -28,6 +30,7 @@ impl BootTask {
             BootTask::Commission => "commission",
             BootTask::Erase => "erase",
             BootTask::Deploy => "deploy",
+            BootTask::Firmware => "firmware",
         }
     }
 }
@@ -41,7 +44,7 @@ impl fmt::Display for BootTask {
 impl FromStr for BootTask {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [BootTask::Commission, BootTask::Erase, BootTask::Deploy]
+        [BootTask::Commission, BootTask::Erase, BootTask::Deploy, BootTask::Firmware]
             .into_iter()
             .find(|t| t.as_str() == s)
             .ok_or_else(|| format!("unknown boot task {s:?}"))
@@ -57,11 +60,14 @@ pub enum BootStep {
     LocalDisk,
 }
 
-/// The step for a node in `state`: new and commissioning nodes are commissioned, a
-/// releasing node is erased, a deploying node is deployed; every other state boots its disk.
-pub fn boot_step(state: NodeState) -> BootStep {
+/// The step for a node in `state`: new and commissioning nodes are commissioned; a releasing
+/// node has its firmware checked first when its pool has a baseline and no compliant check
+/// was recorded in this release (`firmware_due`), then is erased; a deploying node is
+/// deployed; every other state boots its disk.
+pub fn boot_step(state: NodeState, firmware_due: bool) -> BootStep {
     match state {
         NodeState::New | NodeState::Commissioning => BootStep::Ramdisk(BootTask::Commission),
+        NodeState::Releasing if firmware_due => BootStep::Ramdisk(BootTask::Firmware),
         NodeState::Releasing => BootStep::Ramdisk(BootTask::Erase),
         NodeState::Deploying => BootStep::Ramdisk(BootTask::Deploy),
         _ => BootStep::LocalDisk,
@@ -116,7 +122,7 @@ mod tests {
     fn every_state_has_one_step() {
         let ramdisk: Vec<(NodeState, BootTask)> = NodeState::ALL
             .into_iter()
-            .filter_map(|s| match boot_step(s) {
+            .filter_map(|s| match boot_step(s, false) {
                 BootStep::Ramdisk(t) => Some((s, t)),
                 BootStep::LocalDisk => None,
             })
@@ -130,9 +136,11 @@ mod tests {
                 (NodeState::Releasing, BootTask::Erase),
             ]
         );
-        for t in [BootTask::Commission, BootTask::Erase, BootTask::Deploy] {
+        assert_eq!(boot_step(NodeState::Releasing, true), BootStep::Ramdisk(BootTask::Firmware));
+        assert_eq!(boot_step(NodeState::Ready, true), BootStep::LocalDisk);
+        for t in [BootTask::Commission, BootTask::Erase, BootTask::Deploy, BootTask::Firmware] {
             assert_eq!(t.as_str().parse::<BootTask>(), Ok(t));
         }
-        assert!("firmware".parse::<BootTask>().is_err());
+        assert!("shell".parse::<BootTask>().is_err());
     }
 }

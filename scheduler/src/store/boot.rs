@@ -167,6 +167,41 @@ pub fn wipe_reports(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<WipeRepo
     .collect()
 }
 
+/// Records a firmware check of the node at `node_generation`.
+pub fn record_firmware_check(
+    conn: &mut dyn Conn,
+    node_id: &str,
+    node_generation: i64,
+    compliant: bool,
+    report: &str,
+    now: OffsetDateTime,
+) -> DbResult<String> {
+    let id = format!("fw-{}", uuid::Uuid::new_v4().simple());
+    conn.execute(
+        "INSERT INTO firmware_checks (id, node_id, node_generation, compliant, report, received_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&id, &node_id, &node_generation, &i64::from(compliant), &report, &to_millis(now)],
+    )?;
+    Ok(id)
+}
+
+/// Whether a releasing node still needs its firmware checked: its pool has a baseline and
+/// no compliant check was recorded at its current generation (every lifecycle move bumps it).
+pub fn firmware_due(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<bool> {
+    let Some(pool) = node.pool_id.as_deref() else { return Ok(false) };
+    let baseline = crate::store::capacity::get_pool(conn, pool)?
+        .and_then(|p| p.policy.firmware_baseline)
+        .is_some_and(|b| !b.is_empty());
+    if !baseline {
+        return Ok(false);
+    }
+    let checked = conn.query_opt(
+        "SELECT id FROM firmware_checks WHERE node_id = $1 AND node_generation = $2 AND compliant = 1",
+        &[&node.id, &node.generation],
+    )?;
+    Ok(checked.is_none())
+}
+
 /// Replaces the node's deploy plan (JSON of a `DeployPlan`).
 pub fn put_plan(conn: &mut dyn Conn, node_id: &str, plan: &str, now: OffsetDateTime) -> DbResult<()> {
     conn.execute("DELETE FROM deploy_plans WHERE node_id = $1", &[&node_id])?;

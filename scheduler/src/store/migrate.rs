@@ -15,6 +15,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (5, "bmcs", include_str!("../../migrations/0005_bmcs.sql")),
     (6, "console-sessions", include_str!("../../migrations/0006_console_sessions.sql")),
     (7, "boot", include_str!("../../migrations/0007_boot.sql")),
+    (8, "firmware-checks", include_str!("../../migrations/0008_firmware_checks.sql")),
 ];
 
 /// Brings the schema up to date.
