@@ -18,22 +18,25 @@ fn workspace() -> PathBuf {
 /// from the current tree. `METAL_RAMDISK_DIR` names a prebuilt one instead.
 pub fn ramdisk() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Ok(dir) = std::env::var("METAL_RAMDISK_DIR") {
-            return workspace().join(dir);
-        }
-        let dir = workspace().join("target/ramdisk");
-        // One build at a time across test processes (nextest runs each test in its own).
-        let status = Command::new("flock")
-            .arg(workspace().join("target/.ramdisk.lock"))
-            .arg(workspace().join("scripts/build-ramdisk"))
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .status()
-            .expect("flock and scripts/build-ramdisk");
-        assert!(status.success(), "scripts/build-ramdisk failed");
-        dir
+    DIR.get_or_init(|| match std::env::var("METAL_RAMDISK_DIR") {
+        Ok(dir) => workspace().join(dir),
+        Err(_) => built("build-ramdisk", "ramdisk"),
     })
+}
+
+/// Runs `scripts/SCRIPT target/NAME` under the lock `target/.NAME.lock`: one build at a
+/// time across test processes (nextest runs each test in its own). Returns the directory.
+fn built(script: &str, name: &str) -> PathBuf {
+    let dir = workspace().join("target").join(name);
+    let status = Command::new("flock")
+        .arg(workspace().join(format!("target/.{name}.lock")))
+        .arg(workspace().join("scripts").join(script))
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("flock and scripts/{script}: {e}"));
+    assert!(status.success(), "scripts/{script} failed");
+    dir
 }
 
 /// A TFTP directory whose `boot.ipxe` is the repository's `ipxe/metal.ipxe` pointing at
@@ -50,18 +53,7 @@ pub fn tftp_dir(dir: &Path, url: &str) -> PathBuf {
 /// test process from the current tree.
 pub fn mkosi_ramdisk() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = workspace().join("target/mkosi-ramdisk");
-        let status = Command::new("flock")
-            .arg(workspace().join("target/.mkosi-ramdisk.lock"))
-            .arg(workspace().join("scripts/build-mkosi-ramdisk"))
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .status()
-            .expect("flock and scripts/build-mkosi-ramdisk");
-        assert!(status.success(), "scripts/build-mkosi-ramdisk failed");
-        dir
-    })
+    DIR.get_or_init(|| built("build-mkosi-ramdisk", "mkosi-ramdisk"))
 }
 
 /// A disk attached to the guest.
