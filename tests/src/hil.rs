@@ -100,6 +100,8 @@ pub struct Console {
     pub text: String,
     /// The guest powered off by itself or showed the `until` marker (not killed at the timeout).
     pub finished: bool,
+    /// It printed nothing for `STALL` after it had started printing (killed then).
+    pub stalled: bool,
 }
 
 impl Console {
@@ -269,8 +271,16 @@ impl Guest {
             .stderr(Stdio::piped());
         let mut guard = Guard(command.spawn().expect("qemu-system-x86_64 (scripts/setup-hil installs it)"));
         let deadline = Instant::now() + self.timeout;
-        let mut finished = false;
+        let (mut finished, mut stalled) = (false, false);
+        let (mut printed, mut last_output) = (0u64, Instant::now());
         while Instant::now() < deadline {
+            let size = std::fs::metadata(&console).map_or(0, |m| m.len());
+            if size != printed {
+                (printed, last_output) = (size, Instant::now());
+            } else if printed > 0 && last_output.elapsed() > STALL {
+                stalled = true;
+                break;
+            }
             if let Some(marker) = &self.until
                 && std::fs::read(&console).is_ok_and(|text| String::from_utf8_lossy(&text).contains(marker.as_str()))
             {
@@ -288,9 +298,13 @@ impl Guest {
         }
         drop(guard);
         let text = String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).replace('\r', "");
-        Console { text, finished }
+        Console { text, finished, stalled }
     }
 }
+
+/// A guest that printed something and then nothing more for this long has stalled (seen
+/// rarely under TCG on a loaded machine: the kernel stops mid-probe).
+const STALL: Duration = Duration::from_secs(150);
 
 /// A gzip'd newc cpio archive holding `files` (the kernel unpacks it over the ramdisk).
 fn overlay(dir: &Path, files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {

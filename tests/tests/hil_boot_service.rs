@@ -40,13 +40,21 @@ fn serving(kernel: &Path, initrd: &Path, args: &str) -> TestScheduler {
 }
 
 /// Network-boots a guest with `disks` (bus, image, discard mode) until it ends by itself.
+/// A guest whose emulated kernel stalled (no console output for minutes) is booted once more.
 fn pxe_boot(s: &TestScheduler, dir: &Path, mac: &str, disks: &[(Bus, &Path, &str)]) -> Console {
     let tftp = tftp_dir(dir, &format!("http://10.0.2.2:{}", s.port));
-    let mut guest = Guest::new().boot(BootFrom::Network(tftp)).nic(mac).timeout(Duration::from_secs(420));
-    for (bus, image, discard) in disks {
-        guest = guest.disk(bus, image, discard);
+    let boot = || {
+        let mut guest = Guest::new().boot(BootFrom::Network(tftp.clone())).nic(mac).timeout(Duration::from_secs(420));
+        for (bus, image, discard) in disks {
+            guest = guest.disk(bus, image, discard);
+        }
+        guest.run()
+    };
+    let mut console = boot();
+    if console.stalled {
+        eprintln!("the guest stalled; booting it again. Its console:\n{}", console.text);
+        console = boot();
     }
-    let console = guest.run();
     assert!(console.finished, "the guest did not end by itself:\n{}", console.text);
     console
 }
