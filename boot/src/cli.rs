@@ -1,5 +1,6 @@
 //! `metal-boot` commands for an ordinary shell: `plan IMAGE --url URL` prints the deploy
-//! plan the controller would compute; `deploy --plan FILE` writes an image the way the
+//! plan the controller would compute (`--seekable OUT` first converts the image into the
+//! served seekable form); `deploy --plan FILE` writes an image the way the
 //! ramdisk does; `inventory [--tests]` prints the commissioning report. Exit codes: 0 done;
 //! 1 the image failed verification (the disk was left unbootable) or a test failed; 2 bad
 //! arguments; 3 the disk or the download failed.
@@ -43,19 +44,32 @@ enum Algorithm {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Print the deploy plan (JSON) for an image file: the digest of the file as served,
-    /// its format (from its magic bytes) and the SHA-256 of every raw chunk.
+    /// its format (from its magic bytes), the SHA-256 of every raw chunk and which chunks
+    /// are all zero, and for a file in zstd's seekable format whose frames line up with the
+    /// chunks, every frame's size (the ramdisk then decompresses frames in parallel).
+    ///
+    /// With --seekable OUT, the image is first converted into the controller's served form
+    /// (zstd's seekable format, one frame per chunk, then the seek table; any zstd tool still
+    /// decompresses it) and the plan printed is that of OUT.
     Plan {
         /// The image file (raw, gzip, zstd or xz).
         image: PathBuf,
-        /// Where the image will be served.
+        /// Where the image (or, with --seekable, OUT) will be served.
         #[arg(long)]
         url: String,
         /// Chunk size in bytes (a power of two, 64 KiB to 256 MiB).
         #[arg(long, default_value_t = 4 << 20)]
         chunk_size: u64,
-        /// Digest of the served file.
+        /// Digest of the served file (--seekable: SHA-256 only).
         #[arg(long, value_enum, default_value_t = Algorithm::Sha256)]
         digest: Algorithm,
+        /// Write the image in zstd's seekable form, one frame per chunk, to this file and
+        /// print its plan.
+        #[arg(long, value_name = "OUT")]
+        seekable: Option<PathBuf>,
+        /// zstd level of the --seekable frames.
+        #[arg(long, default_value_t = 3, requires = "seekable")]
+        level: i32,
     },
     /// Print this machine's inventory (JSON InventoryReport): CPU, memory and DIMMs, DMI,
     /// disks, NICs, in-band firmware; with --tests, also the four basic tests (exit 1 when
@@ -118,12 +132,19 @@ fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
 /// Runs a parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> u8 {
     match cli.command {
-        Command::Plan { image, url, chunk_size, digest } => {
+        Command::Plan { image, url, chunk_size, digest, seekable, level } => {
             let algorithm = match digest {
                 Algorithm::Sha256 => DigestAlgorithm::Sha256,
                 Algorithm::Sha512 => DigestAlgorithm::Sha512,
             };
-            match plan::make_plan(&image, &url, chunk_size, algorithm) {
+            let made = match (seekable, algorithm) {
+                (None, _) => plan::make_plan(&image, &url, chunk_size, algorithm),
+                (Some(out), DigestAlgorithm::Sha256) => plan::make_seekable(&image, &out, &url, chunk_size, level),
+                (Some(_), DigestAlgorithm::Sha512) => {
+                    return fail(EXIT_BAD_ARGUMENTS, "--seekable writes a SHA-256 plan (leave out --digest sha512)");
+                }
+            };
+            match made {
                 Ok(plan) => {
                     println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
                     EXIT_OK

@@ -16,9 +16,9 @@ use std::time::Instant;
 use metal_erase::io::{AlignedBuf, Target};
 use metal_protocol::deploy::{DeployPlan, PlanError};
 
-use crate::digest::{HashingReader, chunk_sha256};
-use crate::format;
-use crate::plan::read_full;
+use metal_image::digest::{HashingReader, chunk_sha256};
+use metal_image::format;
+use metal_image::manifest::read_full;
 
 /// The bytes held back and written last.
 pub const HELD_BACK: u64 = 1 << 20;

@@ -38,6 +38,10 @@ pub struct ImageSource {
     pub format: ImageFormat,
     /// Digest of the file at `url`.
     pub digest: Digest,
+    /// When the file is in zstd's seekable format with one frame per chunk: the compressed
+    /// size of each frame, in order (frame `i` decompresses to chunk `i`). Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<u64>,
 }
 
 /// Image container formats.
@@ -96,6 +100,10 @@ pub struct ChunkManifest {
     pub chunk_size: u64,
     /// Lower-case hex SHA-256 of each chunk, in order.
     pub sha256: Vec<String>,
+    /// Indices (ascending) of the chunks whose raw bytes are all zero; each one's `sha256`
+    /// is that of zeros, so the flag cannot lie without the digest lying too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zero_chunks: Vec<u64>,
 }
 
 /// Root device hints: every hint given must match.
@@ -188,6 +196,74 @@ impl ChunkManifest {
         let start = index.saturating_mul(self.chunk_size);
         self.raw_size_bytes.saturating_sub(start).min(self.chunk_size)
     }
+
+    /// Checks `zero_chunks`: ascending, in range, and each digest that of zeros.
+    fn validate_zero_chunks(&self) -> Result<(), PlanError> {
+        const FIELD: &str = "chunks.zeroChunks";
+        let count = self.sha256.len() as u64;
+        // Two lengths occur (full chunks and a short last one): hash each once, when needed.
+        let (full, short) = (std::cell::OnceCell::new(), std::cell::OnceCell::new());
+        for (at, &index) in self.zero_chunks.iter().enumerate() {
+            if at > 0 && index <= self.zero_chunks[at - 1] {
+                return Err(plan_error(FIELD, "must be ascending, without repeats"));
+            }
+            if index >= count {
+                return Err(plan_error(FIELD, format!("chunk {index} is past the last chunk ({count} chunks)")));
+            }
+            let len = self.chunk_len(index);
+            let cell = if len == self.chunk_size { &full } else { &short };
+            let zero = cell.get_or_init(|| zeros_sha256(len));
+            if &self.sha256[usize::try_from(index).unwrap_or(usize::MAX)] != zero {
+                return Err(plan_error(
+                    FIELD,
+                    format!("chunk {index} is marked zero but its sha256 is not that of zeros"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The lower-case hex SHA-256 of `len` zero bytes.
+fn zeros_sha256(len: u64) -> String {
+    use sha2::Digest as _;
+    let block = [0u8; 64 * 1024];
+    let mut hasher = sha2::Sha256::new();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(block.len() as u64);
+        hasher.update(&block[..usize::try_from(n).unwrap_or(block.len())]);
+        left -= n;
+    }
+    hex::encode(hasher.finalize())
+}
+
+impl ImageSource {
+    /// Checks `frames` against the manifest: only a zstd file has them, one per chunk, none
+    /// empty, and together shorter than the file (its seek table follows them).
+    fn validate_frames(&self, manifest: &ChunkManifest) -> Result<(), PlanError> {
+        const FIELD: &str = "image.frames";
+        if self.frames.is_empty() {
+            return Ok(());
+        }
+        if self.format != ImageFormat::Zstd {
+            return Err(plan_error(FIELD, "only a zstd (seekable) image has frames"));
+        }
+        if self.frames.len() != manifest.sha256.len() {
+            return Err(plan_error(
+                FIELD,
+                format!("has {} frames for {} chunks: one frame per chunk", self.frames.len(), manifest.sha256.len()),
+            ));
+        }
+        if let Some(index) = self.frames.iter().position(|f| *f == 0) {
+            return Err(plan_error(FIELD, format!("frame {index} is empty")));
+        }
+        let total = self.frames.iter().try_fold(0u64, |sum, f| sum.checked_add(*f));
+        if total.is_none_or(|t| t >= self.size_bytes) {
+            return Err(plan_error(FIELD, "the frames add up to the file's size or more (no room for the seek table)"));
+        }
+        Ok(())
+    }
 }
 
 impl DeployPlan {
@@ -195,7 +271,8 @@ impl DeployPlan {
     pub const PAYLOAD_TYPE: &'static str = "application/vnd.metal.deploy-plan+json";
 
     /// Checks that the plan is self-consistent: URL scheme, digest lengths, chunk size and
-    /// count, the manifest bound to the image digest, and hint ranges.
+    /// count, the manifest bound to the image digest, zero chunks and frames, and hint
+    /// ranges.
     pub fn validate(&self) -> Result<(), PlanError> {
         let url = &self.image.url;
         if !(url.starts_with("https://") || url.starts_with("http://")) {
@@ -231,6 +308,8 @@ impl DeployPlan {
         for digest in &m.sha256 {
             check_hex("chunks.sha256", digest, 64)?;
         }
+        m.validate_zero_chunks()?;
+        self.image.validate_frames(m)?;
         if self.image.format == ImageFormat::Raw && self.image.size_bytes != m.raw_size_bytes {
             return Err(plan_error("image.sizeBytes", "a raw image's size must equal chunks.rawSizeBytes"));
         }

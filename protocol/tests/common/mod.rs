@@ -150,6 +150,9 @@ pub fn inventory_report() -> InventoryReport {
     }
 }
 
+/// The SHA-256 of 1 MiB of zeros.
+pub const ZERO_MIB_SHA256: &str = "30e14955ebf1352266dc2ff8067e68104607e750abb9d3b36582b8af909fcb58";
+
 pub fn deploy_plan() -> DeployPlan {
     let digest = Digest { algorithm: DigestAlgorithm::Sha256, hex: "ab".repeat(32) };
     DeployPlan {
@@ -158,12 +161,15 @@ pub fn deploy_plan() -> DeployPlan {
             size_bytes: 123_456,
             format: ImageFormat::Zstd,
             digest: digest.clone(),
+            frames: vec![40_000, 51, 60_000, 23],
         },
         chunks: ChunkManifest {
             image_digest: digest,
             raw_size_bytes: 3 * 1024 * 1024 + 5,
             chunk_size: 1024 * 1024,
-            sha256: vec!["01".repeat(32), "02".repeat(32), "03".repeat(32), "04".repeat(32)],
+            // Chunk 1 is all zeros: its digest is the SHA-256 of 1 MiB of zeros.
+            sha256: vec!["01".repeat(32), ZERO_MIB_SHA256.into(), "03".repeat(32), "04".repeat(32)],
+            zero_chunks: vec![1],
         },
         target: RootDeviceHints {
             serial: Some("NVME0001".into()),

@@ -1,5 +1,5 @@
 //! The whole-image digest (SHA-256 or SHA-512, as the plan says) over the bytes exactly as
-//! served, computed as they stream past.
+//! served, computed as they stream past; the SHA-256 of one raw chunk; the all-zero test.
 
 use std::io::{self, Read};
 
@@ -46,6 +46,12 @@ pub fn chunk_sha256(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
+/// Whether every byte of `bytes` is zero (64-byte blocks OR-ed together, which vectorises).
+pub fn is_zero(bytes: &[u8]) -> bool {
+    let mut blocks = bytes.chunks_exact(64);
+    blocks.all(|block| block.iter().fold(0, |acc, b| acc | b) == 0) && blocks.remainder().iter().all(|b| *b == 0)
+}
+
 /// A reader that hashes and counts what passes through it.
 #[derive(Debug)]
 pub struct HashingReader<R> {
@@ -90,5 +96,17 @@ mod tests {
         let (digest, _) = HashingReader::new(&b"abc"[..], DigestAlgorithm::Sha512).finish().unwrap();
         assert!(digest.hex.starts_with("ddaf35a193617aba"));
         assert_eq!(chunk_sha256(b""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    }
+
+    #[test]
+    fn zero_test_sees_every_byte() {
+        assert!(is_zero(&[]));
+        let mut bytes = vec![0u8; 4096 + 37];
+        assert!(is_zero(&bytes));
+        for at in [0, 63, 64, 4095, 4096 + 36] {
+            bytes[at] = 1;
+            assert!(!is_zero(&bytes), "a one at {at}");
+            bytes[at] = 0;
+        }
     }
 }
