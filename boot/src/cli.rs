@@ -229,6 +229,7 @@ fn deploy_command(plan_file: &Path, device: Option<&Path>, fetch: &FetchOptions,
         Err(e) => {
             let code = match e {
                 DeployError::Chunk { .. }
+                | DeployError::Frame { .. }
                 | DeployError::Image { .. }
                 | DeployError::Format { .. }
                 | DeployError::Truncated { .. }

@@ -3,7 +3,9 @@
 //! stream or a wrong digest fail and leave a disk that cannot boot (the first MiB zero);
 //! a dropped connection is resumed with a Range request; a deploy killed halfway leaves
 //! the first MiB unwritten; http:// needs its flag; a GPT image gets its cloud-init seed
-//! partition (valid table, `cidata` FAT volume found by blkid).
+//! partition (valid table, `cidata` FAT volume found by blkid). A seekable image (`plan
+//! --seekable`) lands bit-exact through parallel frames; a frame of the wrong length, a
+//! corrupted frame and frames that do not match the stream are refused.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -406,4 +408,189 @@ fn a_gpt_image_gets_its_cloud_init_seed_partition() {
     let mut user_data = String::new();
     std::io::Read::read_to_string(&mut fs.root_dir().open_file("user-data").unwrap(), &mut user_data).unwrap();
     assert_eq!(user_data, seed.user_data);
+}
+
+/// Converts `raw` into the served seekable form with `plan --seekable` (1 MiB chunks),
+/// serves it as `name`, and returns the plan file and the served bytes.
+fn seekable_plan(dir: &Path, raw: &[u8], server: &ImageServer, name: &str) -> (PathBuf, Vec<u8>) {
+    let raw_file = dir.join("image.raw");
+    std::fs::write(&raw_file, raw).unwrap();
+    let served_file = dir.join(name);
+    let url = format!("{}/{name}", server.url);
+    let out = boot(&[
+        "plan",
+        raw_file.to_str().unwrap(),
+        "--url",
+        &url,
+        "--chunk-size",
+        "1048576",
+        "--seekable",
+        served_file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let served = std::fs::read(&served_file).unwrap();
+    server.put(name, served.clone());
+    let plan_file = dir.join("plan.json");
+    std::fs::write(&plan_file, &out.stdout).unwrap();
+    (plan_file, served)
+}
+
+fn read_plan(file: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap()
+}
+
+fn frames(plan: &Value) -> Vec<usize> {
+    plan["image"]["frames"].as_array().unwrap().iter().map(|f| usize::try_from(f.as_u64().unwrap()).unwrap()).collect()
+}
+
+#[test]
+fn a_seekable_image_lands_bit_exact_through_parallel_frames() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(7 * MIB + 4096);
+    let (plan_file, served) = seekable_plan(dir.path(), &raw, &server, "image.zst");
+    let plan = read_plan(&plan_file);
+    assert_eq!(frames(&plan).len(), 8, "{plan}");
+    assert_eq!(plan["chunks"]["zeroChunks"], json!([3, 4]));
+    // Any zstd tool reads the served form as one stream.
+    let served_file = dir.path().join("served.zst");
+    std::fs::write(&served_file, &served).unwrap();
+    let out = Command::new("zstd").arg("-dc").arg(&served_file).output().unwrap();
+    assert!(out.status.success() && out.stdout == raw, "zstd -dc does not give back the image");
+    // And `plan` of the served file finds the same frames.
+    let again = boot(&["plan", served_file.to_str().unwrap(), "--url", "http://x/y", "--chunk-size", "1048576"]);
+    let again: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!((&again["image"]["frames"], &again["chunks"]), (&plan["image"]["frames"], &plan["chunks"]));
+
+    let disk = LoopDevice::new(16 << 20);
+    let (status, outcome, stderr) = deploy(&plan_file, &disk, &["--allow-http", "--read-back"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!((&outcome["readBack"], &outcome["chunksSkipped"]), (&json!(true), &json!(0)), "{outcome}");
+    let peak = outcome["peakMemoryBytes"].as_u64().unwrap();
+    assert!(peak > 0 && peak < 256 << 20, "peak memory {peak} bytes");
+    assert!(disk.read_all()[..raw.len()] == raw[..], "the seekable image did not land bit-exact");
+
+    // On a zeroed target the two zero chunks are verified but not written.
+    let disk = LoopDevice::new(16 << 20);
+    std::fs::write(&disk.path, vec![0u8; 16 << 20]).unwrap();
+    let (status, outcome, stderr) = deploy(&plan_file, &disk, &["--allow-http", "--target-zeroed", "--read-back"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(outcome["chunksSkipped"], 2, "{outcome}");
+    assert!(disk.read_all()[..raw.len()] == raw[..]);
+}
+
+/// A seekable file of `frames` by hand: the frames, then their seek table.
+fn seekable_file(frames: &[(Vec<u8>, usize)]) -> Vec<u8> {
+    let word = |n: usize| u32::try_from(n).unwrap().to_le_bytes();
+    let mut file: Vec<u8> = frames.iter().flat_map(|(frame, _)| frame.clone()).collect();
+    file.extend_from_slice(&0x184D_2A5Eu32.to_le_bytes());
+    file.extend_from_slice(&word(frames.len() * 8 + 9));
+    for (frame, raw_len) in frames {
+        file.extend_from_slice(&word(frame.len()));
+        file.extend_from_slice(&word(*raw_len));
+    }
+    file.extend_from_slice(&word(frames.len()));
+    file.push(0);
+    file.extend_from_slice(&0x8F92_EAB1u32.to_le_bytes());
+    file
+}
+
+#[test]
+fn a_frame_that_decompresses_to_the_wrong_length_is_refused() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(4 * MIB);
+    let (plan_file, _) = seekable_plan(dir.path(), &raw, &server, "image.zst");
+    let chunk = |i: usize| &raw[i * MIB..(i + 1) * MIB];
+    for (wrong, problem) in [
+        (raw[2 * MIB..3 * MIB - 4096].to_vec(), "decompresses to 1044480 bytes, its chunk has 1048576"),
+        (raw[2 * MIB..3 * MIB + 4096].to_vec(), "does not decompress into its 1048576-byte chunk"),
+    ] {
+        // Chunk 2's frame holds 4 KiB less (or more) than its chunk; the rest are right.
+        let pieces: Vec<(Vec<u8>, usize)> = [chunk(0).to_vec(), chunk(1).to_vec(), wrong.clone(), chunk(3).to_vec()]
+            .iter()
+            .map(|piece| (compress(piece, "zstd", dir.path()), piece.len()))
+            .collect();
+        let served = seekable_file(&pieces);
+        let mut plan = read_plan(&plan_file);
+        let digest = metal_image::digest::chunk_sha256(&served);
+        plan["image"]["url"] = server.put("wrong.zst", served.clone()).into();
+        plan["image"]["sizeBytes"] = served.len().into();
+        plan["image"]["digest"]["hex"] = digest.clone().into();
+        plan["chunks"]["imageDigest"]["hex"] = digest.into();
+        plan["image"]["frames"] = pieces.iter().map(|(frame, _)| frame.len()).collect::<Vec<_>>().into();
+        let wrong_plan = dir.path().join("wrong.json");
+        std::fs::write(&wrong_plan, plan.to_string()).unwrap();
+        let disk = LoopDevice::new(8 << 20);
+        let (status, _, stderr) = deploy(&wrong_plan, &disk, &["--allow-http"]);
+        assert_eq!(status, Some(1), "{stderr}");
+        assert!(stderr.contains("chunk 2: its zstd frame (served bytes") && stderr.contains(problem), "{stderr}");
+        let written = disk.read_all();
+        assert!(written[..MIB].iter().all(|b| *b == 0), "the first MiB must be zero");
+        assert!(written[2 * MIB..3 * MIB].iter().all(|b| *b == OLD_DATA), "the wrong chunk was written");
+    }
+}
+
+#[test]
+fn a_corrupted_frame_is_refused_and_nothing_bootable_is_left() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(6 * MIB);
+    let (plan_file, mut served) = seekable_plan(dir.path(), &raw, &server, "image.zst");
+    let mut plan = read_plan(&plan_file);
+    let sizes = frames(&plan);
+    let start: usize = sizes[..2].iter().sum();
+    served[start + sizes[2] / 2] ^= 0xff;
+    server.put("image.zst", served.clone());
+    // Even with a whole-file digest that vouches for the corrupted file, the chunk's own
+    // check refuses it (the whole-file check alone may win the race on a small file).
+    let digest = metal_image::digest::chunk_sha256(&served);
+    plan["image"]["digest"]["hex"] = digest.clone().into();
+    plan["chunks"]["imageDigest"]["hex"] = digest.into();
+    let vouched = dir.path().join("vouched.json");
+    std::fs::write(&vouched, plan.to_string()).unwrap();
+    for (plan, message) in [(&plan_file, "differs from the plan"), (&vouched, "chunk 2")] {
+        let disk = LoopDevice::new(8 << 20);
+        let (status, _, stderr) = deploy(plan, &disk, &["--allow-http"]);
+        assert_eq!(status, Some(1), "{stderr}");
+        assert!(stderr.contains(message) || stderr.contains("chunk 2"), "{stderr}");
+        assert!(stderr.contains("was left unbootable"), "{stderr}");
+        let written = disk.read_all();
+        assert!(written[..MIB].iter().all(|b| *b == 0), "the first MiB must be zero");
+        assert!(written[2 * MIB..3 * MIB].iter().all(|b| *b == OLD_DATA), "the corrupted chunk was written");
+        assert!(written[7 * MIB..].iter().all(|b| *b == 0), "the last MiB must be zero");
+    }
+}
+
+#[test]
+fn frames_that_do_not_match_the_stream_are_refused() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(6 * MIB);
+    let (plan_file, _) = seekable_plan(dir.path(), &raw, &server, "image.zst");
+    // The same total, cut in the wrong place: frame 1 takes frame 2's first 100 bytes.
+    let mut plan = read_plan(&plan_file);
+    let mut sizes = frames(&plan);
+    sizes[1] += 100;
+    sizes[2] -= 100;
+    plan["image"]["frames"] = sizes.into();
+    let shifted = dir.path().join("shifted.json");
+    std::fs::write(&shifted, plan.to_string()).unwrap();
+    let disk = LoopDevice::new(8 << 20);
+    let (status, _, stderr) = deploy(&shifted, &disk, &["--allow-http"]);
+    assert_eq!(status, Some(1), "{stderr}");
+    assert!(stderr.contains("chunk 1: its zstd frame") || stderr.contains("chunk 2: its zstd frame"), "{stderr}");
+    assert!(disk.read_all()[..MIB].iter().all(|b| *b == 0), "the first MiB must be zero");
+
+    // A plan whose frames claim more than a chunk's frame can be is refused before buffering.
+    let mut plan = read_plan(&plan_file);
+    let mut sizes = frames(&plan);
+    let total: usize = sizes.iter().sum();
+    sizes[0] = 3 * MIB;
+    plan["image"]["frames"] = sizes.into();
+    plan["image"]["sizeBytes"] = (total + 3 * MIB).into();
+    std::fs::write(&shifted, plan.to_string()).unwrap();
+    let (status, _, stderr) = deploy(&shifted, &disk, &["--allow-http"]);
+    assert_eq!(status, Some(1), "{stderr}");
+    assert!(stderr.contains("chunk 0: its zstd frame (served bytes 0..3145728) is larger than any"), "{stderr}");
 }

@@ -284,6 +284,12 @@ pub fn chunk_frames(entries: &[FrameEntry], manifest: &ChunkManifest) -> Option<
     lined_up.then(|| entries.iter().map(|e| u64::from(e.compressed_size)).collect())
 }
 
+/// The largest zstd frame `raw_len` bytes can compress to (what a reader may buffer for
+/// one frame before it refuses it).
+pub fn frame_bound(raw_len: u64) -> u64 {
+    usize::try_from(raw_len).map_or(u64::MAX, |len| zstd::zstd_safe::compress_bound(len) as u64)
+}
+
 /// Decompresses single frames into caller-provided buffers (a zstd context kept between
 /// frames).
 pub struct FrameDecoder(zstd::bulk::Decompressor<'static>);

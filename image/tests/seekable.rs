@@ -8,7 +8,9 @@ use std::process::Command;
 
 use metal_image::digest::chunk_sha256;
 use metal_image::manifest::analyze;
-use metal_image::seekable::{FrameDecoder, FrameEntry, Seekable, chunk_frames, read_seek_table, write_seekable};
+use metal_image::seekable::{
+    FrameDecoder, FrameEntry, Seekable, chunk_frames, frame_bound, read_seek_table, write_seekable,
+};
 use metal_protocol::deploy::{DigestAlgorithm, ImageFormat};
 
 const CHUNK: usize = 64 << 10;
@@ -65,6 +67,7 @@ fn the_seek_table_lines_up_and_every_frame_decodes_alone() {
     assert!(entries.iter().all(|e| e.checksum.is_none()));
     assert_eq!(entries.iter().map(|e| u64::from(e.compressed_size)).collect::<Vec<_>>(), written.frames);
     assert_eq!(chunk_frames(&entries, &written.manifest).as_ref(), Some(&written.frames));
+    assert!(written.frames.iter().all(|f| *f <= frame_bound(CHUNK as u64)), "incompressible chunk 5 fits the bound");
     let mut decoder = FrameDecoder::new().unwrap();
     let mut at = 0usize;
     let mut buf = vec![0u8; CHUNK];
