@@ -10,7 +10,7 @@ use std::io::{self, Cursor, Write as _};
 use metal_protocol::deploy::{CloudInitSeed, SeedVolume};
 
 /// Size of the seed volume.
-pub const SEED_BYTES: u64 = 16 << 20;
+pub const SEED_BYTES: u64 = metal_protocol::cloudinit::SEED_PARTITION_BYTES;
 const ALIGN: u64 = 1 << 20;
 /// GPT partition type "Microsoft basic data" (what FAT volumes use), in on-disk byte order.
 const BASIC_DATA: [u8; 16] =

@@ -28,29 +28,6 @@ pub fn unfit(device: &BlockDevice, image_bytes: u64) -> Option<String> {
     }
 }
 
-fn matches_hints(device: &BlockDevice, hints: &RootDeviceHints) -> Result<(), String> {
-    let id = &device.disk.identity;
-    let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want.as_deref() == have.as_deref();
-    if !same(&hints.serial, &id.serial) {
-        return Err(format!("serial {:?} is not {:?}", id.serial, hints.serial));
-    }
-    if !same(&hints.wwn, &id.wwn) {
-        return Err(format!("WWN {:?} is not {:?}", id.wwn, hints.wwn));
-    }
-    if !same(&hints.model, &id.model) {
-        return Err(format!("model {:?} is not {:?}", id.model, hints.model));
-    }
-    if !same(&hints.by_path, &id.by_path) {
-        return Err(format!("by-path {:?} is not {:?}", id.by_path, hints.by_path));
-    }
-    if hints.min_size_bytes.is_some_and(|min| id.size_bytes < min)
-        || hints.max_size_bytes.is_some_and(|max| id.size_bytes > max)
-    {
-        return Err(format!("size {} is outside the hinted range", id.size_bytes));
-    }
-    Ok(())
-}
-
 /// The disk to write: among whole disks (loop devices are not considered), those fit for an
 /// image of `image_bytes` and matching `hints`; the smallest wins.
 pub fn choose<'a>(
@@ -61,7 +38,7 @@ pub fn choose<'a>(
     let mut reasons = Vec::new();
     let mut fit: Vec<&BlockDevice> = Vec::new();
     for device in devices.iter().filter(|d| d.kind != DeviceKind::Loop) {
-        match unfit(device, image_bytes).map_or_else(|| matches_hints(device, hints), Err) {
+        match unfit(device, image_bytes).map_or_else(|| device.disk.identity.matches_hints(hints), Err) {
             Ok(()) => fit.push(device),
             Err(why) => reasons.push(format!("{}: {why}", device.name())),
         }

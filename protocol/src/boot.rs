@@ -14,6 +14,8 @@ pub const JOIN_PATH: &str = "/v1/boot/join";
 pub const REPORTS_PATH: &str = "/v1/boot/reports";
 /// Where a deploying ramdisk fetches its `DeployPlan` (mutual TLS).
 pub const PLAN_PATH: &str = "/v1/boot/plan";
+/// Images the controller serves to deploying ramdisks (`IMAGES_PATH/ID`, Range supported).
+pub const IMAGES_PATH: &str = "/v1/boot/images";
 
 /// A ramdisk asks for its certificate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -43,6 +43,16 @@ pub struct Interface {
     pub nameservers: Vec<String>,
 }
 
+/// Size of the `cidata` partition a deploy appends after the image.
+pub const SEED_PARTITION_BYTES: u64 = 16 << 20;
+
+/// Disk bytes a deploy of a `raw_bytes` image with a seed needs: the image rounded up to a
+/// MiB, the seed partition, and a MiB at the end for the backup GPT.
+pub fn disk_bytes_with_seed(raw_bytes: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    raw_bytes.div_ceil(MIB) * MIB + SEED_PARTITION_BYTES + MIB
+}
+
 /// What a seed says, before validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeedInput {
@@ -60,6 +70,51 @@ pub struct SeedInput {
     pub network: Vec<Interface>,
     /// Where the `cidata` volume goes.
     pub volume: SeedVolume,
+    /// What a profile adds: packages, time zone, NTP servers.
+    pub extras: SeedExtras,
+}
+
+/// The cloud-init settings a profile may add, each validated like every other value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SeedExtras {
+    /// Distribution packages to install on first boot (`packages:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
+    /// IANA time zone, e.g. `Europe/Paris` (`timezone:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// NTP servers, host names or IP addresses (`ntp: servers:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ntp_servers: Vec<String>,
+}
+
+impl SeedExtras {
+    /// Checks every value: package names, the time zone's form, NTP host names or addresses.
+    pub fn validate(&self) -> Result<(), SeedError> {
+        for (i, package) in self.packages.iter().enumerate() {
+            let ok = (1..=128).contains(&package.len())
+                && package.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b'_'))
+                && package.as_bytes()[0].is_ascii_alphanumeric();
+            if !ok {
+                return Err(bad(format!("packages[{i}]"), format!("{package:?} is not a package name")));
+            }
+        }
+        if let Some(zone) = &self.timezone {
+            let ok = (1..=64).contains(&zone.len())
+                && zone.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'+' | b'-'))
+                && zone.split('/').all(|part| !part.is_empty() && part.as_bytes()[0].is_ascii_alphabetic());
+            if !ok {
+                return Err(bad("timezone", format!("{zone:?} is not an IANA time zone name (Area/City)")));
+            }
+        }
+        for (i, server) in self.ntp_servers.iter().enumerate() {
+            if server.parse::<std::net::IpAddr>().is_err() {
+                check_hostname(server).map_err(|e| bad(format!("ntpServers[{i}]"), e.message))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A value that may not go into a seed.
@@ -199,6 +254,7 @@ impl SeedInput {
         if let Some(join) = &self.join {
             check_join(join)?;
         }
+        self.extras.validate()?;
         for (i, nic) in self.network.iter().enumerate() {
             let f = |name: &str| format!("network[{i}].{name}");
             let name_ok = (1..=15).contains(&nic.name.len())
@@ -243,6 +299,16 @@ pub fn render(input: &SeedInput) -> Result<CloudInitSeed, SeedError> {
             "ssh_authorized_keys": input.ssh_authorized_keys.iter().map(|k| k.trim()).collect::<Vec<_>>(),
         }],
     });
+    let extras = &input.extras;
+    if !extras.packages.is_empty() {
+        config["packages"] = json!(extras.packages);
+    }
+    if let Some(zone) = &extras.timezone {
+        config["timezone"] = json!(zone);
+    }
+    if !extras.ntp_servers.is_empty() {
+        config["ntp"] = json!({"enabled": true, "servers": extras.ntp_servers});
+    }
     if let Some(join) = &input.join {
         let join_config =
             json!({"controller": join.controller_url, "token": join.token, "caFingerprint": join.ca_fingerprint});
@@ -311,6 +377,7 @@ mod tests {
                 nameservers: vec!["10.0.0.2".into()],
             }],
             volume: SeedVolume::VfatPartition,
+            extras: SeedExtras::default(),
         }
     }
 
@@ -360,6 +427,11 @@ mod tests {
             (Box::new(|i| i.network[0].addresses = vec!["10.0.0.7/33".into()]), "network[0].addresses"),
             (Box::new(|i| i.network[0].gateway4 = Some("fe80::1".into())), "network[0].gateway4"),
             (Box::new(|i| i.instance_id = "a b".into()), "instanceId"),
+            (Box::new(|i| i.extras.packages = vec!["vim; reboot".into()]), "packages[0]"),
+            (Box::new(|i| i.extras.packages = vec!["-o".into()]), "packages[0]"),
+            (Box::new(|i| i.extras.timezone = Some("../../etc/shadow".into())), "timezone"),
+            (Box::new(|i| i.extras.timezone = Some("Europe/Paris\nruncmd".into())), "timezone"),
+            (Box::new(|i| i.extras.ntp_servers = vec!["ok.example".into(), "bad host".into()]), "ntpServers[1]"),
         ];
         for (change, field) in cases {
             let mut bad_input = input();

@@ -49,6 +49,31 @@ pub struct DiskIdentity {
 }
 
 impl DiskIdentity {
+    /// Whether this disk is one the root device hints allow: every hint given must match
+    /// (serial, WWN, model, by-path exactly; size within the range). The error says which
+    /// hint did not.
+    pub fn matches_hints(&self, hints: &crate::deploy::RootDeviceHints) -> Result<(), String> {
+        let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want.as_deref() == have.as_deref();
+        if !same(&hints.serial, &self.serial) {
+            return Err(format!("serial {:?} is not {:?}", self.serial, hints.serial));
+        }
+        if !same(&hints.wwn, &self.wwn) {
+            return Err(format!("WWN {:?} is not {:?}", self.wwn, hints.wwn));
+        }
+        if !same(&hints.model, &self.model) {
+            return Err(format!("model {:?} is not {:?}", self.model, hints.model));
+        }
+        if !same(&hints.by_path, &self.by_path) {
+            return Err(format!("by-path {:?} is not {:?}", self.by_path, hints.by_path));
+        }
+        if hints.min_size_bytes.is_some_and(|min| self.size_bytes < min)
+            || hints.max_size_bytes.is_some_and(|max| self.size_bytes > max)
+        {
+            return Err(format!("size {} is outside the hinted range", self.size_bytes));
+        }
+        Ok(())
+    }
+
     /// Whether `other` is the same physical disk (see the module comment for the rule).
     pub fn same_disk(&self, other: &DiskIdentity) -> bool {
         if self.size_bytes != other.size_bytes {

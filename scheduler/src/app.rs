@@ -33,6 +33,8 @@ pub struct App {
     pub placement: crate::capacity::PlacementCache,
     /// The boot service, when `boot-listen` is set.
     pub boot: Option<crate::boot::BootService>,
+    /// The image store.
+    pub images: crate::images::ImageService,
 }
 
 /// Shared handle to the service state.
@@ -73,6 +75,9 @@ pub enum StartError {
     /// The boot service could not start (its CA, or its configuration).
     #[error("boot service: {0}")]
     Boot(String),
+    /// The image store could not start (its directory, catalog or CA file).
+    #[error("image store: {0}")]
+    Images(String),
     /// The first admin token could not be written.
     #[error("{path}: {source}")]
     AdminToken {
@@ -96,6 +101,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
     std::fs::create_dir_all(&data_dir)
         .map_err(|source| StartError::DataDir { path: data_dir.display().to_string(), source })?;
     let boot = crate::boot::BootService::open(&config)?;
+    let images = crate::images::ImageService::open(&config)?;
     let url = config.database_url.clone().unwrap_or_else(|| Store::sqlite_url(&data_dir));
     let store = Store::open(&url).await?;
     info!(backend = ?store.backend(), "database ready");
@@ -130,6 +136,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
         metrics: Metrics::default(),
         placement: Default::default(),
         boot,
+        images,
     }))
 }
 
@@ -253,7 +260,8 @@ pub async fn bill_once(app: &App) -> Result<usize, ApiError> {
     Ok(written)
 }
 
-/// Runs the reaper until the process ends.
+/// Runs the periodic pass (reaper, reservations, billing, orphaned image imports) until the
+/// process ends.
 pub fn spawn_reaper(app: AppState) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(app.config.reaper_interval);
@@ -267,6 +275,9 @@ pub fn spawn_reaper(app: AppState) {
             }
             if let Err(e) = bill_once(&app).await {
                 warn!(error = %e, "billing pass failed");
+            }
+            if let Err(e) = crate::images::import::resume_orphans(&app).await {
+                warn!(error = %e, "image import pass failed");
             }
         }
     });

@@ -27,6 +27,42 @@ pub struct Config {
     pub master_key: Option<crate::secrets::MasterKey>,
     /// The boot service (iPXE scripts, ramdisk files, the ramdisk protocol).
     pub boot: BootConfig,
+    /// The image store.
+    pub images: ImageConfig,
+}
+
+/// The image store's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageConfig {
+    /// Where imported images are kept (default `DATA_DIR/images`; shared storage when several
+    /// replicas serve them).
+    pub dir: Option<PathBuf>,
+    /// The site catalog file (TOML, `[name.arch]` tables of `url` and `checksum-url`); the
+    /// shipped catalog of upstream URLs when unset.
+    pub catalog: Option<PathBuf>,
+    /// Download attempts without progress before an import fails.
+    pub attempts: u32,
+    /// First retry delay of a download (doubled per attempt, at most a minute).
+    pub backoff: Duration,
+    /// How long an import's claim lasts without renewal (a restarted or dead replica's
+    /// imports are resumed once it lapses).
+    pub lease: Duration,
+    /// Extra trusted CA certificates (PEM) for image and checksum downloads, beside the
+    /// public web roots: a site mirror's own CA.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for ImageConfig {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            catalog: None,
+            attempts: 5,
+            backoff: Duration::from_secs(2),
+            lease: Duration::from_secs(30),
+            ca_file: None,
+        }
+    }
 }
 
 /// The boot service's settings. The service is on when `listen` is set.
@@ -79,6 +115,7 @@ impl Default for Config {
             reaper_interval: Duration::from_secs(30),
             master_key: None,
             boot: BootConfig::default(),
+            images: ImageConfig::default(),
         }
     }
 }
@@ -122,6 +159,18 @@ pub struct ConfigLayer {
     pub boot_kernel_args: Option<String>,
     /// `site = "metal"`.
     pub site: Option<String>,
+    /// `image-dir = "/var/lib/metal/images"`.
+    pub image_dir: Option<PathBuf>,
+    /// `image-catalog = "/etc/metal/catalog.toml"`.
+    pub image_catalog: Option<PathBuf>,
+    /// `image-import-attempts = 5`.
+    pub image_import_attempts: Option<u32>,
+    /// `image-import-backoff = "2s"`.
+    pub image_import_backoff: Option<String>,
+    /// `image-import-lease = "30s"`.
+    pub image_import_lease: Option<String>,
+    /// `image-ca-file = "/etc/metal/mirror-ca.pem"`.
+    pub image_ca_file: Option<PathBuf>,
 }
 
 /// A configuration error, naming the setting.
@@ -183,6 +232,16 @@ impl ConfigLayer {
             boot_rate_limit,
             boot_kernel_args: get("METAL_BOOT_KERNEL_ARGS"),
             site: get("METAL_SITE"),
+            image_dir: get("METAL_IMAGE_DIR").map(PathBuf::from),
+            image_catalog: get("METAL_IMAGE_CATALOG").map(PathBuf::from),
+            image_import_attempts: get("METAL_IMAGE_IMPORT_ATTEMPTS")
+                .map(|v| {
+                    v.parse().map_err(|_| config_error("METAL_IMAGE_IMPORT_ATTEMPTS", format!("{v:?} is not a count")))
+                })
+                .transpose()?,
+            image_import_backoff: get("METAL_IMAGE_IMPORT_BACKOFF"),
+            image_import_lease: get("METAL_IMAGE_IMPORT_LEASE"),
+            image_ca_file: get("METAL_IMAGE_CA_FILE").map(PathBuf::from),
         })
     }
 
@@ -244,6 +303,28 @@ impl ConfigLayer {
         if let Some(v) = self.site {
             metal_protocol::identity::validate_name("site", &v).map_err(|e| config_error("site", e.to_string()))?;
             boot.site = v;
+        }
+        let images = &mut config.images;
+        if let Some(v) = self.image_dir {
+            images.dir = Some(v);
+        }
+        if let Some(v) = self.image_catalog {
+            images.catalog = Some(v);
+        }
+        if let Some(v) = self.image_import_attempts {
+            if v == 0 {
+                return Err(config_error("image-import-attempts", "must be at least 1"));
+            }
+            images.attempts = v;
+        }
+        if let Some(v) = self.image_import_backoff {
+            images.backoff = duration("image-import-backoff", &v)?;
+        }
+        if let Some(v) = self.image_import_lease {
+            images.lease = duration("image-import-lease", &v)?;
+        }
+        if let Some(v) = self.image_ca_file {
+            images.ca_file = Some(v);
         }
         if let Some(v) = self.master_key {
             config.master_key =

@@ -44,7 +44,9 @@ struct ServeArgs {
     /// TOML configuration file (keys: listen, data-dir, database-url, *-deadline, reaper-interval,
     /// site, and for the boot service boot-listen, boot-controller-url, boot-files-dir,
     /// boot-auto-enrol, boot-token-ttl, boot-certificate-validity, boot-rate-limit,
-    /// boot-kernel-args; each also as METAL_<KEY> with dashes as underscores).
+    /// boot-kernel-args, and for the image store image-dir, image-catalog, image-ca-file,
+    /// image-import-attempts, image-import-backoff, image-import-lease; each also as METAL_<KEY> with dashes as
+    /// underscores).
     #[arg(long, env = "METAL_CONFIG")]
     config: Option<PathBuf>,
     /// Address and port to listen on [default: 127.0.0.1:7450].

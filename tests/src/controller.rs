@@ -206,32 +206,152 @@ impl TestController {
     }
 }
 
+/// How the image server misbehaves (all off by default: a plain server with Range).
+#[derive(Debug, Clone, Default)]
+pub struct Misbehaviour {
+    /// The first this many responses with a body end (the connection drops) after
+    /// `drop_after` bytes.
+    pub drops: u32,
+    /// Bytes sent before a drop.
+    pub drop_after: u64,
+    /// Answer every request with the whole file (200), as servers without Range do.
+    pub ignore_range: bool,
+    /// Pause this long after each 64 KiB sent (to stop a service mid-download).
+    pub pace: Option<Duration>,
+}
+
+/// What the image server saw: each request's path and Range header.
+#[derive(Debug, Default)]
+pub struct ServerLog {
+    /// `(path, range)` of each request, in order.
+    pub requests: Vec<(String, Option<String>)>,
+    /// Drops still to do.
+    drops_left: u32,
+}
+
 /// An HTTPS image server whose certificate a given site CA issued (a deploying ramdisk trusts
-/// only its site CA), serving `files` at `/images/NAME`.
+/// only its site CA), serving `files` at `/images/NAME`, with Range, and misbehaving as told.
 #[derive(Debug)]
 pub struct ImageServer {
     /// Its port on loopback.
     pub port: u16,
+    /// What it saw.
+    pub log: Arc<Mutex<ServerLog>>,
     _runtime: tokio::runtime::Runtime,
+}
+
+/// One image response: the range asked (unless ignored), dropped or paced as told.
+fn image_response(
+    bytes: &Arc<Vec<u8>>,
+    range: Option<&str>,
+    misbehaviour: &Misbehaviour,
+    drop_this: bool,
+) -> axum::response::Response {
+    let size = bytes.len() as u64;
+    let asked = if misbehaviour.ignore_range { None } else { range.and_then(|r| r.strip_prefix("bytes=")) };
+    let (status, start, end) = match asked.and_then(|r| r.split_once('-')) {
+        Some((a, b)) => {
+            let start: u64 = a.parse().unwrap_or(0);
+            let end = if b.is_empty() { size } else { b.parse::<u64>().map_or(size, |e| (e + 1).min(size)) };
+            if start >= size {
+                let mut response = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+                response.headers_mut().insert("content-range", format!("bytes */{size}").parse().unwrap());
+                return response;
+            }
+            (StatusCode::PARTIAL_CONTENT, start, end)
+        }
+        None => (StatusCode::OK, 0, size),
+    };
+    let (bytes, pace) = (bytes.clone(), misbehaviour.pace);
+    let cut = drop_this.then_some(start + misbehaviour.drop_after);
+    let stream = body_stream(bytes, start, end, cut, pace);
+    let mut response = axum::response::Response::new(axum::body::Body::from_stream(stream));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert("content-length", (end - start).to_string().parse().unwrap());
+    headers.insert("accept-ranges", "bytes".parse().unwrap());
+    if status == StatusCode::PARTIAL_CONTENT {
+        headers.insert("content-range", format!("bytes {start}-{}/{size}", end - 1).parse().unwrap());
+    }
+    response
+}
+
+/// The bytes `[start, end)` in 64 KiB pieces, failing at `cut` (the connection drops).
+fn body_stream(
+    bytes: Arc<Vec<u8>>,
+    start: u64,
+    end: u64,
+    cut: Option<u64>,
+    pace: Option<Duration>,
+) -> impl futures::Stream<Item = std::io::Result<Vec<u8>>> + Send {
+    let state = (bytes, start);
+    futures::stream::unfold(state, move |(bytes, at)| async move {
+        if at >= end {
+            return None;
+        }
+        if let Some(cut) = cut
+            && at >= cut
+        {
+            // Let what was sent reach the client before the connection drops.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return Some((Err(std::io::Error::other("dropped by the test server")), (bytes, end)));
+        }
+        if let Some(pace) = pace {
+            tokio::time::sleep(pace).await;
+        }
+        let stop = (at + 65536).min(end).min(cut.unwrap_or(u64::MAX).max(at + 1));
+        let piece = bytes[usize::try_from(at).unwrap()..usize::try_from(stop).unwrap()].to_vec();
+        Some((Ok(piece), (bytes, stop)))
+    })
 }
 
 impl ImageServer {
     /// Starts on loopback; the certificate names 127.0.0.1 and `extra_names`.
     pub fn start(ca: &SiteCa, extra_names: &[&str], files: std::collections::HashMap<String, Vec<u8>>) -> ImageServer {
-        let files = Arc::new(files);
-        let router = Router::new().route(
-            "/images/{name}",
-            axum::routing::get(move |axum::extract::Path(name): axum::extract::Path<String>| {
-                let files = files.clone();
-                async move {
-                    match files.get(&name) {
-                        Some(bytes) => bytes.clone().into_response(),
-                        None => StatusCode::NOT_FOUND.into_response(),
-                    }
-                }
-            }),
-        );
+        ImageServer::misbehaving(ca, extra_names, files, Misbehaviour::default())
+    }
+
+    /// Starts on loopback, misbehaving as told.
+    pub fn misbehaving(
+        ca: &SiteCa,
+        extra_names: &[&str],
+        files: std::collections::HashMap<String, Vec<u8>>,
+        misbehaviour: Misbehaviour,
+    ) -> ImageServer {
+        let files: Arc<std::collections::HashMap<String, Arc<Vec<u8>>>> =
+            Arc::new(files.into_iter().map(|(k, v)| (k, Arc::new(v))).collect());
+        let log = Arc::new(Mutex::new(ServerLog { requests: Vec::new(), drops_left: misbehaviour.drops }));
+        let router = {
+            let log = log.clone();
+            Router::new().route(
+                "/images/{name}",
+                axum::routing::get(
+                    move |axum::extract::Path(name): axum::extract::Path<String>, headers: axum::http::HeaderMap| {
+                        let (files, log, misbehaviour) = (files.clone(), log.clone(), misbehaviour.clone());
+                        async move {
+                            let range = headers.get("range").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                            let drop_this = {
+                                let mut log = log.lock().unwrap();
+                                log.requests.push((format!("/images/{name}"), range.clone()));
+                                let drop_this = log.drops_left > 0;
+                                log.drops_left = log.drops_left.saturating_sub(1);
+                                drop_this
+                            };
+                            match files.get(&name) {
+                                Some(bytes) => image_response(bytes, range.as_deref(), &misbehaviour, drop_this),
+                                None => StatusCode::NOT_FOUND.into_response(),
+                            }
+                        }
+                    },
+                ),
+            )
+        };
         let (port, runtime) = serve_tls(ca, extra_names, router);
-        ImageServer { port, _runtime: runtime }
+        ImageServer { port, log, _runtime: runtime }
+    }
+
+    /// `https://127.0.0.1:PORT/images/NAME`.
+    pub fn url(&self, name: &str) -> String {
+        format!("https://127.0.0.1:{}/images/{name}", self.port)
     }
 }

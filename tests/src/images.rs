@@ -17,6 +17,7 @@ pub fn seed(instance_id: &str, hostname: &str) -> metal_protocol::deploy::CloudI
         join: None,
         network: vec![],
         volume: metal_protocol::deploy::SeedVolume::VfatPartition,
+        extras: Default::default(),
     })
     .unwrap()
 }

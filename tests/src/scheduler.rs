@@ -43,6 +43,7 @@ pub struct TestScheduler {
     /// The service.
     pub app: Arc<App>,
     dir: tempfile::TempDir,
+    database_url: Option<String>,
     http: reqwest::blocking::Client,
     _runtime: tokio::runtime::Runtime,
 }
@@ -57,7 +58,24 @@ impl TestScheduler {
     /// Starts with the boot service on; `configure` adjusts the configuration first (the
     /// ramdisk files directory, auto-enrol, the controller URL a guest uses, ...).
     pub fn start(configure: impl FnOnce(&mut Config)) -> TestScheduler {
-        let dir = tempfile::tempdir().unwrap();
+        TestScheduler::start_in(tempfile::tempdir().unwrap(), postgres_database(), configure)
+    }
+
+    /// Stops this service abruptly (every task dropped mid-await, as `kill -9` would leave
+    /// the database and the files) and starts a new one on the same data directory and
+    /// database, configured by `configure`.
+    pub fn restart(self, configure: impl FnOnce(&mut Config)) -> TestScheduler {
+        let TestScheduler { dir, database_url, _runtime, app, .. } = self;
+        drop(app);
+        _runtime.shutdown_background();
+        TestScheduler::start_in(dir, database_url, configure)
+    }
+
+    fn start_in(
+        dir: tempfile::TempDir,
+        database_url: Option<String>,
+        configure: impl FnOnce(&mut Config),
+    ) -> TestScheduler {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let (api, boot) = runtime.block_on(async {
             let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -66,7 +84,7 @@ impl TestScheduler {
         });
         let (port, boot_port) = (api.local_addr().unwrap().port(), boot.local_addr().unwrap().port());
         let mut config =
-            Config { data_dir: dir.path().to_path_buf(), database_url: postgres_database(), ..Config::default() };
+            Config { data_dir: dir.path().to_path_buf(), database_url: database_url.clone(), ..Config::default() };
         config.boot.listen = Some(boot.local_addr().unwrap());
         configure(&mut config);
         let clock = ManualClock::new(time::OffsetDateTime::now_utc());
@@ -89,9 +107,15 @@ impl TestScheduler {
             clock,
             app,
             dir,
+            database_url,
             http: reqwest::blocking::Client::new(),
             _runtime: runtime,
         }
+    }
+
+    /// Runs `future` on the service's runtime (store reads, the service's own passes).
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self._runtime.block_on(future)
     }
 
     /// The data directory (the site CA is in `ca/`).
@@ -168,6 +192,20 @@ impl TestScheduler {
         payload_type: &str,
         report: &T,
     ) -> Value {
+        let (client, signer) = self.boot_client_as(role, node, generation);
+        let envelope = Envelope::sign_json(payload_type, report, &signer).unwrap();
+        let url = format!("{}{}", self.boot_url, metal_protocol::boot::REPORTS_PATH);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let response = client.post(url).json(&envelope).send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        })
+    }
+
+    /// A client of the boot listener authenticated by a fresh `role` certificate of `node`
+    /// (identity generation `generation`) from the site CA, and a signer with that identity.
+    pub fn boot_client_as(&self, role: Role, node: &str, generation: u64) -> (reqwest::Client, Signer) {
         let ca = self.ca();
         let key = SigningKey::generate(&mut rand::rngs::OsRng);
         let now = std::time::SystemTime::now();
@@ -185,21 +223,14 @@ impl TestScheduler {
         let key_pkcs8 = zeroize::Zeroizing::new(
             ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&key).unwrap().as_bytes().to_vec(),
         );
-        let envelope = Envelope::sign_json(payload_type, report, &Signer::new(key, chain.clone())).unwrap();
         let pin = metal_bmc::tls::parse_fingerprint(&self.fingerprint).unwrap();
         let client = metal_bmc::tls::http_client_with_identity(
             &metal_bmc::tls::TlsTrust::CaFingerprint(pin),
             Duration::from_secs(10),
-            Some(&metal_bmc::tls::ClientIdentity { chain, key_pkcs8 }),
+            Some(&metal_bmc::tls::ClientIdentity { chain: chain.clone(), key_pkcs8 }),
         )
         .unwrap();
-        let url = format!("{}{}", self.boot_url, metal_protocol::boot::REPORTS_PATH);
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let response = client.post(url).json(&envelope).send().await.unwrap();
-            assert_eq!(response.status(), 200);
-            response.json::<Value>().await.unwrap()
-        })
+        (client, Signer::new(key, chain))
     }
 
     /// The token and task on the kernel line of an iPXE script.

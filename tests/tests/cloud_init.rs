@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use metal_protocol::cloudinit::{FirstBootJoin, Interface, SeedInput, render};
+use metal_protocol::cloudinit::{FirstBootJoin, Interface, SeedExtras, SeedInput, render};
 use metal_protocol::deploy::SeedVolume;
 
 fn schema(file: &Path) -> (bool, String) {
@@ -37,8 +37,14 @@ fn rendered_user_data_passes_cloud_init_schema() {
             nameservers: vec![],
         }],
         volume: SeedVolume::VfatPartition,
+        extras: SeedExtras {
+            packages: vec!["qemu-guest-agent".into(), "nvidia-driver-550".into()],
+            timezone: Some("Europe/Paris".into()),
+            ntp_servers: vec!["ntp.site-a".into(), "10.0.0.1".into()],
+        },
     };
     let seed = render(&input).unwrap();
+    assert!(seed.user_data.contains("qemu-guest-agent") && seed.user_data.contains("Europe/Paris"));
     let dir = tempfile::tempdir().unwrap();
     let user_data = dir.path().join("user-data");
     std::fs::write(&user_data, &seed.user_data).unwrap();

@@ -6,8 +6,10 @@ mod bmc;
 mod boot;
 mod events;
 mod health;
+mod images;
 mod nodes;
 mod pools;
+mod profiles;
 mod reservations;
 mod tenants;
 mod usage;
@@ -101,6 +103,16 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         boot::get_inventory,
         boot::list_wipe_reports,
         boot::put_deploy_plan,
+        images::import_image,
+        images::list_images,
+        images::get_image,
+        images::promote_image,
+        images::delete_image,
+        profiles::create_profile,
+        profiles::add_version,
+        profiles::list_profiles,
+        profiles::get_profile,
+        profiles::provision,
     ),
     components(schemas(crate::error::ErrorBody)),
     modifiers(&BearerAuth)
@@ -172,6 +184,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/nodes/{id}/inventory", get(boot::get_inventory))
         .route("/v1/nodes/{id}/wipe-reports", get(boot::list_wipe_reports))
         .route("/v1/nodes/{id}/deploy-plan", axum::routing::put(boot::put_deploy_plan))
+        .route("/v1/images", post(images::import_image).get(images::list_images))
+        .route("/v1/images/{id}", get(images::get_image).delete(images::delete_image))
+        .route("/v1/images/{id}/promote", post(images::promote_image))
+        .route("/v1/profiles", post(profiles::create_profile).get(profiles::list_profiles))
+        .route("/v1/profiles/{id}", get(profiles::get_profile))
+        .route("/v1/profiles/{id}/versions", post(profiles::add_version))
+        .route("/v1/provision", post(profiles::provision))
         .route("/boot/ipxe", get(crate::boot::ipxe::ipxe_script))
         .route("/boot/grub", get(crate::boot::ipxe::grub_script))
         .route("/boot/files/{name}", get(crate::boot::ipxe::file))

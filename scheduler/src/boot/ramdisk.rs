@@ -362,6 +362,48 @@ pub async fn reports(
     Ok(ApiJson(receipt))
 }
 
+/// `GET /v1/boot/images/{id}`: the served form of an image, with Range, only to a ramdisk
+/// of the node's current identity generation whose node is deploying a plan of that image.
+pub async fn image(
+    State(app): State<AppState>,
+    Extension(peer): Extension<Peer>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<axum::response::Response> {
+    let service = BootService::of(&app)?;
+    let (identity, _) = peer_identity(service, &peer, app.clock.now())?;
+    if identity.role != Role::Ramdisk {
+        return Err(ApiError::Forbidden(format!("a {} certificate cannot fetch images", identity.role)));
+    }
+    let (node_id, image_id) = (identity.node.clone(), id.clone());
+    app.store
+        .read(move |tx| {
+            let node = node_or_404(tx, &node_id)?;
+            if u64::try_from(node.identity_generation).ok() != Some(identity.generation) {
+                return Err(ApiError::Forbidden(format!(
+                    "the certificate is of identity generation {}, node {} is at {}",
+                    identity.generation, node.id, node.identity_generation
+                )));
+            }
+            if node.state != NodeState::Deploying {
+                return Err(ApiError::Conflict(format!("node {} is {}, not deploying", node.id, node.state)));
+            }
+            if store::boot::plan_image(tx, &node.id)?.as_deref() != Some(image_id.as_str()) {
+                return Err(ApiError::Forbidden(format!(
+                    "node {}'s deploy plan does not name image {image_id}",
+                    node.id
+                )));
+            }
+            Ok(())
+        })
+        .await?;
+    let path = app.images.served(&id);
+    if !path.exists() {
+        return Err(ApiError::NotFound(format!("image {id}'s file")));
+    }
+    crate::images::serve::file_response(&path, &headers, "application/zstd").await
+}
+
 /// `GET /v1/boot/plan`: the deploy plan of the connection's node, while it is deploying.
 pub async fn plan(
     State(app): State<AppState>,

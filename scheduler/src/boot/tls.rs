@@ -81,11 +81,12 @@ pub fn server_config(service: &BootService) -> Result<rustls::ServerConfig, Stri
 
 /// The routes of the ramdisk protocol.
 pub fn router(app: AppState) -> Router {
-    use metal_protocol::boot::{JOIN_PATH, PLAN_PATH, REPORTS_PATH};
+    use metal_protocol::boot::{IMAGES_PATH, JOIN_PATH, PLAN_PATH, REPORTS_PATH};
     Router::new()
         .route(JOIN_PATH, post(ramdisk::join))
         .route(REPORTS_PATH, post(ramdisk::reports))
         .route(PLAN_PATH, get(ramdisk::plan))
+        .route(&format!("{IMAGES_PATH}/{{id}}"), get(ramdisk::image))
         .fallback(|| async { crate::error::ApiError::NotFound("route".into()) })
         .with_state(app)
 }

@@ -4,8 +4,10 @@
 pub mod bmc;
 pub mod boot;
 pub mod event;
+pub mod image;
 pub mod node;
 pub mod pool;
+pub mod profile;
 pub mod reservation;
 pub mod tenant;
 pub mod usage;

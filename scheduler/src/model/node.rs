@@ -287,7 +287,7 @@ pub struct NodeCreate {
     pub devices: Vec<Device>,
 }
 
-fn validate_label_part(what: &str, s: &str) -> Result<(), String> {
+pub fn validate_label_part(what: &str, s: &str) -> Result<(), String> {
     let ok = !s.is_empty()
         && s.len() <= 63
         && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'));

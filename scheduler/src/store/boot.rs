@@ -212,6 +212,36 @@ pub fn put_plan(conn: &mut dyn Conn, node_id: &str, plan: &str, now: OffsetDateT
     Ok(())
 }
 
+/// Replaces the node's deploy plan with one derived from `profile:version`, which deploys
+/// `image_id` (the image the boot listener will serve that node).
+#[allow(clippy::too_many_arguments)] // the plan and what it was derived from
+pub fn put_derived_plan(
+    conn: &mut dyn Conn,
+    node_id: &str,
+    plan: &str,
+    image_id: &str,
+    profile_id: &str,
+    profile_version: i64,
+    now: OffsetDateTime,
+) -> DbResult<()> {
+    conn.execute("DELETE FROM deploy_plans WHERE node_id = $1", &[&node_id])?;
+    conn.execute(
+        "INSERT INTO deploy_plans (node_id, plan, created_at, image_id, profile_id, profile_version) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&node_id, &plan, &to_millis(now), &image_id, &profile_id, &profile_version],
+    )?;
+    Ok(())
+}
+
+/// The image the node's plan deploys from this controller, if it was derived from a profile.
+pub fn plan_image(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<String>> {
+    Ok(conn
+        .query_opt("SELECT image_id FROM deploy_plans WHERE node_id = $1", &[&node_id])?
+        .map(|row| row.get::<Option<String>>("image_id"))
+        .transpose()?
+        .flatten())
+}
+
 /// The node's deploy plan, if one is set.
 pub fn get_plan(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<serde_json::Value>> {
     conn.query_opt("SELECT plan FROM deploy_plans WHERE node_id = $1", &[&node_id])?

@@ -53,6 +53,24 @@ pub enum DbError {
     WorkerGone,
 }
 
+impl DbError {
+    /// Whether a unique or primary-key constraint refused the statement (a row with that key
+    /// exists, perhaps written by another replica since we looked).
+    pub fn is_unique_violation(&self) -> bool {
+        match self {
+            DbError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => {
+                e.code == rusqlite::ErrorCode::ConstraintViolation
+                    && matches!(
+                        e.extended_code,
+                        rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                    )
+            }
+            DbError::Postgres(e) => e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION),
+            _ => false,
+        }
+    }
+}
+
 /// Result of a database call.
 pub type DbResult<T> = Result<T, DbError>;
 

@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "console-sessions", include_str!("../../migrations/0006_console_sessions.sql")),
     (7, "boot", include_str!("../../migrations/0007_boot.sql")),
     (8, "firmware-checks", include_str!("../../migrations/0008_firmware_checks.sql")),
+    (9, "images-profiles", include_str!("../../migrations/0009_images_profiles.sql")),
 ];
 
 /// Brings the schema up to date.

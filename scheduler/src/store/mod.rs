@@ -16,9 +16,11 @@ pub mod boot;
 pub mod capacity;
 pub mod db;
 pub mod events;
+pub mod images;
 mod migrate;
 pub mod nodes;
 mod postgres;
+pub mod profiles;
 mod sqlite;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
 //! `metalctl`: parses the command line and dispatches to the scheduler's HTTP API.
 
 mod bmc;
+mod image;
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -58,6 +59,20 @@ enum Command {
     /// Reservations: create (whole-node placement), list, show, cancel, release.
     #[command(subcommand)]
     Reservation(ReservationCommand),
+    /// Images: import once (by URL and checksum, or catalog name), list, promote, delete.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
+    /// Profiles: what a machine of a kind gets, in immutable versions.
+    #[command(subcommand)]
+    Profile(image::ProfileCommand),
+    /// Allocate and deploy machines with a profile version, all or nothing.
+    Provision {
+        /// PROFILE:VERSION, e.g. web:2.
+        profile: String,
+        /// How many machines.
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
     /// Metered usage of a tenant over a time range.
     Usage {
         /// Tenant (defaults to your own).
@@ -465,6 +480,9 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             println!("deploy plan of {id} set");
         }
         Command::Bmc(command) => bmc::run(&client, out, command)?,
+        Command::Image(command) => image::run_image(&client, out, command)?,
+        Command::Profile(command) => image::run_profile(&client, out, command)?,
+        Command::Provision { profile, count } => image::run_provision(&client, out, &profile, count)?,
         Command::Tenant(TenantCommand::List) => {
             print(out, &client.request("GET", "/v1/tenants", None)?, &[("ID", "id"), ("NAME", "name")])
         }

@@ -1,0 +1,324 @@
+//! Provisioning by profile: allocation (the smallest ready nodes that satisfy the profile's
+//! zone, cores, memory and disk, from the commissioned inventory), the derived deploy plan
+//! (the image's plan + the target disk + the NoCloud seed) and the boot that starts it.
+//!
+//! The one design decision: allocation and every node's plan commit in one transaction, all
+//! or nothing; only then are the BMCs asked to network-boot the machines, so a BMC failure
+//! never leaves a half-provisioned request (the node stays deploying, the reaper fails it
+//! at the deploy limit, and the answer says which BMC failed).
+
+use metal_protocol::InventoryReport;
+use metal_protocol::cloudinit::{SeedInput, disk_bytes_with_seed};
+use metal_protocol::deploy::{DeployPlan, RootDeviceHints, SeedVolume};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::model::image::ImagePlan;
+use crate::model::node::{Node, NodeState, NodeTransition, Trust};
+use crate::model::profile::{ProfileVersion, ProvisionRequest};
+use crate::store::{self, Conn};
+
+/// Who owns nodes while provisioning moves them.
+const OWNER: &str = "provision";
+
+/// How the machine was started after its plan was set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootStart {
+    /// The node.
+    pub node: String,
+    /// What happened: `network boot + power cycle`, `no BMC: ...`, or the BMC's error.
+    pub outcome: String,
+    /// Whether the BMC did what was asked.
+    pub ok: bool,
+}
+
+/// What `provision` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisionOutcome {
+    /// The profile.
+    pub profile_id: String,
+    /// Its version.
+    pub profile_version: i64,
+    /// The nodes now deploying, smallest first.
+    pub nodes: Vec<String>,
+    /// How each was started.
+    pub boots: Vec<BootStart>,
+}
+
+/// A ready node's size, from its commissioned inventory.
+#[derive(Debug, Clone)]
+struct Candidate {
+    node: Node,
+    inventory: InventoryReport,
+}
+
+/// Why nodes were passed over, counted per constraint.
+#[derive(Debug, Default)]
+struct Refusals {
+    considered: usize,
+    zone: usize,
+    cores: usize,
+    memory: usize,
+    disk: usize,
+}
+
+impl Refusals {
+    fn message(&self, wanted: u32, found: usize) -> String {
+        let mut reasons = Vec::new();
+        for (count, what) in [
+            (self.zone, "in another zone"),
+            (self.cores, "with too few cores"),
+            (self.memory, "with too little memory"),
+            (self.disk, "without a disk that fits the image and the profile's hints"),
+        ] {
+            if count > 0 {
+                reasons.push(format!("{count} {what}"));
+            }
+        }
+        let nodes = |n: usize| if n == 1 { "1 node".to_owned() } else { format!("{n} nodes") };
+        format!(
+            "{} needed, {} qualify: {} ready for provisioning{}{}",
+            nodes(usize::try_from(wanted).unwrap_or(usize::MAX)),
+            found,
+            nodes(self.considered),
+            if reasons.is_empty() { "" } else { "; " },
+            reasons.join(", ")
+        )
+    }
+}
+
+/// The disk a plan targets on this inventory: the hinted one, else the smallest that fits.
+/// Returns the hints that pin it (serial or WWN plus size, when the profile gave none).
+pub fn target_disk(
+    inventory: &InventoryReport,
+    hints: &RootDeviceHints,
+    needed: u64,
+    min_disk: Option<u64>,
+) -> Option<RootDeviceHints> {
+    let disk = inventory
+        .disks
+        .iter()
+        .filter(|d| !d.removable && !d.read_only)
+        .filter(|d| d.identity.size_bytes >= needed.max(min_disk.unwrap_or(0)))
+        .filter(|d| d.identity.matches_hints(hints).is_ok())
+        .min_by_key(|d| (d.identity.size_bytes, d.name.clone()))?;
+    if *hints != RootDeviceHints::default() {
+        return Some(hints.clone());
+    }
+    let id = &disk.identity;
+    Some(RootDeviceHints {
+        serial: id.serial.clone(),
+        wwn: if id.serial.is_none() { id.wwn.clone() } else { None },
+        by_path: if id.serial.is_none() && id.wwn.is_none() { id.by_path.clone() } else { None },
+        min_size_bytes: Some(id.size_bytes),
+        max_size_bytes: Some(id.size_bytes),
+        model: None,
+    })
+}
+
+/// The deploy plan of `version` for `node`: the image's plan served by this controller, the
+/// target disk, and the seed (keys, admin user, host name, extras).
+pub fn derive_plan(
+    controller_url: &str,
+    image: &ImagePlan,
+    version: &ProfileVersion,
+    node: &Node,
+    inventory: &InventoryReport,
+) -> ApiResult<DeployPlan> {
+    let spec = &version.spec;
+    let needed = disk_bytes_with_seed(image.chunks.raw_size_bytes);
+    let target = target_disk(inventory, &spec.root_device_hints, needed, spec.min_disk_bytes).ok_or_else(|| {
+        ApiError::Conflict(format!("node {} has no disk for the {needed}-byte deploy and the profile's hints", node.id))
+    })?;
+    let hostname: String = node
+        .id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    let seed = metal_protocol::cloudinit::render(&SeedInput {
+        instance_id: format!(
+            "{}-g{}-{}",
+            node.id,
+            node.identity_generation,
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ),
+        hostname: hostname.trim_matches(['-', '.']).to_owned(),
+        admin_user: spec.admin_user.clone(),
+        ssh_authorized_keys: spec.ssh_authorized_keys.clone(),
+        join: None,
+        network: vec![],
+        volume: SeedVolume::VfatPartition,
+        extras: spec.cloud_init.clone(),
+    })
+    .map_err(|e| ApiError::invalid(e.field.clone(), e.message.clone()))?;
+    let mut source = image.image.clone();
+    source.url = format!("{controller_url}{}/{}", metal_protocol::boot::IMAGES_PATH, version.image_id);
+    let plan = DeployPlan { image: source, chunks: image.chunks.clone(), target, cloud_init: Some(seed) };
+    plan.validate().map_err(|e| ApiError::Internal(format!("derived an invalid plan: {e}")))?;
+    Ok(plan)
+}
+
+/// Ready nodes provisioning may take: not in a pool (pool nodes are the reservations'),
+/// not in maintenance or cordoned, under platform trust, with a passing inventory.
+fn candidates(conn: &mut dyn Conn) -> ApiResult<Vec<Candidate>> {
+    let mut out = Vec::new();
+    for node in store::nodes::list(conn, Some(NodeState::Ready))? {
+        if node.pool_id.is_some() || node.maintenance || node.cordoned || node.trust != Trust::Platform {
+            continue;
+        }
+        let Some(stored) = store::boot::get_inventory(conn, &node.id)? else { continue };
+        if !stored.passed {
+            continue;
+        }
+        let inventory: InventoryReport = serde_json::from_value(stored.inventory)
+            .map_err(|e| ApiError::Internal(format!("stored inventory of {}: {e}", node.id)))?;
+        out.push(Candidate { node, inventory });
+    }
+    Ok(out)
+}
+
+/// Allocates `request.count` nodes for the version and sets their plans, in one transaction.
+fn allocate(
+    conn: &mut dyn Conn,
+    controller_url: &str,
+    request: &ProvisionRequest,
+    scope: Option<&str>,
+    deadlines: &crate::model::node::Deadlines,
+    now: time::OffsetDateTime,
+) -> ApiResult<Vec<String>> {
+    let what = format!("profile {}", request.profile_id);
+    let (profile, version) = store::profiles::version(conn, &request.profile_id, request.profile_version)?
+        .ok_or_else(|| ApiError::NotFound(format!("{what} version {}", request.profile_version)))?;
+    if let Some(tenant) = scope
+        && profile.tenant_id != tenant
+        && !profile.public
+    {
+        return Err(ApiError::NotFound(what));
+    }
+    let image = store::images::plan(conn, &version.image_id)?
+        .ok_or_else(|| ApiError::Conflict(format!("image {} of {what} is not ready", version.image_id)))?;
+    let spec = &version.spec;
+    let needed = disk_bytes_with_seed(image.chunks.raw_size_bytes);
+    let mut refusals = Refusals::default();
+    let mut fit = Vec::new();
+    for candidate in candidates(conn)? {
+        refusals.considered += 1;
+        let inventory = &candidate.inventory;
+        if spec.zone.as_ref().is_some_and(|zone| candidate.node.labels.get("zone") != Some(zone)) {
+            refusals.zone += 1;
+        } else if spec.min_cores.is_some_and(|min| inventory.cpu.cores < min) {
+            refusals.cores += 1;
+        } else if spec.min_memory_bytes.is_some_and(|min| inventory.memory.total_bytes < min) {
+            refusals.memory += 1;
+        } else if target_disk(inventory, &spec.root_device_hints, needed, spec.min_disk_bytes).is_none() {
+            refusals.disk += 1;
+        } else {
+            fit.push(candidate);
+        }
+    }
+    let wanted = usize::try_from(request.count).unwrap_or(usize::MAX);
+    if fit.len() < wanted {
+        return Err(ApiError::Conflict(refusals.message(request.count, fit.len())));
+    }
+    // Smallest first: cores, then memory, then total disk.
+    fit.sort_by_key(|c| {
+        let disks: u64 = c.inventory.disks.iter().map(|d| d.identity.size_bytes).sum();
+        (c.inventory.cpu.cores, c.inventory.memory.total_bytes, disks, c.node.id.clone())
+    });
+    let mut chosen = Vec::new();
+    for candidate in fit.into_iter().take(wanted) {
+        let node = &candidate.node;
+        let plan = derive_plan(controller_url, &image, &version, node, &candidate.inventory)?;
+        let owner = format!("{OWNER}:{}:{}", profile.id, version.version);
+        let reason = format!("provisioned with profile {}:{}", profile.id, version.version);
+        let step = |from, to, generation| NodeTransition {
+            from,
+            to,
+            generation,
+            owner: Some(owner.clone()),
+            reason: Some(reason.clone()),
+        };
+        let allocated = store::nodes::transition(
+            conn,
+            &node.id,
+            &step(NodeState::Ready, NodeState::Allocated, Some(node.generation)),
+            deadlines,
+            now,
+        )?;
+        store::nodes::transition(
+            conn,
+            &node.id,
+            &step(NodeState::Allocated, NodeState::Deploying, Some(allocated.generation)),
+            deadlines,
+            now,
+        )?;
+        let text = serde_json::to_string(&plan).map_err(|e| ApiError::Internal(e.to_string()))?;
+        store::boot::put_derived_plan(conn, &node.id, &text, &version.image_id, &profile.id, version.version, now)?;
+        store::events::append(
+            conn,
+            "node.provisioned",
+            &format!("node/{}", node.id),
+            None,
+            &serde_json::json!({"node": node.id, "profile": profile.id, "version": version.version,
+                                "image": version.image_id, "target": plan.target}),
+            now,
+        )?;
+        chosen.push(node.id.clone());
+    }
+    Ok(chosen)
+}
+
+/// `POST /v1/provision`: allocates and deploys `count` machines with one profile version.
+pub async fn provision(
+    app: &AppState,
+    request: ProvisionRequest,
+    scope: Option<String>,
+) -> ApiResult<ProvisionOutcome> {
+    if request.count == 0 {
+        return Err(ApiError::invalid("count", "must be at least 1"));
+    }
+    let service = crate::boot::BootService::of(app)
+        .map_err(|_| ApiError::InvalidConfig("provisioning needs the boot service (set boot-listen)".into()))?;
+    let controller_url = service.controller_url.clone();
+    let (deadlines, now) = (app.config.deadlines, app.clock.now());
+    let nodes = {
+        let request = request.clone();
+        app.change(move |tx| allocate(tx, &controller_url, &request, scope.as_deref(), &deadlines, now)).await?
+    };
+    let mut boots = Vec::new();
+    for node in &nodes {
+        boots.push(start(app, node).await);
+    }
+    Ok(ProvisionOutcome { profile_id: request.profile_id, profile_version: request.profile_version, nodes, boots })
+}
+
+/// Network-boots a deploying node through its BMC (boot override to PXE, then power cycle,
+/// which powers on a machine that is off).
+async fn start(app: &AppState, node: &str) -> BootStart {
+    let has_bmc = crate::bmcs::info(app, node.to_owned()).await.is_ok();
+    if !has_bmc {
+        return BootStart {
+            node: node.to_owned(),
+            outcome: "no BMC: the machine deploys at its next network boot".into(),
+            ok: true,
+        };
+    }
+    let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Pxe, persistent: false };
+    let result = async {
+        crate::bmcs::boot(app, node, &request).await?;
+        crate::bmcs::power(app, node, metal_bmc::PowerAction::Cycle).await?;
+        Ok::<_, ApiError>(())
+    }
+    .await;
+    match result {
+        Ok(()) => BootStart { node: node.to_owned(), outcome: "network boot + power cycle".into(), ok: true },
+        Err(e) => {
+            tracing::warn!(node, error = %e, "provisioning could not boot the node through its BMC");
+            BootStart { node: node.to_owned(), outcome: e.to_string(), ok: false }
+        }
+    }
+}

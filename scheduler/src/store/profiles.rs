@@ -1,0 +1,166 @@
+//! Profile rows and their immutable versions. A version's image is resolved to an id when it
+//! is created: the image must be ready and visible to the profile's tenant (its own, or
+//! public); a public profile may only name a public image.
+
+use serde_json::json;
+use time::OffsetDateTime;
+
+use crate::clock::{from_millis, to_millis};
+use crate::error::ApiError;
+use crate::model::image::ImageState;
+use crate::model::profile::{Profile, ProfileSpec, ProfileVersion};
+use crate::store::db::to_json;
+use crate::store::{Conn, DbResult, events, images};
+
+/// Resolves `spec.image` for a profile of `tenant`: the image id.
+fn resolve_image(conn: &mut dyn Conn, tenant: &str, public: bool, spec: &ProfileSpec) -> Result<String, ApiError> {
+    let missing = || ApiError::invalid("image", format!("no image {} visible to tenant {tenant}", spec.image));
+    let image = images::find(conn, tenant, &spec.image)?.ok_or_else(missing)?;
+    if image.tenant_id != tenant && !image.public {
+        return Err(missing());
+    }
+    if image.state != ImageState::Ready {
+        return Err(ApiError::Conflict(format!(
+            "image {} is {}: a profile can only name a ready image",
+            image.id, image.state
+        )));
+    }
+    if public && !image.public {
+        return Err(ApiError::invalid(
+            "image",
+            format!("image {} is not public: a public profile must name a public image (promote it first)", image.id),
+        ));
+    }
+    Ok(image.id)
+}
+
+fn insert_version(
+    conn: &mut dyn Conn,
+    profile: &str,
+    version: i64,
+    image_id: &str,
+    spec: &ProfileSpec,
+    now: OffsetDateTime,
+) -> DbResult<()> {
+    conn.execute(
+        "INSERT INTO profile_versions (profile_id, version, image_id, spec, created_at) VALUES ($1, $2, $3, $4, $5)",
+        &[&profile, &version, &image_id, &to_json(spec)?, &to_millis(now)],
+    )?;
+    Ok(())
+}
+
+/// Creates a profile with its version 1.
+pub fn insert(
+    conn: &mut dyn Conn,
+    id: &str,
+    tenant: &str,
+    public: bool,
+    spec: &ProfileSpec,
+    now: OffsetDateTime,
+) -> Result<Profile, ApiError> {
+    if crate::store::auth::get_tenant(conn, tenant)?.is_none() {
+        return Err(ApiError::invalid("tenantId", format!("no tenant {tenant}")));
+    }
+    let taken = || ApiError::Conflict(format!("profile {id} already exists"));
+    if conn.query_opt("SELECT id FROM profiles WHERE id = $1", &[&id])?.is_some() {
+        return Err(taken());
+    }
+    let image_id = resolve_image(conn, tenant, public, spec)?;
+    let inserted = conn.execute(
+        "INSERT INTO profiles (id, tenant_id, public, latest_version, created_at) VALUES ($1, $2, $3, 1, $4)",
+        &[&id, &tenant, &i64::from(public), &to_millis(now)],
+    );
+    match inserted {
+        Err(e) if e.is_unique_violation() => return Err(taken()),
+        other => other?,
+    };
+    insert_version(conn, id, 1, &image_id, spec, now)?;
+    events::append(
+        conn,
+        "profile.created",
+        &format!("profile/{id}"),
+        Some(tenant),
+        &json!({"profile": id, "version": 1, "image": image_id}),
+        now,
+    )?;
+    get(conn, id)?.ok_or_else(|| ApiError::Internal("profile vanished".into()))
+}
+
+/// Adds the next version; returns the profile.
+pub fn add_version(
+    conn: &mut dyn Conn,
+    id: &str,
+    spec: &ProfileSpec,
+    now: OffsetDateTime,
+) -> Result<Profile, ApiError> {
+    let profile = get(conn, id)?.ok_or_else(|| ApiError::NotFound(format!("profile {id}")))?;
+    let image_id = resolve_image(conn, &profile.tenant_id, profile.public, spec)?;
+    let next = profile.latest_version + 1;
+    // The compare-and-set on latest_version: two concurrent versions cannot both be `next`.
+    let moved = conn.execute(
+        "UPDATE profiles SET latest_version = $1 WHERE id = $2 AND latest_version = $3",
+        &[&next, &id, &profile.latest_version],
+    )?;
+    if moved == 0 {
+        return Err(ApiError::Conflict(format!("profile {id} got another version meanwhile; retry")));
+    }
+    insert_version(conn, id, next, &image_id, spec, now)?;
+    events::append(
+        conn,
+        "profile.versioned",
+        &format!("profile/{id}"),
+        Some(&profile.tenant_id),
+        &json!({"profile": id, "version": next, "image": image_id}),
+        now,
+    )?;
+    get(conn, id)?.ok_or_else(|| ApiError::Internal("profile vanished".into()))
+}
+
+/// One profile with every version.
+pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Profile>> {
+    let Some(row) =
+        conn.query_opt("SELECT id, tenant_id, public, latest_version FROM profiles WHERE id = $1", &[&id])?
+    else {
+        return Ok(None);
+    };
+    let versions = conn
+        .query(
+            "SELECT profile_id, version, image_id, spec, created_at FROM profile_versions WHERE profile_id = $1 \
+             ORDER BY version",
+            &[&id],
+        )?
+        .iter()
+        .map(|r| {
+            Ok(ProfileVersion {
+                profile_id: r.get("profile_id")?,
+                version: r.get("version")?,
+                image_id: r.get("image_id")?,
+                spec: r.json("spec")?,
+                created_at: from_millis(r.get("created_at")?),
+            })
+        })
+        .collect::<DbResult<Vec<_>>>()?;
+    Ok(Some(Profile {
+        id: row.get("id")?,
+        tenant_id: row.get("tenant_id")?,
+        public: row.flag("public")?,
+        latest_version: row.get("latest_version")?,
+        versions,
+    }))
+}
+
+/// Profile ids a tenant may see (its own and public ones), or every one for `None`.
+pub fn ids(conn: &mut dyn Conn, scope: Option<&str>) -> DbResult<Vec<String>> {
+    let rows = match scope {
+        None => conn.query("SELECT id FROM profiles ORDER BY id", &[])?,
+        Some(t) => conn.query("SELECT id FROM profiles WHERE tenant_id = $1 OR public = 1 ORDER BY id", &[&t])?,
+    };
+    rows.iter().map(|r| r.get("id")).collect()
+}
+
+/// One version of a profile.
+pub fn version(conn: &mut dyn Conn, id: &str, version: i64) -> DbResult<Option<(Profile, ProfileVersion)>> {
+    let Some(profile) = get(conn, id)? else { return Ok(None) };
+    let found = profile.versions.iter().find(|v| v.version == version).cloned();
+    Ok(found.map(|v| (profile, v)))
+}
