@@ -1,10 +1,12 @@
 //! Talking to the controller: HTTPS trusting only the site CA whose fingerprint is on the
 //! kernel command line; the one-time token exchanged for a short-lived `ramdisk` certificate
 //! for a key generated in memory (never written anywhere); later calls authenticated with
-//! that certificate (mTLS) and reports signed with it as DSSE envelopes. Transient failures
+//! that certificate (mTLS), images the controller serves itself fetched with it too, and
+//! reports signed with it as DSSE envelopes. Transient failures
 //! (no connection, 5xx, 429) are retried with backoff; a refusal (4xx, a TLS mismatch) is
 //! not.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
@@ -15,6 +17,8 @@ use metal_protocol::identity::certificates_from_pem;
 use metal_protocol::{CaCertificate, Envelope, Role, Signer, SigningIdentity, SigningKey};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::source::FetchOptions;
 
 /// Why talking to the controller failed.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +71,8 @@ pub struct Joined {
     pin: [u8; 32],
     client: reqwest::Client,
     identity: SigningIdentity,
+    /// The same certificate and key, for mutual TLS on other connections (image fetches).
+    tls_identity: Arc<ClientIdentity>,
     retry: Retry,
     runtime: tokio::runtime::Runtime,
 }
@@ -168,11 +174,12 @@ pub fn join(base_url: &str, ca_fingerprint: &str, token: &str, retry: Retry) -> 
             .as_bytes()
             .to_vec(),
     );
-    let client = http_client_with_identity(&trust, timeout, Some(&ClientIdentity { chain: chain.clone(), key_pkcs8 }))
+    let tls_identity = Arc::new(ClientIdentity { chain: chain.clone(), key_pkcs8 });
+    let client = http_client_with_identity(&trust, timeout, Some(&tls_identity))
         .map_err(|e| ControllerError::Invalid(e.to_string()))?;
     tracing::info!(identity = %verified.identity.to_uri(), expires_at = %answer.expires_at, "joined the controller");
     let identity = SigningIdentity::new(Signer::new(key, chain), verified.identity);
-    Ok(Joined { base, pin, client, identity, retry, runtime })
+    Ok(Joined { base, pin, client, identity, tls_identity, retry, runtime })
 }
 
 impl Joined {
@@ -198,9 +205,22 @@ impl Joined {
         Ok(plan)
     }
 
-    /// The site CA fingerprint this controller is trusted by (images it serves use it too).
-    pub fn ca_fingerprint(&self) -> [u8; 32] {
-        self.pin
+    /// Whether `url` is on this controller (same scheme, host and port, under its base
+    /// path), where images need the ramdisk's client certificate.
+    pub fn serves(&self, url: &str) -> bool {
+        reqwest::Url::parse(url)
+            .is_ok_and(|u| u.origin() == self.base.origin() && u.path().starts_with(self.base.path()))
+    }
+
+    /// How to fetch the image at `url`: trusting the site CA (whatever the server), and
+    /// presenting the ramdisk's
+    /// certificate only when the controller itself serves it (never to another server).
+    pub fn image_fetch(&self, url: &str) -> FetchOptions {
+        FetchOptions {
+            ca_fingerprint: Some(self.pin),
+            identity: self.serves(url).then(|| self.tls_identity.clone()),
+            ..FetchOptions::default()
+        }
     }
 
     /// Signs and posts how `task` ended.

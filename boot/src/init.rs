@@ -356,7 +356,8 @@ fn deploy(joined: &crate::controller::Joined) -> Result<String, String> {
     say(&format!("deploying {} ({raw} raw bytes) to {}", plan.image.url, chosen.path.display()));
     let disk = metal_erase::io::BlockTarget::open(&chosen.path, true)
         .map_err(|e| format!("{}: {e}", chosen.path.display()))?;
-    let fetch = crate::source::FetchOptions { ca_fingerprint: Some(joined.ca_fingerprint()), ..Default::default() };
+    // The controller's own image endpoint wants the ramdisk's certificate; others get none.
+    let fetch = joined.image_fetch(&plan.image.url);
     let stream =
         crate::source::HttpSource::open(&plan.image.url, plan.image.size_bytes, &fetch).map_err(|e| e.to_string())?;
     let options = crate::deploy::DeployOptions { read_back: true, ..Default::default() };

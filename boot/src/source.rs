@@ -1,12 +1,14 @@
-//! The image stream: HTTP(S) with the trust the caller pins, resumed with a Range request
-//! after a dropped connection, and never shorter or longer than the plan says. The download
+//! The image stream: HTTP(S) with the trust the caller pins (and, for the controller's own
+//! image endpoint, the ramdisk's client certificate), resumed with a Range request after a
+//! dropped connection, and never shorter or longer than the plan says. The download
 //! runs on its own thread (an async client); the deploy pipeline reads it as a plain
 //! `Read`, with at most a few MiB in flight.
 
 use std::io::{self, Read};
+use std::sync::Arc;
 use std::time::Duration;
 
-use metal_bmc::tls::{TlsTrust, http_client};
+use metal_bmc::tls::{ClientIdentity, TlsTrust, http_client_with_identity};
 
 /// How images are fetched.
 #[derive(Debug, Clone)]
@@ -22,6 +24,9 @@ pub struct FetchOptions {
     pub backoff: Duration,
     /// Per-request timeout for connecting and between bytes.
     pub timeout: Duration,
+    /// The client certificate to present (mutual TLS): the joined ramdisk's, for images the
+    /// controller serves itself.
+    pub identity: Option<Arc<ClientIdentity>>,
 }
 
 impl Default for FetchOptions {
@@ -32,6 +37,7 @@ impl Default for FetchOptions {
             attempts: 5,
             backoff: Duration::from_millis(500),
             timeout: Duration::from_secs(60),
+            identity: None,
         }
     }
 }
@@ -66,7 +72,8 @@ impl HttpSource {
             Some(pin) => TlsTrust::CaFingerprint(pin),
             None => TlsTrust::InsecureSkipVerify, // plain http: there is no TLS to verify
         };
-        let client = http_client(&trust, options.timeout).map_err(io::Error::other)?;
+        let client = http_client_with_identity(&trust, options.timeout, options.identity.as_deref())
+            .map_err(io::Error::other)?;
         let (tx, rx) = tokio::sync::mpsc::channel(32);
         let options = options.clone();
         std::thread::Builder::new().name("image-download".into()).spawn(move || {

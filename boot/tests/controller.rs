@@ -2,7 +2,8 @@
 //! over real TLS: the server's certificate comes from the site CA, the ramdisk trusts only
 //! that CA's fingerprint, joins with a one-time token (a reused token is refused, a busy
 //! controller is retried), receives a `ramdisk` certificate for its in-memory key, and posts
-//! a signed report over mutual TLS, which the controller verifies against the CA.
+//! a signed report over mutual TLS, which the controller verifies against the CA; images
+//! on the controller are fetched with the ramdisk's certificate, images elsewhere without.
 
 use std::time::Duration;
 
@@ -74,4 +75,34 @@ fn a_used_token_a_wrong_ca_and_plain_http_are_refused() {
     });
     assert_eq!(status, 401);
     assert!(controller.state.lock().unwrap().reports.is_empty());
+}
+
+#[test]
+fn controller_images_are_fetched_with_the_ramdisk_certificate_and_no_other_images_are() {
+    use std::io::Read as _;
+    let controller = TestController::start(&["tok_0123456789abcdef"], 0, &[]);
+    let image: Vec<u8> = (0..300_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    controller.state.lock().unwrap().files.insert("disk.img".into(), image.clone());
+    let joined = join(&controller.url, &controller.fingerprint, "tok_0123456789abcdef", quick()).unwrap();
+    let url = format!("{}/images/disk.img", controller.url);
+    let fetch = joined.image_fetch(&url);
+    assert!(fetch.identity.is_some() && fetch.ca_fingerprint.is_some(), "{fetch:?}");
+    let port = controller.port;
+    for elsewhere in [
+        "https://images.example/disk.img".to_owned(),
+        format!("https://localhost:{port}/images/disk.img"),
+        format!("https://127.0.0.1:{}/images/disk.img", port + 1),
+        format!("http://127.0.0.1:{port}/images/disk.img"),
+        format!("https://127.0.0.1:{port}@images.example/disk.img"),
+        "not a URL".to_owned(),
+    ] {
+        let other = joined.image_fetch(&elsewhere);
+        assert!(other.identity.is_none(), "{elsewhere} would get the ramdisk's certificate");
+        assert_eq!(other.ca_fingerprint, fetch.ca_fingerprint, "{elsewhere}");
+    }
+    // Over mutual TLS, the image arrives whole.
+    let mut source = metal_boot::source::HttpSource::open(&url, image.len() as u64, &fetch).unwrap();
+    let mut got = Vec::new();
+    source.read_to_end(&mut got).unwrap();
+    assert!(got == image, "the image did not arrive whole");
 }
