@@ -33,7 +33,11 @@ pub fn parse_range(header: Option<&str>, size: u64) -> Result<Option<(u64, u64)>
         (size.saturating_sub(suffix), size)
     } else {
         let start: u64 = first.parse().map_err(|_| Unsatisfiable)?;
-        let end = if last.is_empty() { size } else { last.parse::<u64>().map_err(|_| Unsatisfiable)?.saturating_add(1).min(size) };
+        let end = if last.is_empty() {
+            size
+        } else {
+            last.parse::<u64>().map_err(|_| Unsatisfiable)?.saturating_add(1).min(size)
+        };
         (start, end)
     };
     if range.0 >= range.1 {
