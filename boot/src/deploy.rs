@@ -40,7 +40,7 @@ pub struct DeployOptions {
     pub target_zeroed: bool,
     /// Read everything back after writing and check it against the manifest.
     pub read_back: bool,
-    /// Hashing threads (0: one per CPU, at most 8).
+    /// Hashing threads, which also decompress on the frames path (0: one per CPU, at most 8).
     pub hashers: usize,
 }
 
