@@ -282,10 +282,15 @@ impl SeedInput {
     }
 }
 
-/// Renders the seed after validating every value.
-pub fn render(input: &SeedInput) -> Result<CloudInitSeed, SeedError> {
+/// The `meta-data` document of an input (validate it first).
+pub fn meta_data(input: &SeedInput) -> Value {
+    json!({"instance-id": input.instance_id, "local-hostname": input.hostname})
+}
+
+/// The cloud-config (the `user-data` document as a JSON value) of an input, after validating
+/// every value. An installer's configuration embeds it for the installed system.
+pub fn cloud_config(input: &SeedInput) -> Result<Value, SeedError> {
     input.validate()?;
-    let meta_data = json!({"instance-id": input.instance_id, "local-hostname": input.hostname});
     let mut config = json!({
         "hostname": input.hostname,
         "preserve_hostname": false,
@@ -320,6 +325,13 @@ pub fn render(input: &SeedInput) -> Result<CloudInitSeed, SeedError> {
         }]);
         config["runcmd"] = json!([[JOIN_COMMAND, "--config", JOIN_CONFIG_PATH]]);
     }
+    Ok(config)
+}
+
+/// Renders the seed after validating every value.
+pub fn render(input: &SeedInput) -> Result<CloudInitSeed, SeedError> {
+    let config = cloud_config(input)?;
+    let meta_data = meta_data(input);
     let network_config = (!input.network.is_empty()).then(|| {
         let ethernets: serde_json::Map<String, Value> = input
             .network

@@ -1,6 +1,7 @@
 -- Images and profiles. An image is imported once (by URL and checksum, or by catalog name),
 -- kept only when its streamed digest matches, and stored in its served form (seekable zstd)
--- with its deploy plan; a profile's versions are immutable and each names one image.
+-- with its deploy plan; a profile's versions are immutable and each names one image (or, for an installer
+-- deploy, the installer it boots).
 -- Portable SQL, as in 0001.
 
 CREATE TABLE images (
@@ -37,14 +38,16 @@ CREATE TABLE profiles (
 CREATE TABLE profile_versions (
     profile_id TEXT NOT NULL REFERENCES profiles (id),
     version    BIGINT NOT NULL,
-    image_id   TEXT NOT NULL REFERENCES images (id),
+    image_id   TEXT REFERENCES images (id),
     spec       TEXT NOT NULL,
     created_at BIGINT NOT NULL,
     PRIMARY KEY (profile_id, version)
 );
 CREATE INDEX profile_versions_image ON profile_versions (image_id);
 
--- What a deploy plan was derived from (NULL for a hand-made plan).
+-- What a deploy plan was derived from (NULL for a hand-made plan), and its kind: 'image' (a
+-- DeployPlan for the ramdisk) or 'installer' (an installer's kernel line and rendered config).
+ALTER TABLE deploy_plans ADD COLUMN mode TEXT NOT NULL DEFAULT 'image';
 ALTER TABLE deploy_plans ADD COLUMN image_id TEXT;
 ALTER TABLE deploy_plans ADD COLUMN profile_id TEXT;
 ALTER TABLE deploy_plans ADD COLUMN profile_version BIGINT;

@@ -260,8 +260,8 @@ pub async fn bill_once(app: &App) -> Result<usize, ApiError> {
     Ok(written)
 }
 
-/// Runs the periodic pass (reaper, reservations, billing, orphaned image imports) until the
-/// process ends.
+/// Runs the periodic pass (reaper, reservations, billing, orphaned image imports, profile
+/// auto-deploy) until the process ends.
 pub fn spawn_reaper(app: AppState) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(app.config.reaper_interval);
@@ -278,6 +278,9 @@ pub fn spawn_reaper(app: AppState) {
             }
             if let Err(e) = crate::images::import::resume_orphans(&app).await {
                 warn!(error = %e, "image import pass failed");
+            }
+            if let Err(e) = crate::provision::auto_deploy_once(&app).await {
+                warn!(error = %e, "auto-deploy pass failed");
             }
         }
     });

@@ -17,6 +17,7 @@ pub mod duration;
 pub mod error;
 pub mod http_server;
 pub mod images;
+pub mod installer;
 pub mod metrics;
 pub mod model;
 pub mod placement;

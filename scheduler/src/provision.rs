@@ -91,75 +91,142 @@ impl Refusals {
     }
 }
 
-/// The disk a plan targets on this inventory: the hinted one, else the smallest that fits.
-/// Returns the hints that pin it (serial or WWN plus size, when the profile gave none).
-pub fn target_disk(
-    inventory: &InventoryReport,
+/// The disk a deploy writes on this inventory: the smallest non-removable, writable disk of
+/// at least `needed` (and `min_disk`) bytes that the hints allow.
+pub fn target_disk<'a>(
+    inventory: &'a InventoryReport,
     hints: &RootDeviceHints,
     needed: u64,
     min_disk: Option<u64>,
-) -> Option<RootDeviceHints> {
-    let disk = inventory
+) -> Option<&'a metal_protocol::inventory::Disk> {
+    inventory
         .disks
         .iter()
         .filter(|d| !d.removable && !d.read_only)
         .filter(|d| d.identity.size_bytes >= needed.max(min_disk.unwrap_or(0)))
         .filter(|d| d.identity.matches_hints(hints).is_ok())
-        .min_by_key(|d| (d.identity.size_bytes, d.name.clone()))?;
+        .min_by_key(|d| (d.identity.size_bytes, d.name.clone()))
+}
+
+/// Hints that name exactly `disk`: the profile's own when it gave any, else its serial (or
+/// WWN, or by-path link) and size.
+fn pin(disk: &metal_protocol::inventory::Disk, hints: &RootDeviceHints) -> RootDeviceHints {
     if *hints != RootDeviceHints::default() {
-        return Some(hints.clone());
+        return hints.clone();
     }
     let id = &disk.identity;
-    Some(RootDeviceHints {
+    RootDeviceHints {
         serial: id.serial.clone(),
         wwn: if id.serial.is_none() { id.wwn.clone() } else { None },
         by_path: if id.serial.is_none() && id.wwn.is_none() { id.by_path.clone() } else { None },
         min_size_bytes: Some(id.size_bytes),
         max_size_bytes: Some(id.size_bytes),
         model: None,
-    })
+    }
 }
 
-/// The deploy plan of `version` for `node`: the image's plan served by this controller, the
-/// target disk, and the seed (keys, admin user, host name, extras).
-pub fn derive_plan(
-    controller_url: &str,
-    image: &ImagePlan,
-    version: &ProfileVersion,
-    node: &Node,
-    inventory: &InventoryReport,
-) -> ApiResult<DeployPlan> {
-    let spec = &version.spec;
-    let needed = disk_bytes_with_seed(image.chunks.raw_size_bytes);
-    let target = target_disk(inventory, &spec.root_device_hints, needed, spec.min_disk_bytes).ok_or_else(|| {
-        ApiError::Conflict(format!("node {} has no disk for the {needed}-byte deploy and the profile's hints", node.id))
-    })?;
-    let hostname: String = node
+/// Disk bytes a version's deploy needs: the image and its seed, or nothing beyond the
+/// profile's own minimum for an installer.
+fn bytes_needed(image: Option<&ImagePlan>) -> u64 {
+    image.map_or(0, |image| disk_bytes_with_seed(image.chunks.raw_size_bytes))
+}
+
+/// The node's host name: its id in RFC 1123 form.
+fn hostname(node: &Node) -> String {
+    let name: String = node
         .id
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c.to_ascii_lowercase() } else { '-' })
         .collect();
-    let seed = metal_protocol::cloudinit::render(&SeedInput {
-        instance_id: format!(
-            "{}-g{}-{}",
-            node.id,
-            node.identity_generation,
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        ),
-        hostname: hostname.trim_matches(['-', '.']).to_owned(),
-        admin_user: spec.admin_user.clone(),
-        ssh_authorized_keys: spec.ssh_authorized_keys.clone(),
-        join: None,
-        network: vec![],
-        volume: SeedVolume::VfatPartition,
-        extras: spec.cloud_init.clone(),
-    })
-    .map_err(|e| ApiError::invalid(e.field.clone(), e.message.clone()))?;
-    let mut source = image.image.clone();
-    source.url = format!("{controller_url}{}/{}", metal_protocol::boot::IMAGES_PATH, version.image_id);
-    let plan = DeployPlan { image: source, chunks: image.chunks.clone(), target, cloud_init: Some(seed) };
-    plan.validate().map_err(|e| ApiError::Internal(format!("derived an invalid plan: {e}")))?;
-    Ok(plan)
+    name.trim_matches(['-', '.']).to_owned()
+}
+
+/// A fresh instance id (cloud-init runs again for every deploy).
+fn instance_id(node: &Node) -> String {
+    format!("{}-g{}-{}", node.id, node.identity_generation, &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// The plan of `version` for `node`: for an image deploy the image's plan served by this
+/// controller, the target disk pinned, and the seed (keys, admin user, host name, extras);
+/// for an installer deploy the rendered autoinstall or kickstart.
+pub fn derive_plan(
+    controller_url: &str,
+    image: Option<&ImagePlan>,
+    version: &ProfileVersion,
+    node: &Node,
+    inventory: &InventoryReport,
+) -> ApiResult<store::boot::DerivedPlan> {
+    let spec = &version.spec;
+    let needed = bytes_needed(image);
+    let disk = target_disk(inventory, &spec.root_device_hints, needed, spec.min_disk_bytes).ok_or_else(|| {
+        ApiError::Conflict(format!("node {} has no disk for the {needed}-byte deploy and the profile's hints", node.id))
+    })?;
+    match (image, &version.image_id, &spec.installer) {
+        (Some(image), Some(image_id), _) => {
+            let seed = metal_protocol::cloudinit::render(&SeedInput {
+                instance_id: instance_id(node),
+                hostname: hostname(node),
+                admin_user: spec.admin_user.clone(),
+                ssh_authorized_keys: spec.ssh_authorized_keys.clone(),
+                join: None,
+                network: vec![],
+                volume: SeedVolume::VfatPartition,
+                extras: spec.cloud_init.clone(),
+            })
+            .map_err(|e| ApiError::invalid(e.field.clone(), e.message.clone()))?;
+            let mut source = image.image.clone();
+            source.url = format!("{controller_url}{}/{image_id}", metal_protocol::boot::IMAGES_PATH);
+            let plan = DeployPlan {
+                image: source,
+                chunks: image.chunks.clone(),
+                target: pin(disk, &spec.root_device_hints),
+                cloud_init: Some(seed),
+            };
+            plan.validate().map_err(|e| ApiError::Internal(format!("derived an invalid plan: {e}")))?;
+            Ok(store::boot::DerivedPlan::Image { plan: stored(&plan)?, image_id: image_id.clone() })
+        }
+        (None, None, Some(installer)) => {
+            let plan = crate::installer::derive(spec, installer, node, instance_id(node), hostname(node), disk)?;
+            Ok(store::boot::DerivedPlan::Installer(stored(&plan)?))
+        }
+        _ => Err(ApiError::Internal(format!(
+            "profile {}:{} is neither an image nor an installer deploy",
+            version.profile_id, version.version
+        ))),
+    }
+}
+
+/// A plan as the JSON text it is stored as.
+fn stored<T: Serialize>(plan: &T) -> ApiResult<String> {
+    serde_json::to_string(plan).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Ends a deploy: the node is deployed, and carries the `role` label its profile version
+/// names (when the plan came from one).
+pub fn deploy_done(
+    tx: &mut dyn Conn,
+    node: &Node,
+    reason: String,
+    deadlines: &crate::model::node::Deadlines,
+    now: time::OffsetDateTime,
+) -> ApiResult<Node> {
+    let request = NodeTransition {
+        from: NodeState::Deploying,
+        to: NodeState::Deployed,
+        generation: Some(node.generation),
+        owner: None,
+        reason: Some(reason),
+    };
+    let mut deployed = store::nodes::transition(tx, &node.id, &request, deadlines, now)?;
+    let role = match store::boot::plan_profile(tx, &node.id)? {
+        Some((profile, version)) => store::profiles::version(tx, &profile, version)?.and_then(|(_, v)| v.spec.role),
+        None => None,
+    };
+    if let Some(role) = role {
+        deployed.labels.insert("role".into(), role);
+        deployed = store::nodes::update_attributes(tx, &deployed, Some(deployed.generation), now)?;
+    }
+    Ok(deployed)
 }
 
 /// Ready nodes provisioning may take: not in a pool (pool nodes are the reservations'),
@@ -181,12 +248,22 @@ fn candidates(conn: &mut dyn Conn) -> ApiResult<Vec<Candidate>> {
     Ok(out)
 }
 
+/// How many of the nodes asked for an allocation must get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// All of them, or none (provision).
+    All,
+    /// As many as fit, perhaps none (the auto-deploy top-up).
+    AsMany,
+}
+
 /// Allocates `request.count` nodes for the version and sets their plans, in one transaction.
 fn allocate(
     conn: &mut dyn Conn,
     controller_url: &str,
     request: &ProvisionRequest,
     scope: Option<&str>,
+    take: Take,
     deadlines: &crate::model::node::Deadlines,
     now: time::OffsetDateTime,
 ) -> ApiResult<Vec<String>> {
@@ -199,10 +276,15 @@ fn allocate(
     {
         return Err(ApiError::NotFound(what));
     }
-    let image = store::images::plan(conn, &version.image_id)?
-        .ok_or_else(|| ApiError::Conflict(format!("image {} of {what} is not ready", version.image_id)))?;
+    let image = match &version.image_id {
+        Some(id) => Some(
+            store::images::plan(conn, id)?
+                .ok_or_else(|| ApiError::Conflict(format!("image {id} of {what} is not ready")))?,
+        ),
+        None => None,
+    };
     let spec = &version.spec;
-    let needed = disk_bytes_with_seed(image.chunks.raw_size_bytes);
+    let needed = bytes_needed(image.as_ref());
     let mut refusals = Refusals::default();
     let mut fit = Vec::new();
     for candidate in candidates(conn)? {
@@ -220,9 +302,12 @@ fn allocate(
             fit.push(candidate);
         }
     }
-    let wanted = usize::try_from(request.count).unwrap_or(usize::MAX);
+    let mut wanted = usize::try_from(request.count).unwrap_or(usize::MAX);
     if fit.len() < wanted {
-        return Err(ApiError::Conflict(refusals.message(request.count, fit.len())));
+        match take {
+            Take::All => return Err(ApiError::Conflict(refusals.message(request.count, fit.len()))),
+            Take::AsMany => wanted = fit.len(),
+        }
     }
     // Smallest first: cores, then memory, then total disk.
     fit.sort_by_key(|c| {
@@ -232,7 +317,7 @@ fn allocate(
     let mut chosen = Vec::new();
     for candidate in fit.into_iter().take(wanted) {
         let node = &candidate.node;
-        let plan = derive_plan(controller_url, &image, &version, node, &candidate.inventory)?;
+        let plan = derive_plan(controller_url, image.as_ref(), &version, node, &candidate.inventory)?;
         let owner = format!("{OWNER}:{}:{}", profile.id, version.version);
         let reason = format!("provisioned with profile {}:{}", profile.id, version.version);
         let step = |from, to, generation| NodeTransition {
@@ -256,15 +341,14 @@ fn allocate(
             deadlines,
             now,
         )?;
-        let text = serde_json::to_string(&plan).map_err(|e| ApiError::Internal(e.to_string()))?;
-        store::boot::put_derived_plan(conn, &node.id, &text, &version.image_id, &profile.id, version.version, now)?;
+        store::boot::put_derived_plan(conn, &node.id, &plan, &profile.id, version.version, now)?;
         store::events::append(
             conn,
             "node.provisioned",
             &format!("node/{}", node.id),
             None,
             &serde_json::json!({"node": node.id, "profile": profile.id, "version": version.version,
-                                "image": version.image_id, "target": plan.target}),
+                                "image": version.image_id, "mode": spec.deploy_mode}),
             now,
         )?;
         chosen.push(node.id.clone());
@@ -287,13 +371,53 @@ pub async fn provision(
     let (deadlines, now) = (app.config.deadlines, app.clock.now());
     let nodes = {
         let request = request.clone();
-        app.change(move |tx| allocate(tx, &controller_url, &request, scope.as_deref(), &deadlines, now)).await?
+        app.change(move |tx| allocate(tx, &controller_url, &request, scope.as_deref(), Take::All, &deadlines, now))
+            .await?
     };
     let mut boots = Vec::new();
     for node in &nodes {
         boots.push(start(app, node).await);
     }
     Ok(ProvisionOutcome { profile_id: request.profile_id, profile_version: request.profile_version, nodes, boots })
+}
+
+/// The auto-deploy pass: every profile whose latest version says `autoDeploy: {desired: N}`
+/// gets ready nodes deployed with that version until N of its machines are allocated,
+/// deploying or deployed (fewer when not enough ready nodes fit; the next pass tries again).
+/// Returns how many nodes it started.
+pub async fn auto_deploy_once(app: &AppState) -> ApiResult<usize> {
+    let Ok(service) = crate::boot::BootService::of(app) else { return Ok(0) };
+    let controller_url = service.controller_url.clone();
+    let (deadlines, now) = (app.config.deadlines, app.clock.now());
+    let wanted = app.store.read(|tx| Ok::<_, ApiError>(store::profiles::auto_deploy_shortfalls(tx)?)).await?;
+    let mut started = 0;
+    for (profile_id, profile_version, missing) in wanted {
+        let request = ProvisionRequest { profile_id: profile_id.clone(), profile_version, count: missing };
+        let url = controller_url.clone();
+        let nodes = app
+            .change(move |tx| {
+                let nodes = allocate(tx, &url, &request, None, Take::AsMany, &deadlines, now)?;
+                if !nodes.is_empty() {
+                    store::events::append(
+                        tx,
+                        "profile.auto-deployed",
+                        &format!("profile/{}", request.profile_id),
+                        None,
+                        &serde_json::json!({"profile": request.profile_id, "version": request.profile_version,
+                                            "missing": request.count, "nodes": nodes}),
+                        now,
+                    )?;
+                }
+                Ok(nodes)
+            })
+            .await?;
+        for node in &nodes {
+            let boot = start(app, node).await;
+            tracing::info!(node, profile = %profile_id, outcome = %boot.outcome, "auto-deploy started a node");
+        }
+        started += nodes.len();
+    }
+    Ok(started)
 }
 
 /// Network-boots a deploying node through its BMC (boot override to PXE, then power cycle,

@@ -8,7 +8,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use metal_protocol::deploy::DigestAlgorithm;
 use metal_protocol::{InventoryReport, Role, WipeReport};
 use metal_scheduler::config::Config;
 use metal_tests::hil::{BootFrom, Bus, Console, Guest, tftp_dir};
@@ -292,10 +291,45 @@ fn bootable_image() -> Vec<u8> {
     image
 }
 
+/// An inventory as commissioning stores it, with one disk of `size` bytes.
+fn small_inventory(node: &str, size: u64) -> InventoryReport {
+    let mut report: InventoryReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+    report.node_id = node.into();
+    report.disks.truncate(1);
+    report.disks[0].identity.size_bytes = size;
+    report.disks[0].removable = false;
+    report.disks[0].read_only = false;
+    report
+}
+
 #[test]
-fn a_deployed_image_lands_bit_exact_with_its_seed_and_boots_from_the_disk() {
+fn an_imported_image_is_provisioned_by_profile_lands_bit_exact_and_boots_from_the_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let s = scheduler("");
+    // The image comes from a mirror on its own CA; the scheduler trusts that CA for imports.
+    let image = bootable_image();
+    let mirror_ca = metal_protocol::SiteCa::create(
+        "mirror",
+        std::time::SystemTime::now() - Duration::from_secs(600),
+        Duration::from_secs(86400),
+    )
+    .unwrap();
+    let mirror_ca_file = dir.path().join("mirror-ca.pem");
+    std::fs::write(&mirror_ca_file, mirror_ca.certificate().pem()).unwrap();
+    let mirror =
+        metal_tests::controller::ImageServer::start(&mirror_ca, &[], [("disk.img".to_owned(), image.clone())].into());
+    let ramdisk = metal_tests::hil::ramdisk();
+    let s = TestScheduler::start(|c: &mut Config| {
+        let port = c.boot.listen.unwrap().port();
+        c.boot.controller_url = Some(format!("https://10.0.2.2:{port}"));
+        c.boot.kernel_args = "console=ttyS0 panic=-1 rdinit=/bin/metal-boot".into();
+        c.images.ca_file = Some(mirror_ca_file.clone());
+    });
+    let files = s.files_dir();
+    std::fs::create_dir_all(&files).unwrap();
+    std::os::unix::fs::symlink(ramdisk.join("vmlinuz"), files.join("vmlinuz")).unwrap();
+    std::os::unix::fs::symlink(ramdisk.join("initrd.cpio.gz"), files.join("initrd")).unwrap();
+
     let mac = "52:54:00:00:07:05";
     s.enrol("hil-5", mac);
     let (target, other) = (dir.path().join("target.img"), dir.path().join("other.img"));
@@ -307,25 +341,47 @@ fn a_deployed_image_lands_bit_exact_with_its_seed_and_boots_from_the_disk() {
     ];
     pxe_boot(&s, dir.path(), mac, &disks);
     assert_eq!(s.node("hil-5")["state"], "ready");
-
-    // The plan: the image on an HTTPS server of the site CA, the virtio disk by serial, a seed.
-    let image = bootable_image();
-    let image_file = dir.path().join("disk.img");
-    std::fs::write(&image_file, &image).unwrap();
-    let images = metal_tests::controller::ImageServer::start(
-        &s.ca(),
-        &["10.0.2.2"],
-        [("disk.img".to_owned(), image.clone())].into(),
+    // A second machine whose only disk is too small for the image and its seed.
+    let (status, body) = s.call("POST", "/v1/nodes", Some(serde_json::json!({"id": "hil-6"})));
+    assert_eq!(status, 201, "{body}");
+    s.walk("hil-6", &["new", "commissioning"]);
+    let receipt = s.post_report_as(
+        Role::Ramdisk,
+        "hil-6",
+        s.node("hil-6")["identityGeneration"].as_u64().unwrap(),
+        InventoryReport::PAYLOAD_TYPE,
+        &small_inventory("hil-6", 20 * MIB as u64),
     );
-    let url = format!("https://10.0.2.2:{}/images/disk.img", images.port);
-    let mut plan = metal_boot::plan::make_plan(&image_file, &url, 1 << 20, DigestAlgorithm::Sha256).unwrap();
-    plan.target.serial = Some("HILDEPLOY".into());
-    plan.cloud_init = Some(metal_tests::images::seed("hil-5-gen-1", "hil-5"));
-    let (status, body) = s.call("PUT", "/v1/nodes/hil-5/deploy-plan", Some(serde_json::to_value(&plan).unwrap()));
-    assert_eq!(status, 204, "{body}");
-    s.walk("hil-5", &["ready", "allocated", "deploying"]);
+    assert_eq!(receipt["accepted"], true, "{receipt}");
 
-    // 5. The deploy: PXE, join, plan over mTLS, stream, verify, write, read back, report.
+    // Import once, name it in a profile, provision by profile version.
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image));
+    let url = format!("https://127.0.0.1:{}/images/disk.img", mirror.port);
+    let (status, started) =
+        s.call("POST", "/v1/images", Some(serde_json::json!({"url": url, "checksum": sha256, "name": "marker-os"})));
+    assert_eq!(status, 202, "{started}");
+    let image_id = started["id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while s.call("GET", &format!("/v1/images/{image_id}"), None).1["state"] == "importing" {
+        assert!(std::time::Instant::now() < deadline, "the import did not end");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, imported) = s.call("GET", &format!("/v1/images/{image_id}"), None);
+    assert_eq!(imported["state"], "ready", "{imported}");
+    let profile = serde_json::json!({
+        "id": "marker", "image": "marker-os", "adminUser": "ops", "minDiskBytes": 40 * MIB,
+        "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops"],
+    });
+    let (status, body) = s.call("POST", "/v1/profiles", Some(profile));
+    assert_eq!(status, 201, "{body}");
+    let (status, outcome) =
+        s.call("POST", "/v1/provision", Some(serde_json::json!({"profileId": "marker", "profileVersion": 1})));
+    assert_eq!(status, 200, "{outcome}");
+    assert_eq!(outcome["nodes"], serde_json::json!(["hil-5"]), "the machine that is too small is not chosen");
+    assert_eq!(s.node("hil-6")["state"], "ready");
+
+    // The deploy: PXE, join, plan over mTLS, the seekable image from the controller itself
+    // (frames decompressed and verified in parallel), write, read back, report.
     let console = pxe_boot(&s, dir.path(), mac, &disks);
     assert!(console.text.contains("task: Deploy") && console.text.contains("deploy done"), "{}", console.text);
     let node = s.node("hil-5");

@@ -366,8 +366,17 @@ fn profiles_provision_the_smallest_fitting_nodes_and_the_boot_listener_serves_th
     let mut bad = create.clone();
     bad["sshAuthorizedKeys"] = json!(["ssh-rsa nope"]);
     bad["id"] = json!("bad");
-    let (status, body) = s.call("POST", "/v1/profiles", Some(bad));
+    let (status, body) = s.call("POST", "/v1/profiles", Some(bad.clone()));
     assert_eq!((status, body["error"]["field"].as_str()), (422, Some("sshAuthorizedKeys[0]")), "{body}");
+    for (key, value, field) in
+        [("deployMode", json!("installer"), "image"), ("cloudInit", json!({"timezone": "../x"}), "cloudInit.timezone")]
+    {
+        let mut refused = create.clone();
+        refused["id"] = json!("refused");
+        refused[key] = value;
+        let (status, body) = s.call("POST", "/v1/profiles", Some(refused));
+        assert_eq!((status, body["error"]["field"].as_str()), (422, Some(field)), "{body}");
+    }
     // Version 2 wants more cores; version 1 stays as it was.
     let mut v2 = spec.clone();
     v2["minCores"] = json!(32);
@@ -399,6 +408,18 @@ fn profiles_provision_the_smallest_fitting_nodes_and_the_boot_listener_serves_th
     assert_eq!(outcome["nodes"], json!(["small"]), "the smallest node that qualifies");
     assert_eq!(s.node("small")["state"], "deploying");
     assert_eq!(s.events("node.provisioned").len(), 1);
+
+    // A profile that keeps two machines of zone z2 deployed: one node fits, so one is
+    // started now, and the next pass finds nothing more to take.
+    let batch = json!({"id": "batch", "image": image_id, "sshAuthorizedKeys": [KEY], "zone": "z2",
+                       "autoDeploy": {"desired": 2}});
+    let (status, body) = s.call("POST", "/v1/profiles", Some(batch));
+    assert_eq!(status, 201, "{body}");
+    let auto = || s.block_on(metal_scheduler::provision::auto_deploy_once(&s.app)).unwrap();
+    assert_eq!(auto(), 1);
+    assert_eq!(s.node("far")["state"], "deploying");
+    assert_eq!(auto(), 0, "still one short, and no ready node of z2 left");
+    assert_eq!(s.events("profile.auto-deployed").len(), 1);
 
     // The plan the ramdisk gets: this controller's URL for the image, the fitting disk
     // pinned, and the seed with the profile's user, key and packages.

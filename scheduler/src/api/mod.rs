@@ -194,6 +194,8 @@ pub fn router(state: AppState) -> Router {
         .route("/boot/ipxe", get(crate::boot::ipxe::ipxe_script))
         .route("/boot/grub", get(crate::boot::ipxe::grub_script))
         .route("/boot/files/{name}", get(crate::boot::ipxe::file))
+        .route("/boot/installer/{token}/done", post(crate::boot::ipxe::installer_done))
+        .route("/boot/installer/{token}/{name}", get(crate::boot::ipxe::installer_file))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::stream_events))
         .fallback(|| async { ApiError::NotFound("route".into()) })

@@ -40,6 +40,8 @@ pub struct Decision {
     pub token: Option<String>,
     /// The MAC it booted with (normalised).
     pub boot_mac: String,
+    /// The installer plan, when the step is the installer.
+    pub installer: Option<crate::installer::InstallerPlan>,
 }
 
 /// The boot loader a script is written for.
@@ -70,9 +72,26 @@ fn kernel_line(decision: &Decision, task: BootTask, token: &str, service: &BootS
 /// Debian's iPXE needs under UEFI to hand the kernel its initrd; GRUB hands it over itself
 /// (and the EFI stub would look for a file named by `initrd=`). "Boot the next device" is
 /// `exit` in both: back to the firmware's boot order.
-pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dialect: Dialect) -> String {
+pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dialect: Dialect, base: &str) -> String {
     let (node, state) = (&decision.node_id, decision.state);
     match (&decision.step, &decision.token, dialect) {
+        (BootStep::Installer, Some(token), Dialect::Ipxe) => match &decision.installer {
+            Some(plan) => format!(
+                "#!ipxe\n\
+                 echo metal: node {node} ({state}): booting the {kind:?} installer\n\
+                 kernel --name vmlinuz {kernel} initrd=initrd {args} {kernel_args}\n\
+                 initrd --name initrd {initrd}\n\
+                 boot\n",
+                kind = plan.installer.kind,
+                kernel = plan.installer.kernel_url,
+                initrd = plan.installer.initrd_url,
+                args = crate::installer::kernel_args(plan, base, token),
+            ),
+            None => format!("#!ipxe\necho metal: node {node}: its installer plan is missing\nexit\n"),
+        },
+        (BootStep::Installer, _, Dialect::Grub) => format!(
+            "echo \"metal: node {node} ({state}): installer deploys boot through iPXE (the BIOS chain), not GRUB\"\nexit\n"
+        ),
         (BootStep::Ramdisk(task), Some(token), Dialect::Ipxe) => format!(
             "#!ipxe\n\
              echo metal: node {node} ({state}): booting the ramdisk to {task}\n\
@@ -142,7 +161,33 @@ pub fn decide(
         };
         node = store::nodes::transition(tx, &node.id, &request, deadlines, now)?;
     }
+    let installer = match node.state {
+        NodeState::Deploying => store::boot::installer_plan(tx, &node.id)?,
+        _ => None,
+    };
+    let step = if installer.is_some() { BootStep::Installer } else { step };
     let token = match step {
+        BootStep::Installer => {
+            // The installer fetches its configuration and reports done with it, for as long
+            // as the deploy may take.
+            let token = store::boot::issue_token(
+                tx,
+                &node.id,
+                BootTask::Install,
+                node.identity_generation,
+                now,
+                deadlines.deploying,
+            )?;
+            store::events::append(
+                tx,
+                "node.boot.installer",
+                &format!("node/{}", node.id),
+                None,
+                &json!({"node": node.id, "identityGeneration": node.identity_generation}),
+                now,
+            )?;
+            Some(token)
+        }
         BootStep::Ramdisk(task) => {
             let token = store::boot::issue_token(tx, &node.id, task, node.identity_generation, now, config.token_ttl)?;
             store::events::append(
@@ -157,7 +202,7 @@ pub fn decide(
         }
         BootStep::LocalDisk => None,
     };
-    Ok(Decision { node_id: node.id, state: node.state, step, token, boot_mac: mac.to_owned() })
+    Ok(Decision { node_id: node.id, state: node.state, step, token, boot_mac: mac.to_owned(), installer })
 }
 
 /// Query of `/boot/ipxe`.
@@ -168,18 +213,39 @@ pub struct ScriptQuery {
 }
 
 /// `GET /boot/ipxe?mac=`: the iPXE script for the node's next step.
-pub async fn ipxe_script(state: State<AppState>, client: ClientAddr, query: Query<ScriptQuery>) -> ApiResult<Response> {
-    script(state, client, query, Dialect::Ipxe).await
+pub async fn ipxe_script(
+    state: State<AppState>,
+    client: ClientAddr,
+    headers: axum::http::HeaderMap,
+    query: Query<ScriptQuery>,
+) -> ApiResult<Response> {
+    script(state, client, headers, query, Dialect::Ipxe).await
 }
 
 /// `GET /boot/grub?mac=`: the same in GRUB's language.
-pub async fn grub_script(state: State<AppState>, client: ClientAddr, query: Query<ScriptQuery>) -> ApiResult<Response> {
-    script(state, client, query, Dialect::Grub).await
+pub async fn grub_script(
+    state: State<AppState>,
+    client: ClientAddr,
+    headers: axum::http::HeaderMap,
+    query: Query<ScriptQuery>,
+) -> ApiResult<Response> {
+    script(state, client, headers, query, Dialect::Grub).await
+}
+
+/// The URL a client reached this service at (`http://` + its Host header), what an
+/// installer fetches its configuration from.
+pub fn base_url(headers: &axum::http::HeaderMap, fallback: std::net::SocketAddr) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)));
+    format!("http://{}", host.map_or_else(|| fallback.to_string(), str::to_owned))
 }
 
 async fn script(
     State(app): State<AppState>,
     ClientAddr(address): ClientAddr,
+    headers: axum::http::HeaderMap,
     Query(query): Query<ScriptQuery>,
     dialect: Dialect,
 ) -> ApiResult<Response> {
@@ -190,11 +256,87 @@ async fn script(
     let decision = app.change(move |tx| decide(tx, &mac, &config, &deadlines, now)).await?;
     match decision.step {
         BootStep::Ramdisk(task) => info!(node = %decision.node_id, %task, client = %address, "ramdisk boot"),
+        BootStep::Installer => info!(node = %decision.node_id, client = %address, "installer boot"),
         BootStep::LocalDisk => info!(node = %decision.node_id, state = %decision.state, "boot the next device"),
     }
-    let body = render(&decision, service, &app.config.boot.kernel_args, dialect);
+    let base = base_url(&headers, app.config.listen);
+    let body = render(&decision, service, &app.config.boot.kernel_args, dialect, &base);
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], body)
         .into_response())
+}
+
+/// The install token's node and its installer plan, when the token is live and the node is
+/// still deploying that plan.
+async fn installer_of(
+    app: &AppState,
+    token: String,
+) -> ApiResult<(crate::store::boot::BootToken, crate::installer::InstallerPlan)> {
+    let now = app.clock.now();
+    app.store
+        .read(move |tx| {
+            let forbidden =
+                || ApiError::Forbidden("installer files need a live install token (unknown, used or expired)".into());
+            let found = store::boot::live_token(tx, &token, now)?
+                .filter(|t| t.task == BootTask::Install)
+                .ok_or_else(forbidden)?;
+            let node = store::nodes::get(tx, &found.node_id)?.ok_or_else(forbidden)?;
+            if node.state != NodeState::Deploying || node.identity_generation != found.identity_generation {
+                return Err(ApiError::Conflict(format!(
+                    "node {} is {}, not deploying with this token",
+                    node.id, node.state
+                )));
+            }
+            let plan = store::boot::installer_plan(tx, &node.id)?.ok_or_else(forbidden)?;
+            Ok((found, plan))
+        })
+        .await
+}
+
+/// `GET /boot/installer/{token}/{user-data|meta-data|vendor-data|ks.cfg}`: the installer's
+/// rendered configuration, for the holder of the node's live install token.
+pub async fn installer_file(
+    State(app): State<AppState>,
+    ClientAddr(address): ClientAddr,
+    headers: axum::http::HeaderMap,
+    Path((token, name)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let service = BootService::of(&app)?;
+    service.limiter.check(address)?;
+    let (found, plan) = installer_of(&app, token.clone()).await?;
+    let base = base_url(&headers, app.config.listen);
+    use crate::model::profile::InstallerKind::{Autoinstall, Kickstart};
+    let body = match (name.as_str(), plan.installer.kind) {
+        ("user-data", Autoinstall) | ("ks.cfg", Kickstart) => crate::installer::served_config(&plan, &base, &token),
+        ("meta-data", Autoinstall) => plan.meta_data.clone(),
+        ("vendor-data", Autoinstall) => String::new(),
+        _ => return Err(ApiError::NotFound(format!("installer file {name:?}"))),
+    };
+    info!(node = %found.node_id, file = %name, client = %address, "installer file served");
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], body)
+        .into_response())
+}
+
+/// `POST /boot/installer/{token}/done`: the installed system reports the install finished;
+/// the deploy ends (deployed, with the profile's role) and the token is used up.
+pub async fn installer_done(
+    State(app): State<AppState>,
+    ClientAddr(address): ClientAddr,
+    Path(token): Path<String>,
+) -> ApiResult<axum::http::StatusCode> {
+    let service = BootService::of(&app)?;
+    service.limiter.check(address)?;
+    installer_of(&app, token.clone()).await?;
+    let (deadlines, now) = (app.config.deadlines, app.clock.now());
+    let node = app
+        .change(move |tx| {
+            let found = store::boot::redeem_token(tx, &token, now)?;
+            let node = store::nodes::get(tx, &found.node_id)?
+                .ok_or_else(|| ApiError::NotFound(format!("node {}", found.node_id)))?;
+            crate::provision::deploy_done(tx, &node, "install done (reported by the installer)".into(), &deadlines, now)
+        })
+        .await?;
+    info!(node = %node.id, client = %address, "installer reported the install done");
+    Ok(axum::http::StatusCode::NO_CONTENT)
 }
 
 /// Query of `/boot/files/NAME`.

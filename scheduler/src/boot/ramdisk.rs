@@ -329,7 +329,11 @@ fn task_report(
     };
     if let Some(to) = outcome {
         let verb = if report.ok { "done" } else { "failed" };
-        move_node(tx, &node, to, format!("{} {verb}: {}", report.task, report.detail), deadlines, now)?;
+        let reason = format!("{} {verb}: {}", report.task, report.detail);
+        match to {
+            NodeState::Deployed => crate::provision::deploy_done(tx, &node, reason, deadlines, now)?,
+            _ => move_node(tx, &node, to, reason, deadlines, now)?,
+        };
     }
     Ok(ReportReceipt { accepted: true, reason: None })
 }

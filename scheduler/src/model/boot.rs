@@ -21,6 +21,9 @@ pub enum BootTask {
     Deploy,
     /// The teardown's in-band firmware check (before the erase, when the pool has a baseline).
     Firmware,
+    /// Not a ramdisk task: a distribution installer's token (an installer deploy), which
+    /// fetches its rendered configuration and reports the install done.
+    Install,
 }
 
 impl BootTask {
@@ -31,6 +34,7 @@ impl BootTask {
             BootTask::Erase => "erase",
             BootTask::Deploy => "deploy",
             BootTask::Firmware => "firmware",
+            BootTask::Install => "install",
         }
     }
 }
@@ -44,7 +48,7 @@ impl fmt::Display for BootTask {
 impl FromStr for BootTask {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [BootTask::Commission, BootTask::Erase, BootTask::Deploy, BootTask::Firmware]
+        [BootTask::Commission, BootTask::Erase, BootTask::Deploy, BootTask::Firmware, BootTask::Install]
             .into_iter()
             .find(|t| t.as_str() == s)
             .ok_or_else(|| format!("unknown boot task {s:?}"))
@@ -56,6 +60,8 @@ impl FromStr for BootTask {
 pub enum BootStep {
     /// Boot the ramdisk for this task.
     Ramdisk(BootTask),
+    /// Boot the distribution installer of the node's installer deploy.
+    Installer,
     /// Nothing for the ramdisk: leave network boot and boot the next device (the local disk).
     LocalDisk,
 }
@@ -125,6 +131,7 @@ mod tests {
             .filter_map(|s| match boot_step(s, false) {
                 BootStep::Ramdisk(t) => Some((s, t)),
                 BootStep::LocalDisk => None,
+                BootStep::Installer => panic!("the state alone never says installer (the plan does)"),
             })
             .collect();
         assert_eq!(
@@ -138,7 +145,7 @@ mod tests {
         );
         assert_eq!(boot_step(NodeState::Releasing, true), BootStep::Ramdisk(BootTask::Firmware));
         assert_eq!(boot_step(NodeState::Ready, true), BootStep::LocalDisk);
-        for t in [BootTask::Commission, BootTask::Erase, BootTask::Deploy, BootTask::Firmware] {
+        for t in [BootTask::Commission, BootTask::Erase, BootTask::Deploy, BootTask::Firmware, BootTask::Install] {
             assert_eq!(t.as_str().parse::<BootTask>(), Ok(t));
         }
         assert!("shell".parse::<BootTask>().is_err());

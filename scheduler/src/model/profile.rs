@@ -27,9 +27,10 @@ pub enum DeployMode {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProfileSpec {
-    /// The image: an id, or a name in the profile's tenant (a public image of another tenant
-    /// by id).
-    pub image: String,
+    /// The image (image deploys): an id, or a name in the profile's tenant (a public image
+    /// of another tenant by id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// SSH public keys of the admin user (login is key-only).
     pub ssh_authorized_keys: Vec<String>,
     /// The admin user (passwordless sudo; root login stays disabled).
@@ -57,6 +58,9 @@ pub struct ProfileSpec {
     /// `image` (default) or `installer`.
     #[serde(default)]
     pub deploy_mode: DeployMode,
+    /// The distribution installer an `installer` deploy boots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installer: Option<InstallerSpec>,
     /// Added to the cloud-init user data: packages, time zone, NTP servers.
     #[serde(default)]
     #[schema(value_type = Object)]
@@ -68,6 +72,30 @@ pub struct ProfileSpec {
 
 fn default_admin() -> String {
     "metal".into()
+}
+
+/// Which installer configuration is rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstallerKind {
+    /// Ubuntu's subiquity with an autoinstall (cloud-init NoCloud over HTTP).
+    Autoinstall,
+    /// A RHEL-family Anaconda (Rocky, Alma) with a kickstart.
+    Kickstart,
+}
+
+/// The installer an `installer` deploy network-boots (from the site's mirror).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstallerSpec {
+    /// `autoinstall` (Ubuntu) or `kickstart` (Rocky, Alma).
+    pub kind: InstallerKind,
+    /// The installer's kernel (`casper/vmlinuz`, `images/pxeboot/vmlinuz`).
+    pub kernel_url: String,
+    /// The installer's initrd.
+    pub initrd_url: String,
+    /// Ubuntu: the live-server ISO (`url=`); RHEL family: the installation tree (`inst.repo=`).
+    pub source_url: String,
 }
 
 /// `autoDeploy: {desired: N}`.
@@ -103,8 +131,9 @@ pub struct ProfileVersion {
     pub profile_id: String,
     /// Version number, from 1.
     pub version: i64,
-    /// The image id it resolved to.
-    pub image_id: String,
+    /// The image id it resolved to (image deploys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
     /// What it says.
     pub spec: ProfileSpec,
     /// When it was made.
@@ -132,8 +161,20 @@ impl ProfileSpec {
     /// Checks everything that needs no database: the seed values (keys, user, extras), the
     /// zone and role labels, the size and hint ranges.
     pub fn validate(&self) -> Result<(), ApiError> {
-        crate::model::image::check_name("image", &self.image.to_ascii_lowercase())
-            .map_err(|_| ApiError::invalid("image", format!("{:?} is not an image id or name", self.image)))?;
+        match (&self.image, self.deploy_mode) {
+            (Some(image), DeployMode::Image) => {
+                crate::model::image::check_name("image", &image.to_ascii_lowercase())
+                    .map_err(|_| ApiError::invalid("image", format!("{image:?} is not an image id or name")))?
+            }
+            (None, DeployMode::Image) => return Err(ApiError::invalid("image", "an image deploy names its image")),
+            (Some(_), DeployMode::Installer) => {
+                return Err(ApiError::invalid(
+                    "image",
+                    "an installer deploy installs from its installer, not an image",
+                ));
+            }
+            (None, DeployMode::Installer) => {}
+        }
         // The seed checks, with a placeholder for what the deploy fills in.
         let probe = metal_protocol::cloudinit::SeedInput {
             instance_id: "probe".into(),
@@ -168,11 +209,30 @@ impl ProfileSpec {
         {
             return Err(ApiError::invalid("rootDeviceHints.minSizeBytes", "is larger than maxSizeBytes"));
         }
-        if self.deploy_mode == DeployMode::Installer {
-            return Err(ApiError::invalid(
-                "deployMode",
-                "installer deploys are not available yet on this controller; use image",
-            ));
+        match (self.deploy_mode, &self.installer) {
+            (DeployMode::Installer, None) => {
+                return Err(ApiError::invalid(
+                    "installer",
+                    "an installer deploy names its installer (kind, kernelUrl, initrdUrl, sourceUrl)",
+                ));
+            }
+            (DeployMode::Image, Some(_)) => {
+                return Err(ApiError::invalid("installer", "only deployMode installer takes an installer"));
+            }
+            (DeployMode::Installer, Some(installer)) => {
+                for (field, url) in [
+                    ("installer.kernelUrl", &installer.kernel_url),
+                    ("installer.initrdUrl", &installer.initrd_url),
+                    ("installer.sourceUrl", &installer.source_url),
+                ] {
+                    crate::model::image::check_url(field, url)?;
+                    // The URL goes on a kernel command line: nothing that splits or quotes it.
+                    if url.bytes().any(|b| b.is_ascii_whitespace() || b"\"';`$\\".contains(&b)) {
+                        return Err(ApiError::invalid(field, "must not contain spaces, quotes, ';', '`', '$' or '\\'"));
+                    }
+                }
+            }
+            (DeployMode::Image, None) => {}
         }
         Ok(())
     }

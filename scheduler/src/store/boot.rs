@@ -212,25 +212,59 @@ pub fn put_plan(conn: &mut dyn Conn, node_id: &str, plan: &str, now: OffsetDateT
     Ok(())
 }
 
-/// Replaces the node's deploy plan with one derived from `profile:version`, which deploys
-/// `image_id` (the image the boot listener will serve that node).
-#[allow(clippy::too_many_arguments)] // the plan and what it was derived from
+/// What a derived plan is.
+#[derive(Debug, Clone)]
+pub enum DerivedPlan {
+    /// A `DeployPlan` for the ramdisk, of this image (the one the boot listener serves the node).
+    Image {
+        /// The plan's JSON.
+        plan: String,
+        /// The image it writes.
+        image_id: String,
+    },
+    /// An installer deploy's `InstallerPlan` JSON.
+    Installer(String),
+}
+
+/// Replaces the node's deploy plan with one derived from `profile:version`.
 pub fn put_derived_plan(
     conn: &mut dyn Conn,
     node_id: &str,
-    plan: &str,
-    image_id: &str,
+    derived: &DerivedPlan,
     profile_id: &str,
     profile_version: i64,
     now: OffsetDateTime,
 ) -> DbResult<()> {
+    let (mode, plan, image_id) = match derived {
+        DerivedPlan::Image { plan, image_id } => ("image", plan, Some(image_id)),
+        DerivedPlan::Installer(plan) => ("installer", plan, None),
+    };
     conn.execute("DELETE FROM deploy_plans WHERE node_id = $1", &[&node_id])?;
     conn.execute(
-        "INSERT INTO deploy_plans (node_id, plan, created_at, image_id, profile_id, profile_version) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-        &[&node_id, &plan, &to_millis(now), &image_id, &profile_id, &profile_version],
+        "INSERT INTO deploy_plans (node_id, plan, created_at, mode, image_id, profile_id, profile_version) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[&node_id, plan, &to_millis(now), &mode, &image_id, &profile_id, &profile_version],
     )?;
     Ok(())
+}
+
+/// The node's installer plan, when its deploy plan is one.
+pub fn installer_plan(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<crate::installer::InstallerPlan>> {
+    conn.query_opt("SELECT plan FROM deploy_plans WHERE node_id = $1 AND mode = 'installer'", &[&node_id])?
+        .map(|row| row.json("plan"))
+        .transpose()
+}
+
+/// The profile and version the node's plan was derived from, if any.
+pub fn plan_profile(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<(String, i64)>> {
+    let Some(row) =
+        conn.query_opt("SELECT profile_id, profile_version FROM deploy_plans WHERE node_id = $1", &[&node_id])?
+    else {
+        return Ok(None);
+    };
+    let profile: Option<String> = row.get("profile_id")?;
+    let version: Option<i64> = row.get("profile_version")?;
+    Ok(profile.zip(version))
 }
 
 /// The image the node's plan deploys from this controller, if it was derived from a profile.
@@ -242,9 +276,9 @@ pub fn plan_image(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<String>
         .flatten())
 }
 
-/// The node's deploy plan, if one is set.
+/// The node's deploy plan for the ramdisk, if one is set (an installer plan is not one).
 pub fn get_plan(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<serde_json::Value>> {
-    conn.query_opt("SELECT plan FROM deploy_plans WHERE node_id = $1", &[&node_id])?
+    conn.query_opt("SELECT plan FROM deploy_plans WHERE node_id = $1 AND mode = 'image'", &[&node_id])?
         .map(|row| row.json("plan"))
         .transpose()
 }

@@ -12,10 +12,17 @@ use crate::model::profile::{Profile, ProfileSpec, ProfileVersion};
 use crate::store::db::to_json;
 use crate::store::{Conn, DbResult, events, images};
 
-/// Resolves `spec.image` for a profile of `tenant`: the image id.
-fn resolve_image(conn: &mut dyn Conn, tenant: &str, public: bool, spec: &ProfileSpec) -> Result<String, ApiError> {
-    let missing = || ApiError::invalid("image", format!("no image {} visible to tenant {tenant}", spec.image));
-    let image = images::find(conn, tenant, &spec.image)?.ok_or_else(missing)?;
+/// Resolves `spec.image` for a profile of `tenant`: the image id (none for an installer
+/// deploy).
+fn resolve_image(
+    conn: &mut dyn Conn,
+    tenant: &str,
+    public: bool,
+    spec: &ProfileSpec,
+) -> Result<Option<String>, ApiError> {
+    let Some(name) = &spec.image else { return Ok(None) };
+    let missing = || ApiError::invalid("image", format!("no image {name} visible to tenant {tenant}"));
+    let image = images::find(conn, tenant, name)?.ok_or_else(missing)?;
     if image.tenant_id != tenant && !image.public {
         return Err(missing());
     }
@@ -31,14 +38,14 @@ fn resolve_image(conn: &mut dyn Conn, tenant: &str, public: bool, spec: &Profile
             format!("image {} is not public: a public profile must name a public image (promote it first)", image.id),
         ));
     }
-    Ok(image.id)
+    Ok(Some(image.id))
 }
 
 fn insert_version(
     conn: &mut dyn Conn,
     profile: &str,
     version: i64,
-    image_id: &str,
+    image_id: Option<&str>,
     spec: &ProfileSpec,
     now: OffsetDateTime,
 ) -> DbResult<()> {
@@ -74,7 +81,7 @@ pub fn insert(
         Err(e) if e.is_unique_violation() => return Err(taken()),
         other => other?,
     };
-    insert_version(conn, id, 1, &image_id, spec, now)?;
+    insert_version(conn, id, 1, image_id.as_deref(), spec, now)?;
     events::append(
         conn,
         "profile.created",
@@ -104,7 +111,7 @@ pub fn add_version(
     if moved == 0 {
         return Err(ApiError::Conflict(format!("profile {id} got another version meanwhile; retry")));
     }
-    insert_version(conn, id, next, &image_id, spec, now)?;
+    insert_version(conn, id, next, image_id.as_deref(), spec, now)?;
     events::append(
         conn,
         "profile.versioned",
@@ -163,4 +170,33 @@ pub fn version(conn: &mut dyn Conn, id: &str, version: i64) -> DbResult<Option<(
     let Some(profile) = get(conn, id)? else { return Ok(None) };
     let found = profile.versions.iter().find(|v| v.version == version).cloned();
     Ok(found.map(|v| (profile, v)))
+}
+
+/// Profiles whose latest version asks for `autoDeploy`, with how many machines they are short:
+/// `(profile, latest version, missing)`. A machine counts while its plan was derived from
+/// the profile (any version) and it is allocated, deploying or deployed.
+pub fn auto_deploy_shortfalls(conn: &mut dyn Conn) -> DbResult<Vec<(String, i64, u32)>> {
+    let rows = conn.query(
+        "SELECT v.profile_id, v.version, v.spec FROM profile_versions v JOIN profiles p \
+         ON p.id = v.profile_id AND p.latest_version = v.version ORDER BY v.profile_id",
+        &[],
+    )?;
+    let mut out = Vec::new();
+    for row in &rows {
+        let spec: ProfileSpec = row.json("spec")?;
+        let Some(auto) = spec.auto_deploy else { continue };
+        let profile: String = row.get("profile_id")?;
+        let have: i64 = conn
+            .query_one(
+                "SELECT COUNT(*) AS n FROM deploy_plans d JOIN nodes n ON n.id = d.node_id \
+                 WHERE d.profile_id = $1 AND n.state IN ('allocated', 'deploying', 'deployed')",
+                &[&profile],
+            )?
+            .get("n")?;
+        let missing = i64::from(auto.desired) - have;
+        if missing > 0 {
+            out.push((profile, row.get("version")?, u32::try_from(missing).unwrap_or(u32::MAX)));
+        }
+    }
+    Ok(out)
 }
