@@ -219,3 +219,53 @@ fn metalctl_shows_what_the_boot_service_stored_and_sets_deploy_plans() {
     let o = run(&["node", "inventory", "nope"], None);
     assert!(!o.status.success() && text(&o).contains("NOT_FOUND"), "{}", text(&o));
 }
+
+#[test]
+fn metalctl_imports_images_makes_profiles_and_says_why_provisioning_cannot_run() {
+    use sha2::Digest as _;
+    let ca = metal_protocol::SiteCa::create(
+        "mirror",
+        std::time::SystemTime::now() - std::time::Duration::from_secs(600),
+        std::time::Duration::from_secs(86400),
+    )
+    .unwrap();
+    let image: Vec<u8> = (0..3u32 << 20).map(|i| u8::try_from(i % 251).unwrap()).collect();
+    let mirror = metal_tests::controller::ImageServer::start(&ca, &[], [("os.img".to_owned(), image.clone())].into());
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.certificate().pem()).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let site = runtime.block_on(common::Site::start_with(|c| c.images.ca_file = Some(ca_file.clone())));
+    let (url, admin) = (site.url.clone(), site.admin.clone());
+    let run = |args: &[&str]| metalctl(&url, &admin, args, None);
+    let sha = hex::encode(sha2::Sha256::digest(&image));
+    let image_url = mirror.url("os.img");
+
+    // Waits for the import and shows where it is (a line per 10% off a terminal).
+    let o = run(&["image", "import", "--image-url", &image_url, "--checksum", &sha, "--name", "os"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("ready") && text(&o).contains("3145728"), "{}", text(&o));
+    let o = run(&["image", "import", "--image-url", &image_url, "--checksum", &"0".repeat(64), "--name", "bad"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("checksum mismatch") && text(&o).contains(&sha), "{}", text(&o));
+    let o = run(&["image", "import", "--image-url", &image_url]);
+    assert!(!o.status.success() && text(&o).contains("needs checksum or checksumUrl"), "{}", text(&o));
+    let o = run(&["image", "list"]);
+    assert!(text(&o).starts_with("ID") && text(&o).contains(" os ") && text(&o).contains("failed"), "{}", text(&o));
+
+    let profile = r#"{"id": "web", "image": "os", "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops"]}"#;
+    let o = metalctl(&url, &admin, &["profile", "create", "-"], Some(profile));
+    assert!(o.status.success() && text(&o).contains("web"), "{}", text(&o));
+    let o = metalctl(&url, &admin, &["profile", "version", "web", "-"], Some(&profile.replace(r#""id": "web", "#, "")));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&["profile", "show", "web"]);
+    assert!(
+        text(&o).contains("VERSION") && text(&o).lines().filter(|l| l.contains("img-")).count() == 2,
+        "{}",
+        text(&o)
+    );
+    let o = run(&["provision", "web:1", "--count", "2"]);
+    assert!(!o.status.success() && text(&o).contains("provisioning needs the boot service"), "{}", text(&o));
+    let o = run(&["provision", "web"]);
+    assert!(!o.status.success() && text(&o).contains("PROFILE:VERSION"), "{}", text(&o));
+}

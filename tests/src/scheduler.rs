@@ -24,6 +24,15 @@ fn postgres_database() -> Option<String> {
     Some(format!("{}/{name}", admin.rsplit_once('/').unwrap().0))
 }
 
+/// Copies the files of directory `from` into a new directory `to` (the site CA for a replica).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
 /// A running scheduler.
 pub struct TestScheduler {
     /// `http://127.0.0.1:PORT`: the API and the iPXE endpoints.
@@ -58,22 +67,48 @@ impl TestScheduler {
     /// Starts with the boot service on; `configure` adjusts the configuration first (the
     /// ramdisk files directory, auto-enrol, the controller URL a guest uses, ...).
     pub fn start(configure: impl FnOnce(&mut Config)) -> TestScheduler {
-        TestScheduler::start_in(tempfile::tempdir().unwrap(), postgres_database(), configure)
+        TestScheduler::start_in(tempfile::tempdir().unwrap(), postgres_database(), None, configure)
     }
 
     /// Stops this service abruptly (every task dropped mid-await, as `kill -9` would leave
     /// the database and the files) and starts a new one on the same data directory and
     /// database, configured by `configure`.
     pub fn restart(self, configure: impl FnOnce(&mut Config)) -> TestScheduler {
+        let (dir, database_url) = self.kill();
+        TestScheduler::start_in(dir, database_url, None, configure)
+    }
+
+    /// Stops this service abruptly (as `kill -9` would); returns its data directory and
+    /// database URL.
+    pub fn kill(self) -> (tempfile::TempDir, Option<String>) {
         let TestScheduler { dir, database_url, _runtime, app, .. } = self;
         drop(app);
         _runtime.shutdown_background();
-        TestScheduler::start_in(dir, database_url, configure)
+        (dir, database_url)
+    }
+
+    /// A second replica of this service: its own data directory and listeners, the same
+    /// database (this one's SQLite file, or its PostgreSQL database), the same image
+    /// directory (replicas serve images from shared storage) and the same clock (replicas'
+    /// clocks agree), configured by `configure`.
+    pub fn replica(&self, configure: impl FnOnce(&mut Config)) -> TestScheduler {
+        let database =
+            self.database_url.clone().unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(self.dir.path()));
+        let images = self.dir.path().join("images");
+        let ca = self.dir.path().join(metal_scheduler::boot::CA_DIR);
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(&ca, &dir.path().join(metal_scheduler::boot::CA_DIR));
+        std::fs::copy(self.dir.path().join(app::ADMIN_TOKEN_FILE), dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap();
+        TestScheduler::start_in(dir, Some(database), Some(self.clock.clone()), move |config| {
+            config.images.dir = Some(images);
+            configure(config);
+        })
     }
 
     fn start_in(
         dir: tempfile::TempDir,
         database_url: Option<String>,
+        clock: Option<ManualClock>,
         configure: impl FnOnce(&mut Config),
     ) -> TestScheduler {
         let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -87,7 +122,7 @@ impl TestScheduler {
             Config { data_dir: dir.path().to_path_buf(), database_url: database_url.clone(), ..Config::default() };
         config.boot.listen = Some(boot.local_addr().unwrap());
         configure(&mut config);
-        let clock = ManualClock::new(time::OffsetDateTime::now_utc());
+        let clock = clock.unwrap_or_else(|| ManualClock::new(time::OffsetDateTime::now_utc()));
         let app = runtime.block_on(app::start(config, Arc::new(clock.clone()))).unwrap();
         let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
         let fingerprint = app.boot.as_ref().unwrap().ca_fingerprint.clone();
@@ -135,8 +170,12 @@ impl TestScheduler {
 
     /// An admin API call: status and JSON body (or the text as a JSON string).
     pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request =
-            self.http.request(method.parse().unwrap(), format!("{}{path}", self.url)).bearer_auth(&self.admin);
+        self.call_as(&self.admin, method, path, body)
+    }
+
+    /// An API call with `token`: status and JSON body (or the text as a JSON string).
+    pub fn call_as(&self, token: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self.http.request(method.parse().unwrap(), format!("{}{path}", self.url)).bearer_auth(token);
         if let Some(b) = body {
             request = request.json(&b);
         }

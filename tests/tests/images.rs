@@ -463,3 +463,141 @@ fn profiles_provision_the_smallest_fitting_nodes_and_the_boot_listener_serves_th
         assert!(status == 403 || status == 409, "{role:?} {node} gen {generation}: {status}");
     }
 }
+
+#[test]
+fn two_replicas_never_run_one_import_twice_and_the_survivor_takes_over() {
+    let raw = raw_image();
+    let file = zstd_cli(&raw, &["-q", "-1", "-c", "--no-check"]);
+    let mirror = mirror(
+        HashMap::from([("shared.zst".to_owned(), file.clone())]),
+        Misbehaviour { pace: Some(Duration::from_millis(40)), ..Default::default() },
+    );
+    let lease = |c: &mut Config| c.images.lease = Duration::from_millis(600);
+    let a = scheduler(&mirror, lease);
+    let ca_file = mirror.ca_file.clone();
+    let b = a.replica(move |c| {
+        c.images.ca_file = Some(ca_file);
+        c.images.backoff = Duration::from_millis(50);
+        lease(c);
+    });
+    let id = import(&a, json!({"url": mirror.server.url("shared.zst"), "checksum": sha256(&file)}))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // While A's worker holds the import, B's pass finds nothing to take: one download only.
+    for _ in 0..5 {
+        assert_eq!(b.block_on(metal_scheduler::images::import::resume_orphans(&b.app)).unwrap(), 0);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(mirror.server.log.lock().unwrap().requests.len(), 1, "only A downloads");
+    // A dies mid-download; once its lease lapses B resumes the same file where A left it.
+    let done_by_a = b.call("GET", &format!("/v1/images/{id}"), None).1["progress"]["bytesDone"].as_u64().unwrap();
+    let _files = a.kill();
+    b.clock.advance(Duration::from_secs(1));
+    assert_eq!(b.block_on(metal_scheduler::images::import::resume_orphans(&b.app)).unwrap(), 1);
+    let image = wait(&b, &id);
+    assert_eq!(image["state"], "ready", "{image}");
+    let requests = mirror.server.log.lock().unwrap().requests.clone();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let offset: u64 =
+        requests[1].1.as_deref().unwrap().trim_start_matches("bytes=").trim_end_matches('-').parse().unwrap();
+    assert!(offset > 0 && offset >= done_by_a, "B resumed A's file at {offset} (A had reported {done_by_a})");
+    let served = std::fs::read(b.app.images.served(&id)).unwrap();
+    assert_eq!(zstd_cli(&served, &["-q", "-d", "-c"]), raw);
+}
+
+#[test]
+fn the_same_name_imported_on_two_replicas_at_once_is_one_image_and_one_clean_conflict() {
+    let file = zstd(&raw_image());
+    let mirror = mirror(HashMap::from([("same.zst".to_owned(), file.clone())]), Misbehaviour::default());
+    let a = scheduler(&mirror, |_| {});
+    let ca_file = mirror.ca_file.clone();
+    let b = a.replica(move |c| c.images.ca_file = Some(ca_file));
+    for round in 0..5 {
+        let body =
+            json!({"url": mirror.server.url("same.zst"), "checksum": sha256(&file), "name": format!("same-{round}")});
+        let barrier = std::sync::Barrier::new(2);
+        let (first, second) = std::thread::scope(|scope| {
+            let one = scope.spawn(|| {
+                barrier.wait();
+                a.call("POST", "/v1/images", Some(body.clone()))
+            });
+            let two = scope.spawn(|| {
+                barrier.wait();
+                b.call("POST", "/v1/images", Some(body.clone()))
+            });
+            (one.join().unwrap(), two.join().unwrap())
+        });
+        let mut statuses = [first.0, second.0];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [202, 409], "round {round}: {first:?} {second:?}");
+    }
+    let (_, images) = a.call("GET", "/v1/images", None);
+    assert_eq!(images.as_array().unwrap().len(), 5);
+}
+
+#[test]
+fn tenants_see_their_own_and_public_images_and_public_profiles_name_only_public_images() {
+    let file = zstd(&raw_image());
+    let mirror = mirror(HashMap::from([("t.zst".to_owned(), file.clone())]), Misbehaviour::default());
+    let s = scheduler(&mirror, |_| {});
+    for tenant in ["acme", "globex"] {
+        let (status, body) = s.call("POST", "/v1/tenants", Some(json!({"id": tenant, "name": tenant})));
+        assert_eq!(status, 201, "{body}");
+    }
+    let token = |tenant: &str| {
+        let (status, body) =
+            s.call("POST", "/v1/credentials", Some(json!({"role": "tenant-member", "tenantId": tenant, "name": "t"})));
+        assert_eq!(status, 201, "{body}");
+        body["token"].as_str().unwrap().to_owned()
+    };
+    let (acme, globex) = (token("acme"), token("globex"));
+    let body = json!({"url": mirror.server.url("t.zst"), "checksum": sha256(&file), "name": "acme-os"});
+    let (status, mine) = s.call_as(&acme, "POST", "/v1/images", Some(body.clone()));
+    assert_eq!((status, &mine["tenantId"]), (202, &json!("acme")), "{mine}");
+    let mine = wait(&s, mine["id"].as_str().unwrap());
+    let mut other = body.clone();
+    other["tenantId"] = json!("globex");
+    assert_eq!(s.call_as(&acme, "POST", "/v1/images", Some(other)).0, 403, "a tenant imports into its own tenant");
+    let root = wait(
+        &s,
+        import(&s, json!({"url": mirror.server.url("t.zst"), "checksum": sha256(&file), "name": "base"}))["id"]
+            .as_str()
+            .unwrap(),
+    );
+    let (root_id, mine_id) = (root["id"].as_str().unwrap(), mine["id"].as_str().unwrap());
+    assert_eq!(s.call_as(&globex, "GET", &format!("/v1/images/{mine_id}"), None).0, 404);
+    assert_eq!(s.call_as(&globex, "GET", &format!("/v1/images/{root_id}"), None).0, 404, "not public yet");
+    let spec = |image: &str| json!({"image": image, "sshAuthorizedKeys": [KEY]});
+
+    // A tenant's profile may name its own image, not another tenant's private one.
+    let mut p = spec("acme-os");
+    p["id"] = json!("acme-p");
+    assert_eq!(s.call_as(&acme, "POST", "/v1/profiles", Some(p)).0, 201);
+    let mut p = spec(root_id);
+    p["id"] = json!("acme-q");
+    let (status, body) = s.call_as(&acme, "POST", "/v1/profiles", Some(p.clone()));
+    assert_eq!((status, body["error"]["field"].as_str()), (422, Some("image")), "{body}");
+    // A public profile is the platform's, and names a public image.
+    let mut public = spec("base");
+    public["id"] = json!("base-p");
+    public["public"] = json!(true);
+    assert_eq!(s.call_as(&acme, "POST", "/v1/profiles", Some(public.clone())).0, 403);
+    let (status, body) = s.call("POST", "/v1/profiles", Some(public.clone()));
+    assert!(status == 422 && body["error"]["message"].as_str().unwrap().contains("promote it first"), "{body}");
+    assert_eq!(s.call_as(&acme, "POST", &format!("/v1/images/{root_id}/promote"), None).0, 404, "platform only");
+    let (status, promoted) = s.call("POST", &format!("/v1/images/{root_id}/promote"), None);
+    assert_eq!((status, &promoted["public"]), (200, &json!(true)), "{promoted}");
+    assert_eq!(s.call("POST", "/v1/profiles", Some(public)).0, 201);
+    assert_eq!(s.call_as(&globex, "GET", &format!("/v1/images/{root_id}"), None).0, 200, "public now");
+    assert_eq!(s.call_as(&globex, "GET", "/v1/profiles/base-p", None).0, 200);
+    assert_eq!(s.call_as(&globex, "GET", "/v1/profiles/acme-p", None).0, 404);
+    assert_eq!(s.call_as(&acme, "POST", "/v1/profiles", Some(p)).0, 201, "a public image by id");
+    assert_eq!(s.call_as(&acme, "DELETE", &format!("/v1/images/{root_id}"), None).0, 403, "public is not theirs");
+    let (_, listed) = s.call_as(&globex, "GET", "/v1/images", None);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(
+        s.call_as(&acme, "POST", "/v1/provision", Some(json!({"profileId": "acme-p", "profileVersion": 1}))).0,
+        404
+    );
+}

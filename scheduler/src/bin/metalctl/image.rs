@@ -27,15 +27,15 @@ const PROFILE_COLUMNS: [(&str, &str); 4] =
 
 #[derive(Subcommand, Debug)]
 pub enum ImageCommand {
-    /// Import an image: by URL with --checksum or --checksum-url, or by --catalog name. The
+    /// Import an image: by --image-url with --checksum or --checksum-url, or by --catalog name. The
     /// controller downloads it (resuming dropped transfers), keeps it only when the digest
     /// matches, and converts it to its served form; this waits and shows progress unless
     /// --no-wait.
     Import {
-        /// http(s):// URL of the image (raw, .gz, .xz, .zst or qcow2).
+        /// http(s):// URL of the image (raw, .gz, .xz, .zst or qcow2). (--url is the scheduler's.)
         #[arg(long, conflicts_with = "catalog")]
-        url: Option<String>,
-        /// SHA-256 or SHA-512 of the file at --url, in hex.
+        image_url: Option<String>,
+        /// SHA-256 or SHA-512 of the file at --image-url, in hex.
         #[arg(long, conflicts_with = "checksum_url")]
         checksum: Option<String>,
         /// URL of a checksum file (GNU or BSD form) that lists the image's file name.
@@ -129,8 +129,8 @@ fn wait_for(client: &Client, id: &str) -> Result<Value, ClientError> {
 
 pub fn run_image(client: &Client, out: Output, command: ImageCommand) -> Result<(), ClientError> {
     match command {
-        ImageCommand::Import { url, checksum, checksum_url, catalog, arch, name, tenant, no_wait } => {
-            let body = json!({"url": url, "checksum": checksum, "checksumUrl": checksum_url, "catalog": catalog,
+        ImageCommand::Import { image_url, checksum, checksum_url, catalog, arch, name, tenant, no_wait } => {
+            let body = json!({"url": image_url, "checksum": checksum, "checksumUrl": checksum_url, "catalog": catalog,
                               "architecture": arch, "name": name, "tenantId": tenant});
             let started = client.request("POST", "/v1/images", Some(RequestBody::Json(body)))?;
             let id = started["id"].as_str().unwrap_or_default().to_owned();
