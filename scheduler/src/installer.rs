@@ -11,7 +11,6 @@
 //! kickstart line (host, user and package names, keys without their comments, hex tokens).
 
 use metal_protocol::cloudinit::{SeedInput, cloud_config, meta_data};
-use metal_protocol::deploy::SeedVolume;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -70,16 +69,7 @@ pub fn derive(
     hostname: String,
     target: &metal_protocol::inventory::Disk,
 ) -> ApiResult<InstallerPlan> {
-    let seed = SeedInput {
-        instance_id,
-        hostname,
-        admin_user: spec.admin_user.clone(),
-        ssh_authorized_keys: spec.ssh_authorized_keys.clone(),
-        join: None,
-        network: vec![],
-        volume: SeedVolume::VfatPartition,
-        extras: spec.cloud_init.clone(),
-    };
+    let seed = spec.seed_input(instance_id, hostname);
     seed.validate().map_err(|e| ApiError::invalid(e.field.clone(), e.message.clone()))?;
     let disk = disk_path(target);
     check_disk_path(&disk)?;

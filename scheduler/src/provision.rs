@@ -8,8 +8,8 @@
 //! at the deploy limit, and the answer says which BMC failed).
 
 use metal_protocol::InventoryReport;
-use metal_protocol::cloudinit::{SeedInput, disk_bytes_with_seed};
-use metal_protocol::deploy::{DeployPlan, RootDeviceHints, SeedVolume};
+use metal_protocol::cloudinit::disk_bytes_with_seed;
+use metal_protocol::deploy::{DeployPlan, RootDeviceHints};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -163,17 +163,8 @@ pub fn derive_plan(
     })?;
     match (image, &version.image_id, &spec.installer) {
         (Some(image), Some(image_id), _) => {
-            let seed = metal_protocol::cloudinit::render(&SeedInput {
-                instance_id: instance_id(node),
-                hostname: hostname(node),
-                admin_user: spec.admin_user.clone(),
-                ssh_authorized_keys: spec.ssh_authorized_keys.clone(),
-                join: None,
-                network: vec![],
-                volume: SeedVolume::VfatPartition,
-                extras: spec.cloud_init.clone(),
-            })
-            .map_err(|e| ApiError::invalid(e.field.clone(), e.message.clone()))?;
+            let seed = metal_protocol::cloudinit::render(&spec.seed_input(instance_id(node), hostname(node)))
+                .map_err(|e| ApiError::invalid(e.field.clone(), e.message.clone()))?;
             let mut source = image.image.clone();
             source.url = format!("{controller_url}{}/{image_id}", metal_protocol::boot::IMAGES_PATH);
             let plan = DeployPlan {

@@ -601,3 +601,37 @@ fn tenants_see_their_own_and_public_images_and_public_profiles_name_only_public_
         404
     );
 }
+
+#[test]
+fn raw_gzip_and_xz_images_are_stored_in_the_same_served_form() {
+    let raw = raw_image();
+    let compress = |tool: &str| {
+        let mut child = std::process::Command::new(tool)
+            .args(["-1", "-c"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let input = raw.clone();
+        let writer = std::thread::spawn(move || stdin.write_all(&input).unwrap());
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        out.stdout
+    };
+    let files =
+        [("d.raw", raw.clone(), "raw"), ("d.raw.gz", compress("gzip"), "gzip"), ("d.raw.xz", compress("xz"), "xz")];
+    let mirror = mirror(files.iter().map(|(n, b, _)| ((*n).to_owned(), b.clone())).collect(), Misbehaviour::default());
+    let s = scheduler(&mirror, |_| {});
+    let mut digests = Vec::new();
+    for (name, bytes, format) in &files {
+        let image = wait(
+            &s,
+            import(&s, json!({"url": mirror.server.url(name), "checksum": sha256(bytes)}))["id"].as_str().unwrap(),
+        );
+        assert_eq!((&image["state"], &image["sourceFormat"]), (&json!("ready"), &json!(format)), "{image}");
+        assert_served_is(&s, image["id"].as_str().unwrap(), &raw);
+        digests.push(image["servedSha256"].clone());
+    }
+    assert!(digests.windows(2).all(|w| w[0] == w[1]), "one raw image, one served form: {digests:?}");
+}

@@ -158,6 +158,20 @@ pub struct Profile {
 }
 
 impl ProfileSpec {
+    /// The cloud-init values of this profile for one machine.
+    pub fn seed_input(&self, instance_id: String, hostname: String) -> metal_protocol::cloudinit::SeedInput {
+        metal_protocol::cloudinit::SeedInput {
+            instance_id,
+            hostname,
+            admin_user: self.admin_user.clone(),
+            ssh_authorized_keys: self.ssh_authorized_keys.clone(),
+            join: None,
+            network: vec![],
+            volume: Default::default(),
+            extras: self.cloud_init.clone(),
+        }
+    }
+
     /// Checks everything that needs no database: the seed values (keys, user, extras), the
     /// zone and role labels, the size and hint ranges.
     pub fn validate(&self) -> Result<(), ApiError> {
@@ -176,17 +190,7 @@ impl ProfileSpec {
             (None, DeployMode::Installer) => {}
         }
         // The seed checks, with a placeholder for what the deploy fills in.
-        let probe = metal_protocol::cloudinit::SeedInput {
-            instance_id: "probe".into(),
-            hostname: "probe".into(),
-            admin_user: self.admin_user.clone(),
-            ssh_authorized_keys: self.ssh_authorized_keys.clone(),
-            join: None,
-            network: vec![],
-            volume: Default::default(),
-            extras: self.cloud_init.clone(),
-        };
-        probe.validate().map_err(|e| {
+        self.seed_input("probe".into(), "probe".into()).validate().map_err(|e| {
             let field = match e.field.as_str() {
                 f @ ("adminUser" | "sshAuthorizedKeys") => f.to_owned(),
                 f if f.starts_with("sshAuthorizedKeys") => f.to_owned(),
