@@ -53,15 +53,18 @@ pub fn verify_offline(
     ca: &CaCertificate,
     inventory: Option<&[DiskIdentity]>,
 ) -> Result<WipeReport, WipeRefusal> {
-    let claimed: WipeReport = serde_json::from_slice(&envelope.payload_bytes()?)
-        .map_err(|e| WipeRefusal::Malformed(format!("payload is not a wipe report: {e}")))?;
-    let leaf = envelope
-        .single_signature()?
+    // DSSE order: the signature is checked before a byte of the payload is parsed (the time the
+    // chain is checked at comes from the payload, so the chain itself is checked after).
+    let signature = envelope.single_signature()?;
+    let leaf = signature
         .certificate_ders()?
         .into_iter()
         .next()
         .ok_or_else(|| WipeRefusal::Malformed("signature carries no certificate".into()))?;
-    let (identity, _) = metal_protocol::identity::read_unverified(&leaf).map_err(WipeRefusal::from)?;
+    let (identity, key) = metal_protocol::identity::read_unverified(&leaf).map_err(WipeRefusal::from)?;
+    envelope.verify_signature(signature, &key)?;
+    let claimed: WipeReport = serde_json::from_slice(&envelope.payload_bytes()?)
+        .map_err(|e| WipeRefusal::Malformed(format!("payload is not a wipe report: {e}")))?;
     let disks = inventory.map(<[DiskIdentity]>::to_vec).unwrap_or_else(|| claimed.inventory_disks.clone());
     let expect = WipeExpectation {
         node_id: &identity.node,

@@ -89,9 +89,9 @@ impl From<IdentityError> for WipeRefusal {
     fn from(e: IdentityError) -> Self {
         match e {
             IdentityError::ForeignCa(why) => WipeRefusal::ForeignCa(why),
-            e @ (IdentityError::Expired { .. } | IdentityError::NotYetValid { .. }) => {
-                WipeRefusal::CertificateExpired(e.to_string())
-            }
+            e @ (IdentityError::Expired { .. }
+            | IdentityError::NotYetValid { .. }
+            | IdentityError::CaNotValid { .. }) => WipeRefusal::CertificateExpired(e.to_string()),
             other => WipeRefusal::Malformed(other.to_string()),
         }
     }

@@ -156,6 +156,17 @@ pub enum IdentityError {
         /// The time of the check (RFC 3339).
         at: String,
     },
+    /// The site CA itself is not valid at the time of the check (a chain is only as valid as
+    /// its CA).
+    #[error("the site CA is valid from {not_before} to {not_after}, not at {at}")]
+    CaNotValid {
+        /// Start of the CA's validity (RFC 3339).
+        not_before: String,
+        /// End of the CA's validity (RFC 3339).
+        not_after: String,
+        /// The time of the check (RFC 3339).
+        at: String,
+    },
     /// Issuing a certificate failed.
     #[error("could not issue certificate: {0}")]
     Issue(String),
@@ -214,6 +225,8 @@ pub struct CaCertificate {
     der: Vec<u8>,
     site: String,
     key: VerifyingKey,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
 }
 
 impl CaCertificate {
@@ -234,7 +247,26 @@ impl CaCertificate {
             .find_map(|u| u.strip_prefix("spiffe://").map(str::to_owned))
             .ok_or_else(|| IdentityError::Malformed("CA certificate names no spiffe:// site".into()))?;
         validate_name("site", &site)?;
-        Ok(Self { der: der.to_vec(), site, key })
+        let validity = cert.validity();
+        let (not_before, not_after) = (validity.not_before.to_datetime(), validity.not_after.to_datetime());
+        Ok(Self { der: der.to_vec(), site, key, not_before, not_after })
+    }
+
+    /// The end of the CA's own validity: no certificate it issues outlives it.
+    pub fn not_after(&self) -> SystemTime {
+        SystemTime::from(self.not_after)
+    }
+
+    /// Checks the CA itself is valid at `at`.
+    fn check_valid_at(&self, at: OffsetDateTime) -> Result<(), IdentityError> {
+        if at < self.not_before || at > self.not_after {
+            return Err(IdentityError::CaNotValid {
+                not_before: rfc3339(self.not_before),
+                not_after: rfc3339(self.not_after),
+                at: rfc3339(at),
+            });
+        }
+        Ok(())
     }
 
     /// Reads a CA certificate from PEM (the first CERTIFICATE block).
@@ -288,6 +320,8 @@ impl CaCertificate {
         if at > not_after {
             return Err(IdentityError::Expired { not_after: rfc3339(not_after), at: rfc3339(at) });
         }
+        // Every certificate of the chain must be valid at the time: the CA too.
+        self.check_valid_at(at)?;
         let uris = parsed.uris()?;
         let [uri] = uris.as_slice() else {
             return Err(IdentityError::Malformed(format!("expected exactly one URI SAN, found {}", uris.len())));
@@ -519,8 +553,14 @@ impl SiteCa {
         params.use_authority_key_identifier_extension = true;
         params.key_identifier_method = KeyIdMethod::PreSpecified(key_identifier(subject));
         params.serial_number = Some(random_serial());
-        params.not_before = OffsetDateTime::from(now);
-        params.not_after = OffsetDateTime::from(now + validity);
+        // Nothing outlives the CA, and nothing is issued by a CA that is not valid now.
+        let ca = &self.certificate;
+        let (start, end) = (OffsetDateTime::from(now), OffsetDateTime::from(now + validity));
+        if start >= ca.not_after {
+            return Err(IdentityError::Issue(format!("the site CA expired at {}", rfc3339(ca.not_after))));
+        }
+        params.not_before = start.max(ca.not_before);
+        params.not_after = end.min(ca.not_after);
         let issuer = Issuer::new(self.issuer_params()?, DalekKey(&self.key));
         let cert = params.signed_by(&SubjectKey(subject), &issuer).map_err(issue_error)?;
         Ok(cert.der().to_vec())
@@ -585,9 +625,11 @@ fn issue_error(e: rcgen::Error) -> IdentityError {
     IdentityError::Issue(e.to_string())
 }
 
-/// A signing key as PKCS#8 PEM (zeroed when dropped).
+/// A signing key as PKCS#8 v1 PEM (RFC 5208: the private key alone, which OpenSSL and
+/// pyca/cryptography read; v2's attached public key they refuse), zeroed when dropped.
 pub fn signing_key_pem(key: &SigningKey) -> Result<Zeroizing<String>, IdentityError> {
-    key.to_pkcs8_pem(Default::default()).map_err(|e| IdentityError::Malformed(format!("encode key: {e}")))
+    let bytes = ed25519_dalek::pkcs8::KeypairBytes { secret_key: key.to_bytes(), public_key: None };
+    bytes.to_pkcs8_pem(Default::default()).map_err(|e| IdentityError::Malformed(format!("encode key: {e}")))
 }
 
 /// Reads an Ed25519 signing key from PKCS#8 PEM.

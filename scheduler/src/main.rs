@@ -158,6 +158,11 @@ fn run(command: Command) -> anyhow::Result<()> {
             let request = IssueRequest { role, node: &node, generation, validity: valid_for };
             let files = ca_files::issue(&ca, &request, &out)?;
             println!("{role} certificate for node {node} generation {generation}");
+            let ca_end = ca.certificate().not_after();
+            if std::time::SystemTime::now() + valid_for > ca_end {
+                let end = time::OffsetDateTime::from(ca_end);
+                println!("valid until: {end} (the CA's own end: a certificate never outlives its CA)");
+            }
             println!("key:         {}", files.key.display());
             println!("certificate: {}", files.cert.display());
         }
