@@ -30,6 +30,8 @@ pub enum ErrorCode {
     BmcError,
     /// Too many requests from this client; retry later (429).
     RateLimited,
+    /// The route does not take this HTTP method (405).
+    MethodNotAllowed,
     /// Something failed on the server.
     Internal,
 }
@@ -91,6 +93,9 @@ pub enum ApiError {
     /// Too many requests from one client (429, code RATE_LIMITED).
     #[error("{0}")]
     RateLimited(String),
+    /// The route exists but not with this method (405).
+    #[error("{0}")]
+    MethodNotAllowed(String),
     /// Server-side failure (detail is logged, not returned).
     #[error("internal error: {0}")]
     Internal(String),
@@ -108,6 +113,7 @@ impl ApiError {
             ApiError::InvalidInput { .. } | ApiError::BadBody(_) | ApiError::TooLarge(_) => ErrorCode::InvalidInput,
             ApiError::InvalidConfig(_) => ErrorCode::InvalidConfig,
             ApiError::NotFound(_) => ErrorCode::NotFound,
+            ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
             ApiError::Conflict(_) => ErrorCode::Conflict,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::Unauthenticated(_) => ErrorCode::Unauthenticated,
@@ -130,6 +136,7 @@ impl ApiError {
             ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
             ErrorCode::BmcError => StatusCode::BAD_GATEWAY,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

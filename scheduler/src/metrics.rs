@@ -5,6 +5,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 
+/// The label of an HTTP method: the standard ones by name, anything a client makes up as
+/// `other`, so no client can grow the series without bound.
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    const KNOWN: [&str; 9] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "CONNECT", "TRACE"];
+    KNOWN.into_iter().find(|known| *known == method.as_str()).unwrap_or("other")
+}
+
 /// Counters kept in memory.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -13,7 +20,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// Counts one request.
-    pub fn count_request(&self, method: &str, route: &str, status: u16) {
+    pub fn count_request(&self, method: &'static str, route: &str, status: u16) {
         let mut requests = self.requests.lock().unwrap_or_else(|p| p.into_inner());
         *requests.entry((method.to_owned(), route.to_owned(), status)).or_default() += 1;
     }

@@ -2,8 +2,10 @@
 //! power, boot override, virtual media, what the BMC reports, password rotation, and
 //! discovery. Power and media calls return once the BMC reports the result.
 
+use axum::extract::State;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{Path, State};
+
+use crate::api::ApiPath;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -40,7 +42,7 @@ pub struct RotateRequest {
 pub async fn put_bmc(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(spec): ApiJson<BmcSpec>,
 ) -> ApiResult<ApiJson<BmcInfo>> {
     caller.admin(&format!("node {id}"))?;
@@ -53,7 +55,7 @@ pub async fn put_bmc(
 pub async fn get_bmc(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<BmcInfo>> {
     caller.admin(&format!("node {id}"))?;
     Ok(ApiJson(bmcs::info(&app, id).await?))
@@ -65,7 +67,7 @@ pub async fn get_bmc(
 pub async fn get_power(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<PowerStatus>> {
     caller.admin(&format!("node {id}"))?;
     Ok(ApiJson(PowerStatus { power: bmcs::power_status(&app, &id).await? }))
@@ -77,7 +79,7 @@ pub async fn get_power(
 pub async fn post_power(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<PowerRequest>,
 ) -> ApiResult<ApiJson<PowerResult>> {
     caller.admin(&format!("node {id}"))?;
@@ -90,7 +92,7 @@ pub async fn post_power(
 pub async fn post_boot(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<BootRequest>,
 ) -> ApiResult<StatusCode> {
     caller.admin(&format!("node {id}"))?;
@@ -104,7 +106,7 @@ pub async fn post_boot(
 pub async fn get_media(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<MediaInfo>> {
     caller.admin(&format!("node {id}"))?;
     let bmc = bmcs::client(&app, &id).await?;
@@ -117,7 +119,7 @@ pub async fn get_media(
 pub async fn post_media(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<MediaRequest>,
 ) -> ApiResult<ApiJson<MediaInfo>> {
     caller.admin(&format!("node {id}"))?;
@@ -130,7 +132,7 @@ pub async fn post_media(
 pub async fn delete_media(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<MediaInfo>> {
     caller.admin(&format!("node {id}"))?;
     Ok(ApiJson(bmcs::media(&app, &id, None).await?))
@@ -143,7 +145,7 @@ pub async fn delete_media(
 pub async fn get_readings(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<serde_json::Value>> {
     caller.admin(&format!("node {id}"))?;
     Ok(ApiJson(bmcs::read_model(&app, &id).await?))
@@ -156,7 +158,7 @@ pub async fn get_readings(
 pub async fn rotate_bmc(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<RotateRequest>,
 ) -> ApiResult<ApiJson<BmcInfo>> {
     caller.admin(&format!("node {id}"))?;
@@ -183,10 +185,13 @@ pub async fn discover(
 pub async fn console(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
-    upgrade: WebSocketUpgrade,
+    ApiPath(id): ApiPath<String>,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     caller.admin(&format!("node {id}"))?;
+    let upgrade = upgrade.map_err(|rejection| {
+        crate::error::ApiError::invalid("upgrade", format!("the console is a WebSocket: {}", rejection.body_text()))
+    })?;
     let (child, session) = bmcs::open_console(&app, &id, &caller.0.id).await?;
     tracing::info!(node = %id, credential = %caller.0.id, %session, "console session opened");
     Ok(upgrade.on_upgrade(move |socket| crate::console::bridge(app, socket, child, session)))
@@ -198,7 +203,7 @@ pub async fn console(
 pub async fn console_sessions(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Vec<ConsoleSession>>> {
     caller.admin(&format!("node {id}"))?;
     Ok(ApiJson(app.store.read(move |c| crate::store::bmcs::console_sessions(c, &id)).await?))

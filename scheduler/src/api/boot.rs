@@ -1,7 +1,9 @@
 //! Admin views of what the boot service stored (a node's platform inventory and its wipe
 //! reports) and the deploy plan a deploying ramdisk will fetch.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::api::ApiPath;
 use metal_protocol::DeployPlan;
 
 use crate::api::{ApiJson, Caller};
@@ -16,7 +18,7 @@ use crate::store;
 pub async fn get_inventory(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<NodeInventory>> {
     caller.admin(&format!("node {id}"))?;
     let what = format!("inventory of node {id} (commission it first)");
@@ -30,7 +32,7 @@ pub async fn get_inventory(
 pub async fn list_wipe_reports(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Vec<WipeReportRecord>>> {
     caller.admin(&format!("node {id}"))?;
     let what = format!("node {id}");
@@ -51,7 +53,7 @@ pub async fn list_wipe_reports(
 pub async fn put_deploy_plan(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(plan): ApiJson<DeployPlan>,
 ) -> ApiResult<axum::http::StatusCode> {
     caller.admin(&format!("node {id}"))?;

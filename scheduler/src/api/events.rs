@@ -4,7 +4,9 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
+
+use crate::api::ApiQuery;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::Stream;
 use serde::Deserialize;
@@ -41,7 +43,7 @@ async fn page_after(app: &AppState, after: i64, scope: Option<String>) -> ApiRes
 pub async fn list_events(
     State(app): State<AppState>,
     caller: Caller,
-    Query(query): Query<EventQuery>,
+    ApiQuery(query): ApiQuery<EventQuery>,
 ) -> ApiResult<ApiJson<EventPage>> {
     if query.wait > MAX_WAIT_SECS {
         return Err(ApiError::invalid("wait", format!("at most {MAX_WAIT_SECS} seconds")));
@@ -66,7 +68,7 @@ pub async fn list_events(
 pub async fn stream_events(
     State(app): State<AppState>,
     caller: Caller,
-    Query(query): Query<EventQuery>,
+    ApiQuery(query): ApiQuery<EventQuery>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let scope = caller.tenant_scope().map(str::to_owned);
     let stream = futures::stream::unfold((app, query.after, Vec::new()), move |(app, mut after, mut pending)| {

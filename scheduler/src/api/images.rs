@@ -1,7 +1,9 @@
 //! Image routes: import (in the background; progress on the image), list, read, promote
 //! (platform only) and delete (refused while a profile version names the image).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::api::ApiPath;
 use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
@@ -35,9 +37,15 @@ pub async fn import_image(
     let (origin, name) = request.resolve(&app.images.catalog)?;
     let id = format!("img-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let now = app.clock.now();
+    let (owner, until) = (app.images.owner.clone(), now + app.config.images.lease);
     let image = {
         let id = id.clone();
-        app.store.write(move |tx| store::images::insert(tx, &id, &tenant, &name, &origin, now)).await?
+        app.store
+            .write(move |tx| {
+                let claim = store::images::Claim { owner: &owner, until };
+                store::images::insert(tx, &id, &tenant, &name, &origin, claim, now)
+            })
+            .await?
     };
     app.events.notify_waiters();
     crate::images::import::spawn(app.clone(), id);
@@ -72,7 +80,7 @@ pub async fn list_images(State(app): State<AppState>, caller: Caller) -> ApiResu
 pub async fn get_image(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Image>> {
     Ok(ApiJson(visible(&app, &caller, id).await?))
 }
@@ -83,7 +91,7 @@ pub async fn get_image(
 pub async fn promote_image(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Image>> {
     caller.admin(&format!("image {id}"))?;
     let now = app.clock.now();
@@ -97,7 +105,7 @@ pub async fn promote_image(
 pub async fn delete_image(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
     let image = visible(&app, &caller, id.clone()).await?;
     if caller.tenant_scope().is_some_and(|t| t != image.tenant_id) {

@@ -34,6 +34,29 @@ const IMPORT_LIMIT: usize = 64 << 20;
 #[from_request(via(axum::Json), rejection(ApiError))]
 pub struct ApiJson<T>(pub T);
 
+/// Query strings whose rejections use the API's error shape (INVALID_INPUT naming the query).
+#[derive(Debug, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
+
+/// Path parameters whose rejections use the API's error shape (a segment that is not UTF-8,
+/// or not of the parameter's type).
+#[derive(Debug, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
+        ApiError::invalid("query", rejection.body_text())
+    }
+}
+
+impl From<axum::extract::rejection::PathRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::PathRejection) -> Self {
+        ApiError::invalid("path", rejection.body_text())
+    }
+}
+
 impl<T: serde::Serialize> axum::response::IntoResponse for ApiJson<T> {
     fn into_response(self) -> Response {
         axum::Json(self.0).into_response()
@@ -142,11 +165,11 @@ pub fn openapi_json() -> String {
 }
 
 async fn count_requests(state: axum::extract::State<AppState>, request: Request, next: Next) -> Response {
-    let method = request.method().to_string();
+    let method = crate::metrics::method_label(request.method());
     let route =
         request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
     let response = next.run(request).await;
-    state.metrics.count_request(&method, &route, response.status().as_u16());
+    state.metrics.count_request(method, &route, response.status().as_u16());
     response
 }
 
@@ -199,6 +222,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::stream_events))
         .fallback(|| async { ApiError::NotFound("route".into()) })
+        .method_not_allowed_fallback(|method: axum::http::Method| async move {
+            ApiError::MethodNotAllowed(format!("this route does not take {method}"))
+        })
         .route_layer(middleware::from_fn_with_state(state.clone(), count_requests))
         .with_state(state)
 }

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
+
+use crate::api::{ApiPath, ApiQuery};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -308,7 +310,7 @@ pub struct NodeFilter {
 pub async fn list_nodes(
     State(app): State<AppState>,
     caller: Caller,
-    Query(filter): Query<NodeFilter>,
+    ApiQuery(filter): ApiQuery<NodeFilter>,
 ) -> ApiResult<ApiJson<Vec<Node>>> {
     caller.admin("nodes")?;
     Ok(ApiJson(app.store.read(move |conn| store::nodes::list(conn, filter.state)).await?))
@@ -317,7 +319,11 @@ pub async fn list_nodes(
 /// One node.
 #[utoipa::path(get, path = "/v1/nodes/{id}", params(("id" = String, Path, description = "node id")),
     responses((status = 200, body = Node), (status = 404, body = crate::error::ErrorBody)))]
-pub async fn get_node(State(app): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<ApiJson<Node>> {
+pub async fn get_node(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<ApiJson<Node>> {
     caller.admin(&format!("node {id}"))?;
     let what = format!("node {id}");
     let node = app.store.read(move |conn| store::nodes::get(conn, &id)).await?;
@@ -330,7 +336,7 @@ pub async fn get_node(State(app): State<AppState>, caller: Caller, Path(id): Pat
 pub async fn patch_node(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(patch): ApiJson<NodePatch>,
 ) -> ApiResult<ApiJson<Node>> {
     caller.admin(&format!("node {id}"))?;
@@ -377,7 +383,7 @@ fn patch_node_in(tx: &mut dyn Conn, id: &str, patch: &NodePatch, now: time::Offs
 pub async fn transition_node(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<NodeTransition>,
 ) -> ApiResult<ApiJson<Node>> {
     caller.admin(&format!("node {id}"))?;

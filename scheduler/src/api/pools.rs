@@ -1,7 +1,9 @@
 //! Pool routes: create (admin), offer to tenants (admin), list and read with capacity
 //! rollups (admins; tenants see the pools offered to them, without rollups).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::api::ApiPath;
 use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
@@ -33,7 +35,7 @@ pub async fn create_pool(
 pub async fn offer_pool(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(offer): ApiJson<PoolOffer>,
 ) -> ApiResult<ApiJson<Pool>> {
     caller.admin(&format!("pool {id}"))?;
@@ -90,7 +92,11 @@ pub async fn list_pools(State(app): State<AppState>, caller: Caller) -> ApiResul
 /// One pool.
 #[utoipa::path(get, path = "/v1/pools/{id}", params(("id" = String, Path, description = "pool id")),
     responses((status = 200, body = Pool), (status = 404, body = crate::error::ErrorBody)))]
-pub async fn get_pool(State(app): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<ApiJson<Pool>> {
+pub async fn get_pool(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<ApiJson<Pool>> {
     let mut pools = visible_pools(&app, &caller, Some(vec![id])).await?;
     Ok(ApiJson(pools.remove(0)))
 }

@@ -1,7 +1,9 @@
 //! Profile routes: create (version 1), add a version, list and read; and `provision`, which
 //! allocates and deploys machines by profile version (platform only).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::api::ApiPath;
 use axum::http::StatusCode;
 
 use super::images::owning_tenant;
@@ -55,7 +57,7 @@ async fn visible(app: &AppState, caller: &Caller, id: String) -> ApiResult<Profi
 pub async fn add_version(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(spec): ApiJson<ProfileSpec>,
 ) -> ApiResult<(StatusCode, ApiJson<Profile>)> {
     let profile = visible(&app, &caller, id.clone()).await?;
@@ -92,7 +94,7 @@ pub async fn list_profiles(State(app): State<AppState>, caller: Caller) -> ApiRe
 pub async fn get_profile(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Profile>> {
     Ok(ApiJson(visible(&app, &caller, id).await?))
 }

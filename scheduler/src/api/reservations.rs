@@ -5,7 +5,9 @@
 //! replays the first response, status included; the same key with another body is refused.
 //! Keys are per tenant and kept 24 hours. Validation errors are not recorded.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::api::ApiPath;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest as _, Sha256};
@@ -126,7 +128,7 @@ pub async fn list_reservations(State(app): State<AppState>, caller: Caller) -> A
 pub async fn get_reservation(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Reservation>> {
     Ok(ApiJson(load(&app, &caller, id).await?))
 }
@@ -169,7 +171,7 @@ async fn change(
 pub async fn cancel_reservation(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Reservation>> {
     change(
         &app,
@@ -188,7 +190,7 @@ pub async fn cancel_reservation(
 pub async fn release_reservation(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Reservation>> {
     change(&app, &caller, &id, &[ReservationState::Active], ReservationState::Ended, "released").await
 }
@@ -200,7 +202,7 @@ pub async fn release_reservation(
 pub async fn bind_reservation(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Reservation>> {
     caller.admin(&format!("reservation {id}"))?;
     let current = load(&app, &caller, id.clone()).await?;

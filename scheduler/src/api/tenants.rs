@@ -1,7 +1,9 @@
 //! Tenants and API credentials (admin-only, except that a tenant member may read its own
 //! tenant).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::api::ApiPath;
 use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
@@ -60,7 +62,7 @@ pub async fn list_tenants(State(app): State<AppState>, caller: Caller) -> ApiRes
 pub async fn get_tenant(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Tenant>> {
     let not_found = || ApiError::NotFound(format!("tenant {id}"));
     if caller.tenant_scope().is_some_and(|own| own != id) {
@@ -134,7 +136,7 @@ pub async fn list_credentials(State(app): State<AppState>, caller: Caller) -> Ap
 pub async fn revoke_credential(
     State(app): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
     caller.admin("credentials")?;
     if caller.0.id == id {

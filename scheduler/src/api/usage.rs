@@ -1,6 +1,8 @@
 //! Usage: a tenant's meter records over a time range, with totals.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
+
+use crate::api::ApiQuery;
 use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
@@ -35,7 +37,7 @@ fn time_param(field: &str, value: Option<&str>, default: OffsetDateTime) -> ApiR
 pub async fn get_usage(
     State(app): State<AppState>,
     caller: Caller,
-    Query(query): Query<UsageQuery>,
+    ApiQuery(query): ApiQuery<UsageQuery>,
 ) -> ApiResult<ApiJson<Usage>> {
     let tenant = match (caller.tenant_scope(), query.tenant_id) {
         (Some(own), None) => own.to_owned(),

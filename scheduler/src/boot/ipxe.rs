@@ -5,7 +5,9 @@
 //! token. Both are unauthenticated, so both are rate-limited per client address; neither
 //! logs the token.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
+
+use crate::api::{ApiPath, ApiQuery};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -217,7 +219,7 @@ pub async fn ipxe_script(
     state: State<AppState>,
     client: ClientAddr,
     headers: axum::http::HeaderMap,
-    query: Query<ScriptQuery>,
+    query: ApiQuery<ScriptQuery>,
 ) -> ApiResult<Response> {
     script(state, client, headers, query, Dialect::Ipxe).await
 }
@@ -227,7 +229,7 @@ pub async fn grub_script(
     state: State<AppState>,
     client: ClientAddr,
     headers: axum::http::HeaderMap,
-    query: Query<ScriptQuery>,
+    query: ApiQuery<ScriptQuery>,
 ) -> ApiResult<Response> {
     script(state, client, headers, query, Dialect::Grub).await
 }
@@ -246,7 +248,7 @@ async fn script(
     State(app): State<AppState>,
     ClientAddr(address): ClientAddr,
     headers: axum::http::HeaderMap,
-    Query(query): Query<ScriptQuery>,
+    ApiQuery(query): ApiQuery<ScriptQuery>,
     dialect: Dialect,
 ) -> ApiResult<Response> {
     let service = BootService::of(&app)?;
@@ -298,7 +300,7 @@ pub async fn installer_file(
     State(app): State<AppState>,
     ClientAddr(address): ClientAddr,
     headers: axum::http::HeaderMap,
-    Path((token, name)): Path<(String, String)>,
+    ApiPath((token, name)): ApiPath<(String, String)>,
 ) -> ApiResult<Response> {
     let service = BootService::of(&app)?;
     service.limiter.check(address)?;
@@ -321,7 +323,7 @@ pub async fn installer_file(
 pub async fn installer_done(
     State(app): State<AppState>,
     ClientAddr(address): ClientAddr,
-    Path(token): Path<String>,
+    ApiPath(token): ApiPath<String>,
 ) -> ApiResult<axum::http::StatusCode> {
     let service = BootService::of(&app)?;
     service.limiter.check(address)?;
@@ -350,8 +352,8 @@ pub struct FileQuery {
 pub async fn file(
     State(app): State<AppState>,
     ClientAddr(address): ClientAddr,
-    Path(name): Path<String>,
-    Query(query): Query<FileQuery>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(query): ApiQuery<FileQuery>,
 ) -> ApiResult<Response> {
     let service = BootService::of(&app)?;
     service.limiter.check(address)?;

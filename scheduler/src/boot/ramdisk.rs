@@ -371,7 +371,7 @@ pub async fn reports(
 pub async fn image(
     State(app): State<AppState>,
     Extension(peer): Extension<Peer>,
-    axum::extract::Path(id): axum::extract::Path<String>,
+    crate::api::ApiPath(id): crate::api::ApiPath<String>,
     headers: axum::http::HeaderMap,
 ) -> ApiResult<axum::response::Response> {
     let service = BootService::of(&app)?;

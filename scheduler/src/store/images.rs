@@ -56,13 +56,25 @@ fn from_row(row: &Row) -> DbResult<Image> {
     })
 }
 
-/// Records a new import (state importing), with its `image.import.started` event.
+/// Who takes a new import: the replica that accepted it, until its lease ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    /// The worker's owner name.
+    pub owner: &'a str,
+    /// When its lease ends unless renewed.
+    pub until: OffsetDateTime,
+}
+
+/// Records a new import (state importing), claimed by `claim` from the start (no other
+/// replica's pass can take it before its worker starts), with its `image.import.started`
+/// event.
 pub fn insert(
     conn: &mut dyn Conn,
     id: &str,
     tenant_id: &str,
     name: &str,
     origin: &ImageOrigin,
+    claim: Claim<'_>,
     now: OffsetDateTime,
 ) -> Result<Image, ApiError> {
     if crate::store::auth::get_tenant(conn, tenant_id)?.is_none() {
@@ -74,8 +86,8 @@ pub fn insert(
     }
     let inserted = conn.execute(
         "INSERT INTO images (id, generation, tenant_id, name, public, state, source, bytes_done, rate_bps, attempts, \
-         created_at, updated_at) VALUES ($1, 1, $2, $3, 0, 'importing', $4, 0, 0, 0, $5, $6)",
-        &[&id, &tenant_id, &name, &to_json(origin)?, &to_millis(now), &to_millis(now)],
+         owner, lease_until, created_at, updated_at) VALUES ($1, 1, $2, $3, 0, 'importing', $4, 0, 0, 0, $5, $6, $7, $8)",
+        &[&id, &tenant_id, &name, &to_json(origin)?, &claim.owner, &to_millis(claim.until), &to_millis(now), &to_millis(now)],
     );
     match inserted {
         Err(e) if e.is_unique_violation() => return Err(taken()),
