@@ -111,6 +111,9 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
         let path = path.clone();
         store
             .write(move |tx| -> Result<bool, StartError> {
+                // Replicas starting together bootstrap one at a time, as they migrate: the
+                // second sees the first one's admin.
+                store::exclusive_with_migrations(tx)?;
                 if store::auth::has_admin(tx)? {
                     return Ok(false);
                 }

@@ -166,5 +166,5 @@ pub fn place_and_book(
             created_at: to_millis_round(now),
         });
     }
-    Err(ApiError::Conflict("placement kept racing with other writers; retry".into()))
+    Err(ApiError::Busy("placement kept racing with other writers; retry".into()))
 }

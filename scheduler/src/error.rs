@@ -81,6 +81,10 @@ pub enum ApiError {
     /// State conflict.
     #[error("{0}")]
     Conflict(String),
+    /// A transient conflict the client should retry (409 CONFLICT; never stored as an
+    /// idempotency key's answer).
+    #[error("{0}")]
+    Busy(String),
     /// Not allowed.
     #[error("{0}")]
     Forbidden(String),
@@ -114,7 +118,7 @@ impl ApiError {
             ApiError::InvalidConfig(_) => ErrorCode::InvalidConfig,
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
-            ApiError::Conflict(_) => ErrorCode::Conflict,
+            ApiError::Conflict(_) | ApiError::Busy(_) => ErrorCode::Conflict,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::Unauthenticated(_) => ErrorCode::Unauthenticated,
             ApiError::Bmc(_) => ErrorCode::BmcError,

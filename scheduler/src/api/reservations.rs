@@ -42,8 +42,14 @@ pub async fn create_reservation(
     let body_hash = metal_protocol::canonical::to_canonical_vec(&body)
         .map(|bytes| hex::encode(Sha256::digest(bytes)))
         .map_err(|e| ApiError::BadBody(e.to_string()))?;
-    let state = app.clone();
-    let written = app.store.write(move |tx| create_in(&state, tx, &request, &window, body_hash, now)).await;
+    let mut written = Err(ApiError::Busy(KEY_RACE.into()));
+    for _ in 0..2 {
+        let (state, request, window, body_hash) = (app.clone(), request.clone(), window.clone(), body_hash.clone());
+        written = app.store.write(move |tx| create_in(&state, tx, &request, &window, body_hash, now)).await;
+        if !matches!(&written, Err(ApiError::Busy(message)) if message == KEY_RACE) {
+            break;
+        }
+    }
     match written {
         Ok(Created::Replay(stored)) => Ok(replay(&stored)),
         Ok(Created::Placed(json)) => {
@@ -58,6 +64,9 @@ pub async fn create_reservation(
         }
     }
 }
+
+/// Why a create rolled back when its idempotency key was recorded by another request first.
+const KEY_RACE: &str = "a request with this idempotency key finished meanwhile; retry to get its answer";
 
 /// What a create transaction did.
 enum Created {
@@ -87,6 +96,8 @@ fn create_in(
     }
     // Placement outcomes (a booking, or a refusal) are recorded under the key; validation
     // and internal errors are not, so a corrected retry with the same key can succeed.
+    // A refusal that asks for a retry (placement raced other writers) is not an answer to
+    // keep: the retry must be able to succeed.
     let outcome = match crate::capacity::place_and_book(&app.placement, tx, request, window, now) {
         Ok(reservation) => Ok(reservation),
         Err(e @ (ApiError::Conflict(_) | ApiError::NotFound(_))) => Err(e),
@@ -99,7 +110,11 @@ fn create_in(
     let json = json.map_err(|e| ApiError::Internal(e.to_string()))?;
     if let Some(key) = &request.idempotency_key {
         let stored = StoredResponse { body_hash, status: status.as_u16(), response: json.clone() };
-        store::capacity::record_response(tx, &request.tenant_id, key, &stored, now)?;
+        if !store::capacity::record_response(tx, &request.tenant_id, key, &stored, now)? {
+            // The same key finished on another replica meanwhile: this booking rolls back, and
+            // the request runs again to replay that answer.
+            return Err(ApiError::Busy(KEY_RACE.into()));
+        }
     }
     Ok(match outcome {
         Ok(_) => Created::Placed(json),

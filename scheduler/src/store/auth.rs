@@ -83,11 +83,11 @@ pub fn create_tenant(conn: &mut dyn Conn, tenant: &Tenant, now: OffsetDateTime) 
     if conn.query_opt("SELECT id FROM tenants WHERE id = $1", &[&tenant.id])?.is_some() {
         return Ok(false);
     }
-    conn.execute(
+    crate::store::db::insert_unique(
+        conn,
         "INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)",
         &[&tenant.id, &tenant.name, &to_millis(now)],
-    )?;
-    Ok(true)
+    )
 }
 
 fn tenant_from_row(r: &Row) -> DbResult<Tenant> {

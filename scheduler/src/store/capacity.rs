@@ -24,10 +24,14 @@ pub fn insert_pool(conn: &mut dyn Conn, id: &str, create: &PoolCreate, now: Offs
     if get_pool(conn, id)?.is_some() {
         return Err(ApiError::Conflict(format!("pool {id} already exists")));
     }
-    conn.execute(
+    let inserted = crate::store::db::insert_unique(
+        conn,
         "INSERT INTO pools (id, generation, tenant_id, site_id, class, policy, created_at) VALUES ($1, 1, $2, $3, $4, $5, $6)",
         &[&id, &create.tenant_id, &create.site_id, &create.class, &to_json(&create.policy)?, &to_millis(now)],
     )?;
+    if !inserted {
+        return Err(ApiError::Conflict(format!("pool {id} already exists")));
+    }
     events::append(conn, "pool.created", &format!("pool/{id}"), Some(&create.tenant_id), &json!({"pool": id}), now)?;
     get_pool(conn, id)?.ok_or_else(|| ApiError::Internal("pool vanished".into()))
 }
@@ -69,8 +73,13 @@ pub fn pool_ids(conn: &mut dyn Conn, tenant: Option<&str>) -> DbResult<Vec<Strin
 pub fn offer(conn: &mut dyn Conn, pool: &str, tenant: &str, now: OffsetDateTime) -> DbResult<()> {
     let exists =
         conn.query_opt("SELECT pool_id FROM pool_offers WHERE pool_id = $1 AND tenant_id = $2", &[&pool, &tenant])?;
-    if exists.is_none() {
-        conn.execute("INSERT INTO pool_offers (pool_id, tenant_id) VALUES ($1, $2)", &[&pool, &tenant])?;
+    if exists.is_none()
+        && crate::store::db::insert_unique(
+            conn,
+            "INSERT INTO pool_offers (pool_id, tenant_id) VALUES ($1, $2)",
+            &[&pool, &tenant],
+        )?
+    {
         conn.execute("UPDATE pools SET generation = generation + 1 WHERE id = $1", &[&pool])?;
         events::append(
             conn,
@@ -388,17 +397,18 @@ pub fn idempotent_response(
     .transpose()
 }
 
-/// Records the response for a key.
+/// Records the response for a key; false when another request with the key (on another
+/// replica) recorded its response since this transaction looked.
 pub fn record_response(
     conn: &mut dyn Conn,
     tenant: &str,
     key: &str,
     stored: &StoredResponse,
     now: OffsetDateTime,
-) -> DbResult<()> {
-    conn.execute(
+) -> DbResult<bool> {
+    crate::store::db::insert_unique(
+        conn,
         "INSERT INTO idempotency (tenant_id, key, body_hash, status, response, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
         &[&tenant, &key, &stored.body_hash, &i64::from(stored.status), &stored.response, &to_millis(now)],
-    )?;
-    Ok(())
+    )
 }

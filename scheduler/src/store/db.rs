@@ -74,6 +74,26 @@ impl DbError {
 /// Result of a database call.
 pub type DbResult<T> = Result<T, DbError>;
 
+/// Runs an INSERT that may collide with a row another writer (another replica) committed
+/// after this transaction looked: true when the row went in, false when a unique key refused
+/// it. The statement runs inside a savepoint, so the transaction stays usable after a refusal
+/// on both backends (PostgreSQL would otherwise abort it).
+pub fn insert_unique(conn: &mut dyn Conn, sql: &str, params: &[&dyn ToValue]) -> DbResult<bool> {
+    conn.batch("SAVEPOINT metal_insert_unique")?;
+    match conn.execute(sql, params) {
+        Ok(_) => {
+            conn.batch("RELEASE SAVEPOINT metal_insert_unique")?;
+            Ok(true)
+        }
+        Err(e) if e.is_unique_violation() => {
+            conn.batch("ROLLBACK TO SAVEPOINT metal_insert_unique")?;
+            conn.batch("RELEASE SAVEPOINT metal_insert_unique")?;
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Something that can be bound as a parameter.
 pub trait ToValue: Sync {
     /// The value to bind.

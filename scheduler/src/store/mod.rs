@@ -28,6 +28,19 @@ use std::sync::Arc;
 
 pub use db::{Conn, DbError, DbResult, Row};
 
+/// Makes the rest of this write transaction exclusive with every other replica's migrations
+/// and bootstrap: PostgreSQL's transaction-scoped advisory lock (the one migrations take);
+/// nothing on SQLite, whose writers are exclusive already.
+pub fn exclusive_with_migrations(conn: &mut dyn Conn) -> DbResult<()> {
+    match conn.backend() {
+        Backend::Postgres => conn.batch(&format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")),
+        Backend::Sqlite => Ok(()),
+    }
+}
+
+/// The PostgreSQL advisory lock key of migrations and bootstrap.
+const MIGRATION_LOCK: i64 = 7411;
+
 /// Which database is behind the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

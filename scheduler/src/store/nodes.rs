@@ -68,7 +68,8 @@ pub fn insert(conn: &mut dyn Conn, node: &NewNode, now: OffsetDateTime) -> DbRes
     if conn.query_opt("SELECT id FROM nodes WHERE id = $1 OR boot_mac = $2", &[&node.id, &node.boot_mac])?.is_some() {
         return Ok(None);
     }
-    conn.execute(
+    let inserted = crate::store::db::insert_unique(
+        conn,
         "INSERT INTO nodes (id, generation, state, power, maintenance, cordoned, tenant_root, trust, \
          identity_generation, boot_mac, labels, taints, devices, created_at, updated_at, pool_id) \
          VALUES ($1, 1, 'new', 'unknown', 0, 0, 0, 'platform', 1, $2, $3, $4, $5, $6, $6, $7)",
@@ -82,6 +83,9 @@ pub fn insert(conn: &mut dyn Conn, node: &NewNode, now: OffsetDateTime) -> DbRes
             &node.pool_id,
         ],
     )?;
+    if !inserted {
+        return Ok(None); // enrolled by another writer since we looked
+    }
     let created = get(conn, &node.id)?.ok_or(crate::store::DbError::NoRow)?;
     crate::store::billing::record_health(conn, &created.id, created.generation, &created.devices, now)?;
     events::append(conn, "node.created", &format!("node/{}", node.id), None, &json!({"node": node.id}), now)?;

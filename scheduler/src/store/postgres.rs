@@ -147,7 +147,7 @@ impl Postgres {
         let this = Self { url: url.to_owned(), clients: Mutex::new(Vec::new()) };
         this.run(|conn| {
             // Replicas starting together migrate one at a time.
-            conn.batch("SELECT pg_advisory_xact_lock(7411)")?;
+            super::exclusive_with_migrations(conn)?;
             migrate(conn)
         })?;
         Ok(this)

@@ -18,6 +18,8 @@ pub struct Site {
     pub clock: ManualClock,
     pub app: Arc<App>,
     pub http: reqwest::Client,
+    /// The database: a PostgreSQL URL, or None for the SQLite file in the data directory.
+    pub database_url: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -47,17 +49,36 @@ impl Site {
     /// A site whose configuration `configure` adjusts first.
     pub async fn start_with(configure: impl FnOnce(&mut Config)) -> Site {
         let dir = tempfile::tempdir().unwrap();
+        let database = database_url().await;
+        Site::start_in(dir, database, ManualClock::new(datetime!(2026-12-01 10:00:00 UTC)), configure).await
+    }
+
+    /// A second replica: its own data directory and port, this site's database (its
+    /// PostgreSQL database or its SQLite file) and clock, the same admin token.
+    pub async fn replica(&self) -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(self._dir.path().join(app::ADMIN_TOKEN_FILE), dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap();
+        let database =
+            self.database_url.clone().unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(self._dir.path()));
+        Site::start_in(dir, Some(database), self.clock.clone(), |_| {}).await
+    }
+
+    async fn start_in(
+        dir: tempfile::TempDir,
+        database: Option<String>,
+        clock: ManualClock,
+        configure: impl FnOnce(&mut Config),
+    ) -> Site {
         let mut config =
-            Config { data_dir: dir.path().to_path_buf(), database_url: database_url().await, ..Config::default() };
+            Config { data_dir: dir.path().to_path_buf(), database_url: database.clone(), ..Config::default() };
         configure(&mut config);
-        let clock = ManualClock::new(datetime!(2026-12-01 10:00:00 UTC));
         let app = app::start(config, Arc::new(clock.clone())).await.unwrap();
         let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let router = metal_scheduler::api::router(app.clone());
         tokio::spawn(metal_scheduler::http_server::serve(listener, router, std::future::pending()));
-        Site { url, admin, clock, app, http: reqwest::Client::new(), _dir: dir }
+        Site { url, admin, clock, app, http: reqwest::Client::new(), database_url: database, _dir: dir }
     }
 
     /// Sends a request with `token` (None: no Authorization header); returns status and JSON.
