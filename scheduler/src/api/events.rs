@@ -25,12 +25,14 @@ const PAGE: i64 = 500;
 
 /// Where to read from.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventQuery {
     /// Return events after this sequence number (default 0: from the start).
     #[serde(default)]
     pub after: i64,
     /// Seconds to wait for an event when none is there yet (0 to 60, default 0).
     #[serde(default)]
+    #[param(minimum = 0, maximum = 60)]
     pub wait: u64,
 }
 

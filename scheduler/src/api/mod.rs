@@ -4,6 +4,7 @@
 mod auth;
 mod bmc;
 mod boot;
+pub mod contract;
 mod events;
 mod health;
 mod images;
@@ -159,7 +160,9 @@ impl utoipa::Modify for BearerAuth {
 
 /// The OpenAPI document as pretty JSON (what `scheduler/openapi.json` holds).
 pub fn openapi_json() -> String {
-    let mut json = ApiDoc::openapi().to_pretty_json().unwrap_or_default();
+    let mut document = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    contract::complete(&mut document);
+    let mut json = serde_json::to_string_pretty(&document).unwrap_or_default();
     json.push('\n');
     json
 }

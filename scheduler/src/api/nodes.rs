@@ -300,6 +300,7 @@ pub async fn import_nodes(
 
 /// Filter for listing nodes.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct NodeFilter {
     /// Only nodes in this state.
     pub state: Option<NodeState>,

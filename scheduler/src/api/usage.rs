@@ -15,6 +15,7 @@ use crate::store;
 
 /// Whose usage and when.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(rename_all = "camelCase")]
 pub struct UsageQuery {
     /// The tenant (defaults to the caller's own).
