@@ -22,6 +22,9 @@ fn power_text(p: metal_bmc::PowerState) -> &'static str {
 pub async fn set(app: &App, node: String, spec: BmcSpec) -> ApiResult<BmcInfo> {
     spec.validate()?;
     let sealed = crate::secrets::seal(app.config.master_key.as_ref(), &node, &spec.login.password.0);
+    if app.config.master_key.is_none() {
+        tracing::warn!(%node, "BMC password stored unsealed: set METAL_MASTER_KEY to seal BMC passwords at rest");
+    }
     let now = app.clock.now();
     app.change(move |tx| store::bmcs::put(tx, &node, &spec, &sealed, now)).await
 }
@@ -33,14 +36,23 @@ pub async fn info(app: &App, node: String) -> ApiResult<BmcInfo> {
     Ok(stored.ok_or(ApiError::NotFound(what))?.info)
 }
 
-/// A node's BMC row and its unsealed password.
+/// A node's BMC row and its unsealed password. A node without one is INVALID_CONFIG, with
+/// how to set one; a node that does not exist is NOT_FOUND.
 async fn stored(app: &App, node: &str) -> ApiResult<(BmcInfo, Secret)> {
     let id = node.to_owned();
     let stored = app
         .store
-        .read(move |c| store::bmcs::get(c, &id))
+        .read(move |c| {
+            store::nodes::get(c, &id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
+            Ok::<_, ApiError>(store::bmcs::get(c, &id)?)
+        })
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("BMC of node {node}")))?;
+        .ok_or_else(|| {
+            ApiError::InvalidConfig(format!(
+                "node {node} has no BMC yet: set one with `metalctl bmc set {node} --protocol redfish|ipmi \
+                 --address ... --username ...` (PUT /v1/nodes/{node}/bmc)"
+            ))
+        })?;
     let password = crate::secrets::open(app.config.master_key.as_ref(), node, &stored.secret)?;
     Ok((stored.info, password))
 }

@@ -97,6 +97,9 @@ pub fn place_and_book(
     window: &Window,
     now: OffsetDateTime,
 ) -> ApiResult<Reservation> {
+    if store::auth::get_tenant(conn, &request.tenant_id)?.is_none() {
+        return Err(ApiError::invalid("tenantId", format!("no tenant {}", request.tenant_id)));
+    }
     let pool_id = &request.pool_id;
     let pool =
         store::capacity::get_pool(conn, pool_id)?.ok_or_else(|| ApiError::NotFound(format!("pool {pool_id}")))?;

@@ -13,7 +13,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "m" => 60,
         "h" => 3600,
         "d" => 86_400,
-        _ => return Err(format!("{text:?} has no unit: use s, m, h or d (for example 12h)")),
+        "" => return Err(format!("{text:?} has no unit: use s, m, h or d (for example 12h)")),
+        other => return Err(format!("{text:?}: unknown unit {other:?}: use s, m, h or d (for example 7d)")),
     };
     if number == 0 {
         return Err(format!("{text:?} must be longer than zero"));
@@ -34,5 +35,8 @@ mod tests {
         for bad in ["", "5", "h", "0h", "-1h", "1.5h", "1w", "99999999999999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(parse_duration("5").unwrap_err(), "\"5\" has no unit: use s, m, h or d (for example 12h)");
+        let days = parse_duration("7days").unwrap_err();
+        assert!(days.contains("unknown unit \"days\"") && days.contains("s, m, h or d"), "{days}");
     }
 }

@@ -46,7 +46,9 @@ struct ServeArgs {
     /// boot-auto-enrol, boot-token-ttl, boot-certificate-validity, boot-rate-limit,
     /// boot-kernel-args, and for the image store image-dir, image-catalog, image-ca-file,
     /// image-import-attempts, image-import-backoff, image-import-lease; each also as METAL_<KEY> with dashes as
-    /// underscores).
+    /// underscores). Environment only: METAL_MASTER_KEY (64 hex digits, seals BMC passwords at
+    /// rest; without it they are stored unsealed, with a warning) and METAL_LOG (log filter,
+    /// e.g. info or metal_scheduler=debug; default info).
     #[arg(long, env = "METAL_CONFIG")]
     config: Option<PathBuf>,
     /// Address and port to listen on [default: 127.0.0.1:7450].

@@ -204,7 +204,8 @@ fn refusal(
     want: usize,
     gang: Option<&Gang>,
 ) -> Refusal {
-    let mut message = format!("no placement: {considered} nodes in the pool");
+    let nodes = if considered == 1 { "node" } else { "nodes" };
+    let mut message = format!("no placement: {considered} {nodes} in the pool");
     let parts: Vec<String> = counts.iter().map(|(why, n)| format!("{n} {}", why.describe(gang))).collect();
     if !parts.is_empty() {
         let _ = write!(message, ": {}", parts.join(", "));

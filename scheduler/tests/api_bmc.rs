@@ -95,6 +95,9 @@ async fn a_redfish_bmc_is_driven_through_the_api_with_its_password_sealed() {
 async fn bmc_settings_are_validated_and_absent_bmcs_are_not_found() {
     let site = site_with_node(false).await;
     let (s, body) = site.admin("POST", "/v1/nodes/n1/power", Some(json!({"action": "on"}))).await;
+    assert_eq!((s, &body["error"]["code"]), (422, &json!("INVALID_CONFIG")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("metalctl bmc set n1"), "says how to set one: {body}");
+    let (s, body) = site.admin("POST", "/v1/nodes/nope/power", Some(json!({"action": "on"}))).await;
     assert_eq!(s, 404, "{body}");
     for (spec, field) in [
         (json!({"protocol": "redfish", "address": "https://10.0.0.5", "username": "a", "password": "p"}), "tls"),

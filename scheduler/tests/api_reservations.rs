@@ -338,3 +338,13 @@ async fn the_create_answer_equals_a_later_read() {
         site.call(Some(&acme), "GET", &format!("/v1/reservations/{}", created["id"].as_str().unwrap()), None).await;
     assert_eq!(created, read);
 }
+
+#[tokio::test]
+async fn a_reservation_for_a_tenant_that_does_not_exist_names_the_tenant() {
+    let (site, _) = site_with_nodes(1, 1).await;
+    let (s, body) = site
+        .admin("POST", "/v1/reservations", Some(json!({"tenantId": "nobody", "poolId": "p1", "devices": [{"class": "gpu", "count": 8}], "duration": "1d"})))
+        .await;
+    assert_eq!((s, body["error"]["field"].as_str()), (422, Some("tenantId")), "{body}");
+    assert!(error(&body, "INVALID_INPUT").contains("no tenant nobody"), "{body}");
+}

@@ -137,7 +137,7 @@ fn metalctl_places_reservations_and_shows_usage() {
         None,
     );
     assert!(!o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("CONFLICT: no placement: 1 nodes in the pool: 1 booked in the window"), "{}", text(&o));
+    assert!(text(&o).contains("CONFLICT: no placement: 1 node in the pool: 1 booked in the window"), "{}", text(&o));
     let o = run(&["-o", "json", "pool", "list"], None);
     let pools: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(pools[0]["capacity"]["leased"], 1);
@@ -268,4 +268,63 @@ fn metalctl_imports_images_makes_profiles_and_says_why_provisioning_cannot_run()
     assert!(!o.status.success() && text(&o).contains("provisioning needs the boot service"), "{}", text(&o));
     let o = run(&["provision", "web"]);
     assert!(!o.status.success() && text(&o).contains("PROFILE:VERSION"), "{}", text(&o));
+}
+
+#[test]
+fn metalctl_warns_when_a_bmc_password_is_stored_unsealed_and_says_how_to_set_a_bmc() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let site = runtime.block_on(common::Site::start());
+    let (url, admin) = (site.url.clone(), site.admin.clone());
+    assert!(metalctl(&url, &admin, &["node", "enrol", "n1"], None).status.success());
+    let o = metalctl(&url, &admin, &["bmc", "power", "n1", "on"], None);
+    assert!(!o.status.success() && text(&o).contains("metalctl bmc set n1"), "{}", text(&o));
+    let set = [
+        "bmc",
+        "set",
+        "n1",
+        "--protocol",
+        "ipmi",
+        "--address",
+        "10.0.0.5",
+        "--username",
+        "admin",
+        "--password-file",
+        "-",
+    ];
+    let o = metalctl(&url, &admin, &set, Some("secret\n"));
+    assert!(o.status.success(), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("unsealed") && stderr.contains("METAL_MASTER_KEY"), "{stderr}");
+    assert!(!text(&o).contains("secret"), "the password never shows");
+}
+
+#[test]
+fn node_moves_are_checked_by_the_command_line_and_the_api_says_what_is_wrong_without_parser_framing() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let site = runtime.block_on(common::Site::start());
+    let (url, admin) = (site.url.clone(), site.admin.clone());
+    assert!(metalctl(&url, &admin, &["node", "enrol", "n1"], None).status.success());
+    let o = metalctl(&url, &admin, &["node", "move", "n1", "--from", "new", "--to", "Ready"], None);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("possible values: new, commissioning, ready"), "{}", text(&o));
+    let o = metalctl(&url, &admin, &["node", "move", "--help"], None);
+    let help = text(&o);
+    assert!(help.contains("Allowed moves:") && help.contains("releasing      -> ready, failed"), "{help}");
+    assert!(help.contains("The node id"), "{help}");
+    let (status, body) = runtime.block_on(site.admin(
+        "POST",
+        "/v1/nodes/n1/transitions",
+        Some(serde_json::json!({"from": "new", "to": "Ready"})),
+    ));
+    assert_eq!(status, 422, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("unknown variant `Ready`") && message.contains("`ready`"), "{message}");
+    assert!(!message.contains("Failed to deserialize") && !message.contains("line 1 column"), "{message}");
+    let (status, body) = runtime.block_on(site.admin(
+        "POST",
+        "/v1/reservations",
+        Some(serde_json::json!({"tenantId": "root", "poolId": "p", "devices": [], "duration": "7days"})),
+    ));
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("unknown unit \"days\""), "{body}");
 }

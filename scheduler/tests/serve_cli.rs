@@ -121,3 +121,12 @@ fn serve_runs_the_boot_service_when_configured_and_names_a_bad_setting() {
     assert_eq!(unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM) }, 0);
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn serve_help_names_every_setting_and_the_environment_only_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_metal-scheduler")).args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for setting in ["METAL_MASTER_KEY", "METAL_LOG", "database-url", "boot-listen", "image-catalog", "image-ca-file"] {
+        assert!(help.contains(setting), "serve --help does not mention {setting}:\n{help}");
+    }
+}

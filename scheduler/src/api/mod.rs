@@ -64,9 +64,18 @@ impl<T: serde::Serialize> axum::response::IntoResponse for ApiJson<T> {
     }
 }
 
-/// A body rejection in the API's shape: over the size limit is 413, anything else a bad body.
+/// A body rejection in the API's shape: over the size limit is 413, anything else a bad body,
+/// said without the JSON library's framing (what is wrong, not where its parser was).
 fn body_rejection(status: axum::http::StatusCode, text: String) -> ApiError {
-    if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE { ApiError::TooLarge(text) } else { ApiError::BadBody(text) }
+    if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::TooLarge(text);
+    }
+    let text = text.strip_prefix("Failed to deserialize the JSON body into the target type: ").unwrap_or(&text);
+    let text = match text.rfind(" at line ") {
+        Some(at) if text[at..].contains(" column ") => &text[..at],
+        _ => text,
+    };
+    ApiError::BadBody(format!("the request body: {text}"))
 }
 
 impl From<axum::extract::rejection::JsonRejection> for ApiError {

@@ -94,6 +94,16 @@ impl NodeState {
     }
 }
 
+/// The lifecycle's allowed moves, one state a line (for `--help`).
+pub fn moves_help() -> String {
+    let mut text = String::from("Allowed moves:\n");
+    for state in NodeState::ALL {
+        let next: Vec<&str> = state.next().iter().map(|s| s.as_str()).collect();
+        text.push_str(&format!("  {:<14} -> {}\n", state.as_str(), next.join(", ")));
+    }
+    text
+}
+
 impl fmt::Display for NodeState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

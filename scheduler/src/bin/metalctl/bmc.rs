@@ -171,7 +171,14 @@ pub fn run(client: &Client, out: Output, command: BmcCommand) -> Result<(), Clie
             if let Some(privilege) = privilege {
                 spec["privilege"] = json!(privilege);
             }
-            print(out, &client.request("PUT", &format!("/v1/nodes/{node}/bmc"), body(spec))?, &BMC_COLUMNS);
+            let info = client.request("PUT", &format!("/v1/nodes/{node}/bmc"), body(spec))?;
+            print(out, &info, &BMC_COLUMNS);
+            if info["credentialSealed"] == false {
+                eprintln!(
+                    "metalctl: warning: the scheduler stored this BMC password unsealed; start it with \
+                     METAL_MASTER_KEY set (64 hex digits) to seal BMC passwords at rest"
+                );
+            }
         }
         BmcCommand::Show { node } => {
             print(out, &client.request("GET", &format!("/v1/nodes/{node}/bmc"), None)?, &BMC_COLUMNS)

@@ -124,14 +124,17 @@ enum NodeCommand {
     },
     /// Enrol many nodes from a CSV (id,bootMac,labels,taints,devices) or JSON file; - is stdin.
     Import { file: PathBuf },
-    /// Move a node from one lifecycle state to another (compare-and-set).
+    /// Move a node from one lifecycle state to another (compare-and-set: refused when the node
+    /// is not in --from, or the move is not allowed).
+    #[command(after_long_help = metal_scheduler::model::node::moves_help())]
     Move {
+        /// The node id.
         id: String,
         /// The state you believe it is in.
-        #[arg(long)]
+        #[arg(long, value_parser = state_names())]
         from: String,
         /// The state to move it to.
-        #[arg(long)]
+        #[arg(long, value_parser = state_names())]
         to: String,
         /// Who drives the new state (required for commissioning, deploying, releasing).
         #[arg(long)]
@@ -332,6 +335,11 @@ fn connect(cli: &Cli) -> Result<Client, ClientError> {
             .map_err(|_| ClientError::Config("no token: pass --token-file or set METAL_TOKEN".into()))?,
     };
     Ok(Client::new(&url, &token))
+}
+
+/// The lifecycle states, as the command line takes them.
+fn state_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(metal_scheduler::model::node::NodeState::ALL.map(|s| s.as_str()))
 }
 
 fn key_values(items: &[String], what: &str) -> Result<serde_json::Map<String, Value>, ClientError> {
