@@ -333,3 +333,25 @@ async fn revoked_credentials_stop_working_and_listings_never_show_tokens() {
     let (s, _) = site.admin("DELETE", &format!("/v1/credentials/{admin_id}"), None).await;
     assert_eq!(s, 409, "the last way in is not thrown away by accident");
 }
+
+#[tokio::test]
+async fn csv_imports_say_what_is_wrong_in_the_file_s_own_terms() {
+    let site = Site::start().await;
+    for (csv, field, says) in [
+        ("id;bootMac\nn1;52:54:00:00:00:01\n", "csv", "separated by ';'"),
+        ("n6,52:54:00:00:00:06\n", "csv", "the first line must be the header"),
+        ("id,labels\nn1,\"rack=r1\n", "csv line 2", "quoted cell is not closed"),
+        ("id,bootMac\nn1,52:54:00:00:00:01\nn2,nonsense\n", "csv line 3 bootMac", "not a MAC"),
+    ] {
+        let response = site.admin_csv("/v1/nodes/import", csv.into()).await;
+        assert_eq!(response.status(), 422, "{csv}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["field"], field, "{csv}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(says), "{csv}: {body}");
+    }
+    // A quoted cell may hold a comma (and a doubled quote).
+    let response = site.admin_csv("/v1/nodes/import", "id,labels\nq1,\"rack=r1;note=a,b\"\n".into()).await;
+    assert_eq!(response.status(), 200);
+    let (_, node) = site.admin("GET", "/v1/nodes/q1", None).await;
+    assert_eq!(node["labels"]["note"], "a,b", "{node}");
+}

@@ -311,6 +311,11 @@ fn node_moves_are_checked_by_the_command_line_and_the_api_says_what_is_wrong_wit
     let help = text(&o);
     assert!(help.contains("Allowed moves:") && help.contains("releasing      -> ready, failed"), "{help}");
     assert!(help.contains("The node id"), "{help}");
+    let own = help.find("--from").unwrap();
+    let global = help.find("Global options").expect("global options under their own heading");
+    assert!(own < global, "the subcommand's own options come first: {help}");
+    let o = metalctl(&url, &admin, &["node", "import", "--help"], None);
+    assert!(text(&o).contains("bmcPrivilege") && text(&o).contains("double-quoted"), "{}", text(&o));
     let (status, body) = runtime.block_on(site.admin(
         "POST",
         "/v1/nodes/n1/transitions",

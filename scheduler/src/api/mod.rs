@@ -9,6 +9,7 @@ mod events;
 mod health;
 mod images;
 mod nodes;
+pub use nodes::CSV_COLUMNS;
 mod pools;
 mod profiles;
 mod reservations;

@@ -85,7 +85,7 @@ pub struct Skipped {
 /// `labels` (`k=v;k=v`), `taints` (`k=v:NoSchedule;...`), `devices` (`class=count;...`,
 /// expanded to healthy atoms `class0..classN-1`).
 /// CSV columns a node import understands.
-const CSV_COLUMNS: [&str; 12] = [
+pub const CSV_COLUMNS: [&str; 12] = [
     "id",
     "bootMac",
     "poolId",
@@ -129,14 +129,67 @@ fn csv_bmc(cells: &serde_json::Map<String, serde_json::Value>, line_no: usize) -
         .map_err(|e| ApiError::invalid(format!("csv line {line_no} bmc"), e.to_string()))
 }
 
+/// One import entry: the node, its BMC, and where it came from (the prefix its fields are
+/// named with: `nodes[3].` in JSON, `csv line 4 ` in CSV).
+type Entry = (NodeCreate, Option<BmcSpec>, String);
+
+/// A CSV line's cells: comma-separated, a cell may be double-quoted (`""` inside is a quote).
+fn csv_cells(line: &str, line_no: usize) -> ApiResult<Vec<String>> {
+    let (mut cells, mut cell, mut quoted, mut chars) = (Vec::new(), String::new(), false, line.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', false) if cell.trim().is_empty() => {
+                cell.clear();
+                quoted = true;
+            }
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                cell.push('"');
+            }
+            ('"', true) => quoted = false,
+            (',', false) => cells.push(std::mem::take(&mut cell).trim().to_owned()),
+            (c, _) => cell.push(c),
+        }
+    }
+    if quoted {
+        return Err(ApiError::invalid(
+            format!("csv line {line_no}"),
+            "a quoted cell is not closed (a '\"' is missing)",
+        ));
+    }
+    cells.push(cell.trim().to_owned());
+    Ok(cells)
+}
+
 /// Parses a CSV import: a header row naming columns from [`CSV_COLUMNS`], then one node
 /// (and optionally its BMC) per row.
-pub fn parse_csv(text: &str) -> ApiResult<Vec<(NodeCreate, Option<BmcSpec>)>> {
+pub fn parse_csv(text: &str) -> ApiResult<Vec<Entry>> {
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
     let (_, header) = lines.next().ok_or_else(|| {
         ApiError::invalid("csv", "empty: expected a header row such as id,bootMac,labels,taints,devices")
     })?;
-    let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+    let header_cells = csv_cells(header, 1)?;
+    let columns: Vec<&str> = header_cells.iter().map(String::as_str).collect();
+    if columns.len() == 1
+        && let Some(separator) = [';', '\t', '|'].into_iter().find(|s| header.contains(*s))
+    {
+        return Err(ApiError::invalid(
+            "csv",
+            format!(
+                "the file is separated by {separator:?}: separate cells with commas (lists inside a cell, \
+                 such as labels, use ';')"
+            ),
+        ));
+    }
+    if !columns.iter().any(|c| CSV_COLUMNS.contains(c)) {
+        return Err(ApiError::invalid(
+            "csv",
+            format!(
+                "the first line must be the header naming the columns (from: {}), not {header:?}",
+                CSV_COLUMNS.join(", ")
+            ),
+        ));
+    }
     for c in &columns {
         if !CSV_COLUMNS.contains(c) {
             return Err(ApiError::invalid(
@@ -151,7 +204,7 @@ pub fn parse_csv(text: &str) -> ApiResult<Vec<(NodeCreate, Option<BmcSpec>)>> {
     let mut nodes = Vec::new();
     for (number, line) in lines {
         let line_no = number + 1;
-        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+        let cells = csv_cells(line, line_no)?;
         if cells.len() != columns.len() {
             return Err(ApiError::invalid(
                 format!("csv line {line_no}"),
@@ -167,7 +220,7 @@ pub fn parse_csv(text: &str) -> ApiResult<Vec<(NodeCreate, Option<BmcSpec>)>> {
             devices: Vec::new(),
         };
         let mut bmc = serde_json::Map::new();
-        for (column, cell) in columns.iter().zip(cells) {
+        for (column, cell) in columns.iter().zip(cells.iter().map(String::as_str)) {
             let list = || cell.split(';').map(str::trim).filter(|s| !s.is_empty());
             match *column {
                 c if c.starts_with("bmc") => {
@@ -205,14 +258,14 @@ pub fn parse_csv(text: &str) -> ApiResult<Vec<(NodeCreate, Option<BmcSpec>)>> {
                 _ => {}
             }
         }
-        nodes.push((node, csv_bmc(&bmc, line_no)?));
+        nodes.push((node, csv_bmc(&bmc, line_no)?, format!("csv line {line_no} ")));
     }
     Ok(nodes)
 }
 
 /// A JSON import: an array of node enrolments, each with an optional `bmc` (as `PUT
 /// /v1/nodes/{id}/bmc` takes it).
-fn parse_json(body: &[u8]) -> ApiResult<Vec<(NodeCreate, Option<BmcSpec>)>> {
+fn parse_json(body: &[u8]) -> ApiResult<Vec<Entry>> {
     let entries: Vec<serde_json::Value> = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadBody(format!("expected a JSON array of nodes or text/csv: {e}")))?;
     entries
@@ -226,7 +279,7 @@ fn parse_json(body: &[u8]) -> ApiResult<Vec<(NodeCreate, Option<BmcSpec>)>> {
                 .map(serde_json::from_value::<BmcSpec>)
                 .transpose()
                 .map_err(|e| ApiError::invalid(format!("nodes[{i}].bmc"), e.to_string()))?;
-            Ok((node, bmc))
+            Ok((node, bmc, format!("nodes[{i}].")))
         })
         .collect()
 }
@@ -261,11 +314,11 @@ pub async fn import_nodes(
         parse_json(&body)?
     };
     let mut checked: Vec<(NewNode, Option<(BmcSpec, String)>)> = Vec::with_capacity(entries.len());
-    for (i, (node, bmc)) in entries.into_iter().enumerate() {
-        let node = validated(&node, &format!("nodes[{i}]."))?;
+    for (node, bmc, at) in entries {
+        let node = validated(&node, &at)?;
         let bmc = match bmc {
             Some(spec) => {
-                validate_bmc(&spec, &format!("nodes[{i}].bmc."))?;
+                validate_bmc(&spec, &format!("{at}bmc."))?;
                 let sealed = crate::secrets::seal(app.config.master_key.as_ref(), &node.id, &spec.login.password.0);
                 Some((spec, sealed))
             }

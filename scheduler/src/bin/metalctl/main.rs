@@ -20,13 +20,13 @@ use serde_json::{Value, json};
 #[command(name = "metalctl", version, about, long_about)]
 struct Cli {
     /// Scheduler URL, e.g. http://127.0.0.1:7450.
-    #[arg(long, env = "METAL_URL", global = true)]
+    #[arg(long, env = "METAL_URL", global = true, help_heading = "Global options")]
     url: Option<String>,
     /// File holding the bearer token.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Global options")]
     token_file: Option<PathBuf>,
     /// Output format.
-    #[arg(short, long, value_enum, default_value_t = Output::Table, global = true)]
+    #[arg(short, long, value_enum, default_value_t = Output::Table, global = true, help_heading = "Global options")]
     output: Output,
     #[command(subcommand)]
     command: Command,
@@ -122,8 +122,12 @@ enum NodeCommand {
         #[arg(long = "devices", value_name = "CLASS=COUNT")]
         devices: Vec<String>,
     },
-    /// Enrol many nodes from a CSV (id,bootMac,labels,taints,devices) or JSON file; - is stdin.
-    Import { file: PathBuf },
+    /// Enrol many nodes from a CSV or JSON file (- is stdin); nodes that exist are skipped.
+    #[command(long_about = import_help())]
+    Import {
+        /// The CSV or JSON file, or - for stdin.
+        file: PathBuf,
+    },
     /// Move a node from one lifecycle state to another (compare-and-set: refused when the node
     /// is not in --from, or the move is not allowed).
     #[command(after_long_help = metal_scheduler::model::node::moves_help())]
@@ -335,6 +339,18 @@ fn connect(cli: &Cli) -> Result<Client, ClientError> {
             .map_err(|_| ClientError::Config("no token: pass --token-file or set METAL_TOKEN".into()))?,
     };
     Ok(Client::new(&url, &token))
+}
+
+/// `node import --help`: the CSV columns the server takes.
+fn import_help() -> String {
+    format!(
+        "Enrol many nodes from a CSV or JSON file (- is stdin); nodes that exist are skipped, and any invalid \
+         entry rejects the whole import.\n\nCSV: a header row, then one node a line, cells separated by commas \
+         (a cell with a comma is double-quoted). Columns: {}. labels are key=value;key=value, taints \
+         key=value:Effect;..., devices class=count;..., bmcTls insecure or fingerprint=HEX.\n\nJSON: an array of \
+         nodes as POST /v1/nodes takes them, each with an optional bmc as `bmc set` takes it.",
+        metal_scheduler::api::CSV_COLUMNS.join(", ")
+    )
 }
 
 /// The lifecycle states, as the command line takes them.
