@@ -78,6 +78,12 @@ async fn a_lease_bound_and_released_mid_hour_bills_pro_rata_and_only_once() {
     assert_eq!((s, body["error"]["field"].as_str()), (422, Some("tenantId")));
     let (s, admin_view) = site.admin("GET", "/v1/usage?tenantId=acme", None).await;
     assert_eq!((s, &admin_view["totals"]), (200, &usage["totals"]));
+    // Meter events give their window like every other time: RFC 3339.
+    let (_, page) = site.admin("GET", "/v1/events?after=0", None).await;
+    let metered: Vec<&Value> =
+        page["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "billing.metered").collect();
+    assert!(!metered.is_empty());
+    assert_eq!(metered[0]["data"]["windowStart"], "2026-12-01T10:00:00Z", "{}", metered[0]);
 }
 
 #[tokio::test]

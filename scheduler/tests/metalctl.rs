@@ -143,6 +143,9 @@ fn metalctl_places_reservations_and_shows_usage() {
     assert_eq!(pools[0]["capacity"]["leased"], 1);
     let o = run(&["usage", "--tenant", "acme"], None);
     assert!(o.status.success() && text(&o).starts_with("WINDOW"), "{}", text(&o));
+    let o = run(&["usage", "--help"], None);
+    let help = text(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("platform admins must name one"), "{help}");
     drop(site);
 }
 

@@ -73,9 +73,10 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
-    /// Metered usage of a tenant over a time range.
+    /// Metered usage of a tenant over a time range (quantities in hours, to four decimals in
+    /// the table; exact in -o json).
     Usage {
-        /// Tenant (defaults to your own).
+        /// Tenant: your own by default for a tenant member; platform admins must name one.
         #[arg(long)]
         tenant: Option<String>,
         /// Windows starting at or after (RFC 3339).
@@ -339,6 +340,13 @@ fn connect(cli: &Cli) -> Result<Client, ClientError> {
             .map_err(|_| ClientError::Config("no token: pass --token-file or set METAL_TOKEN".into()))?,
     };
     Ok(Client::new(&url, &token))
+}
+
+/// A quantity of hours as people read it: four decimals, trailing zeros dropped.
+fn hours(quantity: f64) -> String {
+    let text = format!("{quantity:.4}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" { "0".into() } else { text.to_owned() }
 }
 
 /// `node import --help`: the CSV columns the server takes.
@@ -617,10 +625,22 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             match out {
                 Output::Json => print(out, &usage, &[]),
                 Output::Table => {
+                    let records: Vec<Value> = usage["records"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|r| {
+                            let mut r = r.clone();
+                            if let Some(q) = r["quantity"].as_f64() {
+                                r["quantity"] = json!(hours(q));
+                            }
+                            r
+                        })
+                        .collect();
                     print!(
                         "{}",
                         table(
-                            usage["records"].as_array().map(Vec::as_slice).unwrap_or_default(),
+                            &records,
                             &[
                                 ("WINDOW", "windowStart"),
                                 ("METER", "meter"),
@@ -630,7 +650,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
                         )
                     );
                     for (meter, total) in usage["totals"].as_object().into_iter().flatten() {
-                        println!("total {meter}: {total}");
+                        println!("total {meter}: {}", total.as_f64().map_or_else(|| total.to_string(), hours));
                     }
                 }
             }
@@ -659,4 +679,15 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         },
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hours_read_as_people_read_them() {
+        assert_eq!(super::hours(0.002_266_388_888_888_889), "0.0023");
+        assert_eq!(super::hours(2.75), "2.75");
+        assert_eq!(super::hours(1.0), "1");
+        assert_eq!(super::hours(0.0), "0");
+    }
 }
