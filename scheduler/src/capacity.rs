@@ -167,7 +167,8 @@ pub fn place_and_book(
             bound_at: None,
             nodes: sorted(chosen),
             created_at: to_millis_round(now),
-        });
+        }
+        .explained());
     }
     Err(ApiError::Busy("placement kept racing with other writers; retry".into()))
 }

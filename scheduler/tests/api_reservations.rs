@@ -348,3 +348,19 @@ async fn a_reservation_for_a_tenant_that_does_not_exist_names_the_tenant() {
     assert_eq!((s, body["error"]["field"].as_str()), (422, Some("tenantId")), "{body}");
     assert!(error(&body, "INVALID_INPUT").contains("no tenant nobody"), "{body}");
 }
+
+#[tokio::test]
+async fn a_pending_reservation_says_what_it_waits_for_and_release_points_at_cancel() {
+    let (site, acme) = site_with_nodes(1, 1).await;
+    let (s, r) = reserve(&site, &acme, lease(json!({}))).await;
+    assert_eq!(s, 201, "{r}");
+    let reason = r["stateReason"].as_str().unwrap();
+    assert!(
+        reason.contains("waiting for its start") && reason.contains("must bind by") && reason.contains("2-hour"),
+        "{reason}"
+    );
+    let id = r["id"].as_str().unwrap();
+    let (s, body) = site.call(Some(&acme), "POST", &format!("/v1/reservations/{id}/release"), None).await;
+    assert_eq!(s, 409, "{body}");
+    assert!(error(&body, "CONFLICT").contains("cancelled, not released"), "{body}");
+}

@@ -254,6 +254,26 @@ pub struct Reservation {
     pub created_at: OffsetDateTime,
 }
 
+impl Reservation {
+    /// The reservation with a reason when it has none of its own: what a pending one waits
+    /// for (its start, and for a node binding the deploy that must bind it within the 2-hour
+    /// limit).
+    pub fn explained(mut self) -> Self {
+        if self.state == ReservationState::Pending && self.state_reason.is_none() {
+            let at = |t: OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+            self.state_reason = Some(match self.request.binding {
+                Some(_) => format!(
+                    "waiting for its start at {}, then for its deploy, which must bind by {} (the 2-hour limit)",
+                    at(self.start),
+                    at(self.start + crate::app::BIND_LIMIT)
+                ),
+                None => format!("waiting for its start at {}", at(self.start)),
+            });
+        }
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -252,22 +252,26 @@ fn reservation_from_row(conn: &mut dyn Conn, row: &Row) -> DbResult<Reservation>
         .map(|r| r.get::<String>("node_id"))
         .collect::<DbResult<Vec<_>>>()?;
     let state: String = row.get("state")?;
+    let state = ReservationState::parse(&state)
+        .ok_or_else(|| DbError::Decode { column: "state".into(), message: format!("bad state {state}") })?;
     let bound_at: Option<i64> = row.get("bound_at")?;
+    let request: ReservationCreate = row.json("request")?;
+    let start = from_millis(row.get("start_at")?);
     Ok(Reservation {
         id,
         generation: row.get("generation")?,
         tenant_id: row.get("tenant_id")?,
         pool_id: row.get("pool_id")?,
-        state: ReservationState::parse(&state)
-            .ok_or_else(|| DbError::Decode { column: "state".into(), message: format!("bad state {state}") })?,
+        state,
         state_reason: row.get("state_reason")?,
-        request: row.json("request")?,
-        start: from_millis(row.get("start_at")?),
+        request,
+        start,
         end: from_millis(row.get("end_at")?),
         bound_at: bound_at.map(from_millis),
         nodes,
         created_at: from_millis(row.get("created_at")?),
-    })
+    }
+    .explained())
 }
 
 /// One reservation.
@@ -321,8 +325,14 @@ pub fn set_state(
 ) -> Result<Reservation, ApiError> {
     let current = get_reservation(conn, id)?.ok_or_else(|| ApiError::NotFound(format!("reservation {id}")))?;
     if !from.contains(&current.state) {
+        let hint = match (current.state, to) {
+            (ReservationState::Pending, ReservationState::Ended) => {
+                " (a pending reservation is cancelled, not released)"
+            }
+            _ => "",
+        };
         return Err(ApiError::Conflict(format!(
-            "reservation {id} is {}, it cannot become {}",
+            "reservation {id} is {}, it cannot become {}{hint}",
             current.state.as_str(),
             to.as_str()
         )));
