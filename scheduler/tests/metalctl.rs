@@ -41,7 +41,19 @@ fn metalctl_drives_nodes_tenants_and_events() {
     let o = run(&["node", "list"]);
     let listing = text(&o);
     assert!(listing.starts_with("ID  STATE  POWER"), "{listing}");
-    assert!(listing.contains("n1  new    unknown  false  false   platform  rack=r1"), "{listing}");
+    let n1 = listing.lines().find(|l| l.starts_with("n1 ")).unwrap();
+    assert_eq!(
+        n1.split_whitespace().collect::<Vec<_>>(),
+        ["n1", "new", "unknown", "false", "false", "platform", "-", "gpu=2", "rack=r1"],
+        "{listing}"
+    );
+    assert!(listing.lines().next().unwrap().contains("POOL") && listing.contains("DEVICES"), "{listing}");
+    let o = run(&["node", "show", "n1"]);
+    assert!(
+        text(&o).contains("devices              gpu=2") && text(&o).contains("gpu1    gpu    true"),
+        "{}",
+        text(&o)
+    );
 
     let o = run(&["-o", "json", "node", "show", "n1"]);
     let node: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

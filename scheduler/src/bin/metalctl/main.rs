@@ -298,15 +298,54 @@ const WIPE_COLUMNS: [(&str, &str); 5] = [
     ("SIGNER", "signer"),
 ];
 
-const NODE_COLUMNS: [(&str, &str); 7] = [
+const NODE_COLUMNS: [(&str, &str); 9] = [
     ("ID", "id"),
     ("STATE", "state"),
     ("POWER", "power"),
     ("MAINT", "maintenance"),
     ("CORDON", "cordoned"),
     ("TRUST", "trust"),
+    ("POOL", "poolId"),
+    ("DEVICES", "deviceSummary"),
     ("LABELS", "labels"),
 ];
+
+/// A node's devices in a word per class: `gpu=8`, or `gpu=6/8` when two are unhealthy.
+fn device_summary(node: &Value) -> String {
+    let mut classes: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
+    for device in node["devices"].as_array().into_iter().flatten() {
+        let entry = classes.entry(device["class"].as_str().unwrap_or("?").to_owned()).or_default();
+        entry.1 += 1;
+        if device["healthy"] == true {
+            entry.0 += 1;
+        }
+    }
+    let words: Vec<String> = classes
+        .into_iter()
+        .map(
+            |(class, (healthy, all))| {
+                if healthy == all { format!("{class}={all}") } else { format!("{class}={healthy}/{all}") }
+            },
+        )
+        .collect();
+    if words.is_empty() { "-".into() } else { words.join(" ") }
+}
+
+/// Prints nodes (one or a list) with their device summary.
+fn print_nodes(out: Output, value: &Value) {
+    let with_summary = |node: &Value| {
+        let mut node = node.clone();
+        node["deviceSummary"] = json!(device_summary(&node));
+        node
+    };
+    match (out, value) {
+        (Output::Json, v) => print(out, v, &[]),
+        (Output::Table, Value::Array(nodes)) => {
+            print(out, &Value::Array(nodes.iter().map(with_summary).collect()), &NODE_COLUMNS)
+        }
+        (Output::Table, node) => print(out, &with_summary(node), &NODE_COLUMNS),
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -398,7 +437,7 @@ fn print(output: Output, value: &Value, columns: &[(&str, &str)]) {
 
 /// PATCHes a node's attributes and prints the result.
 fn patch_node(client: &Client, out: Output, id: &str, body: Value) -> Result<(), ClientError> {
-    print(out, &client.request("PATCH", &format!("/v1/nodes/{id}"), Some(RequestBody::Json(body)))?, &NODE_COLUMNS);
+    print_nodes(out, &client.request("PATCH", &format!("/v1/nodes/{id}"), Some(RequestBody::Json(body)))?);
     Ok(())
 }
 
@@ -408,19 +447,21 @@ fn run(cli: Cli) -> Result<(), ClientError> {
     match cli.command {
         Command::Node(NodeCommand::List { state }) => {
             let path = state.map(|s| format!("/v1/nodes?state={s}")).unwrap_or_else(|| "/v1/nodes".into());
-            print(out, &client.request("GET", &path, None)?, &NODE_COLUMNS);
+            print_nodes(out, &client.request("GET", &path, None)?);
         }
         Command::Node(NodeCommand::Show { id }) => {
             let node = client.request("GET", &format!("/v1/nodes/{id}"), None)?;
             match out {
                 Output::Json => print(out, &node, &[]),
                 Output::Table => {
-                    for (k, v) in node.as_object().into_iter().flatten() {
+                    for (k, v) in node.as_object().into_iter().flatten().filter(|(k, _)| *k != "devices") {
                         println!(
                             "{k:<20} {}",
                             if v.is_string() { v.as_str().unwrap_or_default().to_owned() } else { v.to_string() }
                         );
                     }
+                    println!("{:<20} {}\n", "devices", device_summary(&node));
+                    print(out, &node["devices"], &[("DEVICE", "id"), ("CLASS", "class"), ("HEALTHY", "healthy")]);
                 }
             }
         }
@@ -435,7 +476,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
                 atoms.extend((0..count).map(|i| json!({"id": format!("{class}{i}"), "class": class, "healthy": true})));
             }
             let body = json!({"id": id, "bootMac": boot_mac, "labels": key_values(&labels, "label")?, "taints": taints, "devices": atoms});
-            print(out, &client.request("POST", "/v1/nodes", Some(RequestBody::Json(body)))?, &NODE_COLUMNS);
+            print_nodes(out, &client.request("POST", "/v1/nodes", Some(RequestBody::Json(body)))?);
         }
         Command::Node(NodeCommand::Import { file }) => {
             let text = read_input(&file)?;
@@ -456,10 +497,9 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         }
         Command::Node(NodeCommand::Move { id, from, to, owner, reason }) => {
             let body = json!({"from": from, "to": to, "owner": owner, "reason": reason});
-            print(
+            print_nodes(
                 out,
                 &client.request("POST", &format!("/v1/nodes/{id}/transitions"), Some(RequestBody::Json(body)))?,
-                &NODE_COLUMNS,
             );
         }
         Command::Node(NodeCommand::Maintenance { id, mode }) => {
