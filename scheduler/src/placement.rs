@@ -192,9 +192,30 @@ pub fn place(nodes: &[Candidate], ask: &Ask<'_>) -> Result<Vec<String>, Refusal>
         }
     };
     match chosen {
-        Some(nodes) => Ok(nodes.into_iter().map(|n| n.id.clone()).collect()),
-        None => Err(refusal(nodes.len(), counts, eligible.len(), want, ask.gang)),
+        Some(chosen) => Ok(chosen.into_iter().map(|n| n.id.clone()).collect()),
+        None => {
+            let most = counts.contains_key(&Ineligible::Devices).then(|| most_devices(nodes, ask));
+            Err(refusal(nodes.len(), counts, eligible.len(), want, ask.gang, most))
+        }
     }
+}
+
+/// For a devices refusal: what was asked of each class, and the most healthy ones of it on
+/// one of the nodes that had too few (`16 gpu asked, the most on one node is 8`).
+fn most_devices(nodes: &[Candidate], ask: &Ask<'_>) -> String {
+    let short: Vec<&Candidate> = nodes.iter().filter(|n| eligibility(n, ask) == Err(Ineligible::Devices)).collect();
+    ask.devices
+        .iter()
+        .map(|want| {
+            let most = short
+                .iter()
+                .map(|n| n.devices.iter().filter(|d| d.class == want.class && d.healthy).count())
+                .max()
+                .unwrap_or(0);
+            format!("{} {} asked, the most on one node is {most}", want.count, want.class)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn refusal(
@@ -203,10 +224,17 @@ fn refusal(
     eligible: usize,
     want: usize,
     gang: Option<&Gang>,
+    most_devices: Option<String>,
 ) -> Refusal {
     let nodes = if considered == 1 { "node" } else { "nodes" };
     let mut message = format!("no placement: {considered} {nodes} in the pool");
-    let parts: Vec<String> = counts.iter().map(|(why, n)| format!("{n} {}", why.describe(gang))).collect();
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(why, n)| match (why, &most_devices) {
+            (Ineligible::Devices, Some(most)) => format!("{n} {} ({most})", why.describe(gang)),
+            _ => format!("{n} {}", why.describe(gang)),
+        })
+        .collect();
     if !parts.is_empty() {
         let _ = write!(message, ": {}", parts.join(", "));
     }
@@ -259,7 +287,8 @@ mod tests {
         assert_eq!(
             refusal.message,
             "no placement: 8 nodes in the pool: 1 not ready, 1 in maintenance, 1 cordoned, 1 under tenant control, \
-             1 dedicated to another tenant, 1 without enough healthy devices, 2 booked in the window; 0 eligible"
+             1 dedicated to another tenant, 1 without enough healthy devices (8 gpu asked, the most on one node is 7), \
+             2 booked in the window; 0 eligible"
         );
     }
 

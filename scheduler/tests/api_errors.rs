@@ -48,10 +48,15 @@ async fn made_up_methods_count_under_one_label() {
         raw(&site, method, "/v1/nodes").await;
     }
     raw(&site, "GET", "/v1/nodes").await;
+    for path in ["/nope", "/v1/made-up/1", "/wp-admin.php"] {
+        raw(&site, "GET", path).await;
+    }
     let (status, _, metrics) = raw(&site, "GET", "/metrics").await;
     assert_eq!(status, 200);
     let text = metrics.as_str().unwrap();
     assert!(!text.contains("FOO") && !text.contains("BAZ1"), "{text}");
     assert!(text.contains("method=\"other\",route=\"/v1/nodes\",status=\"405\"} 3"), "{text}");
     assert!(text.contains("method=\"GET\",route=\"/v1/nodes\",status=\"200\"} 1"), "{text}");
+    assert!(text.contains("method=\"GET\",route=\"unmatched\",status=\"404\"} 3"), "{text}");
+    assert!(!text.contains("wp-admin"), "{text}");
 }

@@ -364,3 +364,21 @@ async fn a_pending_reservation_says_what_it_waits_for_and_release_points_at_canc
     assert_eq!(s, 409, "{body}");
     assert!(error(&body, "CONFLICT").contains("cancelled, not released"), "{body}");
 }
+
+#[tokio::test]
+async fn asking_more_devices_than_any_node_has_says_the_most_one_has() {
+    let (site, acme) = site_with_nodes(1, 1).await;
+    let (s, body) = reserve(
+        &site,
+        &acme,
+        json!({"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 16}], "duration": "1d"}),
+    )
+    .await;
+    assert_eq!(s, 409, "{body}");
+    let message = error(&body, "CONFLICT");
+    assert!(
+        message
+            .contains("1 node in the pool: 1 without enough healthy devices (16 gpu asked, the most on one node is 8)"),
+        "{message}"
+    );
+}

@@ -234,7 +234,11 @@ pub fn router(state: AppState) -> Router {
         .route("/boot/installer/{token}/{name}", get(crate::boot::ipxe::installer_file))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::stream_events))
-        .fallback(|| async { ApiError::NotFound("route".into()) })
+        .fallback(|state: axum::extract::State<AppState>, method: axum::http::Method| async move {
+            // Unmatched paths count under one label, whatever a client asks for.
+            state.metrics.count_request(crate::metrics::method_label(&method), "unmatched", 404);
+            ApiError::NotFound("route".into())
+        })
         .method_not_allowed_fallback(|method: axum::http::Method| async move {
             ApiError::MethodNotAllowed(format!("this route does not take {method}"))
         })
