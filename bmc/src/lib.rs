@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod error;
+pub mod http_error;
 pub mod ipmi;
 pub mod model;
 pub mod redfish;

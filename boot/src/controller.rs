@@ -98,13 +98,15 @@ async fn send<T: DeserializeOwned>(
         }
         match build().send().await {
             Err(e) => {
-                let (message, tls) = crate::http::describe(&e);
+                let (message, tls) = metal_bmc::http_error::describe(&e);
                 if tls {
                     return Err(ControllerError::Unreachable { what, message: format!("TLS: {message}") });
                 }
                 last = message;
             }
-            Ok(response) if crate::http::transient(response.status()) => last = format!("HTTP {}", response.status()),
+            Ok(response) if metal_bmc::http_error::transient(response.status()) => {
+                last = format!("HTTP {}", response.status())
+            }
             Ok(response) if !response.status().is_success() => {
                 let status = response.status().as_u16();
                 let text = response.text().await.unwrap_or_default();
@@ -117,7 +119,7 @@ async fn send<T: DeserializeOwned>(
             Ok(response) => {
                 return response.json::<T>().await.map_err(|e| ControllerError::Unreachable {
                     what,
-                    message: format!("unreadable answer: {}", crate::http::describe(&e).0),
+                    message: format!("unreadable answer: {}", metal_bmc::http_error::describe(&e).0),
                 });
             }
         }

@@ -7,7 +7,6 @@ pub mod checks;
 pub mod cli;
 pub mod controller;
 pub mod deploy;
-pub mod http;
 pub mod init;
 pub mod inventory;
 pub mod plan;

@@ -137,7 +137,7 @@ async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options
         let mut response = match request.send().await {
             Ok(r) => r,
             Err(e) => {
-                let (message, tls) = crate::http::describe(&e);
+                let (message, tls) = metal_bmc::http_error::describe(&e);
                 if tls {
                     let _ = tx.send(Err(io::Error::other(format!("{url}: TLS: {message}")))).await;
                     return;
@@ -147,7 +147,7 @@ async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options
             }
         };
         let status = response.status();
-        if crate::http::transient(status) {
+        if metal_bmc::http_error::transient(status) {
             (failures, last_error) = (failures + 1, format!("HTTP {status}"));
             continue;
         }
@@ -184,7 +184,7 @@ async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options
                     break;
                 }
                 Err(e) => {
-                    (failures, last_error) = (failures + 1, crate::http::describe(&e).0);
+                    (failures, last_error) = (failures + 1, metal_bmc::http_error::describe(&e).0);
                     break;
                 }
             }

@@ -163,8 +163,13 @@ async fn import(app: &AppState, image: &Image, lost: &AtomicBool) -> Result<Verd
         )));
     }
     info!(image = %image.id, digest = %found.hex, "download verified; writing the served form");
-    let (id, dir) = (image.id.clone(), service.dir.clone());
-    let converted = tokio::task::spawn_blocking(move || convert(&dir, &id))
+    let files = ImportFiles {
+        part: service.file(&image.id, "part"),
+        raw: service.file(&image.id, "raw"),
+        tmp: service.file(&image.id, "zst.tmp"),
+        served: service.served(&image.id),
+    };
+    let converted = tokio::task::spawn_blocking(move || convert(&files))
         .await
         .map_err(|e| Stop::Failed(format!("the conversion panicked: {e}")))?;
     if lost.load(Ordering::SeqCst) {
@@ -181,9 +186,10 @@ fn algorithm_name(digest: &Digest) -> &'static str {
     }
 }
 
-/// Whether an HTTP status is worth another attempt.
+/// Whether an HTTP status is worth another attempt (a request timeout too: a mirror under
+/// load answers 408 to a slow client).
 fn transient(status: StatusCode) -> bool {
-    status.is_server_error() || status == StatusCode::REQUEST_TIMEOUT || status == StatusCode::TOO_MANY_REQUESTS
+    metal_bmc::http_error::transient(status) || status == StatusCode::REQUEST_TIMEOUT
 }
 
 /// Counts attempts without progress and waits before the next one; fails when they run out.
@@ -241,23 +247,11 @@ async fn fetch_text(app: &App, url: &str) -> Result<String, Stop> {
             },
             Ok(response) if transient(response.status()) => format!("HTTP {}", response.status()),
             Ok(response) => return Err(Stop::Failed(format!("{url}: HTTP {}", response.status()))),
-            Err(e) => describe(&e),
+            Err(e) => metal_bmc::http_error::describe(&e).0,
         };
         retry.total += 1;
         retry.failed(url, error, false).await?;
     }
-}
-
-/// A reqwest error with its causes (reqwest's own text says little).
-fn describe(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// `bytes START-END/TOTAL` (or `bytes */TOTAL`): the start and the total.
@@ -372,7 +366,7 @@ async fn download(
         let response = match request.send().await {
             Ok(response) => response,
             Err(e) => {
-                retry.failed(&image.origin.url, describe(&e), false).await?;
+                retry.failed(&image.origin.url, metal_bmc::http_error::describe(&e).0, false).await?;
                 continue;
             }
         };
@@ -416,7 +410,7 @@ async fn download(
                     reporter.report(app, image, offset, total, &retry, false).await?;
                 }
                 Ok(None) => break None,
-                Err(e) => break Some(describe(&e)),
+                Err(e) => break Some(metal_bmc::http_error::describe(&e).0),
             }
         };
         file.flush().await.map_err(|e| io("writing", e))?;
@@ -463,25 +457,36 @@ fn prefix_hasher(
 /// qcow2's magic bytes.
 const QCOW2_MAGIC: &[u8] = b"QFI\xfb";
 
+/// The files of one import's conversion (named by `ImageService::file`).
+struct ImportFiles {
+    /// The verified download.
+    part: std::path::PathBuf,
+    /// A qcow2's raw conversion.
+    raw: std::path::PathBuf,
+    /// The served form while it is written.
+    tmp: std::path::PathBuf,
+    /// The served form.
+    served: std::path::PathBuf,
+}
+
 /// Converts the verified `ID.part` into the served form `ID.zst`; returns its plan and the
 /// downloaded file's format.
-fn convert(dir: &std::path::Path, id: &str) -> Result<(ImagePlan, String), String> {
-    let file = |suffix: &str| dir.join(format!("{id}.{suffix}"));
-    let (part, raw, tmp, served) = (file("part"), file("raw"), file("zst.tmp"), file("zst"));
+fn convert(files: &ImportFiles) -> Result<(ImagePlan, String), String> {
+    let ImportFiles { part, raw, tmp, served } = files;
     let open = |path: &std::path::Path| std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()));
     let mut head = [0u8; 8];
-    let n = metal_image::manifest::read_full(&mut open(&part)?, &mut head).map_err(|e| e.to_string())?;
+    let n = metal_image::manifest::read_full(&mut open(part)?, &mut head).map_err(|e| e.to_string())?;
     let (input, format): (Box<dyn Read + Send>, String) = if head[..n].starts_with(QCOW2_MAGIC) {
-        qcow2_to_raw(&part, &raw)?;
-        (Box::new(BufReader::with_capacity(1 << 20, open(&raw)?)), "qcow2".into())
+        qcow2_to_raw(part, raw)?;
+        (Box::new(BufReader::with_capacity(1 << 20, open(raw)?)), "qcow2".into())
     } else {
         let format = metal_image::format::detect(&head[..n]);
-        let input = BufReader::with_capacity(1 << 20, open(&part)?);
+        let input = BufReader::with_capacity(1 << 20, open(part)?);
         let decoded =
             metal_image::format::decoder(format, input).map_err(|e| format!("decoding the {format:?} image: {e}"))?;
         (decoded, format!("{format:?}").to_lowercase())
     };
-    let out = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let out = std::fs::File::create(tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
     let mut writer = BufWriter::with_capacity(1 << 20, out);
     let seekable = metal_image::seekable::write_seekable(input, &mut writer, CHUNK_SIZE, LEVEL)
         .map_err(|e| format!("writing the served form: {e}"))?;
@@ -489,12 +494,12 @@ fn convert(dir: &std::path::Path, id: &str) -> Result<(ImagePlan, String), Strin
     out.sync_all().map_err(|e| format!("syncing the served form: {e}"))?;
     drop(out);
     if seekable.manifest.raw_size_bytes == 0 {
-        remove_quietly(&tmp);
+        remove_quietly(tmp);
         return Err("the image is empty".into());
     }
-    std::fs::rename(&tmp, &served).map_err(|e| format!("{}: {e}", served.display()))?;
-    remove_quietly(&part);
-    remove_quietly(&raw);
+    std::fs::rename(tmp, served).map_err(|e| format!("{}: {e}", served.display()))?;
+    remove_quietly(part);
+    remove_quietly(raw);
     let plan = ImagePlan {
         image: ImageSource {
             url: String::new(),

@@ -1,5 +1,6 @@
-//! What the HTTP clients of metal-boot share: an error's whole cause chain for messages,
-//! and which failures are worth a retry.
+//! What metal's HTTP clients share (the ramdisk's controller and image clients, the
+//! scheduler's image imports): an error's whole cause chain for messages, and which failures
+//! are worth a retry.
 
 use std::io;
 
