@@ -258,15 +258,3 @@ pub struct ProvisionRequest {
 fn one() -> u32 {
     1
 }
-
-/// What `provision` did: the machines now deploying.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Provisioned {
-    /// The profile.
-    pub profile_id: String,
-    /// Its version.
-    pub profile_version: i64,
-    /// Node ids, smallest first.
-    pub nodes: Vec<String>,
-}
