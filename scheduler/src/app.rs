@@ -35,6 +35,8 @@ pub struct App {
     pub boot: Option<crate::boot::BootService>,
     /// The image store.
     pub images: crate::images::ImageService,
+    /// This process's name as a worker (workflow claims, image imports): unique per start.
+    pub worker: String,
 }
 
 /// Shared handle to the service state.
@@ -140,6 +142,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
         placement: Default::default(),
         boot,
         images,
+        worker: format!("worker-{}", uuid::Uuid::new_v4().simple()),
     }))
 }
 
@@ -159,6 +162,10 @@ pub async fn reap_once(app: &App) -> Result<usize, ApiError> {
     let now = app.clock.now();
     let mut failed = 0;
     for node in app.store.read(move |conn| store::nodes::overdue(conn, now)).await? {
+        // A teardown workflow bounds its own steps and quarantines on its own.
+        if node.owner.as_deref().is_some_and(|o| o.starts_with("workflow/")) {
+            continue;
+        }
         let limit =
             app.config.deadlines.for_state(node.state).map(|d| format!(" of {}s", d.as_secs())).unwrap_or_default();
         let request = NodeTransition {
@@ -186,73 +193,6 @@ pub async fn reap_once(app: &App) -> Result<usize, ApiError> {
     Ok(failed)
 }
 
-/// How long a node binding may wait for its deploy to bind before the lease fails (seed 000).
-pub const BIND_LIMIT: time::Duration = time::Duration::hours(2);
-
-/// Moves reservations along with the clock: pending ones whose start came become active
-/// (node bindings wait for their deploy instead, and fail when not bound within
-/// [`BIND_LIMIT`]; they are never placed again); active ones whose end came are ended.
-/// Returns how many reservations changed.
-pub async fn tick_reservations(app: &App) -> Result<usize, ApiError> {
-    use crate::model::reservation::ReservationState::{Active, Ended, Failed, Pending};
-    let now = app.clock.now();
-    let mut changed = 0;
-    let (starting, ending, overdue_binds) = app
-        .store
-        .read(move |conn| {
-            Ok::<_, store::DbError>((
-                store::capacity::due(conn, Pending, "start_at", now)?,
-                store::capacity::due(conn, Active, "end_at", now)?,
-                store::capacity::due(conn, Pending, "start_at", now - BIND_LIMIT)?,
-            ))
-        })
-        .await?;
-    let mut moves: Vec<(
-        String,
-        Vec<crate::model::reservation::ReservationState>,
-        crate::model::reservation::ReservationState,
-        String,
-    )> = Vec::new();
-    for id in ending {
-        moves.push((id, vec![Active], Ended, "its time ended".into()));
-    }
-    for id in overdue_binds {
-        moves.push((
-            id,
-            vec![Pending],
-            Failed,
-            "not bound within 2 hours of its start (deploy limit); not placed again".into(),
-        ));
-    }
-    for id in starting {
-        moves.push((id, vec![Pending], Active, "its start came".into()));
-    }
-    for (id, from, to, reason) in moves {
-        // Not `change`: a skipped node binding must not drop the placement cache every tick.
-        let moved = app
-            .store
-            .write(move |tx| {
-                let Some(current) = store::capacity::get_reservation(tx, &id)? else { return Ok(false) };
-                // Node bindings start only when bound.
-                if to == Active && current.request.binding.is_some() {
-                    return Ok(false);
-                }
-                store::capacity::set_state(tx, &id, &from, to, Some(&reason), now).map(|_| true)
-            })
-            .await;
-        match moved {
-            Ok(true) => changed += 1,
-            Ok(false) | Err(ApiError::Conflict(_)) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    if changed > 0 {
-        app.placement.invalidate();
-        app.events.notify_waiters();
-    }
-    Ok(changed)
-}
-
 /// Writes every meter record that is due. Returns how many were written.
 pub async fn bill_once(app: &App) -> Result<usize, ApiError> {
     let now = app.clock.now();
@@ -273,8 +213,11 @@ pub fn spawn_reaper(app: AppState) {
             if let Err(e) = reap_once(&app).await {
                 warn!(error = %e, "reaper pass failed");
             }
-            if let Err(e) = tick_reservations(&app).await {
+            if let Err(e) = crate::capacity::leases::tick(&app).await {
                 warn!(error = %e, "reservation pass failed");
+            }
+            if let Err(e) = crate::capacity::leases::drain_once(&app).await {
+                warn!(error = %e, "capacity work pass failed");
             }
             if let Err(e) = bill_once(&app).await {
                 warn!(error = %e, "billing pass failed");
@@ -297,6 +240,7 @@ pub async fn serve(
     boot: Option<tokio::net::TcpListener>,
 ) -> std::io::Result<()> {
     spawn_reaper(app.clone());
+    crate::metal::workflow::spawn(app.clone(), app.config.workflow_interval);
     let stop = Arc::new(Notify::new());
     let boot_task = boot.map(|boot| {
         let (app, stop) = (app.clone(), stop.clone());

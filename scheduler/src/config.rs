@@ -23,6 +23,11 @@ pub struct Config {
     pub deadlines: Deadlines,
     /// How often the reaper looks for overdue work.
     pub reaper_interval: Duration,
+    /// How often the workflow engine looks for due steps and queued work.
+    pub workflow_interval: Duration,
+    /// Test hook (`METAL_TEST_CRASH_AT`, environment only): `STEP:before|after,...` aborts
+    /// the process there, as `kill -9` would. Unset in production.
+    pub test_crash_at: Option<String>,
     /// Seals BMC credentials at rest (`METAL_MASTER_KEY`, environment only).
     pub master_key: Option<crate::secrets::MasterKey>,
     /// The boot service (iPXE scripts, ramdisk files, the ramdisk protocol).
@@ -113,6 +118,8 @@ impl Default for Config {
             database_url: None,
             deadlines: Deadlines::default(),
             reaper_interval: Duration::from_secs(30),
+            workflow_interval: Duration::from_secs(2),
+            test_crash_at: None,
             master_key: None,
             boot: BootConfig::default(),
             images: ImageConfig::default(),
@@ -138,6 +145,11 @@ pub struct ConfigLayer {
     pub releasing_deadline: Option<String>,
     /// `reaper-interval = "30s"`.
     pub reaper_interval: Option<String>,
+    /// `workflow-interval = "2s"`.
+    pub workflow_interval: Option<String>,
+    /// `METAL_TEST_CRASH_AT`; never read from a file.
+    #[serde(skip)]
+    pub test_crash_at: Option<String>,
     /// `METAL_MASTER_KEY` (64 hex digits); never read from a file.
     #[serde(skip)]
     pub master_key: Option<String>,
@@ -222,6 +234,8 @@ impl ConfigLayer {
             deploying_deadline: get("METAL_DEPLOYING_DEADLINE"),
             releasing_deadline: get("METAL_RELEASING_DEADLINE"),
             reaper_interval: get("METAL_REAPER_INTERVAL"),
+            workflow_interval: get("METAL_WORKFLOW_INTERVAL"),
+            test_crash_at: get("METAL_TEST_CRASH_AT"),
             master_key: get("METAL_MASTER_KEY"),
             boot_listen: address("METAL_BOOT_LISTEN")?,
             boot_controller_url: get("METAL_BOOT_CONTROLLER_URL"),
@@ -268,6 +282,12 @@ impl ConfigLayer {
         }
         if let Some(v) = self.reaper_interval {
             config.reaper_interval = duration("reaper-interval", &v)?;
+        }
+        if let Some(v) = self.workflow_interval {
+            config.workflow_interval = duration("workflow-interval", &v)?;
+        }
+        if let Some(v) = self.test_crash_at {
+            config.test_crash_at = Some(v);
         }
         let boot = &mut config.boot;
         if let Some(v) = self.boot_listen {

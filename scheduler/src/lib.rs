@@ -18,6 +18,7 @@ pub mod error;
 pub mod http_server;
 pub mod images;
 pub mod installer;
+pub mod metal;
 pub mod metrics;
 pub mod model;
 pub mod placement;

@@ -13,6 +13,7 @@ pub use nodes::CSV_COLUMNS;
 mod pools;
 mod profiles;
 mod reservations;
+mod teardowns;
 mod tenants;
 mod usage;
 
@@ -103,6 +104,8 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         nodes::get_node,
         nodes::patch_node,
         nodes::transition_node,
+        teardowns::list_teardowns,
+        teardowns::recover_node,
         tenants::create_tenant,
         tenants::list_tenants,
         tenants::get_tenant,
@@ -119,7 +122,6 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         reservations::get_reservation,
         reservations::cancel_reservation,
         reservations::release_reservation,
-        reservations::bind_reservation,
         usage::get_usage,
         bmc::put_bmc,
         bmc::get_bmc,
@@ -195,6 +197,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/nodes/import", post(nodes::import_nodes).layer(axum::extract::DefaultBodyLimit::max(IMPORT_LIMIT)))
         .route("/v1/nodes/{id}", get(nodes::get_node).patch(nodes::patch_node))
         .route("/v1/nodes/{id}/transitions", post(nodes::transition_node))
+        .route("/v1/nodes/{id}/teardowns", get(teardowns::list_teardowns))
+        .route("/v1/nodes/{id}/recover", post(teardowns::recover_node))
         .route("/v1/tenants", post(tenants::create_tenant).get(tenants::list_tenants))
         .route("/v1/tenants/{id}", get(tenants::get_tenant))
         .route("/v1/credentials", post(tenants::create_credential).get(tenants::list_credentials))
@@ -206,7 +210,6 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/reservations/{id}", get(reservations::get_reservation))
         .route("/v1/reservations/{id}/cancel", post(reservations::cancel_reservation))
         .route("/v1/reservations/{id}/release", post(reservations::release_reservation))
-        .route("/v1/reservations/{id}/bind", post(reservations::bind_reservation))
         .route("/v1/usage", get(usage::get_usage))
         .route("/v1/nodes/{id}/bmc", get(bmc::get_bmc).put(bmc::put_bmc))
         .route("/v1/nodes/{id}/bmc/readings", get(bmc::get_readings))

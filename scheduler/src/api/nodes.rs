@@ -445,6 +445,16 @@ pub async fn transition_node(
         return Err(ApiError::invalid("owner", format!("moving to {} needs an owner (who drives it)", request.to)));
     }
     let (deadlines, now) = (app.config.deadlines, app.clock.now());
-    let node = app.change(move |tx| store::nodes::transition(tx, &id, &request, &deadlines, now)).await?;
+    let node = app
+        .change(move |tx| {
+            if store::nodes::get(tx, &id)?.is_some_and(|n| n.tenant_root) {
+                return Err(ApiError::Conflict(format!(
+                    "node {id} is under a tenant-root lease: it leaves only through its teardown \
+                     (POST /v1/nodes/{id}/recover runs it again when quarantined)"
+                )));
+            }
+            store::nodes::transition(tx, &id, &request, &deadlines, now)
+        })
+        .await?;
     Ok(ApiJson(node))
 }

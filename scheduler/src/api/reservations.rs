@@ -1,5 +1,5 @@
-//! Reservation routes: create (placement, idempotency), read, cancel, release, and bind
-//! (the metal side's "deploy complete" for node bindings).
+//! Reservation routes: create (placement, idempotency), read, cancel and release. A node
+//! binding becomes active when the metal side's lease binds (`capacity::leases`).
 //!
 //! Idempotency follows Stripe: the same key with the same body (compared as canonical JSON)
 //! replays the first response, status included; the same key with another body is refused.
@@ -208,21 +208,4 @@ pub async fn release_reservation(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Reservation>> {
     change(&app, &caller, &id, &[ReservationState::Active], ReservationState::Ended, "released").await
-}
-
-/// Mark a node binding bound (its deploy completed): it becomes active and billing starts.
-/// Admin only: this is the metal side's row until the tenant-root workflow lands.
-#[utoipa::path(post, path = "/v1/reservations/{id}/bind", params(("id" = String, Path, description = "reservation id")),
-    responses((status = 200, body = Reservation), (status = 409, body = crate::error::ErrorBody)))]
-pub async fn bind_reservation(
-    State(app): State<AppState>,
-    caller: Caller,
-    ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<Reservation>> {
-    caller.admin(&format!("reservation {id}"))?;
-    let current = load(&app, &caller, id.clone()).await?;
-    if current.request.binding.is_none() {
-        return Err(ApiError::Conflict(format!("reservation {id} has no node binding to bind")));
-    }
-    change(&app, &caller, &id, &[ReservationState::Pending], ReservationState::Active, "bound: deploy completed").await
 }

@@ -288,7 +288,8 @@ fn wipe_report(
         Ok(report) => {
             let data = json!({"node": node.id, "report": record.id, "disks": report.disks.len()});
             store::events::append(tx, "node.wipe.accepted", &subject, None, &data, now)?;
-            if node.state == NodeState::Releasing {
+            // A teardown workflow reads the accepted report itself and goes on from there.
+            if node.state == NodeState::Releasing && store::workflows::running_for(tx, &node.id)?.is_none() {
                 let reason =
                     format!("wipe report {} accepted: {} disks erased and verified", record.id, report.disks.len());
                 move_node(tx, &node, NodeState::Ready, reason, deadlines, now)?;

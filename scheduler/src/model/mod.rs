@@ -11,3 +11,4 @@ pub mod profile;
 pub mod reservation;
 pub mod tenant;
 pub mod usage;
+pub mod workflow;

@@ -252,6 +252,12 @@ pub struct Node {
     pub trust: Trust,
     /// Identity generation: bumps revoke every older certificate of the node.
     pub identity_generation: i64,
+    /// The allocation of the tenant-root lease holding the node (until its teardown ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_id: Option<String>,
+    /// What the lease's teardown must do to the disks (`secure-erase`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_wipe: Option<String>,
     /// MAC of the NIC it network-boots from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_mac: Option<String>,

@@ -17,6 +17,23 @@ pub enum AgentMode {
     None,
 }
 
+/// How the teardown cuts a released machine off the tenant's network and keeps it off.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "driver", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Fencing {
+    /// ClusterLabs' fence-agents through the node's BMC (`fence_redfish` or
+    /// `fence_ipmilan`, chosen by the BMC's protocol): off, then status reads it back.
+    FenceAgents,
+    /// A site command (run with `sh -c`), given the node id, its MACs and its BMC address
+    /// in the environment (`METAL_NODE`, `METAL_MACS`, `METAL_BMC_ADDRESS`); exit 0 fences.
+    Command {
+        /// The command line.
+        command: String,
+    },
+    /// No fencing: recorded as such in the evidence.
+    None,
+}
+
 /// Pool policy, as in seed 000.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -42,6 +59,9 @@ pub struct PoolPolicy {
     /// Agentless teardown (no wipe) may return nodes to ready.
     #[serde(default)]
     pub allow_unverified_release: bool,
+    /// The teardown's fencing driver (none when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing: Option<Fencing>,
 }
 
 /// Creates a pool.
@@ -161,6 +181,11 @@ impl PoolCreate {
         }
         if p.firmware_remediation == FirmwareRemediation::Reflash && p.firmware_images.is_empty() {
             return Err(ApiError::invalid("policy.firmwareImages", "reflash remediation needs at least one image"));
+        }
+        if let Some(Fencing::Command { command }) = &p.fencing
+            && (command.trim().is_empty() || command.len() > 4096 || command.contains('\0'))
+        {
+            return Err(ApiError::invalid("policy.fencing.command", "must be a command line of 1 to 4096 bytes"));
         }
         if p.allow_unverified_release && p.agent != Some(AgentMode::None) {
             return Err(ApiError::invalid(

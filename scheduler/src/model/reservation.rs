@@ -265,7 +265,7 @@ impl Reservation {
                 Some(_) => format!(
                     "waiting for its start at {}, then for its deploy, which must bind by {} (the 2-hour limit)",
                     at(self.start),
-                    at(self.start + crate::app::BIND_LIMIT)
+                    at(self.start + crate::capacity::leases::BIND_LIMIT)
                 ),
                 None => format!("waiting for its start at {}", at(self.start)),
             });

@@ -16,6 +16,8 @@ pub struct StoredBmc {
     pub info: BmcInfo,
     /// `enc:v1:...` or `plain:...` (see `secrets`).
     pub secret: String,
+    /// A rotation in flight: the new secret, recorded before the BMC was asked.
+    pub pending: Option<String>,
 }
 
 fn from_row(row: &Row) -> DbResult<StoredBmc> {
@@ -41,13 +43,14 @@ fn from_row(row: &Row) -> DbResult<StoredBmc> {
             generation: row.get("generation")?,
         },
         secret,
+        pending: row.get("pending_secret")?,
     })
 }
 
 /// A node's BMC.
 pub fn get(conn: &mut dyn Conn, node: &str) -> DbResult<Option<StoredBmc>> {
     conn.query_opt(
-        "SELECT node_id, generation, protocol, address, username, secret, tls, system_id, privilege, health FROM bmcs \
+        "SELECT node_id, generation, protocol, address, username, secret, pending_secret, tls, system_id, privilege, health FROM bmcs \
          WHERE node_id = $1",
         &[&node],
     )?
@@ -106,6 +109,28 @@ pub fn set_secret(conn: &mut dyn Conn, node: &str, sealed: &str, now: OffsetDate
     )?;
     events::append(conn, "node.bmc.credential.rotated", &format!("node/{node}"), None, &json!({"node": node}), now)?;
     Ok(())
+}
+
+/// Records (`Some`) or drops (`None`) the secret of a rotation in flight.
+pub fn set_pending(conn: &mut dyn Conn, node: &str, sealed: Option<&str>, now: OffsetDateTime) -> DbResult<()> {
+    conn.execute(
+        "UPDATE bmcs SET pending_secret = $1, updated_at = $2 WHERE node_id = $3",
+        &[&sealed, &to_millis(now), &node],
+    )?;
+    Ok(())
+}
+
+/// Makes the pending secret the current one (after a login with it worked).
+pub fn promote_pending(conn: &mut dyn Conn, node: &str, now: OffsetDateTime) -> DbResult<bool> {
+    let n = conn.execute(
+        "UPDATE bmcs SET secret = pending_secret, pending_secret = NULL, generation = generation + 1, updated_at = $1 \
+         WHERE node_id = $2 AND pending_secret IS NOT NULL",
+        &[&to_millis(now), &node],
+    )?;
+    if n == 1 {
+        events::append(conn, "node.bmc.credential.rotated", &format!("node/{node}"), None, &json!({"node": node}), now)?;
+    }
+    Ok(n == 1)
 }
 
 /// Records the health the BMC reported; an event when it changed, a warning one when it is

@@ -282,3 +282,11 @@ pub fn get_plan(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<serde_jso
         .map(|row| row.json("plan"))
         .transpose()
 }
+
+/// `boot.cleanUp` of a lease: the node's boot tokens and its deploy plan go. Returns how
+/// many tokens and plans were removed.
+pub fn clean_up(conn: &mut dyn Conn, node_id: &str) -> DbResult<(u64, u64)> {
+    let tokens = conn.execute("DELETE FROM boot_tokens WHERE node_id = $1", &[&node_id])?;
+    let plans = conn.execute("DELETE FROM deploy_plans WHERE node_id = $1", &[&node_id])?;
+    Ok((tokens, plans))
+}

@@ -353,6 +353,21 @@ pub fn set_state(
             "UPDATE allocations SET live = 0, end_at = CASE WHEN end_at > $1 THEN $1 ELSE end_at END WHERE reservation_id = $2",
             &[&at.max(to_millis(current.start)), &id],
         )?;
+        // A node binding's nodes are torn down by the metal side.
+        if current.request.binding.is_some() {
+            for (allocation, node) in allocations(conn, id)? {
+                let payload = json!({"reservation": id, "allocation": allocation, "node": node,
+                                     "reason": reason.unwrap_or(to.as_str())});
+                crate::store::work::enqueue(
+                    conn,
+                    crate::store::work::Side::Metal,
+                    &format!("lease-end/{allocation}"),
+                    "lease.end",
+                    &payload,
+                    now,
+                )?;
+            }
+        }
     }
     events::append(
         conn,
@@ -363,6 +378,32 @@ pub fn set_state(
         now,
     )?;
     get_reservation(conn, id)?.ok_or_else(|| ApiError::Internal("reservation vanished".into()))
+}
+
+/// A reservation's allocations as (allocation id, node id).
+pub fn allocations(conn: &mut dyn Conn, reservation: &str) -> DbResult<Vec<(String, String)>> {
+    conn.query("SELECT id, node_id FROM allocations WHERE reservation_id = $1 ORDER BY node_id", &[&reservation])?
+        .iter()
+        .map(|r| Ok((r.get("id")?, r.get("node_id")?)))
+        .collect()
+}
+
+/// Marks an allocation bound; true when every allocation of its reservation is.
+pub fn mark_bound(conn: &mut dyn Conn, allocation: &str, now: OffsetDateTime) -> DbResult<bool> {
+    conn.execute(
+        "UPDATE allocations SET bound_at = COALESCE(bound_at, $1) WHERE id = $2",
+        &[&to_millis(now), &allocation],
+    )?;
+    let unbound = conn
+        .query_opt(
+            "SELECT COUNT(*) AS n FROM allocations WHERE bound_at IS NULL AND reservation_id = \
+             (SELECT reservation_id FROM allocations WHERE id = $1)",
+            &[&allocation],
+        )?
+        .map(|r| r.get::<i64>("n"))
+        .transpose()?
+        .unwrap_or(0);
+    Ok(unbound == 0)
 }
 
 // ---- idempotency ----------------------------------------------------------------------------

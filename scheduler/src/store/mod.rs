@@ -21,6 +21,8 @@ mod migrate;
 pub mod nodes;
 mod postgres;
 pub mod profiles;
+pub mod work;
+pub mod workflows;
 mod sqlite;
 
 use std::path::{Path, PathBuf};

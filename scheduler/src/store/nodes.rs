@@ -14,7 +14,7 @@ use crate::store::db::to_json;
 use crate::store::{Conn, DbResult, Row, events};
 
 const COLUMNS: &str = "id, generation, state, failed_from, state_reason, owner, deadline, power, maintenance, cordoned, \
-    tenant_root, trust, identity_generation, boot_mac, pool_id, labels, taints, devices, created_at, updated_at";
+    tenant_root, trust, identity_generation, lease_id, release_wipe, boot_mac, pool_id, labels, taints, devices, created_at, updated_at";
 
 fn node_from_row(row: &Row) -> DbResult<Node> {
     let deadline: Option<i64> = row.get("deadline")?;
@@ -36,6 +36,8 @@ fn node_from_row(row: &Row) -> DbResult<Node> {
         tenant_root: row.flag("tenant_root")?,
         trust: row.enum_text("trust")?,
         identity_generation: row.get("identity_generation")?,
+        lease_id: row.get("lease_id")?,
+        release_wipe: row.get("release_wipe")?,
         boot_mac: row.get("boot_mac")?,
         pool_id: row.get("pool_id")?,
         labels: row.json("labels")?,
@@ -215,6 +217,51 @@ pub fn update_attributes(
         now,
     )?;
     Ok(node)
+}
+
+/// Who controls a node: set at a tenant-root lease's start (tenant root, tenant-controlled,
+/// the lease and its release wipe) and cleared at its teardown's end. Either way the
+/// identity generation moves on, which revokes every certificate of the older one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenancy {
+    /// The lease's allocation; `None` hands the node back to the platform.
+    pub lease: Option<String>,
+    /// The lease's release wipe.
+    pub release_wipe: Option<String>,
+}
+
+/// Applies a [`Tenancy`], compare-and-set on the row generation; returns the node.
+pub fn set_tenancy(conn: &mut dyn Conn, node: &Node, tenancy: &Tenancy, now: OffsetDateTime) -> Result<Node, ApiError> {
+    let leased = tenancy.lease.is_some();
+    let trust = if leased { "tenant-controlled" } else { "platform" };
+    let updated = conn.execute(
+        "UPDATE nodes SET generation = generation + 1, identity_generation = identity_generation + 1, \
+         tenant_root = $1, trust = $2, lease_id = $3, release_wipe = $4, updated_at = $5 \
+         WHERE id = $6 AND generation = $7",
+        &[&i64::from(leased), &trust, &tenancy.lease, &tenancy.release_wipe, &to_millis(now), &node.id, &node.generation],
+    )?;
+    let after = get(conn, &node.id)?.ok_or_else(|| ApiError::NotFound(format!("node {}", node.id)))?;
+    if updated == 0 {
+        return Err(ApiError::Conflict(format!("node {} changed meanwhile (generation {})", node.id, after.generation)));
+    }
+    events::append(
+        conn,
+        "node.identity.rotated",
+        &format!("node/{}", node.id),
+        None,
+        &json!({"node": node.id, "from": node.identity_generation, "to": after.identity_generation,
+                "trust": trust, "lease": tenancy.lease}),
+        now,
+    )?;
+    Ok(after)
+}
+
+/// Sets or clears maintenance, compare-and-set on the row generation (quarantine keeps a
+/// failed tenant-root node off placement until an operator looks).
+pub fn set_maintenance(conn: &mut dyn Conn, node: &Node, on: bool, now: OffsetDateTime) -> Result<Node, ApiError> {
+    let mut changed = node.clone();
+    changed.maintenance = on;
+    update_attributes(conn, &changed, Some(node.generation), now)
 }
 
 /// In-progress nodes whose deadline has passed.

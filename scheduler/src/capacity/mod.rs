@@ -7,6 +7,8 @@
 //! never double-book or pick an ineligible node; a refusal is only given after a reload from
 //! the database. Anything other than a booking invalidates the cache.
 
+pub mod leases;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 

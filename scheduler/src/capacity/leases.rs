@@ -1,0 +1,145 @@
+//! The capacity side of a tenant-root lease: reservations move with the clock, a node
+//! binding whose start came asks the metal side for its lease (`lease.start`, one per
+//! allocation), and the metal side's notices (`lease.bound`, `lease.refused`,
+//! `lease.failed`) move the reservation on. Ending a node binding asks for its teardown
+//! (`lease.end`, queued by `store::capacity::set_state`). Only work rows cross over.
+
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::model::reservation::ReservationState::{self, Active, Ended, Failed, Pending};
+use crate::store::work::{Side, WorkItem};
+use crate::store::{self, Conn};
+
+/// How long a node binding may wait for its deploy to bind before the lease fails (seed 000).
+pub const BIND_LIMIT: time::Duration = time::Duration::hours(2);
+
+/// Moves reservations along with the clock: pending ones whose start came become active,
+/// except node bindings, which queue their lease start instead (and fail when not bound
+/// within [`BIND_LIMIT`]; they are never placed again); active ones whose end came are
+/// ended. Returns how many reservations changed or queued a lease start.
+pub async fn tick(app: &App) -> Result<usize, ApiError> {
+    let now = app.clock.now();
+    let (starting, ending, overdue_binds) = app
+        .store
+        .read(move |conn| {
+            Ok::<_, store::DbError>((
+                store::capacity::due(conn, Pending, "start_at", now)?,
+                store::capacity::due(conn, Active, "end_at", now)?,
+                store::capacity::due(conn, Pending, "start_at", now - BIND_LIMIT)?,
+            ))
+        })
+        .await?;
+    let mut moves: Vec<(String, Vec<ReservationState>, ReservationState, String)> = Vec::new();
+    for id in ending {
+        moves.push((id, vec![Active], Ended, "its time ended".into()));
+    }
+    for id in overdue_binds {
+        moves.push((id, vec![Pending], Failed, "not bound within 2 hours of its start (deploy limit); not placed again".into()));
+    }
+    for id in starting {
+        moves.push((id, vec![Pending], Active, "its start came".into()));
+    }
+    let mut changed = 0;
+    for (id, from, to, reason) in moves {
+        // Not `change`: a node binding already asked for must not drop the placement cache
+        // every tick.
+        let moved = app
+            .store
+            .write(move |tx| {
+                let Some(current) = store::capacity::get_reservation(tx, &id)? else { return Ok(false) };
+                if to == Active && current.request.binding.is_some() {
+                    return request_leases(tx, &current, now);
+                }
+                store::capacity::set_state(tx, &id, &from, to, Some(&reason), now).map(|_| true)
+            })
+            .await;
+        match moved {
+            Ok(true) => changed += 1,
+            Ok(false) | Err(ApiError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if changed > 0 {
+        app.placement.invalidate();
+        app.events.notify_waiters();
+    }
+    Ok(changed)
+}
+
+/// Queues `lease.start` for each allocation of a node binding (once per allocation).
+fn request_leases(
+    tx: &mut dyn Conn,
+    reservation: &crate::model::reservation::Reservation,
+    now: time::OffsetDateTime,
+) -> Result<bool, ApiError> {
+    let node = reservation.request.node.as_ref();
+    let mut queued = false;
+    for (allocation, node_id) in store::capacity::allocations(tx, &reservation.id)? {
+        let payload = json!({"reservation": reservation.id, "allocation": allocation, "node": node_id,
+                             "tenant": reservation.tenant_id,
+                             "profileId": node.and_then(|n| n.profile_id.clone()),
+                             "profileVersion": node.and_then(|n| n.profile_version)});
+        queued |= store::work::enqueue(tx, Side::Metal, &format!("lease-start/{allocation}"), "lease.start", &payload, now)?;
+    }
+    Ok(queued)
+}
+
+/// Handles every queued notice of the metal side; returns how many it handled.
+pub async fn drain_once(app: &App) -> Result<usize, ApiError> {
+    let items = app.store.read(|tx| store::work::queued(tx, Side::Capacity, 64)).await?;
+    let mut handled = 0;
+    for item in items {
+        let (id, now) = (item.id.clone(), app.clock.now());
+        let outcome = app
+            .change(move |tx| {
+                let result = notice(tx, &item, now)?;
+                Ok(store::work::take(tx, Side::Capacity, &item.id, &result, now)?.then_some(result))
+            })
+            .await;
+        match outcome {
+            Ok(Some(result)) => {
+                info!(work = %id, %result, "capacity work handled");
+                handled += 1;
+            }
+            Ok(None) => {}
+            Err(e) => warn!(work = %id, error = %e, "capacity work failed; it stays queued"),
+        }
+    }
+    Ok(handled)
+}
+
+fn text<'a>(item: &'a WorkItem, key: &str) -> &'a str {
+    item.payload.get(key).and_then(serde_json::Value::as_str).unwrap_or_default()
+}
+
+/// One metal notice, in the transaction that takes it. A reservation that moved on
+/// meanwhile (released, failed by the bind limit) is left as it is.
+fn notice(tx: &mut dyn Conn, item: &WorkItem, now: time::OffsetDateTime) -> Result<String, ApiError> {
+    let (reservation, allocation) = (text(item, "reservation"), text(item, "allocation"));
+    let moved = match item.kind.as_str() {
+        "lease.bound" => {
+            if !store::capacity::mark_bound(tx, allocation, now)? {
+                return Ok(format!("{allocation} waits for the other allocations of {reservation} to bind"));
+            }
+            let reason = format!("bound: every node deployed its profile (last {})", text(item, "node"));
+            store::capacity::set_state(tx, reservation, &[Pending], Active, Some(&reason), now)
+        }
+        "lease.refused" => {
+            let reason = format!("lease refused: {}", text(item, "reason"));
+            store::capacity::set_state(tx, reservation, &[Pending], Failed, Some(&reason), now)
+        }
+        "lease.failed" => {
+            let reason = format!("lease failed: {}", text(item, "reason"));
+            store::capacity::set_state(tx, reservation, &[Pending, Active], Failed, Some(&reason), now)
+        }
+        other => return Ok(format!("unknown kind {other}: ignored")),
+    };
+    match moved {
+        Ok(r) => Ok(format!("reservation {} is {}", r.id, r.state.as_str())),
+        Err(ApiError::Conflict(m)) => Ok(format!("left as it is: {m}")),
+        Err(e) => Err(e),
+    }
+}

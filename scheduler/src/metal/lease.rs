@@ -1,0 +1,292 @@
+//! How a tenant-root lease starts (seed 000): the `lease.start` work the capacity side
+//! queues when a node binding's start comes, and the `metal-tenant-root-lease@1` workflow
+//! that network-boots the node into the lessee's profile and waits for the deploy.
+//!
+//! Starting records the lease on the node, hands it to the tenant (tenant root,
+//! tenant-controlled, release wipe `secure-erase`) and moves the identity generation on
+//! before any tenant code runs, all in the transaction that takes the work row. A lease
+//! that cannot start (not a tenant-root pool, the node not ready, no exact profile version,
+//! an image that is not public) is refused and the node stays ready.
+
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use super::workflow::{Definition, Hooks, Outcome, StepDef};
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::model::node::{Deadlines, NodeState, NodeTransition};
+use crate::model::workflow::WorkflowRun;
+use crate::store::work::Side;
+use crate::store::{self, Conn};
+
+/// The lease start: boot into the lessee's deploy, wait until it is deployed.
+pub static START: Definition = Definition {
+    name: "metal-tenant-root-lease@1",
+    steps: &[
+        StepDef {
+            name: "network-boot",
+            attempts: 5,
+            deadline: Duration::from_secs(600),
+            backoff: Duration::from_secs(15),
+            poll: Duration::from_secs(5),
+        },
+        StepDef {
+            name: "await-deploy",
+            attempts: 1,
+            // The deploy's own 2-hour limit fails the node first; this bounds the wait.
+            deadline: Duration::from_secs(2 * 3600 + 600),
+            backoff: Duration::from_secs(30),
+            poll: Duration::from_secs(5),
+        },
+    ],
+};
+
+/// What `lease.start` carries (capacity's allocation of one node).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseRequest {
+    /// The reservation.
+    pub reservation: String,
+    /// The allocation (the lease's id on the node).
+    pub allocation: String,
+    /// The node.
+    pub node: String,
+    /// The lessee.
+    pub tenant: String,
+    /// The profile to deploy.
+    pub profile_id: String,
+    /// Its exact version (required).
+    pub profile_version: Option<u32>,
+}
+
+/// A lease start that cannot go ahead, and why.
+struct Refusal(String);
+
+/// Handles one `lease.start` inside the transaction that took its row: starts the lease,
+/// or refuses it (`node.tenant-root.refused`, the node untouched) and tells capacity.
+pub fn start(
+    tx: &mut dyn Conn,
+    request: &LeaseRequest,
+    controller_url: Option<&str>,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<String> {
+    match begin(tx, request, controller_url, deadlines, now)? {
+        Ok(run) => Ok(format!("leased: workflow {run}")),
+        Err(Refusal(reason)) => {
+            let data = json!({"node": request.node, "reservation": request.reservation,
+                              "allocation": request.allocation, "tenant": request.tenant, "reason": reason});
+            store::events::append(tx, "node.tenant-root.refused", &format!("node/{}", request.node), None, &data, now)?;
+            store::work::enqueue(
+                tx,
+                Side::Capacity,
+                &format!("lease-refused/{}", request.allocation),
+                "lease.refused",
+                &data,
+                now,
+            )?;
+            Ok(format!("refused: {reason}"))
+        }
+    }
+}
+
+fn begin(
+    tx: &mut dyn Conn,
+    request: &LeaseRequest,
+    controller_url: Option<&str>,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<Result<String, Refusal>> {
+    let refuse = |reason: String| Ok(Err(Refusal(reason)));
+    let Some(node) = store::nodes::get(tx, &request.node)? else {
+        return refuse(format!("node {} does not exist", request.node));
+    };
+    let pool = match &node.pool_id {
+        Some(id) => store::capacity::get_pool(tx, id)?,
+        None => None,
+    };
+    let Some(pool) = pool.filter(|p| p.policy.tenant_root) else {
+        return refuse(format!("node {} is not in a tenant-root pool", node.id));
+    };
+    if node.state != NodeState::Ready || node.maintenance {
+        let why = if node.maintenance { "in maintenance".to_owned() } else { format!("{}", node.state) };
+        return refuse(format!("node {} is {why}, not ready", node.id));
+    }
+    if store::bmcs::get(tx, &node.id)?.is_none() {
+        return refuse(format!("node {} has no BMC: a tenant-root lease is torn down through it", node.id));
+    }
+    let Some(version) = request.profile_version else {
+        return refuse(format!(
+            "the reservation names profile {} without a profileVersion: a tenant-root lease deploys one exact version",
+            request.profile_id
+        ));
+    };
+    let Some((profile, version)) = store::profiles::version(tx, &request.profile_id, i64::from(version))? else {
+        return refuse(format!("profile {} has no version {version}", request.profile_id));
+    };
+    if profile.tenant_id != request.tenant && !profile.public {
+        return refuse(format!("profile {} is neither tenant {}'s nor public", profile.id, request.tenant));
+    }
+    let image = match &version.image_id {
+        Some(id) => {
+            let Some(found) = store::images::get(tx, id)? else {
+                return refuse(format!("image {id} of profile {} is gone", profile.id));
+            };
+            if !found.public {
+                return refuse(format!("image {id} of profile {} is not public", profile.id));
+            }
+            let Some(plan) = store::images::plan(tx, id)? else {
+                return refuse(format!("image {id} of profile {} is not ready", profile.id));
+            };
+            Some(plan)
+        }
+        None => None,
+    };
+    let Some(controller_url) = controller_url else {
+        return refuse("the boot service is off (set boot-listen): nothing can deploy the node".into());
+    };
+    let Some(inventory) = store::boot::get_inventory(tx, &node.id)? else {
+        return refuse(format!("node {} has no platform inventory", node.id));
+    };
+    let inventory = serde_json::from_value(inventory.inventory)
+        .map_err(|e| ApiError::Internal(format!("stored inventory of {}: {e}", node.id)))?;
+    // The plan is derived for the identity generation the lease starts.
+    let mut next = node.clone();
+    next.identity_generation += 1;
+    let plan = match crate::provision::derive_plan(controller_url, image.as_ref(), &version, &next, &inventory) {
+        Ok(plan) => plan,
+        Err(e) => return refuse(format!("the lessee's deploy plan: {e}")),
+    };
+    let tenancy = store::nodes::Tenancy {
+        lease: Some(request.allocation.clone()),
+        release_wipe: Some("secure-erase".into()),
+    };
+    let leased = store::nodes::set_tenancy(tx, &node, &tenancy, now)?;
+    let owner = format!("lease/{}", request.allocation);
+    let reason = format!("tenant-root lease {} of {}: deploying {}:{}", request.allocation, request.tenant, profile.id, version.version);
+    let step = |from, to, generation| NodeTransition {
+        from,
+        to,
+        generation: Some(generation),
+        owner: Some(owner.clone()),
+        reason: Some(reason.clone()),
+    };
+    let allocated =
+        store::nodes::transition(tx, &node.id, &step(NodeState::Ready, NodeState::Allocated, leased.generation), deadlines, now)?;
+    store::nodes::transition(
+        tx,
+        &node.id,
+        &step(NodeState::Allocated, NodeState::Deploying, allocated.generation),
+        deadlines,
+        now,
+    )?;
+    store::boot::put_derived_plan(tx, &node.id, &plan, &profile.id, version.version, now)?;
+    let context = json!({"reservation": request.reservation, "allocation": request.allocation, "tenant": request.tenant,
+                         "profileId": profile.id, "profileVersion": version.version, "imageId": version.image_id,
+                         "pool": pool.id});
+    let run = format!("run-{}", uuid::Uuid::new_v4().simple());
+    store::workflows::create(tx, &run, &node.id, START.name, &START.specs(), &context, now)?;
+    store::events::append(
+        tx,
+        "node.tenant-root.leased",
+        &format!("node/{}", node.id),
+        Some(&request.tenant),
+        &json!({"node": node.id, "allocation": request.allocation, "reservation": request.reservation,
+                "tenant": request.tenant, "profile": profile.id, "version": version.version,
+                "identityGeneration": leased.identity_generation, "workflow": run}),
+        now,
+    )?;
+    Ok(Ok(run))
+}
+
+/// The lease start's steps and end hooks.
+#[derive(Debug)]
+pub struct LeaseStart;
+
+fn context_str<'a>(run: &'a WorkflowRun, key: &str) -> &'a str {
+    run.context.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// Network-boots the node: observe (already past deploying?), act (PXE once, power cycle),
+/// verify (the BMC reads power on).
+async fn network_boot(app: &AppState, run: &WorkflowRun) -> Outcome {
+    let id = run.node_id.clone();
+    let node = match app.store.read(move |tx| store::nodes::get(tx, &id)).await {
+        Ok(Some(node)) => node,
+        Ok(None) => return Outcome::Failed(format!("node {} is gone", run.node_id), Value::Null),
+        Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
+    };
+    if node.state != NodeState::Deploying {
+        return Outcome::done(json!({"skipped": format!("node is {}", node.state)}));
+    }
+    let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Pxe, persistent: false };
+    let result = async {
+        crate::bmcs::boot(app, &run.node_id, &request).await?;
+        crate::bmcs::power(app, &run.node_id, metal_bmc::PowerAction::Cycle).await
+    }
+    .await;
+    match result {
+        Ok(power) if power.after == "on" => Outcome::done(json!({"bootOverride": "pxe (once)", "power": power})),
+        Ok(power) => Outcome::Retry("the BMC reads power off after the power cycle".into(), json!({"power": power})),
+        Err(e) => Outcome::Retry(format!("booting through the BMC: {e}"), Value::Null),
+    }
+}
+
+/// Waits for the deploy: deployed is done, failed fails the lease.
+async fn await_deploy(app: &AppState, run: &WorkflowRun) -> Outcome {
+    let id = run.node_id.clone();
+    match app.store.read(move |tx| store::nodes::get(tx, &id)).await {
+        Ok(Some(node)) => match node.state {
+            NodeState::Deployed => Outcome::done(json!({"state": "deployed", "reason": node.state_reason})),
+            NodeState::Deploying => {
+                Outcome::Waiting(format!("deploying {}:{}", context_str(run, "profileId"), run.context["profileVersion"]))
+            }
+            state => Outcome::Failed(
+                format!("the lessee's deploy ended {state}: {}", node.state_reason.unwrap_or_default()),
+                json!({"state": state}),
+            ),
+        },
+        Ok(None) => Outcome::Failed(format!("node {} is gone", run.node_id), Value::Null),
+        Err(e) => Outcome::Retry(e.to_string(), Value::Null),
+    }
+}
+
+impl Hooks for LeaseStart {
+    fn step<'a>(
+        &'a self,
+        app: &'a AppState,
+        run: &'a WorkflowRun,
+        step: &'a str,
+    ) -> futures::future::BoxFuture<'a, Outcome> {
+        async move {
+            match step {
+                "network-boot" => network_boot(app, run).await,
+                "await-deploy" => await_deploy(app, run).await,
+                other => Outcome::Failed(format!("{} has no step {other}", START.name), Value::Null),
+            }
+        }
+        .boxed()
+    }
+
+    fn succeeded(&self, tx: &mut dyn Conn, run: &WorkflowRun, now: OffsetDateTime) -> ApiResult<()> {
+        let allocation = context_str(run, "allocation");
+        let data = json!({"node": run.node_id, "allocation": allocation, "reservation": run.context["reservation"],
+                          "tenant": run.context["tenant"], "profile": run.context["profileId"],
+                          "version": run.context["profileVersion"]});
+        store::events::append(tx, "node.tenant-root.bound", &format!("node/{}", run.node_id), None, &data, now)?;
+        store::work::enqueue(tx, Side::Capacity, &format!("lease-bound/{allocation}"), "lease.bound", &data, now)?;
+        Ok(())
+    }
+
+    fn failed(&self, tx: &mut dyn Conn, run: &WorkflowRun, reason: &str, now: OffsetDateTime) -> ApiResult<()> {
+        super::quarantine(tx, &run.node_id, reason, now)?;
+        let allocation = context_str(run, "allocation");
+        let data = json!({"node": run.node_id, "allocation": allocation, "reservation": run.context["reservation"],
+                          "reason": reason});
+        store::work::enqueue(tx, Side::Capacity, &format!("lease-failed/{allocation}"), "lease.failed", &data, now)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,467 @@
+//! The tenant-root teardown (seed 000), driven from the control plane:
+//! `metal-tenant-root-release@1` powers the machine off, fences it, rotates the BMC
+//! credential, ejects media, checks firmware against the pool's baseline, boots the
+//! ramdisk to erase every disk (only an accepted wipe report of the current generation
+//! lets it go on), cleans the lease's boot state up and hands the node back to the platform
+//! under a new identity generation. `metal-tenant-root-release-oob@1` is the agentless
+//! variant: no wipe, so `ready` only with `allowUnverifiedRelease`.
+//!
+//! Every step observes first, acts only when needed and verifies; the BMC rotation records
+//! its new secret before asking the BMC, so after a crash it finds out which one works.
+
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use super::workflow::{Definition, Effects, Hooks, Outcome, StepDef};
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::model::node::{Deadlines, Node, NodeState, NodeTransition};
+use crate::model::pool::{AgentMode, Pool};
+use crate::model::workflow::WorkflowRun;
+use crate::store::{self, Conn};
+
+const fn bmc_step(name: &'static str) -> StepDef {
+    StepDef {
+        name,
+        attempts: 5,
+        deadline: Duration::from_secs(900),
+        backoff: Duration::from_secs(10),
+        poll: Duration::from_secs(5),
+    }
+}
+
+const ERASE: StepDef = StepDef {
+    name: "erase",
+    attempts: 3,
+    deadline: Duration::from_secs(12 * 3600),
+    backoff: Duration::from_secs(30),
+    poll: Duration::from_secs(10),
+};
+
+/// The teardown of an agent pool's node.
+pub static RELEASE: Definition = Definition {
+    name: "metal-tenant-root-release@1",
+    steps: &[
+        bmc_step("power-off"),
+        bmc_step("fence"),
+        bmc_step("rotate-credential"),
+        bmc_step("eject-media"),
+        StepDef { deadline: Duration::from_secs(3600), ..bmc_step("firmware") },
+        ERASE,
+        bmc_step("clean-up"),
+        bmc_step("exit-tenant-root"),
+    ],
+};
+
+/// The teardown of an agentless pool's node: no wipe.
+pub static RELEASE_OOB: Definition = Definition {
+    name: "metal-tenant-root-release-oob@1",
+    steps: &[
+        bmc_step("power-off"),
+        bmc_step("fence"),
+        bmc_step("rotate-credential"),
+        bmc_step("eject-media"),
+        StepDef { deadline: Duration::from_secs(3600), ..bmc_step("firmware") },
+        bmc_step("exit-tenant-root"),
+    ],
+};
+
+/// Every teardown definition's name starts with this.
+pub const PREFIX: &str = "metal-tenant-root-release";
+
+fn pool_of(tx: &mut dyn Conn, node: &Node) -> ApiResult<Option<Pool>> {
+    Ok(match &node.pool_id {
+        Some(id) => store::capacity::get_pool(tx, id)?,
+        None => None,
+    })
+}
+
+/// Starts a teardown of a tenant-root node that is deployed or failed: the node moves to
+/// releasing (`node.tenant-root.ending`) and a new run of the pool's variant begins.
+pub fn begin(tx: &mut dyn Conn, node: &Node, reason: &str, deadlines: &Deadlines, now: OffsetDateTime) -> ApiResult<String> {
+    let pool = pool_of(tx, node)?;
+    let definition = match pool.as_ref().and_then(|p| p.policy.agent) {
+        Some(AgentMode::None) => &RELEASE_OOB,
+        None => &RELEASE,
+    };
+    let run = format!("run-{}", uuid::Uuid::new_v4().simple());
+    let request = NodeTransition {
+        from: node.state,
+        to: NodeState::Releasing,
+        generation: Some(node.generation),
+        owner: Some(format!("workflow/{run}")),
+        reason: Some(reason.to_owned()),
+    };
+    store::nodes::transition(tx, &node.id, &request, deadlines, now)?;
+    let context = json!({"lease": node.lease_id, "pool": node.pool_id, "reason": reason});
+    store::workflows::create(tx, &run, &node.id, definition.name, &definition.specs(), &context, now)?;
+    store::events::append(
+        tx,
+        "node.tenant-root.ending",
+        &format!("node/{}", node.id),
+        None,
+        &json!({"node": node.id, "lease": node.lease_id, "workflow": run, "definition": definition.name, "reason": reason}),
+        now,
+    )?;
+    Ok(run)
+}
+
+/// The teardown's steps and end hooks.
+#[derive(Debug)]
+pub struct Teardown;
+
+impl Hooks for Teardown {
+    fn step<'a>(
+        &'a self,
+        app: &'a AppState,
+        run: &'a WorkflowRun,
+        step: &'a str,
+    ) -> futures::future::BoxFuture<'a, Outcome> {
+        async move {
+            let id = run.node_id.clone();
+            let loaded = app
+                .store
+                .read(move |tx| {
+                    let node = store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
+                    let pool = pool_of(tx, &node)?;
+                    Ok::<_, ApiError>((node, pool))
+                })
+                .await;
+            let (node, pool) = match loaded {
+                Ok(found) => found,
+                Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
+            };
+            if node.state != NodeState::Releasing {
+                return Outcome::Failed(format!("node {} is {}, not releasing", node.id, node.state), Value::Null);
+            }
+            let steps = Steps { app, run, node: &node, pool: pool.as_ref() };
+            match step {
+                "power-off" => steps.power_off().await,
+                "fence" => steps.fence().await,
+                "rotate-credential" => steps.rotate().await,
+                "eject-media" => steps.eject().await,
+                "firmware" => steps.firmware().await,
+                "erase" => steps.erase().await,
+                "clean-up" => steps.clean_up(),
+                "exit-tenant-root" => steps.exit(),
+                other => Outcome::Failed(format!("{} has no step {other}", run.definition), Value::Null),
+            }
+        }
+        .boxed()
+    }
+
+    fn succeeded(&self, _: &mut dyn Conn, _: &WorkflowRun, _: OffsetDateTime) -> ApiResult<()> {
+        // The last step (exit-tenant-root) handed the node back in its own commit.
+        Ok(())
+    }
+
+    fn failed(&self, tx: &mut dyn Conn, run: &WorkflowRun, reason: &str, now: OffsetDateTime) -> ApiResult<()> {
+        super::quarantine(tx, &run.node_id, reason, now)
+    }
+}
+
+struct Steps<'a> {
+    app: &'a AppState,
+    run: &'a WorkflowRun,
+    node: &'a Node,
+    pool: Option<&'a Pool>,
+}
+
+fn bmc_retry(what: &str, e: impl std::fmt::Display) -> Outcome {
+    Outcome::Retry(format!("{what}: {e}"), Value::Null)
+}
+
+impl Steps<'_> {
+    async fn bmc(&self) -> Result<Box<dyn metal_bmc::Bmc>, Outcome> {
+        crate::bmcs::client(self.app, &self.node.id).await.map_err(|e| bmc_retry("connecting to the BMC", e))
+    }
+
+    /// Off, read back.
+    async fn power_off(&self) -> Outcome {
+        match crate::bmcs::power(self.app, &self.node.id, metal_bmc::PowerAction::Off).await {
+            Ok(result) if result.after == "off" => Outcome::done(json!({"power": result})),
+            Ok(result) => Outcome::Retry("the BMC still reads power on".into(), json!({"power": result})),
+            Err(e) => bmc_retry("powering off", e),
+        }
+    }
+
+    async fn fence(&self) -> Outcome {
+        let id = self.node.id.clone();
+        let found = self
+            .app
+            .store
+            .read(move |tx| {
+                let bmc = store::bmcs::get(tx, &id)?;
+                let inventory = store::boot::get_inventory(tx, &id)?;
+                Ok::<_, ApiError>((bmc, inventory))
+            })
+            .await;
+        let (bmc, inventory) = match found {
+            Ok((Some(bmc), inventory)) => (bmc, inventory),
+            Ok((None, _)) => return Outcome::Failed(format!("node {} has no BMC", self.node.id), Value::Null),
+            Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
+        };
+        let macs: Vec<String> = inventory
+            .and_then(|i| serde_json::from_value::<metal_protocol::inventory::InventoryReport>(i.inventory).ok())
+            .map(|r| r.nics.into_iter().map(|n| n.mac).collect())
+            .unwrap_or_default();
+        let password = match crate::secrets::open(self.app.config.master_key.as_ref(), &self.node.id, &bmc.secret) {
+            Ok(p) => p,
+            Err(e) => return Outcome::Failed(format!("the BMC credential cannot be opened: {e}"), Value::Null),
+        };
+        let target = super::fencing::Target { node: &self.node.id, macs: &macs, bmc: &bmc.info, password: &password };
+        match super::fencing::fence(self.pool.and_then(|p| p.policy.fencing.as_ref()), &target).await {
+            Ok(evidence) => Outcome::done(evidence),
+            Err(e) => Outcome::Retry(format!("fencing: {e}"), Value::Null),
+        }
+    }
+
+    /// Whether `password` logs in (a power read needs a valid credential).
+    async fn logs_in(&self, info: &crate::model::bmc::BmcInfo, password: metal_bmc::Secret) -> Result<(), String> {
+        let bmc = crate::bmcs::connect(info, password).await.map_err(|e| e.to_string())?;
+        bmc.power_state().await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn promote(&self, detail: Value) -> Outcome {
+        let now = self.app.clock.now();
+        let effects: Effects = Box::new(move |tx, run| {
+            if !store::bmcs::promote_pending(tx, &run.node_id, now)? {
+                return Err(ApiError::Conflict("no rotation is pending".into()));
+            }
+            Ok(())
+        });
+        Outcome::Done(detail, Some(effects))
+    }
+
+    /// Record the new secret, change it on the BMC, prove it by logging in, promote it.
+    /// A pending secret from before a crash is tried first, then the current one.
+    async fn rotate(&self) -> Outcome {
+        let (id, key) = (self.node.id.clone(), self.app.config.master_key.clone());
+        let stored = match self.app.store.read(move |tx| store::bmcs::get(tx, &id)).await {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return Outcome::Failed(format!("node {} has no BMC", self.node.id), Value::Null),
+            Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
+        };
+        let open = |sealed: &str| crate::secrets::open(key.as_ref(), &self.node.id, sealed);
+        let current = match open(&stored.secret) {
+            Ok(p) => p,
+            Err(e) => return Outcome::Failed(format!("the BMC credential cannot be opened: {e}"), Value::Null),
+        };
+        if let Some(pending) = &stored.pending {
+            let Ok(pending) = open(pending) else {
+                return Outcome::Failed("the pending BMC credential cannot be opened".into(), Value::Null);
+            };
+            if self.logs_in(&stored.info, pending).await.is_ok() {
+                return self.promote(json!({"recovered": "a rotation was in flight; the new credential logs in"}));
+            }
+            if let Err(e) = self.logs_in(&stored.info, current.clone()).await {
+                return Outcome::Retry(format!("neither the pending nor the current BMC credential logs in: {e}"), Value::Null);
+            }
+            if let Err(outcome) = self.set_pending(None).await {
+                return outcome;
+            }
+        }
+        let new = metal_bmc::Secret::new(crate::store::auth::new_secret()[..20].to_owned());
+        let sealed = crate::secrets::seal(key.as_ref(), &self.node.id, &new);
+        if let Err(outcome) = self.set_pending(Some(sealed)).await {
+            return outcome;
+        }
+        let bmc = match crate::bmcs::connect(&stored.info, current.clone()).await {
+            Ok(bmc) => bmc,
+            Err(e) => return bmc_retry("connecting to the BMC", e),
+        };
+        if let Err(e) = bmc.rotate_password(&stored.info.username, &new).await {
+            // Refused: the old credential stays current when it still logs in.
+            if self.logs_in(&stored.info, current).await.is_ok() {
+                let _ = self.set_pending(None).await;
+            }
+            return Outcome::Failed(
+                format!("the BMC refused the new credential: {e}; the old credential stays current"),
+                Value::Null,
+            );
+        }
+        match self.logs_in(&stored.info, new).await {
+            Ok(()) => self.promote(json!({"rotated": true, "user": stored.info.username, "provedBy": "login"})),
+            Err(e) => Outcome::Retry(format!("the new BMC credential does not log in: {e}"), Value::Null),
+        }
+    }
+
+    /// Records (or drops) the rotation's new secret, fenced by the run's claim.
+    async fn set_pending(&self, sealed: Option<String>) -> Result<(), Outcome> {
+        let (run, now) = (self.run.clone(), self.app.clock.now());
+        self.app
+            .store
+            .write(move |tx| {
+                store::workflows::fence_check(tx, &run)?;
+                store::bmcs::set_pending(tx, &run.node_id, sealed.as_deref(), now)?;
+                Ok::<_, ApiError>(())
+            })
+            .await
+            .map_err(|e| Outcome::Retry(format!("recording the rotation: {e}"), Value::Null))
+    }
+
+    /// Eject virtual media (read back) and point the next boot at the disk.
+    async fn eject(&self) -> Outcome {
+        let bmc = match self.bmc().await {
+            Ok(bmc) => bmc,
+            Err(outcome) => return outcome,
+        };
+        let media = match bmc.media_status().await {
+            Ok(status) if status.inserted => match bmc.eject_media().await.and(bmc.media_status().await) {
+                Ok(after) if !after.inserted => json!({"ejected": status.image}),
+                Ok(_) => return Outcome::Retry("the virtual media is still inserted".into(), Value::Null),
+                Err(e) => return bmc_retry("ejecting the virtual media", e),
+            },
+            Ok(_) => json!({"ejected": null}),
+            Err(metal_bmc::BmcError::Unsupported { message, .. }) => json!({"virtualMedia": message}),
+            Err(e) => return bmc_retry("reading the virtual media", e),
+        };
+        match bmc.set_boot(metal_bmc::BootTarget::Disk, metal_bmc::BootPersistence::Once).await {
+            Ok(()) => Outcome::done(json!({"media": media, "bootOverride": "disk (once): the tenant's overrides are gone"})),
+            Err(e) => bmc_retry("clearing the boot override", e),
+        }
+    }
+
+    /// Out of band, against the pool's baseline; with `reflash` and images, drift is
+    /// written and checked again.
+    async fn firmware(&self) -> Outcome {
+        let Some(pool) = self.pool else {
+            return Outcome::Failed(format!("INVALID_CONFIG: node {} is in no pool", self.node.id), Value::Null);
+        };
+        let policy = metal_firmware::reflash::FirmwarePolicy {
+            firmware_baseline: pool.policy.firmware_baseline.clone(),
+            firmware_remediation: pool.policy.firmware_remediation,
+            firmware_images: pool.policy.firmware_images.clone(),
+        };
+        if policy.firmware_baseline.as_ref().is_none_or(|b| b.is_empty()) {
+            return Outcome::Failed(
+                format!("INVALID_CONFIG: pool {} has no firmwareBaseline to check the machine against", pool.id),
+                Value::Null,
+            );
+        }
+        let bmc = match self.bmc().await {
+            Ok(bmc) => bmc,
+            Err(outcome) => return outcome,
+        };
+        let fetch = metal_firmware::image::FetchOptions::default();
+        match metal_firmware::reflash::remediate(bmc.as_ref(), &self.node.id, &policy, &fetch).await {
+            Ok(outcome) => {
+                let detail = serde_json::to_value(&outcome).unwrap_or(Value::Null);
+                if outcome.code.passed() {
+                    Outcome::done(detail)
+                } else {
+                    let reason = outcome.reason.clone().unwrap_or_default();
+                    Outcome::Failed(format!("{}: {reason}", outcome.code.as_str()), detail)
+                }
+            }
+            Err(metal_firmware::reflash::RemediationError::Config(e)) => {
+                Outcome::Failed(format!("INVALID_CONFIG: {e}"), Value::Null)
+            }
+            Err(e) => bmc_retry("the firmware check", e),
+        }
+    }
+
+    /// Boots the ramdisk to erase every disk and waits for its wipe report: only a report
+    /// the boot service accepted (signed by a ramdisk identity of the current generation,
+    /// every disk passing read-back) after this step began lets the run go on.
+    async fn erase(&self) -> Outcome {
+        let id = self.node.id.clone();
+        let reports = match self.app.store.read(move |tx| store::boot::wipe_reports(tx, &id)).await {
+            Ok(reports) => reports,
+            Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
+        };
+        let since = self.run.step_started;
+        if let Some(report) = reports.iter().find(|r| r.accepted && r.received_at >= since) {
+            return Outcome::done(json!({"wipeReport": report.id, "signer": report.signer,
+                                        "receivedAt": report.received_at.unix_timestamp()}));
+        }
+        if let Some(refused) = reports.iter().find(|r| !r.accepted && r.received_at >= since) {
+            return Outcome::Failed(
+                format!(
+                    "wipe report {} refused: {}: {}",
+                    refused.id,
+                    refused.code.as_deref().unwrap_or("refused"),
+                    refused.reason.as_deref().unwrap_or_default()
+                ),
+                json!({"wipeReport": refused.id, "signer": refused.signer}),
+            );
+        }
+        if self.run.context.get("eraseBootedAt").is_some() {
+            return Outcome::Waiting("the ramdisk is erasing; waiting for its wipe report".into());
+        }
+        // Intent first: after a crash the step knows it already booted the ramdisk.
+        let mut context = self.run.context.clone();
+        context["eraseBootedAt"] = json!(self.app.clock.now().unix_timestamp());
+        let (run, now) = (self.run.clone(), self.app.clock.now());
+        if let Err(e) = self.app.store.write(move |tx| store::workflows::put_context(tx, &run, &context, now)).await {
+            return Outcome::Retry(format!("recording the erase boot: {e}"), Value::Null);
+        }
+        let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Pxe, persistent: false };
+        let booted = async {
+            crate::bmcs::boot(self.app, &self.node.id, &request).await?;
+            crate::bmcs::power(self.app, &self.node.id, metal_bmc::PowerAction::Cycle).await
+        }
+        .await;
+        match booted {
+            Ok(_) => Outcome::Waiting("booted the ramdisk to erase every disk".into()),
+            Err(e) => Outcome::Retry(format!("booting the ramdisk: {e}"), Value::Null),
+        }
+    }
+
+    /// `boot.cleanUp`: the lease's boot tokens and deploy plan go.
+    fn clean_up(&self) -> Outcome {
+        let effects: Effects = Box::new(|tx, run| {
+            store::boot::clean_up(tx, &run.node_id)?;
+            Ok(())
+        });
+        Outcome::Done(json!({"removed": ["boot tokens", "deploy plan"]}), Some(effects))
+    }
+
+    /// A new identity generation, trust platform, tenant root off, `ready`, only with
+    /// complete evidence (every earlier step done); agentless only with allowUnverifiedRelease.
+    fn exit(&self) -> Outcome {
+        let agentless = self.run.definition == RELEASE_OOB.name;
+        if agentless && !self.pool.is_some_and(|p| p.policy.allow_unverified_release) {
+            return Outcome::Failed(
+                "the agentless teardown erases nothing, and the pool does not set allowUnverifiedRelease".into(),
+                Value::Null,
+            );
+        }
+        let now = self.app.clock.now();
+        let effects: Effects = Box::new(move |tx, run| {
+            let history = store::workflows::history(tx, &run.id)?;
+            let earlier = &run.steps[..usize::try_from(run.step_index).unwrap_or_default()];
+            if let Some(missing) =
+                earlier.iter().find(|s| !history.iter().any(|h| h.step == s.name && h.result == "done"))
+            {
+                return Err(ApiError::Internal(format!("evidence incomplete: no done record of {}", missing.name)));
+            }
+            let node = store::nodes::get(tx, &run.node_id)?.ok_or_else(|| ApiError::NotFound(run.node_id.clone()))?;
+            let tenancy = store::nodes::Tenancy { lease: None, release_wipe: None };
+            let node = store::nodes::set_tenancy(tx, &node, &tenancy, now)?;
+            let reason = format!("teardown {} complete ({})", run.id, run.definition);
+            let request = NodeTransition {
+                from: NodeState::Releasing,
+                to: NodeState::Ready,
+                generation: Some(node.generation),
+                owner: None,
+                reason: Some(reason),
+            };
+            store::nodes::transition(tx, &node.id, &request, &Deadlines::default(), now)?;
+            store::events::append(
+                tx,
+                "node.ready",
+                &format!("node/{}", node.id),
+                None,
+                &json!({"node": node.id, "evidence": run.id, "identityGeneration": node.identity_generation,
+                        "unverified": agentless}),
+                now,
+            )?;
+            Ok(())
+        });
+        Outcome::Done(json!({"trust": "platform", "unverifiedRelease": agentless}), Some(effects))
+    }
+}

@@ -1,0 +1,105 @@
+//! The metal side's queue: `lease.start` (a node binding's start came) and `lease.end` (its
+//! allocation was released, ran out or failed). Each row is taken by the compare-and-set
+//! that marks it done, in the transaction that acts on it, so it is handled exactly once.
+
+use time::OffsetDateTime;
+use tracing::{info, warn};
+
+use super::lease::{self, LeaseRequest};
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::model::node::{Deadlines, NodeState, NodeTransition};
+use crate::store::work::{Side, WorkItem};
+use crate::store::{self, Conn};
+
+/// Handles every queued metal work row; returns how many it handled.
+pub async fn drain_once(app: &AppState) -> ApiResult<usize> {
+    let items = app.store.read(|tx| store::work::queued(tx, Side::Metal, 64)).await?;
+    let controller_url = app.boot.as_ref().map(|b| b.controller_url.clone());
+    let mut handled = 0;
+    for item in items {
+        let (url, deadlines, now) = (controller_url.clone(), app.config.deadlines, app.clock.now());
+        let id = item.id.clone();
+        let outcome = app
+            .change(move |tx| {
+                let result = handle(tx, &item, url.as_deref(), &deadlines, now)?;
+                Ok(store::work::take(tx, Side::Metal, &item.id, &result, now)?.then_some(result))
+            })
+            .await;
+        match outcome {
+            Ok(Some(result)) => {
+                info!(work = %id, %result, "metal work handled");
+                handled += 1;
+            }
+            Ok(None) => {}
+            Err(e) => warn!(work = %id, error = %e, "metal work failed; it stays queued"),
+        }
+    }
+    Ok(handled)
+}
+
+fn payload<T: serde::de::DeserializeOwned>(item: &WorkItem) -> ApiResult<T> {
+    serde_json::from_value(item.payload.clone())
+        .map_err(|e| ApiError::Internal(format!("work {} ({}): {e}", item.id, item.kind)))
+}
+
+fn handle(
+    tx: &mut dyn Conn,
+    item: &WorkItem,
+    controller_url: Option<&str>,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<String> {
+    match item.kind.as_str() {
+        "lease.start" => lease::start(tx, &payload::<LeaseRequest>(item)?, controller_url, deadlines, now),
+        "lease.end" => end(tx, &payload::<LeaseEnd>(item)?, deadlines, now),
+        other => Ok(format!("unknown kind {other}: ignored")),
+    }
+}
+
+/// What `lease.end` carries.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseEnd {
+    /// The reservation.
+    pub reservation: String,
+    /// The allocation that ended.
+    pub allocation: String,
+    /// The node.
+    pub node: String,
+    /// Why it ended.
+    pub reason: String,
+}
+
+/// Ends a lease: a deployed node starts its teardown; a node still deploying has its lease
+/// start cancelled and is torn down too; a quarantined node waits for `recover`.
+fn end(tx: &mut dyn Conn, request: &LeaseEnd, deadlines: &Deadlines, now: OffsetDateTime) -> ApiResult<String> {
+    let Some(node) = store::nodes::get(tx, &request.node)? else {
+        return Ok(format!("node {} is gone", request.node));
+    };
+    if node.lease_id.as_deref() != Some(request.allocation.as_str()) {
+        return Ok(format!("node {} is not leased by {}: nothing to tear down", node.id, request.allocation));
+    }
+    let node = match node.state {
+        NodeState::Deployed => node,
+        NodeState::Deploying => {
+            if let Some(run) = store::workflows::running_for(tx, &node.id)? {
+                store::workflows::cancel(tx, &run, "the lease ended before its deploy bound", now)?;
+            }
+            let request = NodeTransition {
+                from: NodeState::Deploying,
+                to: NodeState::Failed,
+                generation: Some(node.generation),
+                owner: None,
+                reason: Some(format!("lease {} ended while deploying: {}", request.allocation, request.reason)),
+            };
+            store::nodes::transition(tx, &node.id, &request, deadlines, now)?
+        }
+        NodeState::Failed => {
+            return Ok(format!("node {} is quarantined: recover it to run the teardown", node.id));
+        }
+        state => return Ok(format!("node {} is {state}: nothing to tear down", node.id)),
+    };
+    let run = super::teardown::begin(tx, &node, &format!("lease {} ended: {}", request.allocation, request.reason), deadlines, now)?;
+    Ok(format!("teardown {run}"))
+}

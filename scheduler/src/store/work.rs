@@ -1,0 +1,97 @@
+//! Work rows, the only contract between the capacity side and the metal side: each side
+//! inserts a row for the other inside the transaction that made the change (capacity asks
+//! metal to start or end a lease; metal tells capacity a lease bound, was refused or
+//! failed). A row's id is the request's unique key, so asking twice is asking once, and a
+//! row is taken by the compare-and-set that marks it done, inside the transaction that
+//! handles it: handled exactly once, whichever replica gets there first.
+
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use crate::clock::{from_millis, to_millis};
+use crate::store::db::to_json;
+use crate::store::{Conn, DbResult};
+
+/// Whose queue a row is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Work for the metal side (nodes, workflows, BMCs).
+    Metal,
+    /// Notices for the capacity side (reservations, allocations, billing).
+    Capacity,
+}
+
+impl Side {
+    fn table(self) -> &'static str {
+        match self {
+            Side::Metal => "metal_work",
+            Side::Capacity => "capacity_work",
+        }
+    }
+}
+
+/// One queued row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkItem {
+    /// The request's unique key.
+    pub id: String,
+    /// What is asked, e.g. `lease.start`.
+    pub kind: String,
+    /// Its parameters.
+    pub payload: Value,
+    /// When it was asked.
+    pub created_at: OffsetDateTime,
+}
+
+/// Queues `kind` for `side` under the unique key `id`; false when that key was queued
+/// before (by this or another replica).
+pub fn enqueue(
+    conn: &mut dyn Conn,
+    side: Side,
+    id: &str,
+    kind: &str,
+    payload: &Value,
+    now: OffsetDateTime,
+) -> DbResult<bool> {
+    crate::store::db::insert_unique(
+        conn,
+        &format!("INSERT INTO {} (id, kind, payload, state, created_at) VALUES ($1, $2, $3, 'queued', $4)", side.table()),
+        &[&id, &kind, &to_json(payload)?, &to_millis(now)],
+    )
+}
+
+/// The oldest queued rows of a side.
+pub fn queued(conn: &mut dyn Conn, side: Side, limit: i64) -> DbResult<Vec<WorkItem>> {
+    conn.query(
+        &format!(
+            "SELECT id, kind, payload, created_at FROM {} WHERE state = 'queued' ORDER BY created_at, id LIMIT $1",
+            side.table()
+        ),
+        &[&limit],
+    )?
+    .iter()
+    .map(|row| {
+        Ok(WorkItem {
+            id: row.get("id")?,
+            kind: row.get("kind")?,
+            payload: row.json("payload")?,
+            created_at: from_millis(row.get("created_at")?),
+        })
+    })
+    .collect()
+}
+
+/// Takes a queued row: marks it done with `result`. False when someone took it first (the
+/// caller's transaction then does nothing with it).
+pub fn take(conn: &mut dyn Conn, side: Side, id: &str, result: &str, now: OffsetDateTime) -> DbResult<bool> {
+    let n = conn.execute(
+        &format!("UPDATE {} SET state = 'done', result = $1, done_at = $2 WHERE id = $3 AND state = 'queued'", side.table()),
+        &[&result, &to_millis(now), &id],
+    )?;
+    Ok(n == 1)
+}
+
+/// Whether a key was ever queued (handled or not).
+pub fn exists(conn: &mut dyn Conn, side: Side, id: &str) -> DbResult<bool> {
+    Ok(conn.query_opt(&format!("SELECT id FROM {} WHERE id = $1", side.table()), &[&id])?.is_some())
+}
