@@ -19,9 +19,9 @@ async fn site_with_one_node() -> (Site, String, Vec<Value>) {
     site.admin("POST", "/v1/nodes", Some(json!({"id": "n1", "poolId": "p1", "devices": gpus.clone()}))).await;
     site.admin("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "new", "to": "commissioning", "owner": "t"})))
         .await;
-    let (s, _) =
+    let (s, b) =
         site.admin("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "commissioning", "to": "ready"}))).await;
-    assert_eq!(s, 200);
+    assert_eq!(s, 200, "{b}");
     (site, acme, gpus)
 }
 
@@ -36,7 +36,7 @@ async fn a_lease_bound_and_released_mid_hour_bills_pro_rata_and_only_once() {
     assert_eq!(s, 201, "{lease}");
     let id = lease["id"].as_str().unwrap().to_owned();
     site.clock.advance(Duration::from_secs(10 * 60)); // 10:30: deploy done, billing starts
-    site.admin("POST", &format!("/v1/reservations/{id}/bind"), None).await;
+    site.bound_by_metal(&id).await;
 
     site.clock.advance(Duration::from_secs(60 * 60)); // 11:30: two GPUs fail (platform-trusted)
     let mut degraded = gpus.clone();
@@ -92,7 +92,7 @@ async fn an_unbound_or_never_started_lease_bills_nothing() {
     let body = json!({"tenantId": "acme", "poolId": "p1", "duration": "1d", "binding": "node", "node": {"profileId": "os", "profileVersion": 1}});
     site.call(Some(&acme), "POST", "/v1/reservations", Some(body)).await;
     site.clock.advance(Duration::from_secs(3 * 3600));
-    metal_scheduler::app::tick_reservations(&site.app).await.unwrap();
+    metal_scheduler::capacity::leases::tick(&site.app).await.unwrap();
     assert_eq!(metal_scheduler::app::bill_once(&site.app).await.unwrap(), 0);
     let (_, usage) = site.call(Some(&acme), "GET", "/v1/usage", None).await;
     assert_eq!(usage["records"], json!([]));

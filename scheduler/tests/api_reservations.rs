@@ -250,16 +250,17 @@ async fn fifty_concurrent_creates_for_the_last_free_node_exactly_one_wins() {
 #[tokio::test]
 async fn leases_end_at_their_time_and_unbound_node_leases_fail_after_two_hours() {
     let (site, acme) = site_with_nodes(1, 2).await;
-    let tick = || metal_scheduler::app::tick_reservations(&site.app);
+    let tick = || metal_scheduler::capacity::leases::tick(&site.app);
     let (_, unbound) = reserve(&site, &acme, lease(json!({"duration": "1d"}))).await;
     let (_, bound) = reserve(&site, &acme, lease(json!({"duration": "1d"}))).await;
     let bound_id = bound["id"].as_str().unwrap();
     site.clock.advance(Duration::from_secs(3600));
-    let (s, b) = site.admin("POST", &format!("/v1/reservations/{bound_id}/bind"), None).await;
-    assert_eq!((s, b["state"].as_str()), (200, Some("active")), "{b}");
+    site.bound_by_metal(bound_id).await;
+    let (_, b) = site.call(Some(&acme), "GET", &format!("/v1/reservations/{bound_id}"), None).await;
+    assert_eq!(b["state"], "active", "{b}");
     assert_eq!(b["boundAt"], "2026-12-01T11:00:00Z");
     let (s, _) = site.call(Some(&acme), "POST", &format!("/v1/reservations/{bound_id}/bind"), None).await;
-    assert_eq!(s, 404, "binding is the platform's business");
+    assert_eq!(s, 404, "there is no bind route: binding is the metal side's row");
 
     site.clock.advance(Duration::from_secs(3600 + 1));
     assert_eq!(tick().await.unwrap(), 1);

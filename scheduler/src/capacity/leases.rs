@@ -51,7 +51,7 @@ pub async fn tick(app: &App) -> Result<usize, ApiError> {
             .write(move |tx| {
                 let Some(current) = store::capacity::get_reservation(tx, &id)? else { return Ok(false) };
                 if to == Active && current.request.binding.is_some() {
-                    return request_leases(tx, &current, now);
+                    return if current.state == Pending { request_leases(tx, &current, now) } else { Ok(false) };
                 }
                 store::capacity::set_state(tx, &id, &from, to, Some(&reason), now).map(|_| true)
             })

@@ -109,6 +109,15 @@ pub fn begin(tx: &mut dyn Conn, node: &Node, reason: &str, deadlines: &Deadlines
     Ok(run)
 }
 
+/// A fresh BMC password: 16 characters (96 random bits), which every IPMI BMC takes.
+fn new_password() -> metal_bmc::Secret {
+    use base64::Engine as _;
+    use rand::RngCore as _;
+    let mut bytes = [0u8; 12];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    metal_bmc::Secret::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
 /// The teardown's steps and end hooks.
 #[derive(Debug)]
 pub struct Teardown;
@@ -264,7 +273,7 @@ impl Steps<'_> {
                 return outcome;
             }
         }
-        let new = metal_bmc::Secret::new(crate::store::auth::new_secret()[..20].to_owned());
+        let new = new_password();
         let sealed = crate::secrets::seal(key.as_ref(), &self.node.id, &new);
         if let Err(outcome) = self.set_pending(Some(sealed)).await {
             return outcome;

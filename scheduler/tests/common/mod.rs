@@ -112,6 +112,27 @@ impl Site {
         self.call(Some(&self.admin.clone()), method, path, body).await
     }
 
+    /// What the metal side tells capacity when a node binding's deploys completed: a
+    /// `lease.bound` work row for each allocation (the whole contract between the sides),
+    /// then capacity's pass over its queue.
+    pub async fn bound_by_metal(&self, reservation: &str) {
+        use metal_scheduler::clock::Clock as _;
+        use metal_scheduler::store::{capacity, work};
+        let (id, now) = (reservation.to_owned(), self.clock.now());
+        self.app
+            .store
+            .write(move |tx| {
+                for (allocation, node) in capacity::allocations(tx, &id)? {
+                    let payload = serde_json::json!({"reservation": id, "allocation": allocation, "node": node});
+                    work::enqueue(tx, work::Side::Capacity, &format!("lease-bound/{allocation}"), "lease.bound", &payload, now)?;
+                }
+                Ok::<_, metal_scheduler::store::DbError>(())
+            })
+            .await
+            .unwrap();
+        metal_scheduler::capacity::leases::drain_once(&self.app).await.unwrap();
+    }
+
     /// Creates a tenant and a tenant-member token for it.
     pub async fn tenant(&self, id: &str) -> String {
         let (s, _) = self.admin("POST", "/v1/tenants", Some(serde_json::json!({"id": id}))).await;

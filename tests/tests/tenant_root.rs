@@ -1,0 +1,215 @@
+//! A dedicated-root lease end to end on loopback, with no hand on the node: a node binding
+//! reserved -> capacity asks metal for the lease -> the node is handed to the tenant under a
+//! new identity generation and network-boots the lessee's profile (an installer deploy; the
+//! installer's "done" is what a real installed system posts) -> bound, billed -> released ->
+//! the whole teardown driven from the control plane against ipmi_sim (power off read back,
+//! fenced by ClusterLabs' fence_ipmilan, the BMC password rotated, media and overrides, the
+//! firmware baseline out of band, then in band and the erase by metal-boot's own controller
+//! client as the ramdisk) -> ready two identity generations later, with the evidence record
+//! and the meter rows. Also: a lease without a profile version is refused and the node stays
+//! ready; a BMC that refuses the rotation quarantines the node, and recover runs the
+//! teardown again.
+
+use std::time::Duration;
+
+use metal_boot::controller::{self, Retry};
+use metal_protocol::{InventoryReport, WipeReport};
+use metal_scheduler::{capacity, metal};
+use metal_tests::emulators::IpmiSim;
+use metal_tests::scheduler::TestScheduler;
+use serde_json::{Value, json};
+
+const MAC: &str = "52:54:00:00:0a:01";
+
+fn inventory(firmware: &[(&str, &str)]) -> InventoryReport {
+    let mut report: InventoryReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+    report.node_id = "n1".into();
+    for disk in &mut report.disks {
+        (disk.removable, disk.read_only) = (false, false);
+    }
+    report.firmware = firmware
+        .iter()
+        .map(|(c, v)| metal_protocol::firmware::FirmwareVersion {
+            component: (*c).into(),
+            version: (*v).into(),
+            source: "ipmi".into(),
+        })
+        .collect();
+    report
+}
+
+fn ok(s: &TestScheduler, method: &str, path: &str, body: Value) -> Value {
+    let (status, answer) = s.call(method, path, Some(body));
+    assert!((200..300).contains(&status), "{method} {path}: {status} {answer}");
+    answer
+}
+
+/// Node n1 behind `sim`, commissioned, in tenant-root pool p1 whose baseline is the BMC's own
+/// firmware; tenant acme with an installer profile. Returns the BMC's firmware version.
+fn site(s: &TestScheduler, sim: &IpmiSim, fencing: Value) -> String {
+    ok(s, "POST", "/v1/nodes", json!({"id": "n1", "bootMac": MAC, "devices": [{"id": "gpu0", "class": "gpu", "healthy": true}]}));
+    ok(s, "PUT", "/v1/nodes/n1/bmc", json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port),
+                                            "username": "admin", "password": "password"}));
+    let readings = ok(s, "GET", "/v1/nodes/n1/bmc/readings", Value::Null);
+    let version = readings["firmware"]["value"].as_array().and_then(|f| f.first()).map(|f| f["version"].as_str().unwrap().to_owned());
+    let version = version.unwrap_or_else(|| panic!("ipmi_sim reports no BMC firmware: {readings}"));
+    ok(s, "POST", "/v1/pools", json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
+        "policy": {"tenantRoot": true, "firmwareBaseline": {"bmc": version}, "fencing": fencing}}));
+    ok(s, "PATCH", "/v1/nodes/n1", json!({"poolId": "p1"}));
+    s.walk("n1", &["new", "commissioning"]);
+    let receipt =
+        s.post_report_as(metal_protocol::Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)]));
+    assert_eq!(receipt["accepted"], true, "{receipt}");
+    assert_eq!(s.node("n1")["state"], "ready");
+    ok(s, "POST", "/v1/tenants", json!({"id": "acme"}));
+    ok(s, "POST", "/v1/pools/p1/offers", json!({"tenantId": "acme"}));
+    ok(s, "POST", "/v1/profiles", json!({
+        "id": "acme-os", "tenantId": "acme", "deployMode": "installer", "adminUser": "ops", "role": "lessee",
+        "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"],
+        "installer": {"kind": "kickstart", "kernelUrl": "http://mirror.site-a/os/vmlinuz",
+                      "initrdUrl": "http://mirror.site-a/os/initrd", "sourceUrl": "http://mirror.site-a/os/tree"}}));
+    version
+}
+
+fn reserve(s: &TestScheduler, node: Value) -> String {
+    let body = json!({"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 1}], "duration": "1d",
+                      "binding": "node", "node": node});
+    ok(s, "POST", "/v1/reservations", body)["id"].as_str().unwrap().to_owned()
+}
+
+/// One pass of both sides, as the service's periodic passes run them.
+fn pass(s: &TestScheduler) {
+    s.block_on(capacity::leases::tick(&s.app)).unwrap();
+    s.block_on(metal::work::drain_once(&s.app)).unwrap();
+    s.block_on(metal::workflow::drive_once(&s.app)).unwrap();
+    s.block_on(capacity::leases::drain_once(&s.app)).unwrap();
+}
+
+/// Advances the clock past a waiting step's poll and runs a pass.
+fn later(s: &TestScheduler) {
+    s.clock.advance(Duration::from_secs(11));
+    pass(s);
+}
+
+fn teardowns(s: &TestScheduler) -> Vec<Value> {
+    ok(s, "GET", "/v1/nodes/n1/teardowns", Value::Null).as_array().unwrap().clone()
+}
+
+/// The simulated ramdisk: boots through the node's iPXE script and joins.
+fn ramdisk(s: &TestScheduler, task: &str) -> controller::Joined {
+    let (status, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert_eq!(status, 200, "{script}");
+    let (token, found) = TestScheduler::script_token(&script).unwrap_or_else(|| panic!("no ramdisk boot: {script}"));
+    assert_eq!(found, task, "{script}");
+    controller::join(&s.boot_url, &s.fingerprint, &token, Retry { attempts: 1, backoff: Duration::from_millis(1) }).unwrap()
+}
+
+#[test]
+fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, &sim, json!({"driver": "fence-agents"}));
+    let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
+
+    // Lease start: handed to the tenant under a new identity generation, deploying.
+    pass(&s);
+    let node = s.node("n1");
+    assert_eq!(node["state"], "deploying", "{node}");
+    assert_eq!((node["tenantRoot"].as_bool(), node["trust"].as_str()), (Some(true), Some("tenant-controlled")));
+    assert_eq!(node["identityGeneration"], 2, "the lease starts a new identity generation");
+    assert_eq!(node["releaseWipe"], "secure-erase");
+    let leased = s.events("node.tenant-root.leased");
+    assert_eq!(leased[0]["data"]["profile"], "acme-os", "{leased:?}");
+    assert!(sim.chassis_log().contains("power"), "network-boot powered the machine through its BMC");
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(r["state"], "pending", "not bound before the deploy: {r}");
+
+    // The installed system reports done: bound, active, billing starts.
+    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    let marker_text = format!("inst.ks={}/boot/installer/", s.url);
+    let start = script.find(&marker_text).unwrap_or_else(|| panic!("no installer boot: {script}")) + marker_text.len();
+    let token = script[start..].split('/').next().unwrap();
+    let done = reqwest::blocking::Client::new().post(format!("{}/boot/installer/{token}/done", s.url)).send().unwrap();
+    assert_eq!(done.status(), 204);
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["labels"]["role"].as_str()), (Some("deployed"), Some("lessee")), "{node}");
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(r["state"], "active", "{r}");
+    assert_eq!(s.events("node.tenant-root.bound").len(), 1);
+
+    // Four minutes on the bill (the simulated ramdisk's certificates are checked against
+    // the real clock, which the service's may not run far ahead of), then the release.
+    s.clock.advance(Duration::from_secs(240));
+    ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
+    pass(&s);
+    assert_eq!(s.events("node.tenant-root.ending").len(), 1);
+    let node = s.node("n1");
+    assert_eq!(node["state"], "releasing", "{node}");
+    let run = &teardowns(&s)[0];
+    assert_eq!(run["definition"], "metal-tenant-root-release@1");
+    assert_eq!(run["lastError"], "booted the ramdisk to erase every disk", "{run}");
+    let done: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
+    assert_eq!(done, ["power-off", "fence", "rotate-credential", "eject-media", "firmware"], "{run}");
+    let history = &run["history"];
+    assert_eq!(history[1]["detail"]["driver"], "fence-agents", "{run}");
+    assert!(history[1]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "{run}");
+    assert_eq!(history[2]["detail"]["rotated"], true, "{run}");
+    assert_eq!(history[4]["detail"]["code"], "COMPLIANT", "{run}");
+    let bmc = ok(&s, "GET", "/v1/nodes/n1/bmc", Value::Null);
+    assert_eq!(bmc["generation"], 2, "the rotated credential is stored: {bmc}");
+    let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
+    assert_eq!((status, power["power"].as_str()), (200, Some("on")), "the new credential logs in: {power}");
+
+    // The ramdisk checks firmware in band, then erases; its report lets the run go on.
+    let joined = ramdisk(&s, "firmware");
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
+    assert!(receipt.accepted && receipt.reason.is_none(), "{receipt:?}");
+    let joined = ramdisk(&s, "erase");
+    let mut wipe: WipeReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+    wipe.node_id = "n1".into();
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &wipe).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    assert_eq!(s.node("n1")["state"], "releasing", "the workflow, not the report, returns the node");
+    later(&s);
+
+    let node = s.node("n1");
+    assert_eq!(node["state"], "ready", "{node}");
+    assert_eq!((node["tenantRoot"].as_bool(), node["trust"].as_str()), (Some(false), Some("platform")), "{node}");
+    assert_eq!(node["identityGeneration"], 3, "a lease and its release yield a new identity generation");
+    assert!(node.get("leaseId").is_none(), "{node}");
+    let run = &teardowns(&s)[0];
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
+    assert_eq!(
+        steps,
+        ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "erase", "clean-up", "exit-tenant-root"]
+    );
+    assert!(run["history"].as_array().unwrap().iter().all(|h| h["result"] == "done"), "{run}");
+    let ready = s.events("node.ready");
+    assert_eq!(ready.last().unwrap()["data"]["evidence"], run["id"], "{ready:?}");
+
+    // The meter rows: the four bound minutes, billed to acme.
+    assert!(s.block_on(metal_scheduler::app::bill_once(&s.app)).unwrap() > 0);
+    let (_, usage) = s.call("GET", "/v1/usage?tenantId=acme", None);
+    let hours = usage["totals"]["node.metal.hours"].as_f64().unwrap();
+    assert!((hours - 240.0 / 3600.0).abs() < 1e-9, "bound at the deploy's end, released 240 s later: {usage}");
+}
+
+#[test]
+fn a_lease_without_a_profile_version_is_refused_and_the_node_stays_ready() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    site(&s, &sim, json!({"driver": "none"}));
+    let reservation = reserve(&s, json!({"profileId": "acme-os"}));
+    pass(&s);
+    let refused = s.events("node.tenant-root.refused");
+    assert!(refused[0]["data"]["reason"].as_str().unwrap().contains("without a profileVersion"), "{refused:?}");
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["identityGeneration"].as_i64()), (Some("ready"), Some(1)), "{node}");
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(r["state"], "failed", "{r}");
+    assert!(r["stateReason"].as_str().unwrap().starts_with("lease refused"), "{r}");
+}
