@@ -46,29 +46,53 @@ fn ok(s: &TestScheduler, method: &str, path: &str, body: Value) -> Value {
 }
 
 /// Node n1 behind `sim`, commissioned, in tenant-root pool p1 whose baseline is the BMC's own
-/// firmware; tenant acme with an installer profile. Returns the BMC's firmware version.
-fn site(s: &TestScheduler, sim: &IpmiSim, fencing: Value) -> String {
-    ok(s, "POST", "/v1/nodes", json!({"id": "n1", "bootMac": MAC, "devices": [{"id": "gpu0", "class": "gpu", "healthy": true}]}));
-    ok(s, "PUT", "/v1/nodes/n1/bmc", json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port),
-                                            "username": "admin", "password": "password"}));
+/// firmware (or `baseline` when given); tenant acme with an installer profile. Returns the
+/// BMC's firmware version.
+fn site(s: &TestScheduler, sim: &IpmiSim, fencing: Value, baseline: Option<&str>) -> String {
+    ok(
+        s,
+        "POST",
+        "/v1/nodes",
+        json!({"id": "n1", "bootMac": MAC, "devices": [{"id": "gpu0", "class": "gpu", "healthy": true}]}),
+    );
+    ok(
+        s,
+        "PUT",
+        "/v1/nodes/n1/bmc",
+        json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port),
+                                            "username": "admin", "password": "password"}),
+    );
     let readings = ok(s, "GET", "/v1/nodes/n1/bmc/readings", Value::Null);
-    let version = readings["firmware"]["value"].as_array().and_then(|f| f.first()).map(|f| f["version"].as_str().unwrap().to_owned());
+    let version = readings["firmware"]["value"]
+        .as_array()
+        .and_then(|f| f.first())
+        .map(|f| f["version"].as_str().unwrap().to_owned());
     let version = version.unwrap_or_else(|| panic!("ipmi_sim reports no BMC firmware: {readings}"));
-    ok(s, "POST", "/v1/pools", json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
-        "policy": {"tenantRoot": true, "firmwareBaseline": {"bmc": version}, "fencing": fencing}}));
+    ok(
+        s,
+        "POST",
+        "/v1/pools",
+        json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
+        "policy": {"tenantRoot": true, "firmwareBaseline": {"bmc": baseline.unwrap_or(&version)}, "fencing": fencing}}),
+    );
     ok(s, "PATCH", "/v1/nodes/n1", json!({"poolId": "p1"}));
     s.walk("n1", &["new", "commissioning"]);
-    let receipt =
-        s.post_report_as(metal_protocol::Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)]));
+    let found = inventory(&[("bmc", &version)]);
+    let receipt = s.post_report_as(metal_protocol::Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &found);
     assert_eq!(receipt["accepted"], true, "{receipt}");
     assert_eq!(s.node("n1")["state"], "ready");
     ok(s, "POST", "/v1/tenants", json!({"id": "acme"}));
     ok(s, "POST", "/v1/pools/p1/offers", json!({"tenantId": "acme"}));
-    ok(s, "POST", "/v1/profiles", json!({
+    ok(
+        s,
+        "POST",
+        "/v1/profiles",
+        json!({
         "id": "acme-os", "tenantId": "acme", "deployMode": "installer", "adminUser": "ops", "role": "lessee",
         "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"],
         "installer": {"kind": "kickstart", "kernelUrl": "http://mirror.site-a/os/vmlinuz",
-                      "initrdUrl": "http://mirror.site-a/os/initrd", "sourceUrl": "http://mirror.site-a/os/tree"}}));
+                      "initrdUrl": "http://mirror.site-a/os/initrd", "sourceUrl": "http://mirror.site-a/os/tree"}}),
+    );
     version
 }
 
@@ -102,14 +126,15 @@ fn ramdisk(s: &TestScheduler, task: &str) -> controller::Joined {
     assert_eq!(status, 200, "{script}");
     let (token, found) = TestScheduler::script_token(&script).unwrap_or_else(|| panic!("no ramdisk boot: {script}"));
     assert_eq!(found, task, "{script}");
-    controller::join(&s.boot_url, &s.fingerprint, &token, Retry { attempts: 1, backoff: Duration::from_millis(1) }).unwrap()
+    controller::join(&s.boot_url, &s.fingerprint, &token, Retry { attempts: 1, backoff: Duration::from_millis(1) })
+        .unwrap()
 }
 
 #[test]
 fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     let sim = IpmiSim::start();
     let s = TestScheduler::start(|_| {});
-    let version = site(&s, &sim, json!({"driver": "fence-agents"}));
+    let version = site(&s, &sim, json!({"driver": "fence-agents"}), None);
     let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
 
     // Lease start: handed to the tenant under a new identity generation, deploying.
@@ -202,7 +227,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
 fn a_lease_without_a_profile_version_is_refused_and_the_node_stays_ready() {
     let sim = IpmiSim::start();
     let s = TestScheduler::start(|_| {});
-    site(&s, &sim, json!({"driver": "none"}));
+    site(&s, &sim, json!({"driver": "none"}), None);
     let reservation = reserve(&s, json!({"profileId": "acme-os"}));
     pass(&s);
     let refused = s.events("node.tenant-root.refused");
@@ -212,4 +237,62 @@ fn a_lease_without_a_profile_version_is_refused_and_the_node_stays_ready() {
     let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
     assert_eq!(r["state"], "failed", "{r}");
     assert!(r["stateReason"].as_str().unwrap().starts_with("lease refused"), "{r}");
+}
+
+/// Leases n1 and deploys it (the installer's done), bound and active; returns the reservation.
+fn leased_and_deployed(s: &TestScheduler) -> String {
+    let reservation = reserve(s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    pass(s);
+    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    let marker = format!("inst.ks={}/boot/installer/", s.url);
+    let start = script.find(&marker).unwrap_or_else(|| panic!("no installer boot: {script}")) + marker.len();
+    let token = script[start..].split('/').next().unwrap();
+    let done = reqwest::blocking::Client::new().post(format!("{}/boot/installer/{token}/done", s.url)).send().unwrap();
+    assert_eq!(done.status(), 204);
+    later(s);
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(r["state"], "active", "{r}");
+    reservation
+}
+
+#[test]
+fn firmware_drift_quarantines_the_node_and_recover_runs_the_teardown_again() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    site(&s, &sim, json!({"driver": "none"}), Some("99.0"));
+    let reservation = leased_and_deployed(&s);
+    let (status, refused) =
+        s.call("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "deployed", "to": "releasing", "owner": "me"})));
+    assert_eq!(status, 409, "a tenant-root node leaves only through its teardown: {refused}");
+    ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
+    pass(&s);
+
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
+    assert_eq!(node["maintenance"], true, "{node}");
+    assert_eq!((node["tenantRoot"].as_bool(), node["trust"].as_str()), (Some(true), Some("tenant-controlled")));
+    let reason = node["stateReason"].as_str().unwrap();
+    assert!(reason.starts_with("firmware: FIRMWARE_DRIFT") && reason.contains("bmc: expected 99.0, found"), "{reason}");
+    let quarantined = s.events("node.tenant-root.quarantined");
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    let run = &teardowns(&s)[0];
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["history"].as_array().unwrap().last().unwrap()["step"], "firmware", "{run}");
+    assert_eq!(run["history"][1]["detail"]["driver"], "none", "no fencing is recorded as such: {run}");
+
+    // recover: back to releasing, a new run from the first step; maintenance stays on.
+    let (status, refused) =
+        s.call("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "failed", "to": "releasing", "owner": "me"})));
+    assert_eq!(status, 409, "{refused}");
+    let recovered = ok(&s, "POST", "/v1/nodes/n1/recover", Value::Null);
+    assert_eq!((recovered["state"].as_str(), recovered["maintenance"].as_bool()), (Some("releasing"), Some(true)));
+    pass(&s);
+    let runs = teardowns(&s);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1]["history"][0]["step"], "power-off", "the teardown runs again from the start");
+    assert_eq!(s.node("n1")["state"], "failed", "the drift is still there");
+    let (status, body) = s.call("POST", "/v1/nodes/n1/recover", None);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = s.call("POST", "/v1/nodes/n1/recover", None);
+    assert_eq!(status, 409, "only a failed node recovers: {body}");
 }

@@ -54,9 +54,10 @@ pub async fn recover_node(
                     if node.tenant_root { "" } else { " and not tenant-root" }
                 )));
             }
-            let reason = format!("recovered: the teardown runs again (was: {})", node.state_reason.clone().unwrap_or_default());
+            let reason =
+                format!("recovered: the teardown runs again (was: {})", node.state_reason.clone().unwrap_or_default());
             crate::metal::teardown::begin(tx, &node, &reason, &deadlines, now)?;
-            Ok(store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?)
+            store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))
         })
         .await?;
     Ok(ApiJson(node))

@@ -37,7 +37,12 @@ pub async fn tick(app: &App) -> Result<usize, ApiError> {
         moves.push((id, vec![Active], Ended, "its time ended".into()));
     }
     for id in overdue_binds {
-        moves.push((id, vec![Pending], Failed, "not bound within 2 hours of its start (deploy limit); not placed again".into()));
+        moves.push((
+            id,
+            vec![Pending],
+            Failed,
+            "not bound within 2 hours of its start (deploy limit); not placed again".into(),
+        ));
     }
     for id in starting {
         moves.push((id, vec![Pending], Active, "its start came".into()));
@@ -82,7 +87,8 @@ fn request_leases(
                              "tenant": reservation.tenant_id,
                              "profileId": node.and_then(|n| n.profile_id.clone()),
                              "profileVersion": node.and_then(|n| n.profile_version)});
-        queued |= store::work::enqueue(tx, Side::Metal, &format!("lease-start/{allocation}"), "lease.start", &payload, now)?;
+        queued |=
+            store::work::enqueue(tx, Side::Metal, &format!("lease-start/{allocation}"), "lease.start", &payload, now)?;
     }
     Ok(queued)
 }

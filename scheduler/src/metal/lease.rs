@@ -160,13 +160,14 @@ fn begin(
         Ok(plan) => plan,
         Err(e) => return refuse(format!("the lessee's deploy plan: {e}")),
     };
-    let tenancy = store::nodes::Tenancy {
-        lease: Some(request.allocation.clone()),
-        release_wipe: Some("secure-erase".into()),
-    };
+    let tenancy =
+        store::nodes::Tenancy { lease: Some(request.allocation.clone()), release_wipe: Some("secure-erase".into()) };
     let leased = store::nodes::set_tenancy(tx, &node, &tenancy, now)?;
     let owner = format!("lease/{}", request.allocation);
-    let reason = format!("tenant-root lease {} of {}: deploying {}:{}", request.allocation, request.tenant, profile.id, version.version);
+    let reason = format!(
+        "tenant-root lease {} of {}: deploying {}:{}",
+        request.allocation, request.tenant, profile.id, version.version
+    );
     let step = |from, to, generation| NodeTransition {
         from,
         to,
@@ -174,8 +175,13 @@ fn begin(
         owner: Some(owner.clone()),
         reason: Some(reason.clone()),
     };
-    let allocated =
-        store::nodes::transition(tx, &node.id, &step(NodeState::Ready, NodeState::Allocated, leased.generation), deadlines, now)?;
+    let allocated = store::nodes::transition(
+        tx,
+        &node.id,
+        &step(NodeState::Ready, NodeState::Allocated, leased.generation),
+        deadlines,
+        now,
+    )?;
     store::nodes::transition(
         tx,
         &node.id,
@@ -241,9 +247,11 @@ async fn await_deploy(app: &AppState, run: &WorkflowRun) -> Outcome {
     match app.store.read(move |tx| store::nodes::get(tx, &id)).await {
         Ok(Some(node)) => match node.state {
             NodeState::Deployed => Outcome::done(json!({"state": "deployed", "reason": node.state_reason})),
-            NodeState::Deploying => {
-                Outcome::Waiting(format!("deploying {}:{}", context_str(run, "profileId"), run.context["profileVersion"]))
-            }
+            NodeState::Deploying => Outcome::Waiting(format!(
+                "deploying {}:{}",
+                context_str(run, "profileId"),
+                run.context["profileVersion"]
+            )),
             state => Outcome::Failed(
                 format!("the lessee's deploy ended {state}: {}", node.state_reason.unwrap_or_default()),
                 json!({"state": state}),

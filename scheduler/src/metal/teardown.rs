@@ -81,7 +81,13 @@ fn pool_of(tx: &mut dyn Conn, node: &Node) -> ApiResult<Option<Pool>> {
 
 /// Starts a teardown of a tenant-root node that is deployed or failed: the node moves to
 /// releasing (`node.tenant-root.ending`) and a new run of the pool's variant begins.
-pub fn begin(tx: &mut dyn Conn, node: &Node, reason: &str, deadlines: &Deadlines, now: OffsetDateTime) -> ApiResult<String> {
+pub fn begin(
+    tx: &mut dyn Conn,
+    node: &Node,
+    reason: &str,
+    deadlines: &Deadlines,
+    now: OffsetDateTime,
+) -> ApiResult<String> {
     let pool = pool_of(tx, node)?;
     let definition = match pool.as_ref().and_then(|p| p.policy.agent) {
         Some(AgentMode::None) => &RELEASE_OOB,
@@ -267,7 +273,10 @@ impl Steps<'_> {
                 return self.promote(json!({"recovered": "a rotation was in flight; the new credential logs in"}));
             }
             if let Err(e) = self.logs_in(&stored.info, current.clone()).await {
-                return Outcome::Retry(format!("neither the pending nor the current BMC credential logs in: {e}"), Value::Null);
+                return Outcome::Retry(
+                    format!("neither the pending nor the current BMC credential logs in: {e}"),
+                    Value::Null,
+                );
             }
             if let Err(outcome) = self.set_pending(None).await {
                 return outcome;
@@ -329,7 +338,9 @@ impl Steps<'_> {
             Err(e) => return bmc_retry("reading the virtual media", e),
         };
         match bmc.set_boot(metal_bmc::BootTarget::Disk, metal_bmc::BootPersistence::Once).await {
-            Ok(()) => Outcome::done(json!({"media": media, "bootOverride": "disk (once): the tenant's overrides are gone"})),
+            Ok(()) => {
+                Outcome::done(json!({"media": media, "bootOverride": "disk (once): the tenant's overrides are gone"}))
+            }
             Err(e) => bmc_retry("clearing the boot override", e),
         }
     }

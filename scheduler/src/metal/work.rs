@@ -100,6 +100,12 @@ fn end(tx: &mut dyn Conn, request: &LeaseEnd, deadlines: &Deadlines, now: Offset
         }
         state => return Ok(format!("node {} is {state}: nothing to tear down", node.id)),
     };
-    let run = super::teardown::begin(tx, &node, &format!("lease {} ended: {}", request.allocation, request.reason), deadlines, now)?;
+    let run = super::teardown::begin(
+        tx,
+        &node,
+        &format!("lease {} ended: {}", request.allocation, request.reason),
+        deadlines,
+        now,
+    )?;
     Ok(format!("teardown {run}"))
 }

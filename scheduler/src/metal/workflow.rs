@@ -97,7 +97,12 @@ impl Outcome {
 /// What a definition does besides its steps: the changes made when a run ends.
 pub trait Hooks: Send + Sync {
     /// Runs a step of `run`.
-    fn step<'a>(&'a self, app: &'a AppState, run: &'a WorkflowRun, step: &'a str) -> futures::future::BoxFuture<'a, Outcome>;
+    fn step<'a>(
+        &'a self,
+        app: &'a AppState,
+        run: &'a WorkflowRun,
+        step: &'a str,
+    ) -> futures::future::BoxFuture<'a, Outcome>;
     /// Commits with the last step's verdict.
     fn succeeded(&self, conn: &mut dyn Conn, run: &WorkflowRun, now: time::OffsetDateTime) -> ApiResult<()>;
     /// Commits with the failing verdict (quarantine).
@@ -147,8 +152,7 @@ pub async fn work(app: AppState, mut run: WorkflowRun) {
             }
         })
     };
-    loop {
-        let Some(step) = run.current().cloned() else { break };
+    while let Some(step) = run.current().cloned() {
         crash_point(&app, &step.name, "before");
         let outcome = hooks.step(&app, &run, &step.name).await;
         match commit(&app, def, hooks, &run, &step, outcome).await {

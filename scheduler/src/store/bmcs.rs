@@ -128,7 +128,14 @@ pub fn promote_pending(conn: &mut dyn Conn, node: &str, now: OffsetDateTime) -> 
         &[&to_millis(now), &node],
     )?;
     if n == 1 {
-        events::append(conn, "node.bmc.credential.rotated", &format!("node/{node}"), None, &json!({"node": node}), now)?;
+        events::append(
+            conn,
+            "node.bmc.credential.rotated",
+            &format!("node/{node}"),
+            None,
+            &json!({"node": node}),
+            now,
+        )?;
     }
     Ok(n == 1)
 }

@@ -21,9 +21,9 @@ mod migrate;
 pub mod nodes;
 mod postgres;
 pub mod profiles;
+mod sqlite;
 pub mod work;
 pub mod workflows;
-mod sqlite;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -238,11 +238,22 @@ pub fn set_tenancy(conn: &mut dyn Conn, node: &Node, tenancy: &Tenancy, now: Off
         "UPDATE nodes SET generation = generation + 1, identity_generation = identity_generation + 1, \
          tenant_root = $1, trust = $2, lease_id = $3, release_wipe = $4, updated_at = $5 \
          WHERE id = $6 AND generation = $7",
-        &[&i64::from(leased), &trust, &tenancy.lease, &tenancy.release_wipe, &to_millis(now), &node.id, &node.generation],
+        &[
+            &i64::from(leased),
+            &trust,
+            &tenancy.lease,
+            &tenancy.release_wipe,
+            &to_millis(now),
+            &node.id,
+            &node.generation,
+        ],
     )?;
     let after = get(conn, &node.id)?.ok_or_else(|| ApiError::NotFound(format!("node {}", node.id)))?;
     if updated == 0 {
-        return Err(ApiError::Conflict(format!("node {} changed meanwhile (generation {})", node.id, after.generation)));
+        return Err(ApiError::Conflict(format!(
+            "node {} changed meanwhile (generation {})",
+            node.id, after.generation
+        )));
     }
     events::append(
         conn,

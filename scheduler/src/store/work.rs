@@ -55,7 +55,10 @@ pub fn enqueue(
 ) -> DbResult<bool> {
     crate::store::db::insert_unique(
         conn,
-        &format!("INSERT INTO {} (id, kind, payload, state, created_at) VALUES ($1, $2, $3, 'queued', $4)", side.table()),
+        &format!(
+            "INSERT INTO {} (id, kind, payload, state, created_at) VALUES ($1, $2, $3, 'queued', $4)",
+            side.table()
+        ),
         &[&id, &kind, &to_json(payload)?, &to_millis(now)],
     )
 }
@@ -85,7 +88,10 @@ pub fn queued(conn: &mut dyn Conn, side: Side, limit: i64) -> DbResult<Vec<WorkI
 /// caller's transaction then does nothing with it).
 pub fn take(conn: &mut dyn Conn, side: Side, id: &str, result: &str, now: OffsetDateTime) -> DbResult<bool> {
     let n = conn.execute(
-        &format!("UPDATE {} SET state = 'done', result = $1, done_at = $2 WHERE id = $3 AND state = 'queued'", side.table()),
+        &format!(
+            "UPDATE {} SET state = 'done', result = $1, done_at = $2 WHERE id = $3 AND state = 'queued'",
+            side.table()
+        ),
         &[&result, &to_millis(now), &id],
     )?;
     Ok(n == 1)

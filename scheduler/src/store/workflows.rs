@@ -73,7 +73,10 @@ pub fn create(
 
 /// One run, without its history.
 pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<WorkflowRun>> {
-    conn.query_opt(&format!("SELECT {COLUMNS} FROM workflow_runs WHERE id = $1"), &[&id])?.as_ref().map(from_row).transpose()
+    conn.query_opt(&format!("SELECT {COLUMNS} FROM workflow_runs WHERE id = $1"), &[&id])?
+        .as_ref()
+        .map(from_row)
+        .transpose()
 }
 
 /// The node's running workflow, if any.
@@ -87,7 +90,9 @@ pub fn running_for(conn: &mut dyn Conn, node: &str) -> DbResult<Option<WorkflowR
 /// A node's runs of definitions starting with `prefix`, oldest first, each with its history.
 pub fn for_node(conn: &mut dyn Conn, node: &str, prefix: &str) -> DbResult<Vec<WorkflowRun>> {
     let rows = conn.query(
-        &format!("SELECT {COLUMNS} FROM workflow_runs WHERE node_id = $1 AND definition LIKE $2 ORDER BY created_at, id"),
+        &format!(
+            "SELECT {COLUMNS} FROM workflow_runs WHERE node_id = $1 AND definition LIKE $2 ORDER BY created_at, id"
+        ),
         &[&node, &format!("{prefix}%")],
     )?;
     let mut runs = rows.iter().map(from_row).collect::<DbResult<Vec<_>>>()?;
@@ -240,10 +245,9 @@ pub fn record(
             let why = if overdue { "its deadline passed" } else { "no attempts left" };
             Some((format!("{error} ({} attempts, {why})", run.attempt + 1), detail.clone()))
         }
-        Verdict::Waiting { note, .. } if overdue => Some((
-            format!("{note}: still waiting after the step's {}s deadline", step.deadline_ms / 1000),
-            Value::Null,
-        )),
+        Verdict::Waiting { note, .. } if overdue => {
+            Some((format!("{note}: still waiting after the step's {}s deadline", step.deadline_ms / 1000), Value::Null))
+        }
         _ => None,
     };
     let (id, fence) = (&run.id, &run.fence);
@@ -315,7 +319,12 @@ pub fn release(conn: &mut dyn Conn, run: &WorkflowRun) -> DbResult<bool> {
 }
 
 /// Merges `patch` into the run's context (an intent recorded before acting), fenced.
-pub fn put_context(conn: &mut dyn Conn, run: &WorkflowRun, context: &Value, now: OffsetDateTime) -> Result<(), ApiError> {
+pub fn put_context(
+    conn: &mut dyn Conn,
+    run: &WorkflowRun,
+    context: &Value,
+    now: OffsetDateTime,
+) -> Result<(), ApiError> {
     let n = conn.execute(
         "UPDATE workflow_runs SET context = $1, updated_at = $2 WHERE id = $3 AND fence = $4 AND status = 'running'",
         &[&to_json(context)?, &to_millis(now), &run.id, &run.fence],

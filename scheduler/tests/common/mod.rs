@@ -124,7 +124,14 @@ impl Site {
             .write(move |tx| {
                 for (allocation, node) in capacity::allocations(tx, &id)? {
                     let payload = serde_json::json!({"reservation": id, "allocation": allocation, "node": node});
-                    work::enqueue(tx, work::Side::Capacity, &format!("lease-bound/{allocation}"), "lease.bound", &payload, now)?;
+                    work::enqueue(
+                        tx,
+                        work::Side::Capacity,
+                        &format!("lease-bound/{allocation}"),
+                        "lease.bound",
+                        &payload,
+                        now,
+                    )?;
                 }
                 Ok::<_, metal_scheduler::store::DbError>(())
             })

@@ -148,6 +148,11 @@ enum NodeCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Run the tenant-root teardown of a quarantined (failed) tenant-root node again, from
+    /// its first step. Maintenance stays on; turn it off once the node is ready again.
+    Recover { id: String },
+    /// A node's tenant-root teardowns with their evidence: every step, its result and times.
+    Teardowns { id: String },
     /// Turn maintenance on or off.
     Maintenance {
         id: String,
@@ -263,11 +268,21 @@ enum ReservationCommand {
     },
     /// Cancel a reservation.
     Cancel { id: String },
-    /// Release an active lease early.
+    /// Release an active lease early (a node binding's node is then torn down).
     Release { id: String },
-    /// Mark a node binding bound (its deploy completed); admin only.
-    Bind { id: String },
 }
+
+const TEARDOWN_COLUMNS: [(&str, &str); 6] = [
+    ("RUN", "id"),
+    ("DEFINITION", "definition"),
+    ("STATUS", "status"),
+    ("STEP", "stepIndex"),
+    ("CREATED", "createdAt"),
+    ("LAST ERROR", "lastError"),
+];
+
+const STEP_COLUMNS: [(&str, &str); 5] =
+    [("  STEP", "step"), ("RESULT", "result"), ("ATTEMPT", "attempt"), ("FINISHED", "finishedAt"), ("FENCE", "fence")];
 
 const RESERVATION_COLUMNS: [(&str, &str); 7] = [
     ("ID", "id"),
@@ -495,6 +510,22 @@ fn run(cli: Cli) -> Result<(), ClientError> {
                 }
             }
         }
+        Command::Node(NodeCommand::Recover { id }) => {
+            print_nodes(out, &client.request("POST", &format!("/v1/nodes/{id}/recover"), None)?);
+        }
+        Command::Node(NodeCommand::Teardowns { id }) => {
+            let runs = client.request("GET", &format!("/v1/nodes/{id}/teardowns"), None)?;
+            match out {
+                Output::Json => print(out, &runs, &[]),
+                Output::Table => {
+                    for run in runs.as_array().into_iter().flatten() {
+                        print!("{}", table(std::slice::from_ref(run), &TEARDOWN_COLUMNS));
+                        let history = run["history"].as_array().cloned().unwrap_or_default();
+                        println!("{}", table(&history, &STEP_COLUMNS));
+                    }
+                }
+            }
+        }
         Command::Node(NodeCommand::Move { id, from, to, owner, reason }) => {
             let body = json!({"from": from, "to": to, "owner": owner, "reason": reason});
             print_nodes(
@@ -650,9 +681,6 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         }
         Command::Reservation(ReservationCommand::Release { id }) => {
             print(out, &client.request("POST", &format!("/v1/reservations/{id}/release"), None)?, &RESERVATION_COLUMNS)
-        }
-        Command::Reservation(ReservationCommand::Bind { id }) => {
-            print(out, &client.request("POST", &format!("/v1/reservations/{id}/bind"), None)?, &RESERVATION_COLUMNS)
         }
         Command::Usage { tenant, from, to } => {
             let mut params = Vec::new();
