@@ -15,7 +15,7 @@ use std::time::Duration;
 use metal_boot::controller::{self, Retry};
 use metal_protocol::{InventoryReport, WipeReport};
 use metal_scheduler::{capacity, metal};
-use metal_tests::emulators::IpmiSim;
+use metal_tests::emulators::{IpmiSim, SUSHY_PASSWORD, Sushy};
 use metal_tests::scheduler::TestScheduler;
 use serde_json::{Value, json};
 
@@ -45,35 +45,37 @@ fn ok(s: &TestScheduler, method: &str, path: &str, body: Value) -> Value {
     answer
 }
 
-/// Node n1 behind `sim`, commissioned, in tenant-root pool p1 whose baseline is the BMC's own
-/// firmware (or `baseline` when given); tenant acme with an installer profile. Returns the
-/// BMC's firmware version.
-fn site(s: &TestScheduler, sim: &IpmiSim, fencing: Value, baseline: Option<&str>) -> String {
+fn ipmi(sim: &IpmiSim) -> Value {
+    json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"})
+}
+
+/// Node n1 behind `bmc`, commissioned, in tenant-root pool p1 whose baseline is the BMC's
+/// own firmware, with `policy` laid over that; tenant acme with an installer profile.
+/// Returns the BMC's firmware version.
+fn site(s: &TestScheduler, bmc: Value, policy: Value) -> String {
     ok(
         s,
         "POST",
         "/v1/nodes",
         json!({"id": "n1", "bootMac": MAC, "devices": [{"id": "gpu0", "class": "gpu", "healthy": true}]}),
     );
-    ok(
-        s,
-        "PUT",
-        "/v1/nodes/n1/bmc",
-        json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port),
-                                            "username": "admin", "password": "password"}),
-    );
+    ok(s, "PUT", "/v1/nodes/n1/bmc", bmc);
     let readings = ok(s, "GET", "/v1/nodes/n1/bmc/readings", Value::Null);
     let version = readings["firmware"]["value"]
         .as_array()
-        .and_then(|f| f.first())
-        .map(|f| f["version"].as_str().unwrap().to_owned());
-    let version = version.unwrap_or_else(|| panic!("ipmi_sim reports no BMC firmware: {readings}"));
+        .and_then(|f| f.iter().find(|c| c["id"] == "bmc"))
+        .and_then(|f| f["version"].as_str())
+        .unwrap_or("none reported")
+        .to_owned();
+    let mut full = json!({"tenantRoot": true, "firmwareBaseline": {"bmc": version}});
+    for (k, v) in policy.as_object().unwrap() {
+        full[k] = v.clone();
+    }
     ok(
         s,
         "POST",
         "/v1/pools",
-        json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
-        "policy": {"tenantRoot": true, "firmwareBaseline": {"bmc": baseline.unwrap_or(&version)}, "fencing": fencing}}),
+        json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated", "policy": full}),
     );
     ok(s, "PATCH", "/v1/nodes/n1", json!({"poolId": "p1"}));
     s.walk("n1", &["new", "commissioning"]);
@@ -134,7 +136,7 @@ fn ramdisk(s: &TestScheduler, task: &str) -> controller::Joined {
 fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     let sim = IpmiSim::start();
     let s = TestScheduler::start(|_| {});
-    let version = site(&s, &sim, json!({"driver": "fence-agents"}), None);
+    let version = site(&s, ipmi(&sim), json!({"fencing": {"driver": "fence-agents"}}));
     let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
 
     // Lease start: handed to the tenant under a new identity generation, deploying.
@@ -227,7 +229,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
 fn a_lease_without_a_profile_version_is_refused_and_the_node_stays_ready() {
     let sim = IpmiSim::start();
     let s = TestScheduler::start(|_| {});
-    site(&s, &sim, json!({"driver": "none"}), None);
+    site(&s, ipmi(&sim), json!({"fencing": {"driver": "none"}}));
     let reservation = reserve(&s, json!({"profileId": "acme-os"}));
     pass(&s);
     let refused = s.events("node.tenant-root.refused");
@@ -259,7 +261,7 @@ fn leased_and_deployed(s: &TestScheduler) -> String {
 fn firmware_drift_quarantines_the_node_and_recover_runs_the_teardown_again() {
     let sim = IpmiSim::start();
     let s = TestScheduler::start(|_| {});
-    site(&s, &sim, json!({"driver": "none"}), Some("99.0"));
+    site(&s, ipmi(&sim), json!({"firmwareBaseline": {"bmc": "99.0"}}));
     let reservation = leased_and_deployed(&s);
     let (status, refused) =
         s.call("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "deployed", "to": "releasing", "owner": "me"})));
@@ -295,4 +297,81 @@ fn firmware_drift_quarantines_the_node_and_recover_runs_the_teardown_again() {
     assert_eq!(status, 200, "{body}");
     let (status, body) = s.call("POST", "/v1/nodes/n1/recover", None);
     assert_eq!(status, 409, "only a failed node recovers: {body}");
+}
+
+/// Releases n1's lease and runs both sides until the teardown waits or ends.
+fn release(s: &TestScheduler, reservation: &str) {
+    ok(s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
+    pass(s);
+}
+
+#[test]
+fn a_bmc_that_refuses_the_rotation_quarantines_the_node_and_the_old_credential_stays() {
+    // sushy-tools has no AccountService: a Redfish BMC that cannot take a new password.
+    let sushy = Sushy::start();
+    let s = TestScheduler::start(|_| {});
+    let bmc = json!({"protocol": "redfish", "address": sushy.endpoint, "username": "admin", "password": SUSHY_PASSWORD,
+                     "tls": {"mode": "fingerprint", "value": sushy.pki.fingerprint}});
+    site(&s, bmc, json!({}));
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["maintenance"].as_bool()), (Some("failed"), Some(true)), "{node}");
+    let reason = node["stateReason"].as_str().unwrap();
+    assert!(reason.starts_with("rotate-credential: the BMC refused the new credential"), "{reason}");
+    assert!(reason.ends_with("the old credential stays current"), "{reason}");
+    assert!(!reason.contains(SUSHY_PASSWORD));
+    let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
+    assert_eq!((status, power["power"].as_str()), (200, Some("off")), "the old credential still logs in: {power}");
+    assert_eq!(ok(&s, "GET", "/v1/nodes/n1/bmc", Value::Null)["generation"], 1, "nothing was stored");
+}
+
+#[test]
+fn a_wipe_report_signed_by_a_tenant_identity_is_refused_and_quarantines() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, ipmi(&sim), json!({}));
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+    assert_eq!(teardowns(&s)[0]["lastError"], "booted the ramdisk to erase every disk");
+    let joined = ramdisk(&s, "firmware");
+    joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
+    // The tenant's OS forges a wipe report with a node-tenant certificate of this generation.
+    let mut wipe: WipeReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+    wipe.node_id = "n1".into();
+    let receipt = s.post_report_as(metal_protocol::Role::NodeTenant, "n1", 2, WipeReport::PAYLOAD_TYPE, &wipe);
+    assert_eq!(receipt["accepted"], false, "{receipt}");
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!(node["state"], "failed", "{node}");
+    let reason = node["stateReason"].as_str().unwrap();
+    assert!(reason.starts_with("erase: wipe report") && reason.contains("role-not-allowed"), "{reason}");
+}
+
+#[test]
+fn an_agentless_pool_returns_nodes_only_with_allow_unverified_release() {
+    for allow in [false, true] {
+        let sim = IpmiSim::start();
+        let s = TestScheduler::start(|_| {});
+        site(&s, ipmi(&sim), json!({"agent": "none", "allowUnverifiedRelease": allow}));
+        let reservation = leased_and_deployed(&s);
+        release(&s, &reservation);
+        let run = &teardowns(&s)[0];
+        assert_eq!(run["definition"], "metal-tenant-root-release-oob@1", "{run}");
+        let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
+        assert_eq!(steps, ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "exit-tenant-root"]);
+        let node = s.node("n1");
+        if allow {
+            assert_eq!(
+                (node["state"].as_str(), node["identityGeneration"].as_i64()),
+                (Some("ready"), Some(3)),
+                "{node}"
+            );
+            assert_eq!(s.events("node.ready").last().unwrap()["data"]["unverified"], true);
+        } else {
+            assert_eq!((node["state"].as_str(), node["maintenance"].as_bool()), (Some("failed"), Some(true)), "{node}");
+            assert!(node["stateReason"].as_str().unwrap().contains("allowUnverifiedRelease"), "{node}");
+        }
+    }
 }
