@@ -78,3 +78,16 @@ ALTER TABLE nodes ADD COLUMN lease_id TEXT;
 -- When the allocation's lease bound (its node deployed the lessee's profile); a node
 -- binding's reservation becomes active once every allocation is bound.
 ALTER TABLE allocations ADD COLUMN bound_at BIGINT;
+
+-- Inventories reported while a node is tenant-controlled: advisory snapshots, appended,
+-- changing nothing the platform decides on.
+CREATE TABLE inventory_snapshots (
+    id                  TEXT PRIMARY KEY,
+    node_id             TEXT NOT NULL REFERENCES nodes (id),
+    identity_generation BIGINT NOT NULL,
+    advisory            BIGINT NOT NULL,
+    inventory           TEXT NOT NULL,
+    envelope            TEXT NOT NULL,
+    reported_at         BIGINT NOT NULL
+);
+CREATE INDEX inventory_snapshots_node ON inventory_snapshots (node_id, reported_at);

@@ -166,6 +166,19 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert_eq!(r["state"], "active", "{r}");
     assert_eq!(s.events("node.tenant-root.bound").len(), 1);
 
+    // While the tenant has root, what the node reports is advisory: kept, changing nothing.
+    let platform = ok(&s, "GET", "/v1/nodes/n1/inventory", Value::Null);
+    let mut claimed = inventory(&[("bmc", "0.0-tenant")]);
+    claimed.disks.truncate(1);
+    let receipt = s.post_report_as(metal_protocol::Role::NodeTenant, "n1", 2, InventoryReport::PAYLOAD_TYPE, &claimed);
+    assert_eq!(receipt["accepted"], true, "{receipt}");
+    assert!(receipt["reason"].as_str().unwrap().starts_with("advisory"), "{receipt}");
+    let changed = s.events("node.inventory.changed");
+    assert_eq!((changed.len(), &changed[0]["data"]["advisory"]), (1, &json!(true)), "{changed:?}");
+    assert_eq!(ok(&s, "GET", "/v1/nodes/n1/inventory", Value::Null), platform, "the platform inventory stands");
+    let after = s.node("n1");
+    assert_eq!((&after["devices"], &after["labels"]), (&node["devices"], &node["labels"]), "{after}");
+
     // Four minutes on the bill (the simulated ramdisk's certificates are checked against
     // the real clock, which the service's may not run far ahead of), then the release.
     s.clock.advance(Duration::from_secs(240));

@@ -25,7 +25,7 @@ use crate::app::AppState;
 use crate::boot::{BootService, ClientAddr, Peer};
 use crate::error::{ApiError, ApiResult};
 use crate::model::boot::{BootStep, WipeReportRecord, boot_step};
-use crate::model::node::{Deadlines, Node, NodeState, NodeTransition};
+use crate::model::node::{Deadlines, Node, NodeState, NodeTransition, Trust};
 use crate::store::{self, Conn};
 
 /// The refusal of a genuine report whose erase failed (`WipeRefusal::DiskFailed`).
@@ -125,7 +125,20 @@ fn ramdisk_payload<T: serde::de::DeserializeOwned>(
     envelope: &Envelope,
     node_of: impl Fn(&T) -> &str,
 ) -> ApiResult<(Node, T)> {
-    if identity.role != Role::Ramdisk {
+    node_payload(tx, identity, key, envelope, &[Role::Ramdisk], node_of)
+}
+
+/// A report of one of `roles`, signed by the connection's certificate of the node's
+/// current identity generation, about that node.
+fn node_payload<T: serde::de::DeserializeOwned>(
+    tx: &mut dyn Conn,
+    identity: &Identity,
+    key: &VerifyingKey,
+    envelope: &Envelope,
+    roles: &[Role],
+    node_of: impl Fn(&T) -> &str,
+) -> ApiResult<(Node, T)> {
+    if !roles.contains(&identity.role) {
         return Err(ApiError::Forbidden(format!(
             "a {} certificate cannot post {}",
             identity.role, envelope.payload_type
@@ -177,12 +190,45 @@ fn inventory_report(
     deadlines: &Deadlines,
     now: OffsetDateTime,
 ) -> ApiResult<ReportReceipt> {
+    // Tenant-controlled until its teardown's end; the teardown's own ramdisk reports count.
+    let node = node_or_404(tx, &identity.node)?;
+    if node.trust == Trust::TenantControlled && node.state != NodeState::Releasing {
+        return advisory_inventory(tx, identity, key, envelope, now);
+    }
     let (node, report) = ramdisk_payload(tx, identity, key, envelope, |r: &InventoryReport| &r.node_id)?;
     match node.state {
         NodeState::Commissioning => commissioning_report(tx, &node, &report, envelope, deadlines, now),
         NodeState::Releasing => firmware_check(tx, &node, &report, deadlines, now),
         state => Err(ApiError::Conflict(format!("node {} is {state}, not commissioning or releasing", node.id))),
     }
+}
+
+/// An inventory from a tenant-controlled node outside its teardown (the tenant's OS, by
+/// any certificate of the current generation): appended as an advisory snapshot and raised as
+/// `node.inventory.changed` with `advisory: true`; the node's devices, device health,
+/// labels and conditions stay as the platform last saw them.
+fn advisory_inventory(
+    tx: &mut dyn Conn,
+    identity: &Identity,
+    key: &VerifyingKey,
+    envelope: &Envelope,
+    now: OffsetDateTime,
+) -> ApiResult<ReportReceipt> {
+    let roles = [Role::Ramdisk, Role::NodeTenant];
+    let (node, report) = node_payload(tx, identity, key, envelope, &roles, |r: &InventoryReport| &r.node_id)?;
+    let text = serde_json::to_string(&report).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let id = store::boot::put_advisory_inventory(tx, &node.id, node.identity_generation, &text, &raw, now)?;
+    let data = json!({"node": node.id, "snapshot": id, "advisory": true, "signer": identity.to_uri(),
+                      "disks": report.disks.len(), "nics": report.nics.len(), "passed": report.passed()});
+    store::events::append(tx, "node.inventory.changed", &format!("node/{}", node.id), None, &data, now)?;
+    Ok(ReportReceipt {
+        accepted: true,
+        reason: Some(format!(
+            "advisory: node {} is tenant-controlled; kept as snapshot {id}, nothing changed",
+            node.id
+        )),
+    })
 }
 
 /// The teardown's firmware step: the versions the ramdisk read in band against the pool's

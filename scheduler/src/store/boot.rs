@@ -290,3 +290,21 @@ pub fn clean_up(conn: &mut dyn Conn, node_id: &str) -> DbResult<(u64, u64)> {
     let plans = conn.execute("DELETE FROM deploy_plans WHERE node_id = $1", &[&node_id])?;
     Ok((tokens, plans))
 }
+
+/// Appends an advisory inventory snapshot (a tenant-controlled node's report); returns its id.
+pub fn put_advisory_inventory(
+    conn: &mut dyn Conn,
+    node_id: &str,
+    generation: i64,
+    inventory: &str,
+    envelope: &str,
+    now: OffsetDateTime,
+) -> DbResult<String> {
+    let id = format!("snap-{}", uuid::Uuid::new_v4().simple());
+    conn.execute(
+        "INSERT INTO inventory_snapshots (id, node_id, identity_generation, advisory, inventory, envelope, reported_at) \
+         VALUES ($1, $2, $3, 1, $4, $5, $6)",
+        &[&id, &node_id, &generation, &inventory, &envelope, &to_millis(now)],
+    )?;
+    Ok(id)
+}
