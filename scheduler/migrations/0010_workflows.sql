@@ -91,3 +91,7 @@ CREATE TABLE inventory_snapshots (
     reported_at         BIGINT NOT NULL
 );
 CREATE INDEX inventory_snapshots_node ON inventory_snapshots (node_id, reported_at);
+
+-- A deleted tenant: its row stays (reservations, records and events name it), hidden from
+-- the API, its credentials revoked.
+ALTER TABLE tenants ADD COLUMN deleted_at BIGINT;

@@ -132,6 +132,24 @@ fn ramdisk(s: &TestScheduler, task: &str) -> controller::Joined {
         .unwrap()
 }
 
+/// The ramdisk's part of the teardown: the in-band firmware check, then the erase and its
+/// wipe report (accepted).
+fn erase_by_ramdisk(s: &TestScheduler, version: &str) {
+    let joined = ramdisk(s, "firmware");
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", version)])).unwrap();
+    assert!(receipt.accepted && receipt.reason.is_none(), "{receipt:?}");
+    let joined = ramdisk(s, "erase");
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &wipe()).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+}
+
+fn wipe() -> WipeReport {
+    let mut wipe: WipeReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+    wipe.node_id = "n1".into();
+    wipe
+}
+
 #[test]
 fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     let sim = IpmiSim::start();
@@ -203,15 +221,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert_eq!((status, power["power"].as_str()), (200, Some("on")), "the new credential logs in: {power}");
 
     // The ramdisk checks firmware in band, then erases; its report lets the run go on.
-    let joined = ramdisk(&s, "firmware");
-    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
-    assert!(receipt.accepted && receipt.reason.is_none(), "{receipt:?}");
-    let joined = ramdisk(&s, "erase");
-    let mut wipe: WipeReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
-    wipe.node_id = "n1".into();
-    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &wipe).unwrap();
-    assert!(receipt.accepted, "{receipt:?}");
+    erase_by_ramdisk(&s, &version);
     assert_eq!(s.node("n1")["state"], "releasing", "the workflow, not the report, returns the node");
     later(&s);
 
@@ -350,10 +360,7 @@ fn a_wipe_report_signed_by_a_tenant_identity_is_refused_and_quarantines() {
     let joined = ramdisk(&s, "firmware");
     joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
     // The tenant's OS forges a wipe report with a node-tenant certificate of this generation.
-    let mut wipe: WipeReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
-    wipe.node_id = "n1".into();
-    let receipt = s.post_report_as(metal_protocol::Role::NodeTenant, "n1", 2, WipeReport::PAYLOAD_TYPE, &wipe);
+    let receipt = s.post_report_as(metal_protocol::Role::NodeTenant, "n1", 2, WipeReport::PAYLOAD_TYPE, &wipe());
     assert_eq!(receipt["accepted"], false, "{receipt}");
     later(&s);
     let node = s.node("n1");
@@ -387,4 +394,35 @@ fn an_agentless_pool_returns_nodes_only_with_allow_unverified_release() {
             assert!(node["stateReason"].as_str().unwrap().contains("allowUnverifiedRelease"), "{node}");
         }
     }
+}
+
+#[test]
+fn deleting_a_tenant_tears_its_lease_down_and_retires_only_its_own_machines() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, ipmi(&sim), json!({}));
+    let reservation = leased_and_deployed(&s);
+    ok(&s, "POST", "/v1/pools", json!({"id": "acme-own", "tenantId": "acme", "siteId": "site-a", "class": "own"}));
+    ok(&s, "POST", "/v1/nodes", json!({"id": "n2", "poolId": "acme-own"}));
+    s.walk("n2", &["new", "commissioning", "ready"]);
+    let token = ok(&s, "POST", "/v1/credentials", json!({"role": "tenant-member", "tenantId": "acme", "name": "ci"}));
+    let token = token["token"].as_str().unwrap().to_owned();
+    assert_eq!(s.call_as(&token, "GET", "/v1/reservations", None).0, 200);
+
+    let (status, root) = s.call("DELETE", "/v1/tenants/root", None);
+    assert_eq!(status, 409, "{root}");
+    let deleted = ok(&s, "DELETE", "/v1/tenants/acme", Value::Null);
+    assert_eq!(deleted, json!({"tenantId": "acme", "reservations": [reservation], "pools": ["acme-own"]}));
+    pass(&s);
+    assert_eq!(s.node("n2")["state"], "retired", "the tenant's own machine is retired");
+    assert_eq!(s.node("n1")["state"], "releasing", "the leased platform machine is torn down");
+    erase_by_ramdisk(&s, &version);
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["identityGeneration"].as_i64()), (Some("ready"), Some(3)), "{node}");
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!((r["state"].as_str(), r["stateReason"].as_str()), (Some("ended"), Some("tenant acme deleted")), "{r}");
+    assert_eq!(s.call_as(&token, "GET", "/v1/reservations", None).0, 401, "its credentials are revoked");
+    assert_eq!(s.call("GET", "/v1/tenants/acme", None).0, 404);
+    assert_eq!(s.call("DELETE", "/v1/tenants/acme", None).0, 404);
 }

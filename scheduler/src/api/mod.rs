@@ -109,6 +109,7 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         tenants::create_tenant,
         tenants::list_tenants,
         tenants::get_tenant,
+        tenants::delete_tenant,
         tenants::create_credential,
         tenants::list_credentials,
         tenants::revoke_credential,
@@ -200,7 +201,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/nodes/{id}/teardowns", get(teardowns::list_teardowns))
         .route("/v1/nodes/{id}/recover", post(teardowns::recover_node))
         .route("/v1/tenants", post(tenants::create_tenant).get(tenants::list_tenants))
-        .route("/v1/tenants/{id}", get(tenants::get_tenant))
+        .route("/v1/tenants/{id}", get(tenants::get_tenant).delete(tenants::delete_tenant))
         .route("/v1/credentials", post(tenants::create_credential).get(tenants::list_credentials))
         .route("/v1/credentials/{id}", axum::routing::delete(tenants::revoke_credential))
         .route("/v1/pools", post(pools::create_pool).get(pools::list_pools))

@@ -75,6 +75,21 @@ pub async fn get_tenant(
     Ok(ApiJson(tenant.ok_or_else(not_found)?))
 }
 
+/// Delete a tenant: its live reservations end (node bindings are torn down), the machines of
+/// its own pools are retired, its credentials revoked.
+#[utoipa::path(delete, path = "/v1/tenants/{id}", params(("id" = String, Path, description = "tenant id")),
+    responses((status = 200, body = crate::capacity::tenants::TenantDeleted), (status = 404, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody)))]
+pub async fn delete_tenant(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<ApiJson<crate::capacity::tenants::TenantDeleted>> {
+    caller.admin(&format!("tenant {id}"))?;
+    let now = app.clock.now();
+    Ok(ApiJson(app.change(move |tx| crate::capacity::tenants::delete(tx, &id, now)).await?))
+}
+
 /// Create an API credential. The token is in this response only; it is stored hashed.
 #[utoipa::path(post, path = "/v1/credentials", request_body = CredentialCreate,
     responses((status = 201, body = CredentialCreated), (status = 422, body = crate::error::ErrorBody)))]

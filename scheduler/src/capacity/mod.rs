@@ -8,6 +8,7 @@
 //! the database. Anything other than a booking invalidates the cache.
 
 pub mod leases;
+pub mod tenants;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

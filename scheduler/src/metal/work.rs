@@ -53,8 +53,33 @@ fn handle(
     match item.kind.as_str() {
         "lease.start" => lease::start(tx, &payload::<LeaseRequest>(item)?, controller_url, deadlines, now),
         "lease.end" => end(tx, &payload::<LeaseEnd>(item)?, deadlines, now),
+        "pool.retire" => retire_pool(tx, item, now),
         other => Ok(format!("unknown kind {other}: ignored")),
     }
+}
+
+/// Retires the machines of a deleted tenant's pool: every node that may move to retired
+/// now does (the rest are named in the result, for an operator).
+fn retire_pool(tx: &mut dyn Conn, item: &WorkItem, now: OffsetDateTime) -> ApiResult<String> {
+    let pool = item.payload.get("pool").and_then(serde_json::Value::as_str).unwrap_or_default();
+    let reason = item.payload.get("reason").and_then(serde_json::Value::as_str).unwrap_or("pool retired");
+    let (mut retired, mut left) = (Vec::new(), Vec::new());
+    for node in store::nodes::list(tx, None)?.into_iter().filter(|n| n.pool_id.as_deref() == Some(pool)) {
+        if !node.state.can_move_to(NodeState::Retired) {
+            left.push(format!("{} ({})", node.id, node.state));
+            continue;
+        }
+        let request = NodeTransition {
+            from: node.state,
+            to: NodeState::Retired,
+            generation: Some(node.generation),
+            owner: None,
+            reason: Some(reason.to_owned()),
+        };
+        store::nodes::transition(tx, &node.id, &request, &Deadlines::default(), now)?;
+        retired.push(node.id);
+    }
+    Ok(format!("pool {pool}: retired [{}]; left [{}]", retired.join(", "), left.join(", ")))
 }
 
 /// What `lease.end` carries.

@@ -96,12 +96,30 @@ fn tenant_from_row(r: &Row) -> DbResult<Tenant> {
 
 /// One tenant.
 pub fn get_tenant(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Tenant>> {
-    conn.query_opt("SELECT id, name FROM tenants WHERE id = $1", &[&id])?.as_ref().map(tenant_from_row).transpose()
+    conn.query_opt("SELECT id, name FROM tenants WHERE id = $1 AND deleted_at IS NULL", &[&id])?
+        .as_ref()
+        .map(tenant_from_row)
+        .transpose()
 }
 
 /// Every tenant, by id.
 pub fn list_tenants(conn: &mut dyn Conn) -> DbResult<Vec<Tenant>> {
-    conn.query("SELECT id, name FROM tenants ORDER BY id", &[])?.iter().map(tenant_from_row).collect()
+    conn.query("SELECT id, name FROM tenants WHERE deleted_at IS NULL ORDER BY id", &[])?
+        .iter()
+        .map(tenant_from_row)
+        .collect()
+}
+
+/// Marks a tenant deleted: hidden from the API, every credential of it revoked, offers to
+/// it withdrawn. False when there is no such (live) tenant.
+pub fn delete_tenant(conn: &mut dyn Conn, id: &str, now: OffsetDateTime) -> DbResult<bool> {
+    let at = to_millis(now);
+    if conn.execute("UPDATE tenants SET deleted_at = $1 WHERE id = $2 AND deleted_at IS NULL", &[&at, &id])? == 0 {
+        return Ok(false);
+    }
+    conn.execute("UPDATE credentials SET revoked_at = $1 WHERE tenant_id = $2 AND revoked_at IS NULL", &[&at, &id])?;
+    conn.execute("DELETE FROM pool_offers WHERE tenant_id = $1", &[&id])?;
+    Ok(true)
 }
 
 /// Every credential (without token hashes), by id.

@@ -197,6 +197,9 @@ enum TenantCommand {
         #[arg(long)]
         name: Option<String>,
     },
+    /// Delete a tenant: its live reservations end (leased machines are torn down and return
+    /// to ready), the machines of its own pools are retired, its credentials are revoked.
+    Delete { id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -271,6 +274,9 @@ enum ReservationCommand {
     /// Release an active lease early (a node binding's node is then torn down).
     Release { id: String },
 }
+
+const TENANT_DELETED_COLUMNS: [(&str, &str); 3] =
+    [("TENANT", "tenantId"), ("RESERVATIONS ENDED", "reservations"), ("POOLS RETIRED", "pools")];
 
 const TEARDOWN_COLUMNS: [(&str, &str); 6] = [
     ("RUN", "id"),
@@ -588,6 +594,9 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         Command::Provision { profile, count } => image::run_provision(&client, out, &profile, count)?,
         Command::Tenant(TenantCommand::List) => {
             print(out, &client.request("GET", "/v1/tenants", None)?, &[("ID", "id"), ("NAME", "name")])
+        }
+        Command::Tenant(TenantCommand::Delete { id }) => {
+            print(out, &client.request("DELETE", &format!("/v1/tenants/{id}"), None)?, &TENANT_DELETED_COLUMNS);
         }
         Command::Tenant(TenantCommand::Create { id, name }) => {
             let tenant =
