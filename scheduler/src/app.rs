@@ -32,9 +32,9 @@ pub struct App {
     /// Node snapshots for placement (a cache; the database decides).
     pub placement: crate::capacity::PlacementCache,
     /// The boot service, when `boot-listen` is set.
-    pub boot: Option<crate::boot::BootService>,
+    pub boot: Option<crate::metal::boot::BootService>,
     /// The image store.
-    pub images: crate::images::ImageService,
+    pub images: crate::metal::images::ImageService,
     /// This process's name as a worker (workflow claims, image imports): unique per start.
     pub worker: String,
 }
@@ -102,8 +102,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
     let data_dir = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .map_err(|source| StartError::DataDir { path: data_dir.display().to_string(), source })?;
-    let boot = crate::boot::BootService::open(&config)?;
-    let images = crate::images::ImageService::open(&config)?;
+    let boot = crate::metal::boot::BootService::open(&config)?;
+    let images = crate::metal::images::ImageService::open(&config)?;
     let url = config.database_url.clone().unwrap_or_else(|| Store::sqlite_url(&data_dir));
     let store = Store::open(&url).await?;
     info!(backend = ?store.backend(), "database ready");
@@ -222,10 +222,10 @@ pub fn spawn_reaper(app: AppState) {
             if let Err(e) = bill_once(&app).await {
                 warn!(error = %e, "billing pass failed");
             }
-            if let Err(e) = crate::images::import::resume_orphans(&app).await {
+            if let Err(e) = crate::metal::images::import::resume_orphans(&app).await {
                 warn!(error = %e, "image import pass failed");
             }
-            if let Err(e) = crate::provision::auto_deploy_once(&app).await {
+            if let Err(e) = crate::metal::provision::auto_deploy_once(&app).await {
                 warn!(error = %e, "auto-deploy pass failed");
             }
         }
@@ -244,7 +244,9 @@ pub async fn serve(
     let stop = Arc::new(Notify::new());
     let boot_task = boot.map(|boot| {
         let (app, stop) = (app.clone(), stop.clone());
-        tokio::spawn(async move { crate::boot::tls::serve(app, boot, async move { stop.notified().await }).await })
+        tokio::spawn(
+            async move { crate::metal::boot::tls::serve(app, boot, async move { stop.notified().await }).await },
+        )
     });
     let router = crate::api::router(app);
     info!(address = %listener.local_addr()?, "metal-scheduler listening");

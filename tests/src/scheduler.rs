@@ -95,9 +95,9 @@ impl TestScheduler {
         let database =
             self.database_url.clone().unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(self.dir.path()));
         let images = self.dir.path().join("images");
-        let ca = self.dir.path().join(metal_scheduler::boot::CA_DIR);
+        let ca = self.dir.path().join(metal_scheduler::metal::boot::CA_DIR);
         let dir = tempfile::tempdir().unwrap();
-        copy_dir(&ca, &dir.path().join(metal_scheduler::boot::CA_DIR));
+        copy_dir(&ca, &dir.path().join(metal_scheduler::metal::boot::CA_DIR));
         std::fs::copy(self.dir.path().join(app::ADMIN_TOKEN_FILE), dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap();
         TestScheduler::start_in(dir, Some(database), Some(self.clock.clone()), move |config| {
             config.images.dir = Some(images);
@@ -130,7 +130,7 @@ impl TestScheduler {
         runtime.spawn(metal_scheduler::http_server::serve(api, router, std::future::pending()));
         let boot_app = app.clone();
         runtime.spawn(async move {
-            metal_scheduler::boot::tls::serve(boot_app, boot, std::future::pending()).await.unwrap()
+            metal_scheduler::metal::boot::tls::serve(boot_app, boot, std::future::pending()).await.unwrap()
         });
         TestScheduler {
             url: format!("http://127.0.0.1:{port}"),
@@ -165,7 +165,7 @@ impl TestScheduler {
 
     /// The site CA (to issue test certificates of other roles).
     pub fn ca(&self) -> metal_protocol::SiteCa {
-        metal_scheduler::ca_files::load(&self.data_dir().join(metal_scheduler::boot::CA_DIR)).unwrap()
+        metal_scheduler::ca_files::load(&self.data_dir().join(metal_scheduler::metal::boot::CA_DIR)).unwrap()
     }
 
     /// An admin API call: status and JSON body (or the text as a JSON string).

@@ -13,8 +13,8 @@ use utoipa::ToSchema;
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::bmcs;
 use crate::error::ApiResult;
+use crate::metal::bmcs;
 use crate::model::bmc::{
     BmcInfo, BmcSpec, BootRequest, ConsoleSession, DiscoverRequest, DiscoverResult, MediaInfo, MediaRequest, Password,
     PowerRequest, PowerResult,
@@ -175,7 +175,7 @@ pub async fn discover(
     ApiJson(request): ApiJson<DiscoverRequest>,
 ) -> ApiResult<ApiJson<DiscoverResult>> {
     caller.admin("bmcs")?;
-    Ok(ApiJson(crate::discovery::discover(&app, request).await?))
+    Ok(ApiJson(crate::metal::discovery::discover(&app, request).await?))
 }
 
 /// The node's serial console as a WebSocket (IPMI Serial-over-LAN): binary messages both
@@ -194,7 +194,7 @@ pub async fn console(
     })?;
     let (child, session) = bmcs::open_console(&app, &id, &caller.0.id).await?;
     tracing::info!(node = %id, credential = %caller.0.id, %session, "console session opened");
-    Ok(upgrade.on_upgrade(move |socket| crate::console::bridge(app, socket, child, session)))
+    Ok(upgrade.on_upgrade(move |socket| crate::metal::console::bridge(app, socket, child, session)))
 }
 
 /// The node's console sessions, newest first (audit).

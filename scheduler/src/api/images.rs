@@ -48,7 +48,7 @@ pub async fn import_image(
             .await?
     };
     app.events.notify_waiters();
-    crate::images::import::spawn(app.clone(), id);
+    crate::metal::images::import::spawn(app.clone(), id);
     Ok((StatusCode::ACCEPTED, ApiJson(image)))
 }
 

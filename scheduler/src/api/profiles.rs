@@ -10,8 +10,8 @@ use super::images::owning_tenant;
 use super::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::metal::provision::ProvisionOutcome;
 use crate::model::profile::{Profile, ProfileCreate, ProfileSpec, ProvisionRequest};
-use crate::provision::ProvisionOutcome;
 use crate::store;
 
 /// Create a profile; its body is version 1.
@@ -111,5 +111,5 @@ pub async fn provision(
     ApiJson(request): ApiJson<ProvisionRequest>,
 ) -> ApiResult<ApiJson<ProvisionOutcome>> {
     caller.admin("provision")?;
-    Ok(ApiJson(crate::provision::provision(&app, request, None).await?))
+    Ok(ApiJson(crate::metal::provision::provision(&app, request, None).await?))
 }

@@ -7,7 +7,9 @@
 //! never double-book or pick an ineligible node; a refusal is only given after a reload from
 //! the database. Anything other than a booking invalidates the cache.
 
+pub mod billing;
 pub mod leases;
+pub mod placement;
 pub mod tenants;
 
 use std::collections::HashMap;
@@ -18,8 +20,8 @@ use time::OffsetDateTime;
 use crate::clock::to_millis;
 use crate::error::{ApiError, ApiResult};
 use crate::model::reservation::{Binding, Reservation, ReservationCreate, ReservationState, Window};
-use crate::placement::{self, Ask, Candidate};
 use crate::store::{self, Conn};
+use placement::{Ask, Candidate};
 
 /// Placement attempts before giving up on racing writers (PostgreSQL replicas).
 const ATTEMPTS: usize = 3;

@@ -156,7 +156,7 @@ fn begin(
     // The plan is derived for the identity generation the lease starts.
     let mut next = node.clone();
     next.identity_generation += 1;
-    let plan = match crate::provision::derive_plan(controller_url, image.as_ref(), &version, &next, &inventory) {
+    let plan = match crate::metal::provision::derive_plan(controller_url, image.as_ref(), &version, &next, &inventory) {
         Ok(plan) => plan,
         Err(e) => return refuse(format!("the lessee's deploy plan: {e}")),
     };
@@ -230,8 +230,8 @@ async fn network_boot(app: &AppState, run: &WorkflowRun) -> Outcome {
     }
     let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Pxe, persistent: false };
     let result = async {
-        crate::bmcs::boot(app, &run.node_id, &request).await?;
-        crate::bmcs::power(app, &run.node_id, metal_bmc::PowerAction::Cycle).await
+        crate::metal::bmcs::boot(app, &run.node_id, &request).await?;
+        crate::metal::bmcs::power(app, &run.node_id, metal_bmc::PowerAction::Cycle).await
     }
     .await;
     match result {

@@ -3,8 +3,15 @@
 //! capacity side queues. It talks to the capacity side only through work rows
 //! (`store::work`); it never reads or writes reservations or allocations.
 
+pub mod bmcs;
+pub mod boot;
+pub mod console;
+pub mod discovery;
 pub mod fencing;
+pub mod images;
+pub mod installer;
 pub mod lease;
+pub mod provision;
 pub mod teardown;
 pub mod work;
 pub mod workflow;

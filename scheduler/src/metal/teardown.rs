@@ -191,12 +191,12 @@ fn bmc_retry(what: &str, e: impl std::fmt::Display) -> Outcome {
 
 impl Steps<'_> {
     async fn bmc(&self) -> Result<Box<dyn metal_bmc::Bmc>, Outcome> {
-        crate::bmcs::client(self.app, &self.node.id).await.map_err(|e| bmc_retry("connecting to the BMC", e))
+        crate::metal::bmcs::client(self.app, &self.node.id).await.map_err(|e| bmc_retry("connecting to the BMC", e))
     }
 
     /// Off, read back.
     async fn power_off(&self) -> Outcome {
-        match crate::bmcs::power(self.app, &self.node.id, metal_bmc::PowerAction::Off).await {
+        match crate::metal::bmcs::power(self.app, &self.node.id, metal_bmc::PowerAction::Off).await {
             Ok(result) if result.after == "off" => Outcome::done(json!({"power": result})),
             Ok(result) => Outcome::Retry("the BMC still reads power on".into(), json!({"power": result})),
             Err(e) => bmc_retry("powering off", e),
@@ -236,7 +236,7 @@ impl Steps<'_> {
 
     /// Whether `password` logs in (a power read needs a valid credential).
     async fn logs_in(&self, info: &crate::model::bmc::BmcInfo, password: metal_bmc::Secret) -> Result<(), String> {
-        let bmc = crate::bmcs::connect(info, password).await.map_err(|e| e.to_string())?;
+        let bmc = crate::metal::bmcs::connect(info, password).await.map_err(|e| e.to_string())?;
         bmc.power_state().await.map(|_| ()).map_err(|e| e.to_string())
     }
 
@@ -287,7 +287,7 @@ impl Steps<'_> {
         if let Err(outcome) = self.set_pending(Some(sealed)).await {
             return outcome;
         }
-        let bmc = match crate::bmcs::connect(&stored.info, current.clone()).await {
+        let bmc = match crate::metal::bmcs::connect(&stored.info, current.clone()).await {
             Ok(bmc) => bmc,
             Err(e) => return bmc_retry("connecting to the BMC", e),
         };
@@ -421,8 +421,8 @@ impl Steps<'_> {
         }
         let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Pxe, persistent: false };
         let booted = async {
-            crate::bmcs::boot(self.app, &self.node.id, &request).await?;
-            crate::bmcs::power(self.app, &self.node.id, metal_bmc::PowerAction::Cycle).await
+            crate::metal::bmcs::boot(self.app, &self.node.id, &request).await?;
+            crate::metal::bmcs::power(self.app, &self.node.id, metal_bmc::PowerAction::Cycle).await
         }
         .await;
         match booted {

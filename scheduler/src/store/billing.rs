@@ -7,7 +7,7 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::billing::{GPU_HOURS, NODE_HOURS, due_windows};
+use crate::capacity::billing::{GPU_HOURS, NODE_HOURS, due_windows};
 use crate::clock::{from_millis, to_millis};
 use crate::model::node::Device;
 use crate::model::reservation::ReservationCreate;

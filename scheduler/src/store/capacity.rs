@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use serde_json::json;
 use time::OffsetDateTime;
 
+use crate::capacity::placement::Candidate;
 use crate::clock::{from_millis, to_millis};
 use crate::error::ApiError;
 use crate::model::pool::{Pool, PoolCapacity, PoolCreate, PoolPolicy};
 use crate::model::reservation::{Reservation, ReservationCreate, ReservationState};
-use crate::placement::Candidate;
 use crate::store::db::to_json;
 use crate::store::{Backend, Conn, DbError, DbResult, Row, events};
 

@@ -177,7 +177,7 @@ pub fn derive_plan(
             Ok(store::boot::DerivedPlan::Image { plan: stored(&plan)?, image_id: image_id.clone() })
         }
         (None, None, Some(installer)) => {
-            let plan = crate::installer::derive(spec, installer, node, instance_id(node), hostname(node), disk)?;
+            let plan = crate::metal::installer::derive(spec, installer, node, instance_id(node), hostname(node), disk)?;
             Ok(store::boot::DerivedPlan::Installer(stored(&plan)?))
         }
         _ => Err(ApiError::Internal(format!(
@@ -356,7 +356,7 @@ pub async fn provision(
     if request.count == 0 {
         return Err(ApiError::invalid("count", "must be at least 1"));
     }
-    let service = crate::boot::BootService::of(app)
+    let service = crate::metal::boot::BootService::of(app)
         .map_err(|_| ApiError::InvalidConfig("provisioning needs the boot service (set boot-listen)".into()))?;
     let controller_url = service.controller_url.clone();
     let (deadlines, now) = (app.config.deadlines, app.clock.now());
@@ -377,7 +377,7 @@ pub async fn provision(
 /// deploying or deployed (fewer when not enough ready nodes fit; the next pass tries again).
 /// Returns how many nodes it started.
 pub async fn auto_deploy_once(app: &AppState) -> ApiResult<usize> {
-    let Ok(service) = crate::boot::BootService::of(app) else { return Ok(0) };
+    let Ok(service) = crate::metal::boot::BootService::of(app) else { return Ok(0) };
     let controller_url = service.controller_url.clone();
     let (deadlines, now) = (app.config.deadlines, app.clock.now());
     let wanted = app.store.read(|tx| Ok::<_, ApiError>(store::profiles::auto_deploy_shortfalls(tx)?)).await?;
@@ -414,7 +414,7 @@ pub async fn auto_deploy_once(app: &AppState) -> ApiResult<usize> {
 /// Network-boots a deploying node through its BMC (boot override to PXE, then power cycle,
 /// which powers on a machine that is off).
 async fn start(app: &AppState, node: &str) -> BootStart {
-    let has_bmc = crate::bmcs::info(app, node.to_owned()).await.is_ok();
+    let has_bmc = crate::metal::bmcs::info(app, node.to_owned()).await.is_ok();
     if !has_bmc {
         return BootStart {
             node: node.to_owned(),
@@ -424,8 +424,8 @@ async fn start(app: &AppState, node: &str) -> BootStart {
     }
     let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Pxe, persistent: false };
     let result = async {
-        crate::bmcs::boot(app, node, &request).await?;
-        crate::bmcs::power(app, node, metal_bmc::PowerAction::Cycle).await?;
+        crate::metal::bmcs::boot(app, node, &request).await?;
+        crate::metal::bmcs::power(app, node, metal_bmc::PowerAction::Cycle).await?;
         Ok::<_, ApiError>(())
     }
     .await;

@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use crate::app::{App, AppState};
 use crate::error::ApiError;
-use crate::images::{CHUNK_SIZE, LEVEL, remove_quietly};
+use crate::metal::images::{CHUNK_SIZE, LEVEL, remove_quietly};
 use crate::model::image::{Image, ImagePlan, ImageProgress, file_name, parse_checksum_file};
 use crate::store::{self, images::Verdict};
 

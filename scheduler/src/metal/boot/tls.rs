@@ -15,8 +15,8 @@ use rustls::sign::CertifiedKey;
 use tracing::{info, warn};
 
 use crate::app::AppState;
-use crate::boot::{BootService, Peer, ramdisk};
 use crate::http_server::{Connections, accept_loop};
+use crate::metal::boot::{BootService, Peer, ramdisk};
 
 /// How long the listener's own certificate is valid.
 const SERVER_VALIDITY: Duration = Duration::from_secs(30 * 86400);

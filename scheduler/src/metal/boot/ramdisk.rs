@@ -22,8 +22,8 @@ use tracing::{info, warn};
 
 use crate::api::ApiJson;
 use crate::app::AppState;
-use crate::boot::{BootService, ClientAddr, Peer};
 use crate::error::{ApiError, ApiResult};
+use crate::metal::boot::{BootService, ClientAddr, Peer};
 use crate::model::boot::{BootStep, WipeReportRecord, boot_step};
 use crate::model::node::{Deadlines, Node, NodeState, NodeTransition, Trust};
 use crate::store::{self, Conn};
@@ -378,7 +378,7 @@ fn task_report(
         let verb = if report.ok { "done" } else { "failed" };
         let reason = format!("{} {verb}: {}", report.task, report.detail);
         match to {
-            NodeState::Deployed => crate::provision::deploy_done(tx, &node, reason, deadlines, now)?,
+            NodeState::Deployed => crate::metal::provision::deploy_done(tx, &node, reason, deadlines, now)?,
             _ => move_node(tx, &node, to, reason, deadlines, now)?,
         };
     }
@@ -452,7 +452,7 @@ pub async fn image(
     if !path.exists() {
         return Err(ApiError::NotFound(format!("image {id}'s file")));
     }
-    crate::images::serve::file_response(&path, &headers, "application/zstd").await
+    crate::metal::images::serve::file_response(&path, &headers, "application/zstd").await
 }
 
 /// `GET /v1/boot/plan`: the deploy plan of the connection's node, while it is deploying.

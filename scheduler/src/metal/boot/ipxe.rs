@@ -16,9 +16,9 @@ use time::OffsetDateTime;
 use tracing::info;
 
 use crate::app::AppState;
-use crate::boot::{BootService, ClientAddr};
 use crate::config::BootConfig;
 use crate::error::{ApiError, ApiResult};
+use crate::metal::boot::{BootService, ClientAddr};
 use crate::model::boot::{BootStep, BootTask, boot_step};
 use crate::model::node::{Deadlines, NodeState, NodeTransition, normalize_mac};
 use crate::store::{self, Conn};
@@ -43,7 +43,7 @@ pub struct Decision {
     /// The MAC it booted with (normalised).
     pub boot_mac: String,
     /// The installer plan, when the step is the installer.
-    pub installer: Option<crate::installer::InstallerPlan>,
+    pub installer: Option<crate::metal::installer::InstallerPlan>,
 }
 
 /// The boot loader a script is written for.
@@ -87,7 +87,7 @@ pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dia
                 kind = plan.installer.kind,
                 kernel = plan.installer.kernel_url,
                 initrd = plan.installer.initrd_url,
-                args = crate::installer::kernel_args(plan, base, token),
+                args = crate::metal::installer::kernel_args(plan, base, token),
             ),
             None => format!("#!ipxe\necho metal: node {node}: its installer plan is missing\nexit\n"),
         },
@@ -272,7 +272,7 @@ async fn script(
 async fn installer_of(
     app: &AppState,
     token: String,
-) -> ApiResult<(crate::store::boot::BootToken, crate::installer::InstallerPlan)> {
+) -> ApiResult<(crate::store::boot::BootToken, crate::metal::installer::InstallerPlan)> {
     let now = app.clock.now();
     app.store
         .read(move |tx| {
@@ -308,7 +308,9 @@ pub async fn installer_file(
     let base = base_url(&headers, app.config.listen);
     use crate::model::profile::InstallerKind::{Autoinstall, Kickstart};
     let body = match (name.as_str(), plan.installer.kind) {
-        ("user-data", Autoinstall) | ("ks.cfg", Kickstart) => crate::installer::served_config(&plan, &base, &token),
+        ("user-data", Autoinstall) | ("ks.cfg", Kickstart) => {
+            crate::metal::installer::served_config(&plan, &base, &token)
+        }
         ("meta-data", Autoinstall) => plan.meta_data.clone(),
         ("vendor-data", Autoinstall) => String::new(),
         _ => return Err(ApiError::NotFound(format!("installer file {name:?}"))),
@@ -334,7 +336,13 @@ pub async fn installer_done(
             let found = store::boot::redeem_token(tx, &token, now)?;
             let node = store::nodes::get(tx, &found.node_id)?
                 .ok_or_else(|| ApiError::NotFound(format!("node {}", found.node_id)))?;
-            crate::provision::deploy_done(tx, &node, "install done (reported by the installer)".into(), &deadlines, now)
+            crate::metal::provision::deploy_done(
+                tx,
+                &node,
+                "install done (reported by the installer)".into(),
+                &deadlines,
+                now,
+            )
         })
         .await?;
     info!(node = %node.id, client = %address, "installer reported the install done");
