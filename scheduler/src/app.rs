@@ -133,6 +133,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
     if bootstrapped {
         info!(path = %path.display(), "created the first platform admin credential; its token is in this file");
     }
+    let worker = format!("worker-{}", uuid::Uuid::new_v4().simple());
+    info!(%worker, "workflow worker");
     Ok(Arc::new(App {
         store,
         clock,
@@ -142,7 +144,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
         placement: Default::default(),
         boot,
         images,
-        worker: format!("worker-{}", uuid::Uuid::new_v4().simple()),
+        worker,
     }))
 }
 

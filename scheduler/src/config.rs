@@ -25,6 +25,9 @@ pub struct Config {
     pub reaper_interval: Duration,
     /// How often the workflow engine looks for due steps and queued work.
     pub workflow_interval: Duration,
+    /// How long a workflow claim lasts unless renewed (renewed every third of it): how soon
+    /// another replica takes over the runs of one that died.
+    pub workflow_claim: Duration,
     /// Test hook (`METAL_TEST_CRASH_AT`, environment only): `STEP:before|after,...` aborts
     /// the process there, as `kill -9` would. Unset in production.
     pub test_crash_at: Option<String>,
@@ -119,6 +122,7 @@ impl Default for Config {
             deadlines: Deadlines::default(),
             reaper_interval: Duration::from_secs(30),
             workflow_interval: Duration::from_secs(2),
+            workflow_claim: Duration::from_secs(60),
             test_crash_at: None,
             master_key: None,
             boot: BootConfig::default(),
@@ -147,6 +151,8 @@ pub struct ConfigLayer {
     pub reaper_interval: Option<String>,
     /// `workflow-interval = "2s"`.
     pub workflow_interval: Option<String>,
+    /// `workflow-claim = "60s"`.
+    pub workflow_claim: Option<String>,
     /// `METAL_TEST_CRASH_AT`; never read from a file.
     #[serde(skip)]
     pub test_crash_at: Option<String>,
@@ -235,6 +241,7 @@ impl ConfigLayer {
             releasing_deadline: get("METAL_RELEASING_DEADLINE"),
             reaper_interval: get("METAL_REAPER_INTERVAL"),
             workflow_interval: get("METAL_WORKFLOW_INTERVAL"),
+            workflow_claim: get("METAL_WORKFLOW_CLAIM"),
             test_crash_at: get("METAL_TEST_CRASH_AT"),
             master_key: get("METAL_MASTER_KEY"),
             boot_listen: address("METAL_BOOT_LISTEN")?,
@@ -285,6 +292,12 @@ impl ConfigLayer {
         }
         if let Some(v) = self.workflow_interval {
             config.workflow_interval = duration("workflow-interval", &v)?;
+        }
+        if let Some(v) = self.workflow_claim {
+            config.workflow_claim = duration("workflow-claim", &v)?;
+            if config.workflow_claim < Duration::from_secs(1) {
+                return Err(config_error("workflow-claim", "must be at least 1s"));
+            }
         }
         if let Some(v) = self.test_crash_at {
             config.test_crash_at = Some(v);

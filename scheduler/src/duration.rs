@@ -8,6 +8,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 90s, 15m, 12h or 7d"))?;
+    if unit == "ms" && number > 0 {
+        return Ok(Duration::from_millis(number));
+    }
     let seconds_per_unit = match unit {
         "s" => 1,
         "m" => 60,
@@ -29,6 +32,7 @@ mod tests {
     #[test]
     fn parses_units_and_refuses_nonsense() {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
         assert_eq!(parse_duration("12h"), Ok(Duration::from_secs(43_200)));
         assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(604_800)));

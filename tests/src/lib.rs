@@ -6,5 +6,6 @@ pub mod emulators;
 pub mod hil;
 pub mod identity;
 pub mod images;
+pub mod leases;
 pub mod loopdev;
 pub mod scheduler;

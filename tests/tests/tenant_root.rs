@@ -16,93 +16,9 @@ use metal_boot::controller::{self, Retry};
 use metal_protocol::{InventoryReport, WipeReport};
 use metal_scheduler::{capacity, metal};
 use metal_tests::emulators::{IpmiSim, SUSHY_PASSWORD, Sushy};
+use metal_tests::leases::{MAC, installer_done, inventory, ipmi, ok, reserve, site};
 use metal_tests::scheduler::TestScheduler;
 use serde_json::{Value, json};
-
-const MAC: &str = "52:54:00:00:0a:01";
-
-fn inventory(firmware: &[(&str, &str)]) -> InventoryReport {
-    let mut report: InventoryReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
-    report.node_id = "n1".into();
-    for disk in &mut report.disks {
-        (disk.removable, disk.read_only) = (false, false);
-    }
-    report.firmware = firmware
-        .iter()
-        .map(|(c, v)| metal_protocol::firmware::FirmwareVersion {
-            component: (*c).into(),
-            version: (*v).into(),
-            source: "ipmi".into(),
-        })
-        .collect();
-    report
-}
-
-fn ok(s: &TestScheduler, method: &str, path: &str, body: Value) -> Value {
-    let (status, answer) = s.call(method, path, Some(body));
-    assert!((200..300).contains(&status), "{method} {path}: {status} {answer}");
-    answer
-}
-
-fn ipmi(sim: &IpmiSim) -> Value {
-    json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"})
-}
-
-/// Node n1 behind `bmc`, commissioned, in tenant-root pool p1 whose baseline is the BMC's
-/// own firmware, with `policy` laid over that; tenant acme with an installer profile.
-/// Returns the BMC's firmware version.
-fn site(s: &TestScheduler, bmc: Value, policy: Value) -> String {
-    ok(
-        s,
-        "POST",
-        "/v1/nodes",
-        json!({"id": "n1", "bootMac": MAC, "devices": [{"id": "gpu0", "class": "gpu", "healthy": true}]}),
-    );
-    ok(s, "PUT", "/v1/nodes/n1/bmc", bmc);
-    let readings = ok(s, "GET", "/v1/nodes/n1/bmc/readings", Value::Null);
-    let version = readings["firmware"]["value"]
-        .as_array()
-        .and_then(|f| f.iter().find(|c| c["id"] == "bmc"))
-        .and_then(|f| f["version"].as_str())
-        .unwrap_or("none reported")
-        .to_owned();
-    let mut full = json!({"tenantRoot": true, "firmwareBaseline": {"bmc": version}});
-    for (k, v) in policy.as_object().unwrap() {
-        full[k] = v.clone();
-    }
-    ok(
-        s,
-        "POST",
-        "/v1/pools",
-        json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated", "policy": full}),
-    );
-    ok(s, "PATCH", "/v1/nodes/n1", json!({"poolId": "p1"}));
-    s.walk("n1", &["new", "commissioning"]);
-    let found = inventory(&[("bmc", &version)]);
-    let receipt = s.post_report_as(metal_protocol::Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &found);
-    assert_eq!(receipt["accepted"], true, "{receipt}");
-    assert_eq!(s.node("n1")["state"], "ready");
-    ok(s, "POST", "/v1/tenants", json!({"id": "acme"}));
-    ok(s, "POST", "/v1/pools/p1/offers", json!({"tenantId": "acme"}));
-    ok(
-        s,
-        "POST",
-        "/v1/profiles",
-        json!({
-        "id": "acme-os", "tenantId": "acme", "deployMode": "installer", "adminUser": "ops", "role": "lessee",
-        "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"],
-        "installer": {"kind": "kickstart", "kernelUrl": "http://mirror.site-a/os/vmlinuz",
-                      "initrdUrl": "http://mirror.site-a/os/initrd", "sourceUrl": "http://mirror.site-a/os/tree"}}),
-    );
-    version
-}
-
-fn reserve(s: &TestScheduler, node: Value) -> String {
-    let body = json!({"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 1}], "duration": "1d",
-                      "binding": "node", "node": node});
-    ok(s, "POST", "/v1/reservations", body)["id"].as_str().unwrap().to_owned()
-}
 
 /// One pass of both sides, as the service's periodic passes run them.
 fn pass(s: &TestScheduler) {
@@ -171,12 +87,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert_eq!(r["state"], "pending", "not bound before the deploy: {r}");
 
     // The installed system reports done: bound, active, billing starts.
-    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
-    let marker_text = format!("inst.ks={}/boot/installer/", s.url);
-    let start = script.find(&marker_text).unwrap_or_else(|| panic!("no installer boot: {script}")) + marker_text.len();
-    let token = script[start..].split('/').next().unwrap();
-    let done = reqwest::blocking::Client::new().post(format!("{}/boot/installer/{token}/done", s.url)).send().unwrap();
-    assert_eq!(done.status(), 204);
+    installer_done(&s.url);
     later(&s);
     let node = s.node("n1");
     assert_eq!((node["state"].as_str(), node["labels"]["role"].as_str()), (Some("deployed"), Some("lessee")), "{node}");
@@ -268,12 +179,7 @@ fn a_lease_without_a_profile_version_is_refused_and_the_node_stays_ready() {
 fn leased_and_deployed(s: &TestScheduler) -> String {
     let reservation = reserve(s, json!({"profileId": "acme-os", "profileVersion": 1}));
     pass(s);
-    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
-    let marker = format!("inst.ks={}/boot/installer/", s.url);
-    let start = script.find(&marker).unwrap_or_else(|| panic!("no installer boot: {script}")) + marker.len();
-    let token = script[start..].split('/').next().unwrap();
-    let done = reqwest::blocking::Client::new().post(format!("{}/boot/installer/{token}/done", s.url)).send().unwrap();
-    assert_eq!(done.status(), 204);
+    installer_done(&s.url);
     later(s);
     let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
     assert_eq!(r["state"], "active", "{r}");

@@ -301,6 +301,7 @@ impl Steps<'_> {
                 Value::Null,
             );
         }
+        super::workflow::crash_point(self.app, "rotate-credential", "acted");
         match self.logs_in(&stored.info, new).await {
             Ok(()) => self.promote(json!({"rotated": true, "user": stored.info.username, "provedBy": "login"})),
             Err(e) => Outcome::Retry(format!("the new BMC credential does not log in: {e}"), Value::Null),

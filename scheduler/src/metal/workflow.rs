@@ -109,17 +109,14 @@ pub trait Hooks: Send + Sync {
     fn failed(&self, conn: &mut dyn Conn, run: &WorkflowRun, reason: &str, now: time::OffsetDateTime) -> ApiResult<()>;
 }
 
-/// How long a claim lasts unless renewed; a worker renews it every third of that.
-pub const CLAIM: Duration = Duration::from_secs(60);
-
 fn definition(name: &str) -> Option<(&'static Definition, &'static dyn Hooks)> {
     super::definitions().into_iter().find(|(d, _)| d.name == name)
 }
 
 /// Claims the runs that are due, for this process.
 pub async fn claim(app: &AppState) -> ApiResult<Vec<WorkflowRun>> {
-    let (owner, now) = (app.worker.clone(), app.clock.now());
-    Ok(app.store.write(move |tx| store::workflows::claim_due(tx, &owner, now, now + CLAIM, 32)).await?)
+    let (owner, now, claim) = (app.worker.clone(), app.clock.now(), app.config.workflow_claim);
+    Ok(app.store.write(move |tx| store::workflows::claim_due(tx, &owner, now, now + claim, 32)).await?)
 }
 
 /// Claims every due run and works each until it waits or ends; returns how many it worked.
@@ -141,9 +138,10 @@ pub async fn work(app: AppState, mut run: WorkflowRun) {
     let renewer = {
         let (app, id, fence) = (app.clone(), run.id.clone(), run.fence);
         tokio::spawn(async move {
+            let claim = app.config.workflow_claim;
             loop {
-                tokio::time::sleep(CLAIM / 3).await;
-                let (id, until) = (id.clone(), app.clock.now() + CLAIM);
+                tokio::time::sleep(claim / 3).await;
+                let (id, until) = (id.clone(), app.clock.now() + claim);
                 match app.store.write(move |tx| store::workflows::renew(tx, &id, fence, until)).await {
                     Ok(true) => {}
                     Ok(false) => break,
@@ -255,9 +253,10 @@ fn step_name(run: &WorkflowRun) -> String {
     run.current().map(|s| s.name.clone()).unwrap_or_default()
 }
 
-/// The crash hook for the crash-safety tests: with `test-crash-at` set to `STEP:before` or
-/// `STEP:after` the process aborts there (like `kill -9`). Unset in production.
-fn crash_point(app: &AppState, step: &str, when: &str) {
+/// The crash hook for the crash-safety tests: with `METAL_TEST_CRASH_AT` set to
+/// `STEP:before`, `STEP:after` or a step's own point inside it (`rotate-credential:acted`)
+/// the process aborts there, as `kill -9` would. Unset in production.
+pub fn crash_point(app: &AppState, step: &str, when: &str) {
     if let Some(at) = &app.config.test_crash_at
         && at.split(',').any(|a| a == format!("{step}:{when}"))
     {

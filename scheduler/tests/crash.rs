@@ -1,0 +1,254 @@
+//! Crash safety of the tenant-root workflows with the real service process: a lease on an
+//! agentless pool (every step driven through ipmi_sim) is run by `metal-scheduler serve`
+//! started with `METAL_TEST_CRASH_AT`, which aborts the process (as `kill -9` would) at
+//! every step boundary in turn and inside the BMC rotation, after the BMC took the new
+//! password and before it was stored. Each time the service is started again on the same
+//! data and picks up where the dead one was. The run ends as it would have: one teardown,
+//! every step done once, the rotation recovered (not repeated), no meter lost or doubled.
+//! Then the same with two replicas at once, one of them dying mid-run.
+
+use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metal_tests::emulators::{IpmiSim, free_tcp_port};
+use metal_tests::leases::{installer_done, ipmi, reserve, site};
+use metal_tests::scheduler::TestScheduler;
+use serde_json::{Value, json};
+
+/// A `metal-scheduler serve` process and what it logged.
+struct Service {
+    child: Child,
+    url: String,
+    token: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Service {
+    fn start(dir: &Path, database: Option<&str>, crash_at: Option<&str>, interval: &str) -> Service {
+        let boot = free_tcp_port();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .env("METAL_LOG", "info")
+            .env("METAL_WORKFLOW_INTERVAL", interval)
+            .env("METAL_WORKFLOW_CLAIM", "2s")
+            .env("METAL_REAPER_INTERVAL", "200ms")
+            .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"))
+            .env("METAL_BOOT_CONTROLLER_URL", format!("https://127.0.0.1:{boot}"))
+            .env_remove("METAL_TEST_CRASH_AT")
+            .stderr(Stdio::piped());
+        if let Some(url) = database {
+            command.env("METAL_DATABASE_URL", url);
+        }
+        if let Some(point) = crash_at {
+            command.env("METAL_TEST_CRASH_AT", point);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let address = loop {
+            let line = lines.next().expect("the service exited before listening").unwrap();
+            log.lock().unwrap().push(line.clone());
+            let entry: Value = serde_json::from_str(&line).unwrap_or_default();
+            if entry["fields"]["message"] == "metal-scheduler listening" {
+                break entry["fields"]["address"].as_str().unwrap().to_owned();
+            }
+        };
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
+        Service { child, url: format!("http://{address}"), token, log }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = reqwest::blocking::Client::new()
+            .request(method.parse().unwrap(), format!("{}{path}", self.url))
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        match request.send() {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                (status, response.json().unwrap_or(Value::Null))
+            }
+            Err(_) => (0, Value::Null), // the process is gone (it crashed as asked)
+        }
+    }
+
+    fn tail(&self) -> String {
+        let log = self.log.lock().unwrap();
+        log[log.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Waits for the process to abort at its crash point.
+    fn crashed(mut self, point: &str) {
+        let until = Instant::now() + Duration::from_secs(90);
+        while Instant::now() < until {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert_eq!(status.signal(), Some(libc::SIGABRT), "{point}: {status:?}\n{}", self.tail());
+                let log = self.log.lock().unwrap();
+                assert!(log.iter().any(|l| l.contains("test-crash-at: aborting")), "{point}: {}", log.join("\n"));
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        panic!("the service never reached {point}:\n{}", self.tail());
+    }
+
+    /// Polls `path` until `done` holds for its answer.
+    fn until(&self, what: &str, path: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let until = Instant::now() + Duration::from_secs(90);
+        loop {
+            let (status, body) = self.call("GET", path, None);
+            if status == 200 && done(&body) {
+                return body;
+            }
+            assert!(Instant::now() < until, "{what}: still {body}\n{}", self.tail());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every crash point of the lease start and the agentless teardown, in the order reached.
+const POINTS: [&str; 17] = [
+    "network-boot:before",
+    "network-boot:after",
+    "await-deploy:before",
+    "await-deploy:after",
+    "power-off:before",
+    "power-off:after",
+    "fence:before",
+    "fence:after",
+    "rotate-credential:before",
+    "rotate-credential:acted",
+    "rotate-credential:after",
+    "eject-media:before",
+    "eject-media:after",
+    "firmware:before",
+    "firmware:after",
+    "exit-tenant-root:before",
+    "exit-tenant-root:after",
+];
+
+/// A leased node's reservation, prepared by an in-process service that is then stopped: its
+/// data directory (and database) and the reservation id.
+fn prepared(sim: &IpmiSim) -> (tempfile::TempDir, Option<String>, String) {
+    let s = TestScheduler::start(|_| {});
+    site(&s, ipmi(sim), json!({"agent": "none", "allowUnverifiedRelease": true, "fencing": {"driver": "none"}}));
+    let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    let (dir, database) = s.kill();
+    (dir, database, reservation)
+}
+
+/// What must hold once the lease and its teardown ended, however often the service died.
+fn ended_as_it_would_have(service: &Service, reservation: &str) {
+    let node = service.until("the node back in ready", "/v1/nodes/n1", |n| n["state"] == "ready");
+    assert_eq!((node["identityGeneration"].as_i64(), node["trust"].as_str()), (Some(3), Some("platform")), "{node}");
+    let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 1, "one teardown: {runs:?}");
+    assert_eq!(runs[0]["status"], "succeeded", "{}", runs[0]);
+    let history = runs[0]["history"].as_array().unwrap();
+    let steps: Vec<&str> = history.iter().map(|h| h["step"].as_str().unwrap()).collect();
+    assert_eq!(steps, ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "exit-tenant-root"]);
+    assert!(history.iter().all(|h| h["result"] == "done"), "{history:?}");
+    let (_, bmc) = service.call("GET", "/v1/nodes/n1/bmc", None);
+    assert_eq!(bmc["generation"], 2, "the credential was promoted once: {bmc}");
+    let (status, power) = service.call("GET", "/v1/nodes/n1/power", None);
+    assert_eq!(status, 200, "the stored credential logs in: {power}");
+
+    // Billing: exactly the bound time, from the lease's bind to its release.
+    let (_, events) = service.call("GET", "/v1/events?after=0", None);
+    let at = |kind: &str| {
+        let event = events["events"].as_array().unwrap().iter().find(|e| e["kind"] == kind).cloned();
+        let text = event.unwrap_or_else(|| panic!("no {kind}"))["at"].as_str().unwrap().to_owned();
+        time::OffsetDateTime::parse(&text, &time::format_description::well_known::Rfc3339).unwrap()
+    };
+    let bound = (at("reservation.ended") - at("reservation.active")).as_seconds_f64() / 3600.0;
+    let usage = service.until("the meter rows", "/v1/usage?tenantId=acme", |u| {
+        u["totals"]["node.metal.hours"].as_f64().is_some_and(|h| (h - bound).abs() < 1e-6)
+    });
+    let ids: Vec<&str> = usage["records"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(ids, unique, "no meter row twice");
+    let (_, all) = service.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(all["state"], "ended", "{all}");
+}
+
+#[test]
+fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_would_have() {
+    let sim = IpmiSim::start();
+    let (dir, database, reservation) = prepared(&sim);
+    for point in POINTS {
+        let service = Service::start(dir.path(), database.as_deref(), Some(point), "100ms");
+        match point {
+            "await-deploy:after" => {
+                service.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
+                installer_done(&service.url);
+            }
+            "power-off:before" => {
+                let path = format!("/v1/reservations/{reservation}");
+                service.until("the lease bound", &path, |r| r["state"] == "active");
+                let (status, body) = service.call("POST", &format!("{path}/release"), None);
+                assert_eq!(status, 200, "{body}");
+            }
+            _ => {}
+        }
+        service.crashed(point);
+    }
+    let service = Service::start(dir.path(), database.as_deref(), None, "100ms");
+    ended_as_it_would_have(&service, &reservation);
+    let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
+    let rotation = &runs[0]["history"][2]["detail"];
+    assert_eq!(
+        rotation["recovered"], "a rotation was in flight; the new credential logs in",
+        "not rotated twice: {rotation}"
+    );
+}
+
+#[test]
+fn a_replica_killed_mid_run_is_taken_over_by_the_other() {
+    let sim = IpmiSim::start();
+    let (dir, database, reservation) = prepared(&sim);
+    // The second replica: its own data directory with the same CA and admin token.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::copy(dir.path().join("admin.token"), other.path().join("admin.token")).unwrap();
+    let ca = dir.path().join("ca");
+    std::fs::create_dir_all(other.path().join("ca")).unwrap();
+    for entry in std::fs::read_dir(&ca).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), other.path().join("ca").join(entry.file_name())).unwrap();
+    }
+    let database = database.unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(dir.path()));
+    // The first replica polls often and dies at the fence step; the second polls slower,
+    // so the first one gets the run, and takes it over once the dead one's claim lapses.
+    let first = Service::start(dir.path(), Some(&database), Some("fence:before"), "100ms");
+    let second = Service::start(other.path(), Some(&database), None, "1s");
+    second.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
+    installer_done(&second.url);
+    let path = format!("/v1/reservations/{reservation}");
+    second.until("the lease bound", &path, |r| r["state"] == "active");
+    let (status, body) = second.call("POST", &format!("{path}/release"), None);
+    assert_eq!(status, 200, "{body}");
+    first.crashed("fence:before");
+    ended_as_it_would_have(&second, &reservation);
+}

@@ -1,0 +1,111 @@
+//! Fixtures of the tenant-root lease tests (loopback and crash tests alike): node n1
+//! behind a BMC emulator, commissioned into tenant-root pool p1, tenant acme with an
+//! installer profile, a node binding's reservation, and the installed system's "done".
+
+use metal_protocol::InventoryReport;
+use serde_json::{Value, json};
+
+use crate::emulators::IpmiSim;
+use crate::scheduler::TestScheduler;
+
+/// n1's boot MAC.
+pub const MAC: &str = "52:54:00:00:0a:01";
+
+/// The golden inventory of n1 with these firmware versions (what its ramdisk reads).
+pub fn inventory(firmware: &[(&str, &str)]) -> InventoryReport {
+    let mut report: InventoryReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+    report.node_id = "n1".into();
+    for disk in &mut report.disks {
+        (disk.removable, disk.read_only) = (false, false);
+    }
+    report.firmware = firmware
+        .iter()
+        .map(|(c, v)| metal_protocol::firmware::FirmwareVersion {
+            component: (*c).into(),
+            version: (*v).into(),
+            source: "ipmi".into(),
+        })
+        .collect();
+    report
+}
+
+/// An admin call that must succeed; its answer.
+pub fn ok(s: &TestScheduler, method: &str, path: &str, body: Value) -> Value {
+    let (status, answer) = s.call(method, path, Some(body));
+    assert!((200..300).contains(&status), "{method} {path}: {status} {answer}");
+    answer
+}
+
+/// The BMC spec of an ipmi_sim.
+pub fn ipmi(sim: &IpmiSim) -> Value {
+    json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"})
+}
+
+/// Node n1 behind `bmc`, commissioned, in tenant-root pool p1 whose baseline is the BMC's
+/// own firmware, with `policy` laid over that; tenant acme with an installer profile.
+/// Returns the BMC's firmware version.
+pub fn site(s: &TestScheduler, bmc: Value, policy: Value) -> String {
+    ok(
+        s,
+        "POST",
+        "/v1/nodes",
+        json!({"id": "n1", "bootMac": MAC, "devices": [{"id": "gpu0", "class": "gpu", "healthy": true}]}),
+    );
+    ok(s, "PUT", "/v1/nodes/n1/bmc", bmc);
+    let readings = ok(s, "GET", "/v1/nodes/n1/bmc/readings", Value::Null);
+    let version = readings["firmware"]["value"]
+        .as_array()
+        .and_then(|f| f.iter().find(|c| c["id"] == "bmc"))
+        .and_then(|f| f["version"].as_str())
+        .unwrap_or("none reported")
+        .to_owned();
+    let mut full = json!({"tenantRoot": true, "firmwareBaseline": {"bmc": version}});
+    for (k, v) in policy.as_object().unwrap() {
+        full[k] = v.clone();
+    }
+    ok(
+        s,
+        "POST",
+        "/v1/pools",
+        json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated", "policy": full}),
+    );
+    ok(s, "PATCH", "/v1/nodes/n1", json!({"poolId": "p1"}));
+    s.walk("n1", &["new", "commissioning"]);
+    let found = inventory(&[("bmc", &version)]);
+    let receipt = s.post_report_as(metal_protocol::Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &found);
+    assert_eq!(receipt["accepted"], true, "{receipt}");
+    assert_eq!(s.node("n1")["state"], "ready");
+    ok(s, "POST", "/v1/tenants", json!({"id": "acme"}));
+    ok(s, "POST", "/v1/pools/p1/offers", json!({"tenantId": "acme"}));
+    ok(
+        s,
+        "POST",
+        "/v1/profiles",
+        json!({
+        "id": "acme-os", "tenantId": "acme", "deployMode": "installer", "adminUser": "ops", "role": "lessee",
+        "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"],
+        "installer": {"kind": "kickstart", "kernelUrl": "http://mirror.site-a/os/vmlinuz",
+                      "initrdUrl": "http://mirror.site-a/os/initrd", "sourceUrl": "http://mirror.site-a/os/tree"}}),
+    );
+    version
+}
+
+/// Reserves n1's pool for acme as a node binding with `node` (profile, version).
+pub fn reserve(s: &TestScheduler, node: Value) -> String {
+    let body = json!({"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 1}], "duration": "1d",
+                      "binding": "node", "node": node});
+    ok(s, "POST", "/v1/reservations", body)["id"].as_str().unwrap().to_owned()
+}
+
+/// The installed system's "done": the installer URL in n1's iPXE script, then its POST.
+/// `url` is the service's API base.
+pub fn installer_done(url: &str) {
+    let http = reqwest::blocking::Client::new();
+    let script = http.get(format!("{url}/boot/ipxe?mac={MAC}")).send().unwrap().text().unwrap();
+    let marker = format!("inst.ks={url}/boot/installer/");
+    let start = script.find(&marker).unwrap_or_else(|| panic!("no installer boot: {script}")) + marker.len();
+    let token = script[start..].split('/').next().unwrap();
+    let done = http.post(format!("{url}/boot/installer/{token}/done")).send().unwrap();
+    assert_eq!(done.status(), 204);
+}
