@@ -325,3 +325,47 @@ fn overlay(dir: &Path, files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
     assert!(output.status.success(), "cpio: {}", String::from_utf8_lossy(&output.stderr));
     output.stdout
 }
+
+/// One mebibyte.
+pub const MIB: usize = 1 << 20;
+
+/// What the deployed disk's boot sector prints on COM1 before it halts.
+pub const DISK_MARKER: &str = "METAL-DEPLOYED-DISK-BOOTED";
+
+/// A bootable 8 MiB MBR disk image: a 16-bit boot sector that writes `DISK_MARKER` to the
+/// first serial port and halts, and one Linux partition from 1 MiB full of a pattern.
+pub fn bootable_image() -> Vec<u8> {
+    #[rustfmt::skip]
+    let code: [u8; 22] = [
+        0xfa,             // cli
+        0x31, 0xc0,       // xor ax, ax
+        0x8e, 0xd8,       // mov ds, ax
+        0xbe, 0x16, 0x7c, // mov si, 0x7c16 (the message, right after this code)
+        0xba, 0xf8, 0x03, // mov dx, 0x3f8 (COM1)
+        0xac,             // next: lodsb
+        0x84, 0xc0,       // test al, al
+        0x74, 0x03,       // jz done
+        0xee,             // out dx, al
+        0xeb, 0xf8,       // jmp next
+        0xf4,             // done: hlt
+        0xeb, 0xfd,       // jmp done
+    ];
+    let mut image: Vec<u8> = (0..8 * MIB).map(|i| u8::try_from(i % 253).unwrap()).collect();
+    image[..MIB].fill(0);
+    image[..code.len()].copy_from_slice(&code);
+    let message = format!("{DISK_MARKER}\r\n\0");
+    image[code.len()..code.len() + message.len()].copy_from_slice(message.as_bytes());
+    let entry = &mut image[446..462];
+    entry[4] = 0x83;
+    entry[8..12].copy_from_slice(&2048u32.to_le_bytes());
+    entry[12..16].copy_from_slice(&u32::try_from((8 * MIB - MIB) / 512).unwrap().to_le_bytes());
+    image[510] = 0x55;
+    image[511] = 0xaa;
+    image
+}
+
+/// A disk image of `size` bytes full of a nonzero pattern (so an erase is seen).
+pub fn filled(path: &Path, size: usize) {
+    let block: Vec<u8> = (0..MIB).map(|i| u8::try_from(i % 251).unwrap() | 1).collect();
+    std::fs::write(path, block.repeat(size / MIB)).unwrap();
+}

@@ -41,6 +41,10 @@ const ERASE: StepDef = StepDef {
     poll: Duration::from_secs(10),
 };
 
+/// How often the erase step boots the ramdisk before it gives up (the in-band firmware
+/// check takes a boot of its own).
+const MAX_ERASE_BOOTS: i64 = 3;
+
 /// The teardown of an agent pool's node.
 pub static RELEASE: Definition = Definition {
     name: "metal-tenant-root-release@1",
@@ -410,12 +414,28 @@ impl Steps<'_> {
                 json!({"wipeReport": refused.id, "signer": refused.signer}),
             );
         }
-        if self.run.context.get("eraseBootedAt").is_some() {
-            return Outcome::Waiting("the ramdisk is erasing; waiting for its wipe report".into());
+        // Booted before: a machine still on is erasing; one that is off ended its boot
+        // without a report (the in-band firmware check runs first, or it rebooted), so it
+        // is booted again, a bounded number of times.
+        let boots = self.run.context.get("eraseBoots").and_then(Value::as_i64).unwrap_or(0);
+        if boots > 0 {
+            match crate::metal::bmcs::power_status(self.app, &self.node.id).await {
+                Ok(power) if power == "on" => {
+                    return Outcome::Waiting(format!("the ramdisk is erasing (boot {boots}); waiting for its wipe report"));
+                }
+                Ok(_) if boots >= MAX_ERASE_BOOTS => {
+                    return Outcome::Failed(
+                        format!("the machine powered off after {boots} ramdisk boots without a wipe report"),
+                        Value::Null,
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => return bmc_retry("reading power", e),
+            }
         }
-        // Intent first: after a crash the step knows it already booted the ramdisk.
+        // Intent first: after a crash the step knows how often it booted the ramdisk.
         let mut context = self.run.context.clone();
-        context["eraseBootedAt"] = json!(self.app.clock.now().unix_timestamp());
+        context["eraseBoots"] = json!(boots + 1);
         let (run, now) = (self.run.clone(), self.app.clock.now());
         if let Err(e) = self.app.store.write(move |tx| store::workflows::put_context(tx, &run, &context, now)).await {
             return Outcome::Retry(format!("recording the erase boot: {e}"), Value::Null);
@@ -427,7 +447,7 @@ impl Steps<'_> {
         }
         .await;
         match booted {
-            Ok(_) => Outcome::Waiting("booted the ramdisk to erase every disk".into()),
+            Ok(_) => Outcome::Waiting(format!("booted the ramdisk to erase every disk (boot {})", boots + 1)),
             Err(e) => Outcome::Retry(format!("booting the ramdisk: {e}"), Value::Null),
         }
     }
