@@ -14,7 +14,6 @@ use metal_tests::hil::{BootFrom, Bus, Console, DISK_MARKER, Guest, MIB, bootable
 use metal_tests::scheduler::TestScheduler;
 use serde_json::Value;
 
-
 /// A scheduler whose boot service guests reach at 10.0.2.2 and that serves the test ramdisk
 /// with metal-boot as PID 1; `extra` goes on every ramdisk's kernel command line.
 fn scheduler(extra: &str) -> TestScheduler {
@@ -56,7 +55,6 @@ fn pxe_boot(s: &TestScheduler, dir: &Path, mac: &str, disks: &[(Bus, &Path, &str
     assert!(console.finished, "the guest did not end by itself:\n{}", console.text);
     console
 }
-
 
 #[test]
 fn pxe_commission_then_erase_with_a_signed_wipe_report_the_scheduler_accepts() {

@@ -421,7 +421,9 @@ impl Steps<'_> {
         if boots > 0 {
             match crate::metal::bmcs::power_status(self.app, &self.node.id).await {
                 Ok(power) if power == "on" => {
-                    return Outcome::Waiting(format!("the ramdisk is erasing (boot {boots}); waiting for its wipe report"));
+                    return Outcome::Waiting(format!(
+                        "the ramdisk is erasing (boot {boots}); waiting for its wipe report"
+                    ));
                 }
                 Ok(_) if boots >= MAX_ERASE_BOOTS => {
                     return Outcome::Failed(

@@ -96,8 +96,3 @@ pub fn take(conn: &mut dyn Conn, side: Side, id: &str, result: &str, now: Offset
     )?;
     Ok(n == 1)
 }
-
-/// Whether a key was ever queued (handled or not).
-pub fn exists(conn: &mut dyn Conn, side: Side, id: &str) -> DbResult<bool> {
-    Ok(conn.query_opt(&format!("SELECT id FROM {} WHERE id = $1", side.table()), &[&id])?.is_some())
-}

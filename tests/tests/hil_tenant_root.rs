@@ -1,0 +1,213 @@
+//! A dedicated-root lease on a QEMU machine behind ipmi_sim, from reservation to a clean,
+//! re-identified machine with no hand on the node: the machine commissions through PXE; a
+//! node binding is reserved; the lease starts, the BMC network-boots the machine, the real
+//! ramdisk deploys the lessee's profile (an imported image, served by the controller) and
+//! the deployed disk boots; the release runs the whole teardown through the BMC (power off,
+//! fence_ipmilan, the password rotated, the firmware baseline out of band), the ramdisk
+//! checks the firmware in band and erases the disk, and the node is `ready` two identity
+//! generations after commissioning, with its evidence record and the meter rows.
+
+use std::time::{Duration, Instant};
+
+use metal_scheduler::config::Config;
+use metal_scheduler::{capacity, metal};
+use metal_tests::hil::{BootFrom, Bus, DISK_MARKER, Guest, MIB, bootable_image, filled, tftp_dir};
+use metal_tests::scheduler::TestScheduler;
+use serde_json::{Value, json};
+
+fn ok(s: &TestScheduler, method: &str, path: &str, body: Value) -> Value {
+    let (status, answer) = s.call(method, path, Some(body));
+    assert!((200..300).contains(&status), "{method} {path}: {status} {answer}");
+    answer
+}
+
+/// Runs both sides' passes, the service's clock following the real one, until `done` holds
+/// for the node (or `timeout`); returns the node.
+fn drive(s: &TestScheduler, what: &str, timeout: Duration, done: impl Fn(&TestScheduler, &Value) -> bool) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now = time::OffsetDateTime::now_utc();
+        if now > metal_scheduler::clock::Clock::now(&s.clock) {
+            s.clock.set(now);
+        }
+        s.block_on(capacity::leases::tick(&s.app)).unwrap();
+        s.block_on(metal::work::drain_once(&s.app)).unwrap();
+        s.block_on(metal::workflow::drive_once(&s.app)).unwrap();
+        s.block_on(capacity::leases::drain_once(&s.app)).unwrap();
+        let node = s.node("hil-tr");
+        if done(s, &node) {
+            return node;
+        }
+        assert!(Instant::now() < deadline, "{what}: the node is still {node}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn power(s: &TestScheduler) -> String {
+    let (status, power) = s.call("GET", "/v1/nodes/hil-tr/power", None);
+    assert_eq!(status, 200, "{power}");
+    power["power"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = bootable_image();
+    let mirror_ca = metal_protocol::SiteCa::create(
+        "mirror",
+        std::time::SystemTime::now() - Duration::from_secs(600),
+        Duration::from_secs(86400),
+    )
+    .unwrap();
+    let mirror_ca_file = dir.path().join("mirror-ca.pem");
+    std::fs::write(&mirror_ca_file, mirror_ca.certificate().pem()).unwrap();
+    let mirror =
+        metal_tests::controller::ImageServer::start(&mirror_ca, &[], [("disk.img".to_owned(), image.clone())].into());
+    let ramdisk = metal_tests::hil::ramdisk();
+    let s = TestScheduler::start(|c: &mut Config| {
+        let port = c.boot.listen.unwrap().port();
+        c.boot.controller_url = Some(format!("https://10.0.2.2:{port}"));
+        c.boot.kernel_args = "console=ttyS0 panic=-1 rdinit=/bin/metal-boot".into();
+        c.images.ca_file = Some(mirror_ca_file.clone());
+    });
+    let files = s.files_dir();
+    std::fs::create_dir_all(&files).unwrap();
+    std::os::unix::fs::symlink(ramdisk.join("vmlinuz"), files.join("vmlinuz")).unwrap();
+    std::os::unix::fs::symlink(ramdisk.join("initrd.cpio.gz"), files.join("initrd")).unwrap();
+
+    // The machine: one virtio disk, an in-band BMC whose firmware revision is ipmi_sim's
+    // (9.08), network boot; ipmi_sim's chassis starts and stops it.
+    let mac = "52:54:00:00:0a:21";
+    let disk = dir.path().join("disk.img");
+    filled(&disk, 64 * MIB);
+    let console = dir.path().join("console.log");
+    let tftp = tftp_dir(dir.path(), &format!("http://10.0.2.2:{}", s.port));
+    let machine = Guest::new()
+        .boot(BootFrom::Network(tftp))
+        .nic(mac)
+        .disk(&Bus::Virtio { serial: "HILTR01".into() }, &disk, "unmap")
+        .args(&["-device", "ipmi-bmc-sim,id=bmc0,fwrev1=9,fwrev2=0x08", "-device", "isa-ipmi-kcs,bmc=bmc0"])
+        .machine_args(&console);
+    let bmc = metal_tests::emulators::IpmiSim::machine(&machine);
+    let text = || std::fs::read_to_string(&console).unwrap_or_default();
+    ok(
+        &s,
+        "POST",
+        "/v1/nodes",
+        json!({"id": "hil-tr", "bootMac": mac, "devices": [{"id": "gpu0", "class": "gpu", "healthy": true}]}),
+    );
+    ok(
+        &s,
+        "PUT",
+        "/v1/nodes/hil-tr/bmc",
+        json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", bmc.port),
+                                                 "username": "admin", "password": "password"}),
+    );
+
+    // Commissioning, through the BMC and PXE.
+    ok(&s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "pxe"}));
+    ok(&s, "POST", "/v1/nodes/hil-tr/power", json!({"action": "on"}));
+    let node = drive(&s, "commissioning", Duration::from_secs(480), |_, n| {
+        n["state"] != "new" && n["state"] != "commissioning"
+    });
+    assert_eq!(node["state"], "ready", "{node}\n{}", text());
+    drive(&s, "the ramdisk's power-off", Duration::from_secs(180), |s, _| power(s) == "off");
+    let stored = ok(&s, "GET", "/v1/nodes/hil-tr/inventory", Value::Null);
+    let in_band = stored["inventory"]["firmware"].as_array().unwrap().clone();
+    assert!(in_band.iter().any(|f| f["component"] == "bmc" && f["version"] == "9.08"), "{in_band:?}");
+
+    // The pool, the lessee, the public image and the lessee's profile.
+    ok(
+        &s,
+        "POST",
+        "/v1/pools",
+        json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
+        "policy": {"tenantRoot": true, "firmwareBaseline": {"bmc": "9.08"}, "fencing": {"driver": "fence-agents"}}}),
+    );
+    ok(&s, "PATCH", "/v1/nodes/hil-tr", json!({"poolId": "p1"}));
+    ok(&s, "POST", "/v1/tenants", json!({"id": "acme"}));
+    ok(&s, "POST", "/v1/pools/p1/offers", json!({"tenantId": "acme"}));
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image));
+    let url = format!("https://127.0.0.1:{}/images/disk.img", mirror.port);
+    let started = ok(&s, "POST", "/v1/images", json!({"url": url, "checksum": sha256, "name": "marker-os"}));
+    let image_id = started["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s.call("GET", &format!("/v1/images/{image_id}"), None).1["state"] == "importing" {
+        assert!(Instant::now() < deadline, "the import did not end");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ok(&s, "POST", &format!("/v1/images/{image_id}/promote"), Value::Null);
+    ok(
+        &s,
+        "POST",
+        "/v1/profiles",
+        json!({
+        "id": "acme-os", "tenantId": "acme", "image": image_id, "adminUser": "ops", "role": "lessee",
+        "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops"]}),
+    );
+
+    // Reserve: the lease starts, the BMC boots the machine into the deploy, it binds.
+    let reservation = ok(
+        &s,
+        "POST",
+        "/v1/reservations",
+        json!({"tenantId": "acme", "poolId": "p1",
+        "devices": [{"class": "gpu", "count": 1}], "duration": "1d", "binding": "node",
+        "node": {"profileId": "acme-os", "profileVersion": 1}}),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let node = drive(&s, "the lessee's deploy", Duration::from_secs(480), |_, n| {
+        n["state"] != "ready" && n["state"] != "deploying"
+    });
+    assert_eq!(node["state"], "deployed", "{node}\n{}", text());
+    assert_eq!((node["identityGeneration"].as_i64(), node["trust"].as_str()), (Some(2), Some("tenant-controlled")));
+    drive(&s, "the lease bound", Duration::from_secs(60), |s, _| {
+        s.call("GET", &format!("/v1/reservations/{reservation}"), None).1["state"] == "active"
+    });
+    let written = std::fs::read(&disk).unwrap();
+    assert!(written[MIB..8 * MIB] == image[MIB..8 * MIB], "the image is not bit-exact");
+
+    // The deployed disk boots (the tenant powers its machine on).
+    drive(&s, "the deploy's reboot", Duration::from_secs(180), |s, _| power(s) == "off");
+    std::fs::write(&console, b"").unwrap();
+    ok(&s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "disk"}));
+    ok(&s, "POST", "/v1/nodes/hil-tr/power", json!({"action": "on"}));
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while !text().contains(DISK_MARKER) {
+        assert!(Instant::now() < deadline, "the deployed disk did not boot:\n{}", text());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Release: the whole teardown, driven from the control plane.
+    std::thread::sleep(Duration::from_secs(5));
+    ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
+    let node = drive(&s, "the teardown", Duration::from_secs(900), |_, n| {
+        n["state"] != "deployed" && n["state"] != "releasing"
+    });
+    let (_, runs) = s.call("GET", "/v1/nodes/hil-tr/teardowns", None);
+    assert_eq!(node["state"], "ready", "{node}\n{runs}\n{}\nchassis: {}", text(), bmc.chassis_log());
+    assert_eq!((node["identityGeneration"].as_i64(), node["trust"].as_str()), (Some(3), Some("platform")), "{node}");
+    assert_eq!(node["tenantRoot"], false);
+    let run = &runs[0];
+    let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
+    assert_eq!(
+        steps,
+        ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "erase", "clean-up", "exit-tenant-root"],
+        "{run}"
+    );
+    assert!(run["history"][1]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "{run}");
+    assert_eq!(run["history"][4]["detail"]["code"], "COMPLIANT", "{run}");
+    assert!(run["context"]["eraseBoots"].as_i64().unwrap() >= 2, "the firmware boot, then the erase: {run}");
+    let (_, reports) = s.call("GET", "/v1/nodes/hil-tr/wipe-reports", None);
+    let accepted = reports.as_array().unwrap().iter().find(|r| r["accepted"] == true).cloned().unwrap_or_default();
+    assert!(accepted["signer"].as_str().unwrap_or_default().ends_with("/node/hil-tr/gen/2/ramdisk"), "{reports}");
+    assert_eq!(run["history"][5]["detail"]["wipeReport"], accepted["id"], "{run}");
+    let erased = std::fs::read(&disk).unwrap();
+    assert!(erased[MIB..8 * MIB] != image[MIB..8 * MIB], "the deployed image is still on the disk");
+    assert!(bmc.chassis_log().contains("power 0"), "{}", bmc.chassis_log());
+    assert!(s.block_on(metal_scheduler::app::bill_once(&s.app)).unwrap() > 0);
+    let (_, usage) = s.call("GET", "/v1/usage?tenantId=acme", None);
+    assert!(usage["totals"]["node.metal.hours"].as_f64().unwrap() > 0.0, "{usage}");
+}
