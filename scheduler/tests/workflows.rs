@@ -27,6 +27,12 @@ async fn claim(site: &Site, owner: &str) -> Vec<WorkflowRun> {
         .unwrap()
 }
 
+/// Starts run `id` of a test definition on n1.
+async fn start_run(site: &Site, id: &'static str) -> Result<WorkflowRun, ApiError> {
+    let now = site.clock.now();
+    site.app.store.write(move |tx| workflows::create(tx, id, "n1", "test@1", &steps(), &json!({}), now)).await
+}
+
 async fn record(site: &Site, run: &WorkflowRun, verdict: Verdict) -> Result<Standing, ApiError> {
     let (run, now) = (run.clone(), site.clock.now());
     site.app.store.write(move |tx| workflows::record(tx, &run, &verdict, now)).await
@@ -38,14 +44,8 @@ async fn a_claim_is_exclusive_and_an_owner_whose_claim_lapsed_commits_nothing() 
     let other = site.replica().await;
     let (s, _) = site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
     assert_eq!(s, 201);
-    let now = site.clock.now();
-    site.app
-        .store
-        .write(move |tx| workflows::create(tx, "run-1", "n1", "test@1", &steps(), &json!({}), now))
-        .await
-        .unwrap();
-    let again =
-        site.app.store.write(move |tx| workflows::create(tx, "run-2", "n1", "test@1", &steps(), &json!({}), now)).await;
+    start_run(&site, "run-1").await.unwrap();
+    let again = start_run(&site, "run-2").await;
     assert!(
         matches!(&again, Err(ApiError::Conflict(m)) if m.contains("run-1")),
         "one running workflow per node: {again:?}"
@@ -99,24 +99,14 @@ async fn a_claim_is_exclusive_and_an_owner_whose_claim_lapsed_commits_nothing() 
     assert_eq!(results, ["observe:done:2", "act:retry:2", "act:failed:2"]);
 
     // The node is free for a new workflow once the old one ended.
-    let now = site.clock.now();
-    site.app
-        .store
-        .write(move |tx| workflows::create(tx, "run-3", "n1", "test@1", &steps(), &json!({}), now))
-        .await
-        .unwrap();
+    start_run(&site, "run-3").await.unwrap();
 }
 
 #[tokio::test]
 async fn a_waiting_step_fails_at_its_deadline() {
     let site = Site::start().await;
     site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
-    let now = site.clock.now();
-    site.app
-        .store
-        .write(move |tx| workflows::create(tx, "run-1", "n1", "test@1", &steps(), &json!({}), now))
-        .await
-        .unwrap();
+    start_run(&site, "run-1").await.unwrap();
     let run = claim(&site, "A").await.remove(0);
     let wait = |again| Verdict::Waiting { note: "the ramdisk is erasing".into(), again };
     let later = site.clock.now() + Duration::from_secs(10);

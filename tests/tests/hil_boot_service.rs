@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use metal_protocol::{InventoryReport, Role, WipeReport};
 use metal_scheduler::config::Config;
-use metal_tests::hil::{BootFrom, Bus, Console, DISK_MARKER, Guest, MIB, bootable_image, filled, tftp_dir};
+use metal_tests::hil::{BootFrom, Bus, Console, DISK_MARKER, Guest, MIB, filled, tftp_dir};
 use metal_tests::scheduler::TestScheduler;
 use serde_json::Value;
 
@@ -265,28 +265,8 @@ fn small_inventory(node: &str, size: u64) -> InventoryReport {
 fn an_imported_image_is_provisioned_by_profile_lands_bit_exact_and_boots_from_the_disk() {
     let dir = tempfile::tempdir().unwrap();
     // The image comes from a mirror on its own CA; the scheduler trusts that CA for imports.
-    let image = bootable_image();
-    let mirror_ca = metal_protocol::SiteCa::create(
-        "mirror",
-        std::time::SystemTime::now() - Duration::from_secs(600),
-        Duration::from_secs(86400),
-    )
-    .unwrap();
-    let mirror_ca_file = dir.path().join("mirror-ca.pem");
-    std::fs::write(&mirror_ca_file, mirror_ca.certificate().pem()).unwrap();
-    let mirror =
-        metal_tests::controller::ImageServer::start(&mirror_ca, &[], [("disk.img".to_owned(), image.clone())].into());
-    let ramdisk = metal_tests::hil::ramdisk();
-    let s = TestScheduler::start(|c: &mut Config| {
-        let port = c.boot.listen.unwrap().port();
-        c.boot.controller_url = Some(format!("https://10.0.2.2:{port}"));
-        c.boot.kernel_args = "console=ttyS0 panic=-1 rdinit=/bin/metal-boot".into();
-        c.images.ca_file = Some(mirror_ca_file.clone());
-    });
-    let files = s.files_dir();
-    std::fs::create_dir_all(&files).unwrap();
-    std::os::unix::fs::symlink(ramdisk.join("vmlinuz"), files.join("vmlinuz")).unwrap();
-    std::os::unix::fs::symlink(ramdisk.join("initrd.cpio.gz"), files.join("initrd")).unwrap();
+    let site = metal_tests::hil::DeploySite::start(dir.path());
+    let (s, image) = (&site.scheduler, &site.image);
 
     let mac = "52:54:00:00:07:05";
     s.enrol("hil-5", mac);
@@ -297,7 +277,7 @@ fn an_imported_image_is_provisioned_by_profile_lands_bit_exact_and_boots_from_th
         (Bus::Virtio { serial: "HILDEPLOY".into() }, target.as_path(), "unmap"),
         (Bus::Nvme { serial: "HILOTHER".into() }, other.as_path(), "unmap"),
     ];
-    pxe_boot(&s, dir.path(), mac, &disks);
+    pxe_boot(s, dir.path(), mac, &disks);
     assert_eq!(s.node("hil-5")["state"], "ready");
     // A second machine whose only disk is too small for the image and its seed.
     let (status, body) = s.call("POST", "/v1/nodes", Some(serde_json::json!({"id": "hil-6"})));
@@ -313,19 +293,7 @@ fn an_imported_image_is_provisioned_by_profile_lands_bit_exact_and_boots_from_th
     assert_eq!(receipt["accepted"], true, "{receipt}");
 
     // Import once, name it in a profile, provision by profile version.
-    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image));
-    let url = format!("https://127.0.0.1:{}/images/disk.img", mirror.port);
-    let (status, started) =
-        s.call("POST", "/v1/images", Some(serde_json::json!({"url": url, "checksum": sha256, "name": "marker-os"})));
-    assert_eq!(status, 202, "{started}");
-    let image_id = started["id"].as_str().unwrap().to_owned();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while s.call("GET", &format!("/v1/images/{image_id}"), None).1["state"] == "importing" {
-        assert!(std::time::Instant::now() < deadline, "the import did not end");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let (_, imported) = s.call("GET", &format!("/v1/images/{image_id}"), None);
-    assert_eq!(imported["state"], "ready", "{imported}");
+    site.import("marker-os");
     let profile = serde_json::json!({
         "id": "marker", "image": "marker-os", "adminUser": "ops", "minDiskBytes": 40 * MIB,
         "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops"],
@@ -340,7 +308,7 @@ fn an_imported_image_is_provisioned_by_profile_lands_bit_exact_and_boots_from_th
 
     // The deploy: PXE, join, plan over mTLS, the seekable image from the controller itself
     // (frames decompressed and verified in parallel), write, read back, report.
-    let console = pxe_boot(&s, dir.path(), mac, &disks);
+    let console = pxe_boot(s, dir.path(), mac, &disks);
     assert!(console.text.contains("task: Deploy") && console.text.contains("deploy done"), "{}", console.text);
     let node = s.node("hil-5");
     assert_eq!(node["state"], "deployed", "{node}");

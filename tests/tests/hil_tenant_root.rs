@@ -9,9 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use metal_scheduler::config::Config;
 use metal_scheduler::{capacity, metal};
-use metal_tests::hil::{BootFrom, Bus, DISK_MARKER, Guest, MIB, bootable_image, filled, tftp_dir};
+use metal_tests::hil::{BootFrom, Bus, DISK_MARKER, Guest, MIB, filled, tftp_dir};
 use metal_tests::scheduler::TestScheduler;
 use serde_json::{Value, json};
 
@@ -52,28 +51,8 @@ fn power(s: &TestScheduler) -> String {
 #[test]
 fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_node() {
     let dir = tempfile::tempdir().unwrap();
-    let image = bootable_image();
-    let mirror_ca = metal_protocol::SiteCa::create(
-        "mirror",
-        std::time::SystemTime::now() - Duration::from_secs(600),
-        Duration::from_secs(86400),
-    )
-    .unwrap();
-    let mirror_ca_file = dir.path().join("mirror-ca.pem");
-    std::fs::write(&mirror_ca_file, mirror_ca.certificate().pem()).unwrap();
-    let mirror =
-        metal_tests::controller::ImageServer::start(&mirror_ca, &[], [("disk.img".to_owned(), image.clone())].into());
-    let ramdisk = metal_tests::hil::ramdisk();
-    let s = TestScheduler::start(|c: &mut Config| {
-        let port = c.boot.listen.unwrap().port();
-        c.boot.controller_url = Some(format!("https://10.0.2.2:{port}"));
-        c.boot.kernel_args = "console=ttyS0 panic=-1 rdinit=/bin/metal-boot".into();
-        c.images.ca_file = Some(mirror_ca_file.clone());
-    });
-    let files = s.files_dir();
-    std::fs::create_dir_all(&files).unwrap();
-    std::os::unix::fs::symlink(ramdisk.join("vmlinuz"), files.join("vmlinuz")).unwrap();
-    std::os::unix::fs::symlink(ramdisk.join("initrd.cpio.gz"), files.join("initrd")).unwrap();
+    let site = metal_tests::hil::DeploySite::start(dir.path());
+    let (s, image) = (&site.scheduler, &site.image);
 
     // The machine: one virtio disk, an in-band BMC whose firmware revision is ipmi_sim's
     // (9.08), network boot; ipmi_sim's chassis starts and stops it.
@@ -91,13 +70,13 @@ fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_nod
     let bmc = metal_tests::emulators::IpmiSim::machine(&machine);
     let text = || std::fs::read_to_string(&console).unwrap_or_default();
     ok(
-        &s,
+        s,
         "POST",
         "/v1/nodes",
         json!({"id": "hil-tr", "bootMac": mac, "devices": [{"id": "gpu0", "class": "gpu", "healthy": true}]}),
     );
     ok(
-        &s,
+        s,
         "PUT",
         "/v1/nodes/hil-tr/bmc",
         json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", bmc.port),
@@ -105,40 +84,32 @@ fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_nod
     );
 
     // Commissioning, through the BMC and PXE.
-    ok(&s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "pxe"}));
-    ok(&s, "POST", "/v1/nodes/hil-tr/power", json!({"action": "on"}));
-    let node = drive(&s, "commissioning", Duration::from_secs(480), |_, n| {
+    ok(s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "pxe"}));
+    ok(s, "POST", "/v1/nodes/hil-tr/power", json!({"action": "on"}));
+    let node = drive(s, "commissioning", Duration::from_secs(480), |_, n| {
         n["state"] != "new" && n["state"] != "commissioning"
     });
     assert_eq!(node["state"], "ready", "{node}\n{}", text());
-    drive(&s, "the ramdisk's power-off", Duration::from_secs(180), |s, _| power(s) == "off");
-    let stored = ok(&s, "GET", "/v1/nodes/hil-tr/inventory", Value::Null);
+    drive(s, "the ramdisk's power-off", Duration::from_secs(180), |s, _| power(s) == "off");
+    let stored = ok(s, "GET", "/v1/nodes/hil-tr/inventory", Value::Null);
     let in_band = stored["inventory"]["firmware"].as_array().unwrap().clone();
     assert!(in_band.iter().any(|f| f["component"] == "bmc" && f["version"] == "9.08"), "{in_band:?}");
 
     // The pool, the lessee, the public image and the lessee's profile.
     ok(
-        &s,
+        s,
         "POST",
         "/v1/pools",
         json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
         "policy": {"tenantRoot": true, "firmwareBaseline": {"bmc": "9.08"}, "fencing": {"driver": "fence-agents"}}}),
     );
-    ok(&s, "PATCH", "/v1/nodes/hil-tr", json!({"poolId": "p1"}));
-    ok(&s, "POST", "/v1/tenants", json!({"id": "acme"}));
-    ok(&s, "POST", "/v1/pools/p1/offers", json!({"tenantId": "acme"}));
-    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image));
-    let url = format!("https://127.0.0.1:{}/images/disk.img", mirror.port);
-    let started = ok(&s, "POST", "/v1/images", json!({"url": url, "checksum": sha256, "name": "marker-os"}));
-    let image_id = started["id"].as_str().unwrap().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while s.call("GET", &format!("/v1/images/{image_id}"), None).1["state"] == "importing" {
-        assert!(Instant::now() < deadline, "the import did not end");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    ok(&s, "POST", &format!("/v1/images/{image_id}/promote"), Value::Null);
+    ok(s, "PATCH", "/v1/nodes/hil-tr", json!({"poolId": "p1"}));
+    ok(s, "POST", "/v1/tenants", json!({"id": "acme"}));
+    ok(s, "POST", "/v1/pools/p1/offers", json!({"tenantId": "acme"}));
+    let image_id = site.import("marker-os");
+    ok(s, "POST", &format!("/v1/images/{image_id}/promote"), Value::Null);
     ok(
-        &s,
+        s,
         "POST",
         "/v1/profiles",
         json!({
@@ -148,7 +119,7 @@ fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_nod
 
     // Reserve: the lease starts, the BMC boots the machine into the deploy, it binds.
     let reservation = ok(
-        &s,
+        s,
         "POST",
         "/v1/reservations",
         json!({"tenantId": "acme", "poolId": "p1",
@@ -158,22 +129,22 @@ fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_nod
         .as_str()
         .unwrap()
         .to_owned();
-    let node = drive(&s, "the lessee's deploy", Duration::from_secs(480), |_, n| {
+    let node = drive(s, "the lessee's deploy", Duration::from_secs(480), |_, n| {
         n["state"] != "ready" && n["state"] != "deploying"
     });
     assert_eq!(node["state"], "deployed", "{node}\n{}", text());
     assert_eq!((node["identityGeneration"].as_i64(), node["trust"].as_str()), (Some(2), Some("tenant-controlled")));
-    drive(&s, "the lease bound", Duration::from_secs(60), |s, _| {
+    drive(s, "the lease bound", Duration::from_secs(60), |s, _| {
         s.call("GET", &format!("/v1/reservations/{reservation}"), None).1["state"] == "active"
     });
     let written = std::fs::read(&disk).unwrap();
     assert!(written[MIB..8 * MIB] == image[MIB..8 * MIB], "the image is not bit-exact");
 
     // The deployed disk boots (the tenant powers its machine on).
-    drive(&s, "the deploy's reboot", Duration::from_secs(180), |s, _| power(s) == "off");
+    drive(s, "the deploy's reboot", Duration::from_secs(180), |s, _| power(s) == "off");
     std::fs::write(&console, b"").unwrap();
-    ok(&s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "disk"}));
-    ok(&s, "POST", "/v1/nodes/hil-tr/power", json!({"action": "on"}));
+    ok(s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "disk"}));
+    ok(s, "POST", "/v1/nodes/hil-tr/power", json!({"action": "on"}));
     let deadline = Instant::now() + Duration::from_secs(240);
     while !text().contains(DISK_MARKER) {
         assert!(Instant::now() < deadline, "the deployed disk did not boot:\n{}", text());
@@ -182,8 +153,8 @@ fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_nod
 
     // Release: the whole teardown, driven from the control plane.
     std::thread::sleep(Duration::from_secs(5));
-    ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
-    let node = drive(&s, "the teardown", Duration::from_secs(900), |_, n| {
+    ok(s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
+    let node = drive(s, "the teardown", Duration::from_secs(900), |_, n| {
         n["state"] != "deployed" && n["state"] != "releasing"
     });
     let (_, runs) = s.call("GET", "/v1/nodes/hil-tr/teardowns", None);
