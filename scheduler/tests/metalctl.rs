@@ -348,3 +348,60 @@ fn node_moves_are_checked_by_the_command_line_and_the_api_says_what_is_wrong_wit
     assert_eq!(status, 422, "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("unknown unit \"days\""), "{body}");
 }
+
+#[test]
+fn metalctl_shows_teardown_evidence_recovers_only_quarantined_leases_and_deletes_tenants() {
+    use metal_scheduler::clock::Clock as _;
+    use metal_scheduler::model::workflow::StepSpec;
+    use metal_scheduler::store::workflows::{self, Verdict};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let site = runtime.block_on(common::Site::start());
+    let (url, admin) = (site.url.clone(), site.admin.clone());
+    let run = |args: &[&str]| metalctl(&url, &admin, args, None);
+    assert!(run(&["node", "enrol", "n1"]).status.success());
+
+    // A teardown run with its first step done, as the engine records it.
+    let now = site.clock.now();
+    runtime
+        .block_on(site.app.store.write(move |tx| {
+            let steps: Vec<StepSpec> = ["power-off", "fence"]
+                .iter()
+                .map(|n| StepSpec { name: (*n).into(), attempts: 3, deadline_ms: 60_000 })
+                .collect();
+            workflows::create(tx, "run-1", "n1", "metal-tenant-root-release@1", &steps, &serde_json::json!({}), now)?;
+            let run = workflows::claim_due(tx, "w", now, now + std::time::Duration::from_secs(60), 1)?.remove(0);
+            workflows::record(tx, &run, &Verdict::Done(serde_json::json!({"power": "off"})), now)?;
+            Ok::<_, metal_scheduler::error::ApiError>(())
+        }))
+        .unwrap();
+    let o = run(&["node", "teardowns", "n1"]);
+    let shown = text(&o);
+    assert!(o.status.success(), "{shown}");
+    let lines: Vec<&str> = shown.lines().collect();
+    assert!(
+        lines[0].starts_with("RUN") && lines[0].contains("DEFINITION") && lines[0].contains("LAST ERROR"),
+        "{shown}"
+    );
+    let words = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(words(lines[1])[..4], ["run-1", "metal-tenant-root-release@1", "running", "1"], "{shown}");
+    assert_eq!(words(lines[2])[..3], ["STEP", "RESULT", "ATTEMPT"], "{shown}");
+    assert_eq!(words(lines[3])[..3], ["power-off", "done", "0"], "{shown}");
+    let o = run(&["-o", "json", "node", "teardowns", "n1"]);
+    let runs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(runs[0]["history"][0]["detail"]["power"], "off");
+
+    let o = run(&["node", "recover", "n1"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("recover runs the teardown of a failed tenant-root node"), "{}", text(&o));
+    let o = run(&["reservation", "bind", "r1"]);
+    assert!(!o.status.success() && text(&o).contains("unrecognized subcommand"), "{}", text(&o));
+
+    assert!(run(&["tenant", "create", "acme"]).status.success());
+    let o = run(&["tenant", "delete", "acme"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).starts_with("TENANT  RESERVATIONS ENDED  POOLS RETIRED\nacme"), "{}", text(&o));
+    let o = run(&["tenant", "delete", "root"]);
+    assert!(!o.status.success() && text(&o).contains("root) cannot be deleted"), "{}", text(&o));
+    let o = run(&["tenant", "delete", "--help"]);
+    assert!(text(&o).contains("leased machines are torn down"), "{}", text(&o));
+}

@@ -288,7 +288,7 @@ const TEARDOWN_COLUMNS: [(&str, &str); 6] = [
 ];
 
 const STEP_COLUMNS: [(&str, &str); 5] =
-    [("  STEP", "step"), ("RESULT", "result"), ("ATTEMPT", "attempt"), ("FINISHED", "finishedAt"), ("FENCE", "fence")];
+    [("STEP", "step"), ("RESULT", "result"), ("ATTEMPT", "attempt"), ("FINISHED", "finishedAt"), ("FENCE", "fence")];
 
 const RESERVATION_COLUMNS: [(&str, &str); 7] = [
     ("ID", "id"),
