@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 async fn site_with_one_node() -> (Site, String, Vec<Value>) {
     let site = Site::start().await;
     let acme = site.tenant("acme").await;
+    site.profile("acme", "acme-root-os").await;
+    site.profile("acme", "os").await;
     let pool = json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c", "policy": {"tenantRoot": true}});
     site.admin("POST", "/v1/pools", Some(pool)).await;
     site.admin("POST", "/v1/pools/p1/offers", Some(json!({"tenantId": "acme"}))).await;

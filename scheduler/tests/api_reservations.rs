@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 async fn site_with_nodes(racks: usize, per_rack: usize) -> (Site, String) {
     let site = Site::start().await;
     let acme = site.tenant("acme").await;
+    site.profile("root", "acme-root-os").await;
     let pool = json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
         "policy": {"hardwareProfile": "gpu-redfish", "tenantRoot": true, "firmwareBaseline": {"bmc": "1.12.0", "bios": "2.4.1"},
                    "firmwareRemediation": "reflash", "firmwareImages": {"bios": {"url": "https://fw.site-a/bios-2.4.1.bin", "sha256": "ab".repeat(32)}}}});

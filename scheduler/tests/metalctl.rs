@@ -118,6 +118,7 @@ fn metalctl_places_reservations_and_shows_usage() {
     assert!(run(&["tenant", "create", "acme"], None).status.success());
     let o = run(&["pool", "offer", "p1", "--tenant", "acme"], None);
     assert!(o.status.success() && text(&o).contains("acme"), "{}", text(&o));
+    runtime.block_on(site.profile("acme", "acme-root-os"));
     for args in [
         vec!["node", "import", "-"],
         vec!["node", "move", "n1", "--from", "new", "--to", "commissioning", "--owner", "t"],
@@ -144,6 +145,27 @@ fn metalctl_places_reservations_and_shows_usage() {
         None,
     );
     assert!(o.status.success() && text(&o).contains("pending") && text(&o).contains("n1"), "{}", text(&o));
+    let reserve = |profile: &str| {
+        run(
+            &[
+                "reservation",
+                "create",
+                "--tenant",
+                "acme",
+                "--pool",
+                "p1",
+                "--duration",
+                "7d",
+                "--node-profile",
+                profile,
+            ],
+            None,
+        )
+    };
+    let o = reserve("nobody-os:1");
+    assert!(text(&o).contains("no profile nobody-os of tenant acme or public (field node.profileId)"), "{}", text(&o));
+    let o = reserve("acme-root-os:7");
+    assert!(text(&o).contains("profile acme-root-os has no version 7 (its latest is 1)"), "{}", text(&o));
     let o = run(
         &["reservation", "create", "--tenant", "acme", "--pool", "p1", "--devices", "gpu=8", "--duration", "7d"],
         None,

@@ -78,6 +78,24 @@ enum Created {
     Refused(ApiError),
 }
 
+/// A node binding's profile must be the tenant's own or public, and its version (when
+/// given; the lease start refuses a reservation without one) must exist.
+fn check_profile(tx: &mut dyn store::Conn, tenant: &str, id: &str, version: Option<u32>) -> ApiResult<()> {
+    let profile = store::profiles::get(tx, id)?.filter(|p| p.tenant_id == tenant || p.public);
+    let Some(profile) = profile else {
+        return Err(ApiError::invalid("node.profileId", format!("no profile {id} of tenant {tenant} or public")));
+    };
+    if let Some(version) = version
+        && !profile.versions.iter().any(|v| v.version == i64::from(version))
+    {
+        return Err(ApiError::invalid(
+            "node.profileVersion",
+            format!("profile {id} has no version {version} (its latest is {})", profile.latest_version),
+        ));
+    }
+    Ok(())
+}
+
 fn create_in(
     app: &AppState,
     tx: &mut dyn store::Conn,
@@ -93,6 +111,12 @@ fn create_in(
             return Err(ApiError::invalid("idempotencyKey", "was already used with a different request body"));
         }
         return Ok(Created::Replay(stored));
+    }
+    // Only for a pool the tenant may see: placement answers for the others.
+    if let Some(crate::model::reservation::NodeProfile { profile_id: Some(id), profile_version }) = &request.node
+        && store::capacity::pool_access(tx, &request.pool_id, &request.tenant_id)?.is_some_and(|a| a.visible)
+    {
+        check_profile(tx, &request.tenant_id, id, *profile_version)?;
     }
     // Placement outcomes (a booking, or a refusal) are recorded under the key; validation
     // and internal errors are not, so a corrected retry with the same key can succeed.

@@ -140,6 +140,18 @@ impl Site {
         metal_scheduler::capacity::leases::drain_once(&self.app).await.unwrap();
     }
 
+    /// Creates `tenant`'s profile `id` (version 1, an installer deploy), which node bindings
+    /// name; the platform's (`root`) profiles are public.
+    pub async fn profile(&self, tenant: &str, id: &str) {
+        let profile = serde_json::json!({
+            "id": id, "tenantId": tenant, "public": tenant == "root", "deployMode": "installer", "adminUser": "ops",
+            "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"],
+            "installer": {"kind": "kickstart", "kernelUrl": "http://mirror/vmlinuz", "initrdUrl": "http://mirror/initrd",
+                          "sourceUrl": "http://mirror/os"}});
+        let (s, body) = self.admin("POST", "/v1/profiles", Some(profile)).await;
+        assert_eq!(s, 201, "{body}");
+    }
+
     /// Creates a tenant and a tenant-member token for it.
     pub async fn tenant(&self, id: &str) -> String {
         let (s, _) = self.admin("POST", "/v1/tenants", Some(serde_json::json!({"id": id}))).await;
