@@ -113,17 +113,25 @@ pub struct Sushy {
 impl Sushy {
     /// The fake driver: machines in sushy's own memory, no QEMU.
     pub fn start() -> Sushy {
-        Sushy::start_with("SUSHY_EMULATOR_FAKE_DRIVER = True\n")
+        Sushy::start_with("SUSHY_EMULATOR_FAKE_DRIVER = True\n", false)
     }
 
     /// The libvirt driver, limited to the domain with this UUID: power acts on a real QEMU.
     pub fn start_libvirt(domain_uuid: &str) -> Sushy {
-        Sushy::start_with(&format!(
-            "SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\nSUSHY_EMULATOR_ALLOWED_INSTANCES = ['{domain_uuid}']\n"
-        ))
+        Sushy::start_with(&Self::libvirt(domain_uuid), false)
     }
 
-    fn start_with(driver: &str) -> Sushy {
+    /// The libvirt driver with an AccountService (`tests/data/sushy-accounts.py`), so the
+    /// BMC password can be rotated through Redfish as on a real BMC.
+    pub fn start_libvirt_with_accounts(domain_uuid: &str) -> Sushy {
+        Sushy::start_with(&Self::libvirt(domain_uuid), true)
+    }
+
+    fn libvirt(domain_uuid: &str) -> String {
+        format!("SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\nSUSHY_EMULATOR_ALLOWED_INSTANCES = ['{domain_uuid}']\n")
+    }
+
+    fn start_with(driver: &str, accounts: bool) -> Sushy {
         let dir = tempfile::tempdir().unwrap();
         let pki = pki(dir.path(), "sushy");
         let hash = run(Command::new(format!("{VENV}/bin/python3")).args([
@@ -135,7 +143,14 @@ impl Sushy {
         let config = dir.path().join("sushy.conf");
         std::fs::write(&config, format!("{driver}SUSHY_EMULATOR_AUTH_FILE = '{}'\n", auth.display())).unwrap();
         let port = free_tcp_port();
-        let mut child = Command::new(format!("{VENV}/bin/sushy-emulator"))
+        let mut command = if accounts {
+            let mut c = Command::new(format!("{VENV}/bin/python3"));
+            c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/sushy-accounts.py"));
+            c
+        } else {
+            Command::new(format!("{VENV}/bin/sushy-emulator"))
+        };
+        let mut child = command
             // Its state lives in TMPDIR/sushy-emulator: one per instance, or parallel tests
             // would share machines.
             .env("TMPDIR", dir.path())

@@ -182,7 +182,9 @@ fn leased_and_deployed(s: &TestScheduler) -> String {
     installer_done(&s.url);
     later(s);
     let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
-    assert_eq!(r["state"], "active", "{r}");
+    let node = s.node("n1");
+    let runs = s.block_on(s.app.store.read(|tx| metal_scheduler::store::workflows::for_node(tx, "n1", ""))).unwrap();
+    assert_eq!(r["state"], "active", "{r}\n{node}\n{runs:?}");
     reservation
 }
 
@@ -331,4 +333,75 @@ fn deleting_a_tenant_tears_its_lease_down_and_retires_only_its_own_machines() {
     assert_eq!(s.call_as(&token, "GET", "/v1/reservations", None).0, 401, "its credentials are revoked");
     assert_eq!(s.call("GET", "/v1/tenants/acme", None).0, 404);
     assert_eq!(s.call("DELETE", "/v1/tenants/acme", None).0, 404);
+}
+
+#[test]
+fn a_redfish_teardown_fences_rotates_through_the_account_service_and_reflashes_drift() {
+    use sha2::Digest as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    // A libvirt machine with a NIC (the lease's network boot names it) and an empty disk.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let disk = dir.path().join("disk.img");
+    std::fs::write(&disk, vec![0u8; 1 << 20]).unwrap();
+    let tftp = metal_tests::hil::tftp_dir(dir.path(), "http://10.0.2.2:9");
+    let domain = metal_tests::emulators::LibvirtDomain::machine(&metal_tests::emulators::LibvirtMachine {
+        disk: &disk,
+        serial: "RF01",
+        mac: MAC,
+        tftp: &tftp,
+    });
+    let sushy = Sushy::start_libvirt_with_accounts(&domain.uuid);
+    let system = |password: &str| {
+        reqwest::blocking::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .build()
+            .unwrap()
+            .get(format!("{}/redfish/v1/Systems/{}", sushy.endpoint, domain.uuid))
+            .basic_auth("admin", Some(password))
+            .send()
+            .unwrap()
+    };
+    let bios = system(SUSHY_PASSWORD).json::<Value>().unwrap()["BiosVersion"].as_str().unwrap().to_owned();
+    // sushy's SimpleUpdate bumps the minor version: the baseline wants the next one.
+    let mut parts: Vec<u32> = bios.split('.').map(|p| p.parse().unwrap()).collect();
+    parts[1] += 1;
+    let next = parts.iter().map(u32::to_string).collect::<Vec<_>>().join(".");
+    let ca = metal_protocol::SiteCa::create(
+        "firmware",
+        std::time::SystemTime::now() - Duration::from_secs(600),
+        Duration::from_secs(86400),
+    )
+    .unwrap();
+    let blob = vec![0x42u8; 1 << 20];
+    let files = metal_tests::controller::ImageServer::start(&ca, &[], [("bios.bin".to_owned(), blob.clone())].into());
+    let s = TestScheduler::start(|_| {});
+    let bmc = json!({"protocol": "redfish", "address": sushy.endpoint, "username": "admin", "password": SUSHY_PASSWORD,
+                     "tls": {"mode": "fingerprint", "value": sushy.pki.fingerprint}});
+    site(
+        &s,
+        bmc,
+        json!({"agent": "none", "allowUnverifiedRelease": true, "fencing": {"driver": "fence-agents"},
+               "firmwareBaseline": {"bios": next}, "firmwareRemediation": "reflash",
+               "firmwareImages": {"bios": {"url": files.url("bios.bin"), "sha256": hex::encode(sha2::Sha256::digest(&blob))}}}),
+    );
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+
+    let node = s.node("n1");
+    let run = &teardowns(&s)[0];
+    assert_eq!(
+        (node["state"].as_str(), node["identityGeneration"].as_i64()),
+        (Some("ready"), Some(3)),
+        "{node}\n{run}"
+    );
+    let history = run["history"].as_array().unwrap();
+    assert!(history[1]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "fence_redfish: {run}");
+    assert_eq!(history[2]["detail"]["rotated"], true, "{run}");
+    assert_eq!(history[4]["detail"]["code"], "REFLASHED", "{run}");
+    assert_eq!(history[4]["detail"]["after"]["compliant"], true, "{run}");
+    assert_eq!(domain.state(), "shut off", "powered off and fenced");
+    assert_eq!(system(SUSHY_PASSWORD).status(), 401, "the tenant-era password no longer logs in");
+    let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
+    assert_eq!((status, power["power"].as_str()), (200, Some("off")), "the rotated one does: {power}");
 }
