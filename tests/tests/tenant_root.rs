@@ -405,3 +405,49 @@ fn a_redfish_teardown_fences_rotates_through_the_account_service_and_reflashes_d
     let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
     assert_eq!((status, power["power"].as_str()), (200, Some("off")), "the rotated one does: {power}");
 }
+
+#[test]
+fn a_disk_that_fails_its_read_back_quarantines_the_node() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, ipmi(&sim), json!({}));
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+    let joined = ramdisk(&s, "firmware");
+    joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
+    // The erase ran, but a disk that ignored its discards still reads back old data.
+    let joined = ramdisk(&s, "erase");
+    let mut lied = wipe();
+    lied.disks[0].result = metal_protocol::wipe::WipeResult::Fail;
+    lied.disks[0].first_bad_offset = Some(4096);
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &lied).unwrap();
+    assert!(!receipt.accepted && receipt.reason.as_deref().unwrap().starts_with("disk-failed"), "{receipt:?}");
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
+    assert_eq!((node["maintenance"].as_bool(), node["tenantRoot"].as_bool()), (Some(true), Some(true)), "{node}");
+    let run = &teardowns(&s)[0];
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(run["lastError"].as_str().unwrap().contains("disk-failed"), "{run}");
+    assert_eq!(s.events("node.tenant-root.quarantined").len(), 1);
+}
+
+#[test]
+fn drift_found_in_band_by_the_teardowns_ramdisk_quarantines_with_the_drift() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    site(&s, ipmi(&sim), json!({}));
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+    // Out of band the BMC reads the baseline; in band the machine says otherwise.
+    let joined = ramdisk(&s, "firmware");
+    joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", "9.07")])).unwrap();
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["maintenance"].as_bool()), (Some("failed"), Some(true)), "{node}");
+    assert_eq!(node["stateReason"], "FIRMWARE_DRIFT: bmc: expected 9.08, found 9.07", "{node}");
+    let run = &teardowns(&s)[0];
+    let error = run["lastError"].as_str().unwrap();
+    assert!(error.starts_with("node n1 is failed, not releasing: FIRMWARE_DRIFT"), "{run}");
+    assert_eq!(s.events("node.tenant-root.quarantined").len(), 1);
+}

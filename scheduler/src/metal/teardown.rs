@@ -154,7 +154,9 @@ impl Hooks for Teardown {
                 Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
             };
             if node.state != NodeState::Releasing {
-                return Outcome::Failed(format!("node {} is {}, not releasing", node.id, node.state), Value::Null);
+                // The boot service fails a node whose in-band firmware check found drift.
+                let why = node.state_reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+                return Outcome::Failed(format!("node {} is {}, not releasing{why}", node.id, node.state), Value::Null);
             }
             let steps = Steps { app, run, node: &node, pool: pool.as_ref() };
             match step {

@@ -348,7 +348,11 @@ fn wipe_report(
             store::events::append(tx, "node.wipe.refused", &subject, None, &data, now)?;
             // A genuine report of a failed erase quarantines the node at once; other refusals
             // leave it releasing (the reaper fails it at the deadline).
-            if code == DISK_FAILED && node.state == NodeState::Releasing {
+            // (A teardown workflow quarantines on its own, with this report as its reason.)
+            if code == DISK_FAILED
+                && node.state == NodeState::Releasing
+                && store::workflows::running_for(tx, &node.id)?.is_none()
+            {
                 move_node(tx, &node, NodeState::Failed, format!("wipe failed: {reason}"), deadlines, now)?;
             }
             Ok(ReportReceipt { accepted: false, reason: Some(format!("{code}: {reason}")) })
