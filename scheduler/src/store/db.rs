@@ -54,6 +54,11 @@ pub enum DbError {
 }
 
 impl DbError {
+    /// Whether SQLite answered "database is locked" (another process holds the file).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, DbError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) if f.code == rusqlite::ErrorCode::DatabaseBusy)
+    }
+
     /// Whether a unique or primary-key constraint refused the statement (a row with that key
     /// exists, perhaps written by another replica since we looked).
     pub fn is_unique_violation(&self) -> bool {

@@ -156,12 +156,34 @@ fn in_transaction<T, E: From<DbError>>(
     Ok(out)
 }
 
+/// How often opening a new database is tried while another process creates the same file
+/// (SQLite answers "database is locked" at once, not after its busy timeout, while the file
+/// is switched to WAL or its schema changes under a starting connection).
+const OPEN_ATTEMPTS: u32 = 10;
+
+/// Connects for writing and migrates in one IMMEDIATE transaction, trying again a bounded
+/// number of times while another process holds the file.
+fn open_migrated(path: &std::path::Path, migrate: &dyn Fn(&mut dyn Conn) -> DbResult<()>) -> DbResult<Connection> {
+    let mut attempt = 0;
+    loop {
+        let outcome = connect(path, true)
+            .and_then(|mut conn| in_transaction(&mut conn, TransactionBehavior::Immediate, migrate).map(|()| conn));
+        match outcome {
+            Err(e) if e.is_busy() && attempt + 1 < OPEN_ATTEMPTS => {
+                attempt += 1;
+                tracing::info!(attempt, "the database is busy (another process is opening it); trying again");
+                std::thread::sleep(Duration::from_millis(200 * u64::from(attempt)));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Sqlite {
     /// Opens (creating) the database file, runs `migrate` in the first write transaction
     /// and starts the writer thread.
-    pub(super) fn open(path: PathBuf, migrate: impl FnOnce(&mut dyn Conn) -> DbResult<()>) -> DbResult<Self> {
-        let mut conn = connect(&path, true)?;
-        in_transaction(&mut conn, TransactionBehavior::Immediate, migrate)?;
+    pub(super) fn open(path: PathBuf, migrate: impl Fn(&mut dyn Conn) -> DbResult<()>) -> DbResult<Self> {
+        let mut conn = open_migrated(&path, &migrate)?;
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
         let (checkpointer, stop) = mpsc::channel();
         spawn_checkpointer(&path, stop)?;
