@@ -393,10 +393,13 @@ impl LibvirtDomain {
     }
 
     /// A domain with a disk and two NICs. libvirt cannot give QEMU's user network a TFTP
-    /// directory, so the NIC that network-boots is passed to QEMU directly, last in the boot
-    /// order (index 9); the libvirt NIC is there for sushy's boot override to name (it has
-    /// nothing to boot, so the firmware goes on). Its reboot powers it off. Everything it
-    /// reads must be readable by libvirt's QEMU user.
+    /// directory, so the NIC that network-boots is passed to QEMU directly, first in the boot
+    /// order (index 0), as a machine set to network-boot first is: the scheduler's iPXE script
+    /// sends it on to its disk when it has nothing to run (a bootable disk later in the order
+    /// would otherwise win over a network boot the BMC asked for). The libvirt NIC is there
+    /// for sushy's boot override to name. Its reboot powers it off. Its SMBIOS BIOS
+    /// version is sushy's default BiosVersion (1.0.0), so what the ramdisk reads in band and
+    /// what Redfish reports agree. Everything it reads must be readable by libvirt's QEMU user.
     pub fn machine(spec: &LibvirtMachine<'_>) -> LibvirtDomain {
         let devices = format!(
             "<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{}'/>\
@@ -407,7 +410,8 @@ impl LibvirtDomain {
         );
         let commandline = format!(
             "<qemu:commandline><qemu:arg value='-netdev'/><qemu:arg value='user,id=hostnet9,tftp={},bootfile=boot.ipxe'/>\
-             <qemu:arg value='-device'/><qemu:arg value='virtio-net-pci,netdev=hostnet9,mac={},bootindex=9,bus=pci.0,addr=0x10'/></qemu:commandline>",
+             <qemu:arg value='-device'/><qemu:arg value='virtio-net-pci,netdev=hostnet9,mac={},bootindex=0,bus=pci.0,addr=0x10'/>\
+             <qemu:arg value='-smbios'/><qemu:arg value='type=0,version=1.0.0'/></qemu:commandline>",
             spec.tftp.display(),
             spec.mac
         );

@@ -1,4 +1,5 @@
-//! A dedicated-root lease on a QEMU machine behind ipmi_sim, from reservation to a clean,
+//! A dedicated-root lease on a QEMU machine behind ipmi_sim, and on a libvirt machine behind
+//! sushy-tools (with a Redfish AccountService), from reservation to a clean,
 //! re-identified machine with no hand on the node: the machine commissions through PXE; a
 //! node binding is reserved; the lease starts, the BMC network-boots the machine, the real
 //! ramdisk deploys the lessee's profile (an imported image, served by the controller) and
@@ -10,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use metal_scheduler::{capacity, metal};
+use metal_tests::emulators::{SUSHY_PASSWORD, Sushy};
 use metal_tests::hil::{BootFrom, Bus, DISK_MARKER, Guest, MIB, filled, tftp_dir};
 use metal_tests::scheduler::TestScheduler;
 use serde_json::{Value, json};
@@ -53,40 +55,105 @@ fn power(s: &TestScheduler) -> String {
     power["power"].as_str().unwrap().to_owned()
 }
 
+/// The machine under test and the BMC in front of it.
+enum Machine {
+    /// QEMU started and stopped by ipmi_sim's chassis program, with an in-band BMC whose
+    /// firmware revision is ipmi_sim's (9.08).
+    Ipmi { bmc: metal_tests::emulators::IpmiSim, console: std::path::PathBuf },
+    /// A libvirt domain behind sushy-tools with an AccountService; its SMBIOS BIOS version is
+    /// the one sushy reports.
+    Redfish { domain: metal_tests::emulators::LibvirtDomain, sushy: Sushy },
+}
+
+impl Machine {
+    fn console(&self) -> String {
+        match self {
+            Machine::Ipmi { console, .. } => std::fs::read_to_string(console).unwrap_or_default(),
+            Machine::Redfish { domain, .. } => domain.console(),
+        }
+    }
+
+    /// The BMC spec, the pool's baseline and what the chassis did.
+    fn spec(&self) -> (Value, Value) {
+        match self {
+            Machine::Ipmi { bmc, .. } => (
+                json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", bmc.port), "username": "admin", "password": "password"}),
+                json!({"bmc": "9.08"}),
+            ),
+            Machine::Redfish { sushy, .. } => (
+                json!({"protocol": "redfish", "address": sushy.endpoint, "username": "admin", "password": SUSHY_PASSWORD,
+                       "tls": {"mode": "fingerprint", "value": sushy.pki.fingerprint}}),
+                json!({"bios": "1.0.0"}),
+            ),
+        }
+    }
+
+    fn chassis(&self) -> String {
+        match self {
+            Machine::Ipmi { bmc, .. } => bmc.chassis_log(),
+            Machine::Redfish { domain, .. } => domain.state(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Ipmi,
+    Redfish,
+}
+
 #[test]
-fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_node() {
+fn a_lease_on_a_qemu_machine_behind_ipmi_sim_deploys_boots_and_is_torn_down_to_a_clean_ready_node() {
+    lease_end_to_end(Kind::Ipmi);
+}
+
+#[test]
+fn a_lease_on_a_libvirt_machine_behind_sushy_tools_deploys_boots_and_is_torn_down_to_a_clean_ready_node() {
+    lease_end_to_end(Kind::Redfish);
+}
+
+fn lease_end_to_end(kind: Kind) {
+    use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
+    // libvirt runs QEMU as its own user: it must reach the disk and the TFTP directory.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let site = metal_tests::hil::DeploySite::start(dir.path());
     let (s, image) = (&site.scheduler, &site.image);
-
-    // The machine: one virtio disk, an in-band BMC whose firmware revision is ipmi_sim's
-    // (9.08), network boot; ipmi_sim's chassis starts and stops it.
     let mac = "52:54:00:00:0a:21";
     let disk = dir.path().join("disk.img");
     filled(&disk, 64 * MIB);
-    let console = dir.path().join("console.log");
     let tftp = tftp_dir(dir.path(), &format!("http://10.0.2.2:{}", s.port));
-    let machine = Guest::new()
-        .boot(BootFrom::Network(tftp))
-        .nic(mac)
-        .disk(&Bus::Virtio { serial: "HILTR01".into() }, &disk, "unmap")
-        .args(&["-device", "ipmi-bmc-sim,id=bmc0,fwrev1=9,fwrev2=0x08", "-device", "isa-ipmi-kcs,bmc=bmc0"])
-        .machine_args(&console);
-    let bmc = metal_tests::emulators::IpmiSim::machine(&machine);
-    let text = || std::fs::read_to_string(&console).unwrap_or_default();
+    let machine = match kind {
+        Kind::Ipmi => {
+            let console = dir.path().join("console.log");
+            let args = Guest::new()
+                .boot(BootFrom::Network(tftp))
+                .nic(mac)
+                .disk(&Bus::Virtio { serial: "HILTR01".into() }, &disk, "unmap")
+                .args(&["-device", "ipmi-bmc-sim,id=bmc0,fwrev1=9,fwrev2=0x08", "-device", "isa-ipmi-kcs,bmc=bmc0"])
+                .machine_args(&console);
+            Machine::Ipmi { bmc: metal_tests::emulators::IpmiSim::machine(&args), console }
+        }
+        Kind::Redfish => {
+            let domain = metal_tests::emulators::LibvirtDomain::machine(&metal_tests::emulators::LibvirtMachine {
+                disk: &disk,
+                serial: "HILTR01",
+                mac,
+                tftp: &tftp,
+            });
+            let sushy = Sushy::start_libvirt_with_accounts(&domain.uuid);
+            Machine::Redfish { domain, sushy }
+        }
+    };
+    let text = || machine.console();
+    let (bmc_spec, baseline) = machine.spec();
     ok(
         s,
         "POST",
         "/v1/nodes",
         json!({"id": "hil-tr", "bootMac": mac, "devices": [{"id": "gpu0", "class": "gpu", "healthy": true}]}),
     );
-    ok(
-        s,
-        "PUT",
-        "/v1/nodes/hil-tr/bmc",
-        json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", bmc.port),
-                                                 "username": "admin", "password": "password"}),
-    );
+    ok(s, "PUT", "/v1/nodes/hil-tr/bmc", bmc_spec);
 
     // Commissioning, through the BMC and PXE.
     ok(s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "pxe"}));
@@ -98,7 +165,10 @@ fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_nod
     drive(s, "the ramdisk's power-off", Duration::from_secs(180), |s, _| power(s) == "off");
     let stored = ok(s, "GET", "/v1/nodes/hil-tr/inventory", Value::Null);
     let in_band = stored["inventory"]["firmware"].as_array().unwrap().clone();
-    assert!(in_band.iter().any(|f| f["component"] == "bmc" && f["version"] == "9.08"), "{in_band:?}");
+    for (component, version) in baseline.as_object().unwrap() {
+        let found = in_band.iter().any(|f| f["component"] == component.as_str() && f["version"] == *version);
+        assert!(found, "the ramdisk reads {component} {version} in band: {in_band:?}");
+    }
 
     // The pool, the lessee, the public image and the lessee's profile.
     ok(
@@ -106,7 +176,7 @@ fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_nod
         "POST",
         "/v1/pools",
         json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
-        "policy": {"tenantRoot": true, "firmwareBaseline": {"bmc": "9.08"}, "fencing": {"driver": "fence-agents"}}}),
+        "policy": {"tenantRoot": true, "firmwareBaseline": baseline, "fencing": {"driver": "fence-agents"}}}),
     );
     ok(s, "PATCH", "/v1/nodes/hil-tr", json!({"poolId": "p1"}));
     ok(s, "POST", "/v1/tenants", json!({"id": "acme"}));
@@ -147,7 +217,6 @@ fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_nod
 
     // The deployed disk boots (the tenant powers its machine on).
     drive(s, "the deploy's reboot", Duration::from_secs(180), |s, _| power(s) == "off");
-    std::fs::write(&console, b"").unwrap();
     ok(s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "disk"}));
     ok(s, "POST", "/v1/nodes/hil-tr/power", json!({"action": "on"}));
     let deadline = Instant::now() + Duration::from_secs(240);
@@ -163,7 +232,7 @@ fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_nod
         n["state"] != "deployed" && n["state"] != "releasing"
     });
     let (_, runs) = s.call("GET", "/v1/nodes/hil-tr/teardowns", None);
-    assert_eq!(node["state"], "ready", "{node}\n{runs}\n{}\nchassis: {}", text(), bmc.chassis_log());
+    assert_eq!(node["state"], "ready", "{node}\n{runs}\n{}\nchassis: {}", text(), machine.chassis());
     assert_eq!((node["identityGeneration"].as_i64(), node["trust"].as_str()), (Some(3), Some("platform")), "{node}");
     assert_eq!(node["tenantRoot"], false);
     let run = &runs[0];
@@ -182,7 +251,10 @@ fn a_lease_on_a_qemu_machine_deploys_boots_and_is_torn_down_to_a_clean_ready_nod
     assert_eq!(run["history"][5]["detail"]["wipeReport"], accepted["id"], "{run}");
     let erased = std::fs::read(&disk).unwrap();
     assert!(erased[MIB..8 * MIB] != image[MIB..8 * MIB], "the deployed image is still on the disk");
-    assert!(bmc.chassis_log().contains("power 0"), "{}", bmc.chassis_log());
+    match &machine {
+        Machine::Ipmi { bmc, .. } => assert!(bmc.chassis_log().contains("power 0"), "{}", bmc.chassis_log()),
+        Machine::Redfish { domain, .. } => assert_eq!(domain.state(), "shut off"),
+    }
     assert!(s.block_on(metal_scheduler::app::bill_once(&s.app)).unwrap() > 0);
     let (_, usage) = s.call("GET", "/v1/usage?tenantId=acme", None);
     assert!(usage["totals"]["node.metal.hours"].as_f64().unwrap() > 0.0, "{usage}");
