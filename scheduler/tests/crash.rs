@@ -5,7 +5,8 @@
 //! password and before it was stored. Each time the service is started again on the same
 //! data and picks up where the dead one was. The run ends as it would have: one teardown,
 //! every step done once, the rotation recovered (not repeated), no meter lost or doubled.
-//! Then the same with two replicas at once, one of them dying mid-run.
+//! Then the same with two replicas at once, one of them dying mid-run; and the agent
+//! variant killed (SIGKILL, then the hook) around its erase while the ramdisk reports.
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::ExitStatusExt as _;
@@ -23,6 +24,7 @@ use serde_json::{Value, json};
 struct Service {
     child: Child,
     url: String,
+    boot_url: String,
     token: String,
     log: Arc<Mutex<Vec<String>>>,
 }
@@ -66,7 +68,7 @@ impl Service {
             }
         });
         let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
-        Service { child, url: format!("http://{address}"), token, log }
+        Service { child, url: format!("http://{address}"), boot_url: format!("https://127.0.0.1:{boot}"), token, log }
     }
 
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -148,18 +150,27 @@ const POINTS: [&str; 17] = [
     "exit-tenant-root:after",
 ];
 
-/// A leased node's reservation, prepared by an in-process service that is then stopped: its
-/// data directory (and database) and the reservation id.
-fn prepared(sim: &IpmiSim) -> (tempfile::TempDir, Option<String>, String) {
-    let s = TestScheduler::start(|_| {});
-    site(&s, ipmi(sim), json!({"agent": "none", "allowUnverifiedRelease": true, "fencing": {"driver": "none"}}));
-    let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
-    let (dir, database) = s.kill();
-    (dir, database, reservation)
+/// An agentless pool's policy: its teardown has no erase.
+fn agentless() -> Value {
+    json!({"agent": "none", "allowUnverifiedRelease": true, "fencing": {"driver": "none"}})
 }
 
+/// A leased node's reservation in a pool with `policy`, prepared by an in-process service
+/// that is then stopped: its data directory (and database), the reservation id and the
+/// BMC's firmware version.
+fn prepared(sim: &IpmiSim, policy: Value) -> (tempfile::TempDir, Option<String>, String, String) {
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, ipmi(sim), policy);
+    let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    let (dir, database) = s.kill();
+    (dir, database, reservation, version)
+}
+
+const AGENTLESS_STEPS: [&str; 6] =
+    ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "exit-tenant-root"];
+
 /// What must hold once the lease and its teardown ended, however often the service died.
-fn ended_as_it_would_have(service: &Service, reservation: &str) {
+fn ended_as_it_would_have(service: &Service, reservation: &str, expected: &[&str]) {
     let node = service.until("the node back in ready", "/v1/nodes/n1", |n| n["state"] == "ready");
     assert_eq!((node["identityGeneration"].as_i64(), node["trust"].as_str()), (Some(3), Some("platform")), "{node}");
     let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
@@ -168,7 +179,7 @@ fn ended_as_it_would_have(service: &Service, reservation: &str) {
     assert_eq!(runs[0]["status"], "succeeded", "{}", runs[0]);
     let history = runs[0]["history"].as_array().unwrap();
     let steps: Vec<&str> = history.iter().map(|h| h["step"].as_str().unwrap()).collect();
-    assert_eq!(steps, ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "exit-tenant-root"]);
+    assert_eq!(steps, expected, "every step done once");
     assert!(history.iter().all(|h| h["result"] == "done"), "{history:?}");
     let (_, bmc) = service.call("GET", "/v1/nodes/n1/bmc", None);
     assert_eq!(bmc["generation"], 2, "the credential was promoted once: {bmc}");
@@ -197,7 +208,7 @@ fn ended_as_it_would_have(service: &Service, reservation: &str) {
 #[test]
 fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_would_have() {
     let sim = IpmiSim::start();
-    let (dir, database, reservation) = prepared(&sim);
+    let (dir, database, reservation, _) = prepared(&sim, agentless());
     for point in POINTS {
         let service = Service::start(dir.path(), database.as_deref(), Some(point), "100ms");
         match point {
@@ -216,7 +227,7 @@ fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_wo
         service.crashed(point);
     }
     let service = Service::start(dir.path(), database.as_deref(), None, "100ms");
-    ended_as_it_would_have(&service, &reservation);
+    ended_as_it_would_have(&service, &reservation, &AGENTLESS_STEPS);
     let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
     let rotation = &runs[0]["history"][2]["detail"];
     assert_eq!(
@@ -228,7 +239,7 @@ fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_wo
 #[test]
 fn a_replica_killed_mid_run_is_taken_over_by_the_other() {
     let sim = IpmiSim::start();
-    let (dir, database, reservation) = prepared(&sim);
+    let (dir, database, reservation, _) = prepared(&sim, agentless());
     // The second replica: its own data directory with the same CA and admin token.
     let other = tempfile::tempdir().unwrap();
     std::fs::copy(dir.path().join("admin.token"), other.path().join("admin.token")).unwrap();
@@ -250,5 +261,66 @@ fn a_replica_killed_mid_run_is_taken_over_by_the_other() {
     let (status, body) = second.call("POST", &format!("{path}/release"), None);
     assert_eq!(status, 200, "{body}");
     first.crashed("fence:before");
-    ended_as_it_would_have(&second, &reservation);
+    ended_as_it_would_have(&second, &reservation, &AGENTLESS_STEPS);
+}
+
+/// Releases the lease once it is bound and returns when the teardown's `step` (the erase)
+/// has booted the ramdisk.
+fn released_until(service: &Service, reservation: &str, step: i64) {
+    service.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
+    installer_done(&service.url);
+    let path = format!("/v1/reservations/{reservation}");
+    service.until("the lease bound", &path, |r| r["state"] == "active");
+    let (status, body) = service.call("POST", &format!("{path}/release"), None);
+    assert_eq!(status, 200, "{body}");
+    service.until("the ramdisk booted to erase", "/v1/nodes/n1/teardowns", |runs| {
+        runs[0]["stepIndex"] == step
+            && runs[0]["lastError"].as_str().is_some_and(|e| e.starts_with("booted the ramdisk to erase every disk"))
+    });
+}
+
+#[test]
+fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as_it_would_have() {
+    let sim = IpmiSim::start();
+    let (dir, database, reservation, version) = prepared(&sim, json!({"fencing": {"driver": "none"}}));
+    // Up to the erase without a crash, then SIGKILL while the ramdisk erases.
+    let service = Service::start(dir.path(), database.as_deref(), None, "100ms");
+    released_until(&service, &reservation, 5);
+    drop(service);
+    for point in [
+        "erase:before",
+        "erase:after",
+        "clean-up:before",
+        "clean-up:after",
+        "exit-tenant-root:before",
+        "exit-tenant-root:after",
+    ] {
+        let service = Service::start(dir.path(), database.as_deref(), Some(point), "100ms");
+        if point == "clean-up:before" {
+            // The ramdisk's part, while the service polls: the in-band check, the wipe report.
+            let reporter = metal_tests::scheduler::Reporter::of(dir.path(), &service.boot_url);
+            let found = metal_tests::leases::inventory(&[("bmc", &version)]);
+            let receipt = reporter.post(
+                metal_protocol::Role::Ramdisk,
+                "n1",
+                2,
+                metal_protocol::InventoryReport::PAYLOAD_TYPE,
+                &found,
+            );
+            assert_eq!(receipt["accepted"], true, "{receipt}");
+            let mut wipe: metal_protocol::WipeReport =
+                serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+            wipe.node_id = "n1".into();
+            let receipt =
+                reporter.post(metal_protocol::Role::Ramdisk, "n1", 2, metal_protocol::WipeReport::PAYLOAD_TYPE, &wipe);
+            assert_eq!(receipt["accepted"], true, "{receipt}");
+        }
+        service.crashed(point);
+    }
+    let service = Service::start(dir.path(), database.as_deref(), None, "100ms");
+    let steps =
+        ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "erase", "clean-up", "exit-tenant-root"];
+    ended_as_it_would_have(&service, &reservation, &steps);
+    let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
+    assert_eq!(runs[0]["context"]["eraseBoots"], 1, "the ramdisk was booted once across the crashes: {}", runs[0]);
 }

@@ -231,7 +231,52 @@ impl TestScheduler {
         payload_type: &str,
         report: &T,
     ) -> Value {
-        let (client, signer) = self.boot_client_as(role, node, generation);
+        let reporter = Reporter { ca: self.ca(), boot_url: self.boot_url.clone() };
+        reporter.post(role, node, generation, payload_type, report)
+    }
+
+    /// A client of the boot listener authenticated by a fresh `role` certificate of `node`
+    /// (identity generation `generation`) from the site CA, and a signer with that identity.
+    pub fn boot_client_as(&self, role: Role, node: &str, generation: u64) -> (reqwest::Client, Signer) {
+        boot_client(&self.ca(), role, node, generation)
+    }
+
+    /// The token and task on the kernel line of an iPXE script.
+    pub fn script_token(script: &str) -> Option<(String, String)> {
+        let line = script.lines().find(|l| l.starts_with("kernel "))?;
+        let value = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_owned);
+        Some((value("metal.token=")?, value("metal.task=")?))
+    }
+}
+
+/// Posts signed reports to any service's boot listener with certificates from its site CA
+/// (a test playing a ramdisk, or a tenant's OS, without joining).
+#[derive(Debug)]
+pub struct Reporter {
+    /// The site CA (`DATA_DIR/ca`).
+    pub ca: metal_protocol::SiteCa,
+    /// `https://127.0.0.1:PORT`.
+    pub boot_url: String,
+}
+
+impl Reporter {
+    /// The CA of the service whose data directory is `data_dir`, reached at `boot_url`.
+    pub fn of(data_dir: &Path, boot_url: &str) -> Reporter {
+        let ca = metal_scheduler::ca_files::load(&data_dir.join(metal_scheduler::metal::boot::CA_DIR)).unwrap();
+        Reporter { ca, boot_url: boot_url.to_owned() }
+    }
+
+    /// Signs `report` with a fresh `role` certificate of `node` at `generation` and posts it
+    /// over a connection authenticated by the same certificate; returns the receipt.
+    pub fn post<T: serde::Serialize>(
+        &self,
+        role: Role,
+        node: &str,
+        generation: u64,
+        payload_type: &str,
+        report: &T,
+    ) -> Value {
+        let (client, signer) = boot_client(&self.ca, role, node, generation);
         let envelope = Envelope::sign_json(payload_type, report, &signer).unwrap();
         let url = format!("{}{}", self.boot_url, metal_protocol::boot::REPORTS_PATH);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -241,41 +286,26 @@ impl TestScheduler {
             response.json::<Value>().await.unwrap()
         })
     }
+}
 
-    /// A client of the boot listener authenticated by a fresh `role` certificate of `node`
-    /// (identity generation `generation`) from the site CA, and a signer with that identity.
-    pub fn boot_client_as(&self, role: Role, node: &str, generation: u64) -> (reqwest::Client, Signer) {
-        let ca = self.ca();
-        let key = SigningKey::generate(&mut rand::rngs::OsRng);
-        let now = std::time::SystemTime::now();
-        let der = ca
-            .issue(
-                &key.verifying_key(),
-                node,
-                generation,
-                role,
-                now - Duration::from_secs(60),
-                Duration::from_secs(600),
-            )
-            .unwrap();
-        let chain = vec![der, ca.certificate().der().to_vec()];
-        let key_pkcs8 = zeroize::Zeroizing::new(
-            ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&key).unwrap().as_bytes().to_vec(),
-        );
-        let pin = metal_bmc::tls::parse_fingerprint(&self.fingerprint).unwrap();
-        let client = metal_bmc::tls::http_client_with_identity(
-            &metal_bmc::tls::TlsTrust::CaFingerprint(pin),
-            Duration::from_secs(10),
-            Some(&metal_bmc::tls::ClientIdentity { chain: chain.clone(), key_pkcs8 }),
-        )
+/// A client of a boot listener of `ca`'s site with a fresh `role` certificate of `node` at
+/// `generation`, and a signer with that identity.
+fn boot_client(ca: &metal_protocol::SiteCa, role: Role, node: &str, generation: u64) -> (reqwest::Client, Signer) {
+    let key = SigningKey::generate(&mut rand::rngs::OsRng);
+    let now = std::time::SystemTime::now();
+    let der = ca
+        .issue(&key.verifying_key(), node, generation, role, now - Duration::from_secs(60), Duration::from_secs(600))
         .unwrap();
-        (client, Signer::new(key, chain))
-    }
-
-    /// The token and task on the kernel line of an iPXE script.
-    pub fn script_token(script: &str) -> Option<(String, String)> {
-        let line = script.lines().find(|l| l.starts_with("kernel "))?;
-        let value = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_owned);
-        Some((value("metal.token=")?, value("metal.task=")?))
-    }
+    let chain = vec![der, ca.certificate().der().to_vec()];
+    let key_pkcs8 = zeroize::Zeroizing::new(
+        ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&key).unwrap().as_bytes().to_vec(),
+    );
+    let pin = metal_bmc::tls::parse_fingerprint(&ca.certificate().fingerprint_sha256()).unwrap();
+    let client = metal_bmc::tls::http_client_with_identity(
+        &metal_bmc::tls::TlsTrust::CaFingerprint(pin),
+        Duration::from_secs(10),
+        Some(&metal_bmc::tls::ClientIdentity { chain: chain.clone(), key_pkcs8 }),
+    )
+    .unwrap();
+    (client, Signer::new(key, chain))
 }
