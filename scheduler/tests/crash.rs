@@ -308,9 +308,7 @@ fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as
                 &found,
             );
             assert_eq!(receipt["accepted"], true, "{receipt}");
-            let mut wipe: metal_protocol::WipeReport =
-                serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
-            wipe.node_id = "n1".into();
+            let wipe = metal_tests::leases::wipe_report();
             let receipt =
                 reporter.post(metal_protocol::Role::Ramdisk, "n1", 2, metal_protocol::WipeReport::PAYLOAD_TYPE, &wipe);
             assert_eq!(receipt["accepted"], true, "{receipt}");

@@ -109,3 +109,11 @@ pub fn installer_done(url: &str) {
     let done = http.post(format!("{url}/boot/installer/{token}/done")).send().unwrap();
     assert_eq!(done.status(), 204);
 }
+
+/// The golden wipe report of n1 (every inventoried disk erased and verified).
+pub fn wipe_report() -> metal_protocol::WipeReport {
+    let mut wipe: metal_protocol::WipeReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+    wipe.node_id = "n1".into();
+    wipe
+}

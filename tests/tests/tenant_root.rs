@@ -16,7 +16,7 @@ use metal_boot::controller::{self, Retry};
 use metal_protocol::{InventoryReport, WipeReport};
 use metal_scheduler::{capacity, metal};
 use metal_tests::emulators::{IpmiSim, SUSHY_PASSWORD, Sushy};
-use metal_tests::leases::{MAC, installer_done, inventory, ipmi, ok, reserve, site};
+use metal_tests::leases::{MAC, installer_done, inventory, ipmi, ok, reserve, site, wipe_report};
 use metal_tests::scheduler::TestScheduler;
 use serde_json::{Value, json};
 
@@ -55,15 +55,8 @@ fn erase_by_ramdisk(s: &TestScheduler, version: &str) {
     let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", version)])).unwrap();
     assert!(receipt.accepted && receipt.reason.is_none(), "{receipt:?}");
     let joined = ramdisk(s, "erase");
-    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &wipe()).unwrap();
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &wipe_report()).unwrap();
     assert!(receipt.accepted, "{receipt:?}");
-}
-
-fn wipe() -> WipeReport {
-    let mut wipe: WipeReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
-    wipe.node_id = "n1".into();
-    wipe
 }
 
 #[test]
@@ -268,7 +261,7 @@ fn a_wipe_report_signed_by_a_tenant_identity_is_refused_and_quarantines() {
     let joined = ramdisk(&s, "firmware");
     joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
     // The tenant's OS forges a wipe report with a node-tenant certificate of this generation.
-    let receipt = s.post_report_as(metal_protocol::Role::NodeTenant, "n1", 2, WipeReport::PAYLOAD_TYPE, &wipe());
+    let receipt = s.post_report_as(metal_protocol::Role::NodeTenant, "n1", 2, WipeReport::PAYLOAD_TYPE, &wipe_report());
     assert_eq!(receipt["accepted"], false, "{receipt}");
     later(&s);
     let node = s.node("n1");
@@ -417,7 +410,7 @@ fn a_disk_that_fails_its_read_back_quarantines_the_node() {
     joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
     // The erase ran, but a disk that ignored its discards still reads back old data.
     let joined = ramdisk(&s, "erase");
-    let mut lied = wipe();
+    let mut lied = wipe_report();
     lied.disks[0].result = metal_protocol::wipe::WipeResult::Fail;
     lied.disks[0].first_bad_offset = Some(4096);
     let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &lied).unwrap();
