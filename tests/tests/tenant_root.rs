@@ -444,3 +444,75 @@ fn drift_found_in_band_by_the_teardowns_ramdisk_quarantines_with_the_drift() {
     assert!(error.starts_with("node n1 is failed, not releasing: FIRMWARE_DRIFT"), "{run}");
     assert_eq!(s.events("node.tenant-root.quarantined").len(), 1);
 }
+
+#[test]
+fn a_site_fencing_command_gets_the_node_its_macs_and_its_bmc_and_a_pool_without_baseline_quarantines() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fenced");
+    let command = format!("echo \"$METAL_NODE $METAL_MACS $METAL_BMC_ADDRESS $METAL_ACTION\" > {}", out.display());
+    site(&s, ipmi(&sim), json!({"fencing": {"driver": "command", "command": command}, "firmwareBaseline": null}));
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+    let fenced = std::fs::read_to_string(&out).unwrap();
+    let macs: Vec<String> = inventory(&[]).nics.iter().map(|n| n.mac.clone()).collect();
+    assert_eq!(fenced.trim(), format!("n1 {} 127.0.0.1:{} fence", macs.join(","), sim.port), "{fenced}");
+    let run = &teardowns(&s)[0];
+    assert_eq!(
+        (run["history"][1]["detail"]["driver"].as_str(), run["history"][1]["detail"]["exit"].as_i64()),
+        (Some("command"), Some(0))
+    );
+    // No baseline to check the machine against: INVALID_CONFIG, quarantined.
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["maintenance"].as_bool()), (Some("failed"), Some(true)), "{node}");
+    assert!(
+        node["stateReason"].as_str().unwrap().starts_with("firmware: INVALID_CONFIG: pool p1 has no firmwareBaseline"),
+        "{node}"
+    );
+}
+
+#[test]
+fn a_failed_lessee_deploy_quarantines_and_recover_runs_the_tenant_root_teardown() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, ipmi(&sim), json!({}));
+    let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    pass(&s);
+    // The deploy fails (the ramdisk says so): the lease fails, the node is quarantined.
+    let failed = metal_protocol::boot::TaskReport {
+        node_id: "n1".into(),
+        task: "deploy".into(),
+        ok: false,
+        detail: "the target disk is gone".into(),
+        finished_at: time::OffsetDateTime::now_utc(),
+    };
+    let receipt = s.post_report_as(
+        metal_protocol::Role::Ramdisk,
+        "n1",
+        2,
+        metal_protocol::boot::TaskReport::PAYLOAD_TYPE,
+        &failed,
+    );
+    assert_eq!(receipt["accepted"], true, "{receipt}");
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!(
+        (node["state"].as_str(), node["failedFrom"].as_str(), node["maintenance"].as_bool()),
+        (Some("failed"), Some("deploying"), Some(true)),
+        "{node}"
+    );
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(r["state"], "failed", "{r}");
+    assert!(r["stateReason"].as_str().unwrap().starts_with("lease failed: await-deploy"), "{r}");
+    assert!(teardowns(&s).is_empty(), "a quarantined node waits for recover");
+
+    // recover: the tenant-root teardown, not the ordinary release.
+    ok(&s, "POST", "/v1/nodes/n1/recover", Value::Null);
+    pass(&s);
+    erase_by_ramdisk(&s, &version);
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["identityGeneration"].as_i64()), (Some("ready"), Some(3)), "{node}");
+    assert_eq!(teardowns(&s)[0]["definition"], "metal-tenant-root-release@1");
+}
