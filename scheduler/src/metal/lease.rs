@@ -104,11 +104,7 @@ fn begin(
     let Some(node) = store::nodes::get(tx, &request.node)? else {
         return refuse(format!("node {} does not exist", request.node));
     };
-    let pool = match &node.pool_id {
-        Some(id) => store::capacity::get_pool(tx, id)?,
-        None => None,
-    };
-    let Some(pool) = pool.filter(|p| p.policy.tenant_root) else {
+    let Some(pool) = store::capacity::pool_of(tx, &node)?.filter(|p| p.policy.tenant_root) else {
         return refuse(format!("node {} is not in a tenant-root pool", node.id));
     };
     if node.state != NodeState::Ready || node.maintenance {

@@ -76,13 +76,6 @@ pub static RELEASE_OOB: Definition = Definition {
 /// Every teardown definition's name starts with this.
 pub const PREFIX: &str = "metal-tenant-root-release";
 
-fn pool_of(tx: &mut dyn Conn, node: &Node) -> ApiResult<Option<Pool>> {
-    Ok(match &node.pool_id {
-        Some(id) => store::capacity::get_pool(tx, id)?,
-        None => None,
-    })
-}
-
 /// Starts a teardown of a tenant-root node that is deployed or failed: the node moves to
 /// releasing (`node.tenant-root.ending`) and a new run of the pool's variant begins.
 pub fn begin(
@@ -92,7 +85,7 @@ pub fn begin(
     deadlines: &Deadlines,
     now: OffsetDateTime,
 ) -> ApiResult<String> {
-    let pool = pool_of(tx, node)?;
+    let pool = store::capacity::pool_of(tx, node)?;
     let definition = match pool.as_ref().and_then(|p| p.policy.agent) {
         Some(AgentMode::None) => &RELEASE_OOB,
         None => &RELEASE,
@@ -145,7 +138,7 @@ impl Hooks for Teardown {
                 .store
                 .read(move |tx| {
                     let node = store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
-                    let pool = pool_of(tx, &node)?;
+                    let pool = store::capacity::pool_of(tx, &node)?;
                     Ok::<_, ApiError>((node, pool))
                 })
                 .await;

@@ -60,6 +60,14 @@ pub fn get_pool(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Pool>> {
     }))
 }
 
+/// The pool a node is in, if any.
+pub fn pool_of(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<Option<Pool>> {
+    match &node.pool_id {
+        Some(id) => get_pool(conn, id),
+        None => Ok(None),
+    }
+}
+
 /// Pool ids visible to a tenant (offered to it), or all for `None`.
 pub fn pool_ids(conn: &mut dyn Conn, tenant: Option<&str>) -> DbResult<Vec<String>> {
     let rows = match tenant {

@@ -241,11 +241,7 @@ fn firmware_check(
     deadlines: &Deadlines,
     now: OffsetDateTime,
 ) -> ApiResult<ReportReceipt> {
-    let pool = match node.pool_id.as_deref() {
-        Some(id) => store::capacity::get_pool(tx, id)?,
-        None => None,
-    };
-    let baseline = pool.and_then(|p| p.policy.firmware_baseline);
+    let baseline = store::capacity::pool_of(tx, node)?.and_then(|p| p.policy.firmware_baseline);
     let check = metal_firmware::baseline::check(&node.id, &report.firmware, baseline.as_ref(), now)
         .map_err(|e| ApiError::Conflict(format!("node {}: no firmware check is due: {e}", node.id)))?;
     let text = serde_json::to_string(&check).map_err(|e| ApiError::Internal(e.to_string()))?;
