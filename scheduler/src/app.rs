@@ -55,6 +55,38 @@ impl App {
         self.events.notify_waiters();
         Ok(out)
     }
+
+    /// Handles every queued work row of `side`, each in the one transaction that takes it
+    /// and acts on it (`handle` says what it did); a row whose handling fails stays queued.
+    /// Returns how many were handled.
+    pub async fn drain<H>(&self, side: store::work::Side, handle: H) -> Result<usize, ApiError>
+    where
+        H: Fn(&mut dyn Conn, &store::work::WorkItem, time::OffsetDateTime) -> Result<String, ApiError>
+            + Clone
+            + Send
+            + 'static,
+    {
+        let items = self.store.read(move |tx| store::work::queued(tx, side, 64)).await?;
+        let mut handled = 0;
+        for item in items {
+            let (id, now, handle) = (item.id.clone(), self.clock.now(), handle.clone());
+            let outcome = self
+                .change(move |tx| {
+                    let result = handle(tx, &item, now)?;
+                    Ok(store::work::take(tx, side, &item.id, &result, now)?.then_some(result))
+                })
+                .await;
+            match outcome {
+                Ok(Some(result)) => {
+                    info!(work = %id, ?side, %result, "work handled");
+                    handled += 1;
+                }
+                Ok(None) => {}
+                Err(e) => warn!(work = %id, ?side, error = %e, "work failed; it stays queued"),
+            }
+        }
+        Ok(handled)
+    }
 }
 
 /// Why the service could not start.

@@ -5,7 +5,6 @@
 //! (`lease.end`, queued by `store::capacity::set_state`). Only work rows cross over.
 
 use serde_json::json;
-use tracing::{info, warn};
 
 use crate::app::App;
 use crate::error::ApiError;
@@ -95,26 +94,7 @@ fn request_leases(
 
 /// Handles every queued notice of the metal side; returns how many it handled.
 pub async fn drain_once(app: &App) -> Result<usize, ApiError> {
-    let items = app.store.read(|tx| store::work::queued(tx, Side::Capacity, 64)).await?;
-    let mut handled = 0;
-    for item in items {
-        let (id, now) = (item.id.clone(), app.clock.now());
-        let outcome = app
-            .change(move |tx| {
-                let result = notice(tx, &item, now)?;
-                Ok(store::work::take(tx, Side::Capacity, &item.id, &result, now)?.then_some(result))
-            })
-            .await;
-        match outcome {
-            Ok(Some(result)) => {
-                info!(work = %id, %result, "capacity work handled");
-                handled += 1;
-            }
-            Ok(None) => {}
-            Err(e) => warn!(work = %id, error = %e, "capacity work failed; it stays queued"),
-        }
-    }
-    Ok(handled)
+    app.drain(Side::Capacity, notice).await
 }
 
 fn text<'a>(item: &'a WorkItem, key: &str) -> &'a str {

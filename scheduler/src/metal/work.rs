@@ -3,7 +3,6 @@
 //! that marks it done, in the transaction that acts on it, so it is handled exactly once.
 
 use time::OffsetDateTime;
-use tracing::{info, warn};
 
 use super::lease::{self, LeaseRequest};
 use crate::app::AppState;
@@ -14,28 +13,9 @@ use crate::store::{self, Conn};
 
 /// Handles every queued metal work row; returns how many it handled.
 pub async fn drain_once(app: &AppState) -> ApiResult<usize> {
-    let items = app.store.read(|tx| store::work::queued(tx, Side::Metal, 64)).await?;
     let controller_url = app.boot.as_ref().map(|b| b.controller_url.clone());
-    let mut handled = 0;
-    for item in items {
-        let (url, deadlines, now) = (controller_url.clone(), app.config.deadlines, app.clock.now());
-        let id = item.id.clone();
-        let outcome = app
-            .change(move |tx| {
-                let result = handle(tx, &item, url.as_deref(), &deadlines, now)?;
-                Ok(store::work::take(tx, Side::Metal, &item.id, &result, now)?.then_some(result))
-            })
-            .await;
-        match outcome {
-            Ok(Some(result)) => {
-                info!(work = %id, %result, "metal work handled");
-                handled += 1;
-            }
-            Ok(None) => {}
-            Err(e) => warn!(work = %id, error = %e, "metal work failed; it stays queued"),
-        }
-    }
-    Ok(handled)
+    let deadlines = app.config.deadlines;
+    app.drain(Side::Metal, move |tx, item, now| handle(tx, item, controller_url.as_deref(), &deadlines, now)).await
 }
 
 fn payload<T: serde::de::DeserializeOwned>(item: &WorkItem) -> ApiResult<T> {
