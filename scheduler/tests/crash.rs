@@ -212,16 +212,8 @@ fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_wo
     for point in POINTS {
         let service = Service::start(dir.path(), database.as_deref(), Some(point), "100ms");
         match point {
-            "await-deploy:after" => {
-                service.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
-                installer_done(&service.url);
-            }
-            "power-off:before" => {
-                let path = format!("/v1/reservations/{reservation}");
-                service.until("the lease bound", &path, |r| r["state"] == "active");
-                let (status, body) = service.call("POST", &format!("{path}/release"), None);
-                assert_eq!(status, 200, "{body}");
-            }
+            "await-deploy:after" => deploy(&service),
+            "power-off:before" => release_when_bound(&service, &reservation),
             _ => {}
         }
         service.crashed(point);
@@ -243,36 +235,37 @@ fn a_replica_killed_mid_run_is_taken_over_by_the_other() {
     // The second replica: its own data directory with the same CA and admin token.
     let other = tempfile::tempdir().unwrap();
     std::fs::copy(dir.path().join("admin.token"), other.path().join("admin.token")).unwrap();
-    let ca = dir.path().join("ca");
-    std::fs::create_dir_all(other.path().join("ca")).unwrap();
-    for entry in std::fs::read_dir(&ca).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), other.path().join("ca").join(entry.file_name())).unwrap();
-    }
+    metal_tests::scheduler::copy_dir(&dir.path().join("ca"), &other.path().join("ca"));
     let database = database.unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(dir.path()));
     // The first replica polls often and dies at the fence step; the second polls slower,
     // so the first one gets the run, and takes it over once the dead one's claim lapses.
     let first = Service::start(dir.path(), Some(&database), Some("fence:before"), "100ms");
     let second = Service::start(other.path(), Some(&database), None, "1s");
-    second.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
-    installer_done(&second.url);
-    let path = format!("/v1/reservations/{reservation}");
-    second.until("the lease bound", &path, |r| r["state"] == "active");
-    let (status, body) = second.call("POST", &format!("{path}/release"), None);
-    assert_eq!(status, 200, "{body}");
+    deploy(&second);
+    release_when_bound(&second, &reservation);
     first.crashed("fence:before");
     ended_as_it_would_have(&second, &reservation, &AGENTLESS_STEPS);
 }
 
-/// Releases the lease once it is bound and returns when the teardown's `step` (the erase)
-/// has booted the ramdisk.
-fn released_until(service: &Service, reservation: &str, step: i64) {
+/// The installed system's "done", once the lessee's deploy is under way.
+fn deploy(service: &Service) {
     service.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
     installer_done(&service.url);
+}
+
+/// Releases the lease once it is bound.
+fn release_when_bound(service: &Service, reservation: &str) {
     let path = format!("/v1/reservations/{reservation}");
     service.until("the lease bound", &path, |r| r["state"] == "active");
     let (status, body) = service.call("POST", &format!("{path}/release"), None);
     assert_eq!(status, 200, "{body}");
+}
+
+/// Deploys and releases the lease, and returns when the teardown's `step` (the erase) has
+/// booted the ramdisk.
+fn released_until(service: &Service, reservation: &str, step: i64) {
+    deploy(service);
+    release_when_bound(service, reservation);
     service.until("the ramdisk booted to erase", "/v1/nodes/n1/teardowns", |runs| {
         runs[0]["stepIndex"] == step
             && runs[0]["lastError"].as_str().is_some_and(|e| e.starts_with("booted the ramdisk to erase every disk"))

@@ -25,7 +25,7 @@ fn postgres_database() -> Option<String> {
 }
 
 /// Copies the files of directory `from` into a new directory `to` (the site CA for a replica).
-fn copy_dir(from: &Path, to: &Path) {
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
