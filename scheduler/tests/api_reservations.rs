@@ -298,8 +298,13 @@ async fn cancel_and_release_free_the_nodes_and_tenants_see_only_their_own() {
     assert_eq!(s, 404);
     let (_, list) = site.call(Some(&globex), "GET", "/v1/reservations", None).await;
     assert_eq!(list, json!([]));
+    let node = r["nodes"][0].as_str().unwrap();
+    let (_, held) = site.call(Some(&site.admin), "GET", &format!("/v1/nodes/{node}"), None).await;
+    assert_eq!(held["heldBy"], id, "the node says which reservation holds it: {held}");
     let (s, released) = site.call(Some(&acme), "POST", &format!("/v1/reservations/{id}/release"), None).await;
     assert_eq!((s, released["state"].as_str()), (200, Some("ended")));
+    let (_, nodes) = site.call(Some(&site.admin), "GET", "/v1/nodes", None).await;
+    assert!(nodes.as_array().unwrap().iter().all(|n| n.get("heldBy").is_none()), "released: {nodes}");
     let (s, r2) = reserve(&site, &acme, plain).await;
     assert_eq!(s, 201, "the released node is free: {r2}");
     let (s, c) =

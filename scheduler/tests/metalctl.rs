@@ -175,6 +175,27 @@ fn metalctl_places_reservations_and_shows_usage() {
     let o = run(&["-o", "json", "pool", "list"], None);
     let pools: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(pools[0]["capacity"]["leased"], 1);
+    // A plain lease starts at once; `node list` names the reservation holding its node.
+    let plain = r#"{"id": "p2", "tenantId": "root", "siteId": "site-a", "class": "metal-shared"}"#;
+    assert!(run(&["pool", "create", "-"], Some(plain)).status.success());
+    assert!(run(&["pool", "offer", "p2", "--tenant", "acme"], None).status.success());
+    let o = run(&["node", "import", "-"], Some("id,poolId,devices\nn2,p2,gpu=8\n"));
+    assert!(o.status.success(), "{}", text(&o));
+    for args in [
+        ["node", "move", "n2", "--from", "new", "--to", "commissioning", "--owner", "t"].as_slice(),
+        &["node", "move", "n2", "--from", "commissioning", "--to", "ready"],
+    ] {
+        assert!(run(args, None).status.success(), "{args:?}");
+    }
+    let o = run(&["-o", "json", "reservation", "create", "--tenant", "acme", "--pool", "p2", "--duration", "1d"], None);
+    let lease: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+    assert_eq!(lease["state"], "active", "{lease}");
+    let o = run(&["node", "list"], None);
+    let listing = text(&o);
+    let header = listing.lines().next().unwrap();
+    let n2 = listing.lines().find(|l| l.starts_with("n2 ")).unwrap_or_else(|| panic!("{listing}"));
+    let column = header.find("RESERVATION").unwrap_or_else(|| panic!("{listing}"));
+    assert!(n2[column..].starts_with(lease["id"].as_str().unwrap()), "{listing}");
     let o = run(&["usage", "--tenant", "acme"], None);
     assert!(o.status.success() && text(&o).starts_with("WINDOW"), "{}", text(&o));
     let o = run(&["usage", "--help"], None);

@@ -73,6 +73,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert_eq!((node["tenantRoot"].as_bool(), node["trust"].as_str()), (Some(true), Some("tenant-controlled")));
     assert_eq!(node["identityGeneration"], 2, "the lease starts a new identity generation");
     assert_eq!(node["releaseWipe"], "secure-erase");
+    assert_eq!(node["heldBy"], reservation.as_str(), "the lease holds the node while it deploys: {node}");
     let leased = s.events("node.tenant-root.leased");
     assert_eq!(leased[0]["data"]["profile"], "acme-os", "{leased:?}");
     assert!(sim.chassis_log().contains("power"), "network-boot powered the machine through its BMC");
@@ -109,6 +110,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert_eq!(s.events("node.tenant-root.ending").len(), 1);
     let node = s.node("n1");
     assert_eq!(node["state"], "releasing", "{node}");
+    assert_eq!(node["heldBy"], reservation.as_str(), "the ended lease holds the node until its teardown ends");
     let run = &teardowns(&s)[0];
     assert_eq!(run["definition"], "metal-tenant-root-release@1");
     assert_eq!(run["lastError"], "booted the ramdisk to erase every disk (boot 1)", "{run}");
@@ -133,7 +135,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert_eq!(node["state"], "ready", "{node}");
     assert_eq!((node["tenantRoot"].as_bool(), node["trust"].as_str()), (Some(false), Some("platform")), "{node}");
     assert_eq!(node["identityGeneration"], 3, "a lease and its release yield a new identity generation");
-    assert!(node.get("leaseId").is_none(), "{node}");
+    assert!(node.get("leaseId").is_none() && node.get("heldBy").is_none(), "{node}");
     let run = &teardowns(&s)[0];
     assert_eq!(run["status"], "succeeded", "{run}");
     let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();

@@ -255,6 +255,10 @@ pub struct Node {
     /// The allocation of the tenant-root lease holding the node (until its teardown ends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_id: Option<String>,
+    /// The reservation holding the node: an active one, or the tenant-root lease until its
+    /// teardown ends (read-only, from the node's allocations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
     /// What the lease's teardown must do to the disks (`secure-erase`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_wipe: Option<String>,

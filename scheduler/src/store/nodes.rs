@@ -14,7 +14,9 @@ use crate::store::db::to_json;
 use crate::store::{Conn, DbResult, Row, events};
 
 const COLUMNS: &str = "id, generation, state, failed_from, state_reason, owner, deadline, power, maintenance, cordoned, \
-    tenant_root, trust, identity_generation, lease_id, release_wipe, boot_mac, pool_id, labels, taints, devices, created_at, updated_at";
+    tenant_root, trust, identity_generation, lease_id, release_wipe, boot_mac, pool_id, labels, taints, devices, created_at, updated_at, \
+    (SELECT MIN(a.reservation_id) FROM allocations a JOIN reservations r ON r.id = a.reservation_id \
+     WHERE a.node_id = nodes.id AND (a.id = nodes.lease_id OR (a.live = 1 AND r.state = 'active'))) AS held_by";
 
 fn node_from_row(row: &Row) -> DbResult<Node> {
     let deadline: Option<i64> = row.get("deadline")?;
@@ -37,6 +39,7 @@ fn node_from_row(row: &Row) -> DbResult<Node> {
         trust: row.enum_text("trust")?,
         identity_generation: row.get("identity_generation")?,
         lease_id: row.get("lease_id")?,
+        held_by: row.get("held_by")?,
         release_wipe: row.get("release_wipe")?,
         boot_mac: row.get("boot_mac")?,
         pool_id: row.get("pool_id")?,

@@ -319,7 +319,7 @@ const WIPE_COLUMNS: [(&str, &str); 5] = [
     ("SIGNER", "signer"),
 ];
 
-const NODE_COLUMNS: [(&str, &str); 9] = [
+const NODE_COLUMNS: [(&str, &str); 10] = [
     ("ID", "id"),
     ("STATE", "state"),
     ("POWER", "power"),
@@ -328,6 +328,7 @@ const NODE_COLUMNS: [(&str, &str); 9] = [
     ("TRUST", "trust"),
     ("POOL", "poolId"),
     ("DEVICES", "deviceSummary"),
+    ("RESERVATION", "heldBy"),
     ("LABELS", "labels"),
 ];
 
