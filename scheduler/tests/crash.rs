@@ -8,25 +8,23 @@
 //! Then the same with two replicas at once, one of them dying mid-run; and the agent
 //! variant killed (SIGKILL, then the hook) around its erase while the ramdisk reports.
 
-use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use metal_tests::emulators::{IpmiSim, free_tcp_port};
 use metal_tests::leases::{installer_done, ipmi, reserve, site};
 use metal_tests::scheduler::TestScheduler;
+use metal_tests::served::Served;
 use serde_json::{Value, json};
 
 /// A `metal-scheduler serve` process and what it logged.
 struct Service {
-    child: Child,
+    served: Served,
     url: String,
     boot_url: String,
     token: String,
-    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Service {
@@ -42,33 +40,16 @@ impl Service {
             .env("METAL_REAPER_INTERVAL", "200ms")
             .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"))
             .env("METAL_BOOT_CONTROLLER_URL", format!("https://127.0.0.1:{boot}"))
-            .env_remove("METAL_TEST_CRASH_AT")
-            .stderr(Stdio::piped());
+            .env_remove("METAL_TEST_CRASH_AT");
         if let Some(url) = database {
             command.env("METAL_DATABASE_URL", url);
         }
         if let Some(point) = crash_at {
             command.env("METAL_TEST_CRASH_AT", point);
         }
-        let mut child = command.spawn().unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let address = loop {
-            let line = lines.next().expect("the service exited before listening").unwrap();
-            log.lock().unwrap().push(line.clone());
-            let entry: Value = serde_json::from_str(&line).unwrap_or_default();
-            if entry["fields"]["message"] == "metal-scheduler listening" {
-                break entry["fields"]["address"].as_str().unwrap().to_owned();
-            }
-        };
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let served = Served::spawn(command);
         let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
-        Service { child, url: format!("http://{address}"), boot_url: format!("https://127.0.0.1:{boot}"), token, log }
+        Service { url: served.url(), served, boot_url: format!("https://127.0.0.1:{boot}"), token }
     }
 
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -88,23 +69,22 @@ impl Service {
     }
 
     fn tail(&self) -> String {
-        let log = self.log.lock().unwrap();
-        log[log.len().saturating_sub(30)..].join("\n")
+        self.served.tail(30)
     }
 
     /// Waits for the process to abort at its crash point.
     fn crashed(mut self, point: &str) {
         let until = Instant::now() + Duration::from_secs(90);
         while Instant::now() < until {
-            if let Some(status) = self.child.try_wait().unwrap() {
+            if let Some(status) = self.served.try_wait() {
                 assert_eq!(status.signal(), Some(libc::SIGABRT), "{point}: {status:?}\n{}", self.tail());
-                let log = self.log.lock().unwrap();
+                let log = self.served.log();
                 assert!(log.iter().any(|l| l.contains("test-crash-at: aborting")), "{point}: {}", log.join("\n"));
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.child.kill();
+        let _ = self.served.child.kill();
         panic!("the service never reached {point}:\n{}", self.tail());
     }
 
@@ -119,13 +99,6 @@ impl Service {
             assert!(Instant::now() < until, "{what}: still {body}\n{}", self.tail());
             std::thread::sleep(Duration::from_millis(100));
         }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -2,9 +2,11 @@
 //! answers, writes the first admin token (0600, never logged) and stops cleanly on SIGTERM.
 //! With debug logging on, driving a BMC logs neither its password nor the master key.
 
-use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
+use std::time::Duration;
+
+use metal_tests::served::Served;
 
 #[test]
 fn serve_starts_answers_and_shuts_down_cleanly() {
@@ -12,24 +14,15 @@ fn serve_starts_answers_and_shuts_down_cleanly() {
     let master_key = "c0ffee".repeat(10) + "c0ff";
     let sim = metal_tests::emulators::IpmiSim::start();
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .env("METAL_LOG", "debug")
-        .env("METAL_MASTER_KEY", &master_key)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = Vec::new();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let address = loop {
-        let line = lines.next().expect("the service exited before listening").unwrap();
-        log.push(line.clone());
-        let entry: serde_json::Value = serde_json::from_str(&line).expect("logs are JSON lines when not on a terminal");
-        if entry["fields"]["message"] == "metal-scheduler listening" {
-            break entry["fields"]["address"].as_str().unwrap().to_owned();
-        }
-    };
+        .env("METAL_MASTER_KEY", &master_key);
+    let served = Served::spawn(command);
+    let address = served.address.clone();
+    let log = served.log();
     let token_path = dir.path().join("admin.token");
     assert_eq!(std::fs::metadata(&token_path).unwrap().permissions().mode() & 0o777, 0o600);
     let token = std::fs::read_to_string(&token_path).unwrap().trim().to_owned();
@@ -51,14 +44,10 @@ fn serve_starts_answers_and_shuts_down_cleanly() {
     call(reqwest::Method::POST, "/v1/nodes/n1/power", serde_json::json!({"action": "on"}));
 
     // SIGTERM: graceful shutdown.
-    // SAFETY: kill(2) on our own child's pid with a valid signal number has no memory effects.
-    let rc = unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM) };
-    assert_eq!(rc, 0);
-    let status = child.wait().unwrap();
+    served.terminate();
+    let (status, all) = served.wait();
     assert!(status.success(), "{status:?}");
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    assert!(rest.iter().any(|l| l.contains("shut down cleanly")), "{rest:?}");
-    let all: Vec<&String> = log.iter().chain(&rest).collect();
+    assert!(all.iter().any(|l| l.contains("shut down cleanly")), "{all:?}");
     assert!(all.iter().any(|l| l.contains("\"power\"")), "the power request was logged: {all:?}");
     for secret in [BMC_PASSWORD, master_key.as_str(), token.as_str()] {
         assert!(!all.iter().any(|l| l.contains(secret)), "{secret:?} was logged");
@@ -80,26 +69,15 @@ fn serve_runs_the_boot_service_when_configured_and_names_a_bad_setting() {
     assert!(err.contains("boot-controller-url"), "{err}");
 
     let boot_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot_port}"))
-        .env("METAL_BOOT_TOKEN_TTL", "10m")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (mut address, mut boot_up) = (None, false);
-    while address.is_none() || !boot_up {
-        let line = lines.next().expect("the service exited before listening").unwrap();
-        let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
-        match entry["fields"]["message"].as_str() {
-            Some("metal-scheduler listening") => address = entry["fields"]["address"].as_str().map(str::to_owned),
-            Some("boot listener (TLS) up") => boot_up = true,
-            _ => {}
-        }
-    }
-    let address = address.unwrap();
+        .env("METAL_BOOT_TOKEN_TTL", "10m");
+    let served = Served::spawn(command);
+    served.until_logged("boot listener (TLS) up", Duration::from_secs(30));
+    let address = served.address.clone();
     let ca = std::fs::read_to_string(dir.path().join("ca/ca.crt")).unwrap();
     let http = reqwest::blocking::Client::new();
     let script = http.get(format!("http://{address}/boot/ipxe?mac=52:54:00:00:00:09")).send().unwrap();
@@ -117,9 +95,8 @@ fn serve_runs_the_boot_service_when_configured_and_names_a_bad_setting() {
         .send()
         .unwrap();
     assert_eq!(join.status(), 422, "{}", join.text().unwrap());
-    // SAFETY: kill(2) on our own child's pid with a valid signal number has no memory effects.
-    assert_eq!(unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM) }, 0);
-    assert!(child.wait().unwrap().success());
+    served.terminate();
+    assert!(served.wait().0.success());
 }
 
 #[test]

@@ -9,3 +9,4 @@ pub mod images;
 pub mod leases;
 pub mod loopdev;
 pub mod scheduler;
+pub mod served;

@@ -1,0 +1,109 @@
+//! `metal-scheduler serve` as a child process, the way a user runs it: the API address read
+//! from its JSON log, and every line it logs, kept by a thread for the test to search.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A running `metal-scheduler serve`.
+#[derive(Debug)]
+pub struct Served {
+    pub child: Child,
+    /// Where its API listens (`127.0.0.1:PORT`).
+    pub address: String,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+/// The `message` field of one JSON log line.
+fn message(line: &str) -> Option<String> {
+    let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+    entry["fields"]["message"].as_str().map(str::to_owned)
+}
+
+impl Served {
+    /// Spawns `command` (a `serve` invocation; its stderr is taken here) and waits until it
+    /// listens.
+    pub fn spawn(mut command: Command) -> Served {
+        let mut child = command.stderr(Stdio::piped()).spawn().expect("metal-scheduler serve");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut log = Vec::new();
+        let address = loop {
+            let line =
+                lines.next().unwrap_or_else(|| panic!("the service exited before listening:\n{}", log.join("\n")));
+            let line = line.unwrap();
+            log.push(line.clone());
+            let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if entry["fields"]["message"] == "metal-scheduler listening" {
+                break entry["fields"]["address"].as_str().unwrap().to_owned();
+            }
+        };
+        let log = Arc::new(Mutex::new(log));
+        let sink = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Served { child, address, log, reader: Some(reader) }
+    }
+
+    /// Its API's base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Every line logged so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// The last `n` lines logged, for failure messages.
+    pub fn tail(&self, n: usize) -> String {
+        let log = self.log.lock().unwrap();
+        log[log.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Waits up to `limit` for a line whose message is `wanted`.
+    pub fn until_logged(&self, wanted: &str, limit: Duration) {
+        let until = Instant::now() + limit;
+        while !self.log().iter().any(|l| message(l).as_deref() == Some(wanted)) {
+            assert!(Instant::now() < until, "never logged {wanted:?}:\n{}", self.tail(30));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGTERM (a graceful shutdown).
+    pub fn terminate(&self) {
+        // SAFETY: kill(2) on our own child's pid with a valid signal number has no memory effects.
+        let rc = unsafe { libc::kill(i32::try_from(self.child.id()).unwrap(), libc::SIGTERM) };
+        assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
+    }
+
+    /// Waits for the process to exit, then for the end of its log.
+    pub fn wait(mut self) -> (ExitStatus, Vec<String>) {
+        let status = self.child.wait().unwrap();
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        (status, self.log())
+    }
+
+    /// The exit status, if the process has exited (its log then read to the end).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        let status = self.child.try_wait().unwrap()?;
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        Some(status)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
