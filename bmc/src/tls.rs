@@ -175,6 +175,33 @@ pub fn http_client_with_identity(
     builder.build().map_err(|e| BmcError::Invalid(format!("cannot build the HTTP client: {e}")))
 }
 
+/// A rustls client configuration that trusts servers as `trust` says, presenting no client
+/// certificate (for clients other than reqwest's async one, `metalctl`'s for instance).
+pub fn client_config(trust: &TlsTrust) -> Result<rustls::ClientConfig, BmcError> {
+    match trust {
+        TlsTrust::Ca(pem) => {
+            use rustls::pki_types::pem::PemObject as _;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| BmcError::Invalid(format!("the CA file is not PEM certificates: {e}")))?;
+                roots.add(cert).map_err(|e| BmcError::Invalid(format!("the CA file: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(BmcError::Invalid("the CA file holds no PEM certificate".into()));
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            Ok(rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| BmcError::Invalid(format!("TLS configuration: {e}")))?
+                .with_root_certificates(roots)
+                .with_no_client_auth())
+        }
+        TlsTrust::Fingerprint(pin) => pinned_config(Pin::Leaf(*pin), None),
+        TlsTrust::CaFingerprint(pin) => pinned_config(Pin::Ca(*pin), None),
+        TlsTrust::InsecureSkipVerify => pinned_config(Pin::Nothing, None),
+    }
+}
+
 fn pinned_config(pin: Pin, identity: Option<&ClientIdentity>) -> Result<rustls::ClientConfig, BmcError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())

@@ -37,6 +37,8 @@ pub struct App {
     pub images: crate::metal::images::ImageService,
     /// This process's name as a worker (workflow claims, image imports): unique per start.
     pub worker: String,
+    /// The API listener's TLS configuration (None: plain HTTP).
+    pub api_tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Shared handle to the service state.
@@ -109,6 +111,12 @@ pub enum StartError {
     /// The boot service could not start (its CA, or its configuration).
     #[error("boot service: {0}")]
     Boot(String),
+    /// The settings cannot stand together.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The API listener's certificate could not be loaded or issued.
+    #[error("API listener: {0}")]
+    Tls(String),
     /// The image store could not start (its directory, catalog or CA file).
     #[error("image store: {0}")]
     Images(String),
@@ -134,7 +142,16 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
     let data_dir = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .map_err(|source| StartError::DataDir { path: data_dir.display().to_string(), source })?;
+    let transport = config.api_transport()?;
     let boot = crate::metal::boot::BootService::open(&config)?;
+    let api_tls = crate::server_tls::api_config(&transport, || match &boot {
+        Some(boot) => Ok(boot.ca.clone()),
+        None => crate::ca_files::open_or_init(&data_dir.join(crate::metal::boot::CA_DIR), &config.boot.site)
+            .map(|(ca, _)| Arc::new(ca))
+            .map_err(|e| e.to_string()),
+    })
+    .map_err(StartError::Tls)?
+    .map(Arc::new);
     let images = crate::metal::images::ImageService::open(&config)?;
     let url = config.database_url.clone().unwrap_or_else(|| Store::sqlite_url(&data_dir));
     let store = Store::open(&url).await?;
@@ -177,6 +194,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
         boot,
         images,
         worker,
+        api_tls,
     }))
 }
 
@@ -268,46 +286,82 @@ pub fn spawn_reaper(app: AppState) {
 
 /// Serves the API on `listener` (and the boot service's TLS listener on `boot`) until SIGINT
 /// or SIGTERM, then finishes in-flight requests.
-pub async fn serve(
-    app: AppState,
-    listener: tokio::net::TcpListener,
-    boot: Option<tokio::net::TcpListener>,
-) -> std::io::Result<()> {
+pub async fn serve(app: AppState, listeners: Listeners) -> std::io::Result<()> {
     spawn_reaper(app.clone());
     crate::metal::workflow::spawn(app.clone(), app.config.workflow_interval);
-    let stop = Arc::new(Notify::new());
-    let boot_task = boot.map(|boot| {
-        let (app, stop) = (app.clone(), stop.clone());
-        tokio::spawn(
-            async move { crate::metal::boot::tls::serve(app, boot, async move { stop.notified().await }).await },
-        )
-    });
+    let stop = Arc::new(tokio::sync::watch::channel(false).0);
+    let stopped = |stop: &Arc<tokio::sync::watch::Sender<bool>>| {
+        let mut seen = stop.subscribe();
+        async move {
+            let _ = seen.wait_for(|stopped| *stopped).await;
+        }
+    };
+    let mut tasks = Vec::new();
+    if let Some(boot) = listeners.boot {
+        let (app, stopped) = (app.clone(), stopped(&stop));
+        tasks.push(tokio::spawn(async move { crate::metal::boot::tls::serve(app, boot, stopped).await }));
+    }
+    if let Some(firmware) = listeners.firmware {
+        info!(address = %firmware.local_addr()?, "firmware routes (plain HTTP) up");
+        let (router, stopped) = (crate::api::firmware_router(app.clone()), stopped(&stop));
+        tasks.push(tokio::spawn(async move {
+            crate::http_server::serve(firmware, router, stopped).await;
+            Ok(())
+        }));
+    }
+    let shutdown = shutdown_signal();
+    let tls = app.api_tls.clone();
     let router = crate::api::router(app);
-    info!(address = %listener.local_addr()?, "metal-scheduler listening");
-    crate::http_server::serve(listener, router, shutdown_signal()).await;
-    stop.notify_one();
-    if let Some(task) = boot_task {
+    let address = listeners.api.local_addr()?;
+    match tls {
+        Some(config) => {
+            info!(%address, scheme = "https", "metal-scheduler listening");
+            crate::http_server::serve_tls(listeners.api, config, shutdown, move |_| router.clone()).await;
+        }
+        None => {
+            info!(%address, scheme = "http", "metal-scheduler listening");
+            crate::http_server::serve(listeners.api, router, shutdown).await;
+        }
+    }
+    stop.send_replace(true);
+    for task in tasks {
         task.await.map_err(std::io::Error::other)??;
     }
     info!("shut down cleanly");
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// The sockets [`serve`] serves, bound before the service starts.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The API (HTTPS when `tls-*` is set).
+    pub api: tokio::net::TcpListener,
+    /// The boot service's TLS listener (`boot-listen`).
+    pub boot: Option<tokio::net::TcpListener>,
+    /// The firmware routes in plain HTTP (`boot-http-listen`).
+    pub firmware: Option<tokio::net::TcpListener>,
+}
+
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when
+/// it is first polled: a signal that arrives once the service says it listens is never the
+/// default action (death without a clean shutdown).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        let wait = |s: std::io::Result<tokio::signal::unix::Signal>| async move {
+            match s {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            () = wait(term) => {},
+            () = wait(interrupt) => {},
         }
-    };
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+        info!("shutdown requested");
     }
-    info!("shutdown requested");
 }

@@ -78,6 +78,16 @@ pub fn load(dir: &Path) -> Result<SiteCa, CaFileError> {
     Ok(SiteCa::from_pem(&cert, &key)?)
 }
 
+/// Loads the site CA from `dir`, creating it (valid ten years) on first start; true when
+/// it was created.
+pub fn open_or_init(dir: &Path, site: &str) -> Result<(SiteCa, bool), CaFileError> {
+    match load(dir) {
+        Ok(ca) => Ok((ca, false)),
+        Err(CaFileError::Missing(_)) => Ok((init(dir, site, Duration::from_secs(3650 * 86400))?, true)),
+        Err(e) => Err(e),
+    }
+}
+
 /// What to issue.
 #[derive(Debug, Clone)]
 pub struct IssueRequest<'a> {

@@ -13,7 +13,8 @@ pub fn config_path() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config/metal/metalctl.toml")))
 }
 
-/// The config file: `url = "http://..."`, `token-file = "/path"`.
+/// The config file: `url = "https://..."`, `token-file = "/path"`, and how to trust the
+/// server: `ca-file = "/path/ca.crt"` or `ca-fingerprint = "AB:CD:..."`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ClientConfig {
@@ -21,6 +22,44 @@ pub struct ClientConfig {
     pub url: Option<String>,
     /// File holding the bearer token (keeps the token off command lines).
     pub token_file: Option<PathBuf>,
+    /// CA certificates (PEM) the server's certificate must chain to (its name is checked).
+    pub ca_file: Option<PathBuf>,
+    /// SHA-256 fingerprint of the CA in the chain the server sends (the site CA's, as
+    /// `metal-scheduler ca init` prints it); its name is checked.
+    pub ca_fingerprint: Option<String>,
+    /// Send the token over plain HTTP to a host other than loopback (in clear, on purpose).
+    #[serde(default)]
+    pub allow_plain_http: bool,
+}
+
+/// How `metalctl` trusts the server's certificate, and whether plain HTTP beyond loopback is
+/// allowed.
+#[derive(Debug, Clone, Default)]
+pub struct Transport {
+    /// A CA file or a CA pin; the public web roots when neither.
+    pub trust: Option<metal_bmc::tls::TlsTrust>,
+    /// Plain HTTP to a host other than loopback, on purpose.
+    pub allow_plain_http: bool,
+}
+
+impl Transport {
+    /// From a CA file (read here) or a CA fingerprint; both is an error.
+    pub fn new(ca_file: Option<&std::path::Path>, ca_fingerprint: Option<&str>) -> Result<Self, ClientError> {
+        let trust = match (ca_file, ca_fingerprint) {
+            (Some(_), Some(_)) => {
+                return Err(ClientError::Config("give a CA file or a CA fingerprint, not both".into()));
+            }
+            (Some(path), None) => Some(metal_bmc::tls::TlsTrust::Ca(
+                std::fs::read(path).map_err(|e| ClientError::Config(format!("CA file {}: {e}", path.display())))?,
+            )),
+            (None, Some(pin)) => Some(metal_bmc::tls::TlsTrust::CaFingerprint(
+                metal_bmc::tls::parse_fingerprint(pin)
+                    .map_err(|e| ClientError::Config(format!("CA fingerprint: {e}")))?,
+            )),
+            (None, None) => None,
+        };
+        Ok(Self { trust, allow_plain_http: false })
+    }
 }
 
 /// Why a request failed.
@@ -55,13 +94,30 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client for `url` with bearer `token`.
-    pub fn new(url: &str, token: &str) -> Self {
-        Self {
-            url: url.trim_end_matches('/').to_owned(),
-            token: token.trim().to_owned(),
-            http: reqwest::blocking::Client::new(),
-        }
+    /// A client for `url` with bearer `token`. Refuses an `http://` URL whose host is not
+    /// loopback unless `transport` allows it: the token would cross the network in clear.
+    pub fn new(url: &str, token: &str, transport: &Transport) -> Result<Self, ClientError> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| ClientError::Config(format!("server URL {url:?}: {e}")))?;
+        let host = parsed.host_str().unwrap_or_default().trim_matches(['[', ']']);
+        let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        let builder = match parsed.scheme() {
+            "https" => match &transport.trust {
+                Some(trust) => reqwest::blocking::Client::builder().use_preconfigured_tls(
+                    metal_bmc::tls::client_config(trust).map_err(|e| ClientError::Config(e.to_string()))?,
+                ),
+                None => reqwest::blocking::Client::builder(),
+            },
+            "http" if loopback || transport.allow_plain_http => reqwest::blocking::Client::builder(),
+            "http" => {
+                return Err(ClientError::Config(format!(
+                    "refusing to send the bearer token to {url} in clear: use the server's https:// URL, or set \
+                     allow-plain-http = true in metalctl.toml to do so on purpose"
+                )));
+            }
+            other => return Err(ClientError::Config(format!("server URL {url:?}: {other}:// is not http or https"))),
+        };
+        let http = builder.build().map_err(|e| ClientError::Config(format!("HTTP client: {e}")))?;
+        Ok(Self { url: url.trim_end_matches('/').to_owned(), token: token.trim().to_owned(), http })
     }
 
     /// Sends a request; returns the JSON answer or the API's error.
@@ -74,7 +130,16 @@ impl Client {
             Some(RequestBody::Csv(text)) => request.header("content-type", "text/csv").body(text),
             None => request,
         };
-        let response = request.send().map_err(|e| ClientError::Transport(format!("cannot reach {}: {e}", self.url)))?;
+        let response = request.send().map_err(|e| {
+            // The cause (a refused connection, an untrusted certificate) is in the chain.
+            let mut message = format!("cannot reach {}: {e}", self.url);
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            ClientError::Transport(message)
+        })?;
         let status = response.status().as_u16();
         let text = response.text().map_err(|e| ClientError::Transport(e.to_string()))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));

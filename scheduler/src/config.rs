@@ -37,6 +37,67 @@ pub struct Config {
     pub boot: BootConfig,
     /// The image store.
     pub images: ImageConfig,
+    /// HTTPS on the API listener.
+    pub tls: TlsConfig,
+}
+
+/// The API listener's HTTPS settings, as configured; [`Config::api_transport`] checks them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TlsConfig {
+    /// Certificate chain (PEM, the server's certificate first).
+    pub cert_file: Option<PathBuf>,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: Option<PathBuf>,
+    /// Names (DNS names or IP addresses) for a certificate the site CA issues and renews.
+    pub names: Vec<String>,
+    /// Plain HTTP on an address other than loopback, on purpose (bearer tokens in clear).
+    pub allow_plain_http: bool,
+}
+
+/// How the API listener speaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiTransport {
+    /// Plain HTTP (loopback, or allowed explicitly).
+    Plain,
+    /// HTTPS with the certificate chain and key in these files.
+    Files {
+        /// The chain.
+        cert: PathBuf,
+        /// The key.
+        key: PathBuf,
+    },
+    /// HTTPS with a certificate of the site CA for these names.
+    SiteCa(Vec<String>),
+}
+
+impl Config {
+    /// How the API listener speaks, or why the settings cannot stand: half a certificate, two
+    /// sources of one, or plain HTTP where bearer tokens would cross a network in clear.
+    pub fn api_transport(&self) -> Result<ApiTransport, ConfigError> {
+        let tls = &self.tls;
+        let transport = match (&tls.cert_file, &tls.key_file, tls.names.is_empty()) {
+            (Some(cert), Some(key), true) => ApiTransport::Files { cert: cert.clone(), key: key.clone() },
+            (None, None, true) => ApiTransport::Plain,
+            (None, None, false) => ApiTransport::SiteCa(tls.names.clone()),
+            (Some(_), Some(_), false) => {
+                return Err(config_error("tls-names", "give tls-names or tls-cert-file and tls-key-file, not both"));
+            }
+            (Some(_), None, _) => return Err(config_error("tls-key-file", "tls-cert-file needs its key")),
+            (None, Some(_), _) => return Err(config_error("tls-cert-file", "tls-key-file needs its certificate")),
+        };
+        if transport == ApiTransport::Plain && !self.listen.ip().is_loopback() && !tls.allow_plain_http {
+            return Err(config_error(
+                "listen",
+                format!(
+                    "{} is not a loopback address, and plain HTTP would send bearer tokens across the network in \
+                     clear: serve HTTPS (tls-names, or tls-cert-file and tls-key-file), or set allow-plain-http = \
+                     true to do so on purpose",
+                    self.listen
+                ),
+            ));
+        }
+        Ok(transport)
+    }
 }
 
 /// The image store's settings.
@@ -78,6 +139,10 @@ impl Default for ImageConfig {
 pub struct BootConfig {
     /// Address of the TLS listener ramdisks join and report on (`None`: boot service off).
     pub listen: Option<SocketAddr>,
+    /// Address of a plain-HTTP listener with only the firmware's routes (`/boot/...`: iPXE
+    /// and GRUB scripts, ramdisk and installer files behind one-time tokens), for PXE
+    /// firmware that cannot speak HTTPS to an HTTPS API.
+    pub http_listen: Option<SocketAddr>,
     /// The URL ramdisks reach that listener at (`metal.controller=`); its host is in the
     /// listener's certificate. Default: `https://` + `listen`.
     pub controller_url: Option<String>,
@@ -101,6 +166,7 @@ impl Default for BootConfig {
     fn default() -> Self {
         Self {
             listen: None,
+            http_listen: None,
             controller_url: None,
             files_dir: None,
             auto_enrol: false,
@@ -127,6 +193,7 @@ impl Default for Config {
             master_key: None,
             boot: BootConfig::default(),
             images: ImageConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -189,6 +256,16 @@ pub struct ConfigLayer {
     pub image_import_lease: Option<String>,
     /// `image-ca-file = "/etc/metal/mirror-ca.pem"`.
     pub image_ca_file: Option<PathBuf>,
+    /// `tls-cert-file = "/etc/metal/api.crt"`.
+    pub tls_cert_file: Option<PathBuf>,
+    /// `tls-key-file = "/etc/metal/api.key"`.
+    pub tls_key_file: Option<PathBuf>,
+    /// `tls-names = ["metal.example.org", "10.0.0.1"]` (`METAL_TLS_NAMES`: comma-separated).
+    pub tls_names: Option<Vec<String>>,
+    /// `allow-plain-http = true`.
+    pub allow_plain_http: Option<bool>,
+    /// `boot-http-listen = "0.0.0.0:7452"`.
+    pub boot_http_listen: Option<SocketAddr>,
 }
 
 /// A configuration error, naming the setting.
@@ -222,13 +299,15 @@ impl ConfigLayer {
                 .map(|v| v.parse().map_err(|_| config_error(name, format!("{v:?} is not ADDRESS:PORT"))))
                 .transpose()
         };
-        let boot_auto_enrol = get("METAL_BOOT_AUTO_ENROL")
-            .map(|v| match v.as_str() {
-                "1" | "true" => Ok(true),
-                "0" | "false" => Ok(false),
-                _ => Err(config_error("METAL_BOOT_AUTO_ENROL", format!("{v:?} is not true or false"))),
-            })
-            .transpose()?;
+        let flag = |name: &str| {
+            get(name)
+                .map(|v| match v.as_str() {
+                    "1" | "true" => Ok(true),
+                    "0" | "false" => Ok(false),
+                    _ => Err(config_error(name, format!("{v:?} is not true or false"))),
+                })
+                .transpose()
+        };
         let boot_rate_limit = get("METAL_BOOT_RATE_LIMIT")
             .map(|v| v.parse().map_err(|_| config_error("METAL_BOOT_RATE_LIMIT", format!("{v:?} is not a count"))))
             .transpose()?;
@@ -247,7 +326,7 @@ impl ConfigLayer {
             boot_listen: address("METAL_BOOT_LISTEN")?,
             boot_controller_url: get("METAL_BOOT_CONTROLLER_URL"),
             boot_files_dir: get("METAL_BOOT_FILES_DIR").map(PathBuf::from),
-            boot_auto_enrol,
+            boot_auto_enrol: flag("METAL_BOOT_AUTO_ENROL")?,
             boot_token_ttl: get("METAL_BOOT_TOKEN_TTL"),
             boot_certificate_validity: get("METAL_BOOT_CERTIFICATE_VALIDITY"),
             boot_rate_limit,
@@ -263,6 +342,12 @@ impl ConfigLayer {
             image_import_backoff: get("METAL_IMAGE_IMPORT_BACKOFF"),
             image_import_lease: get("METAL_IMAGE_IMPORT_LEASE"),
             image_ca_file: get("METAL_IMAGE_CA_FILE").map(PathBuf::from),
+            tls_cert_file: get("METAL_TLS_CERT_FILE").map(PathBuf::from),
+            tls_key_file: get("METAL_TLS_KEY_FILE").map(PathBuf::from),
+            tls_names: get("METAL_TLS_NAMES")
+                .map(|v| v.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect()),
+            allow_plain_http: flag("METAL_ALLOW_PLAIN_HTTP")?,
+            boot_http_listen: address("METAL_BOOT_HTTP_LISTEN")?,
         })
     }
 
@@ -305,6 +390,9 @@ impl ConfigLayer {
         let boot = &mut config.boot;
         if let Some(v) = self.boot_listen {
             boot.listen = Some(v);
+        }
+        if let Some(v) = self.boot_http_listen {
+            boot.http_listen = Some(v);
         }
         if let Some(v) = self.boot_controller_url {
             if !v.starts_with("https://") {
@@ -359,6 +447,19 @@ impl ConfigLayer {
         if let Some(v) = self.image_ca_file {
             images.ca_file = Some(v);
         }
+        let tls = &mut config.tls;
+        if let Some(v) = self.tls_cert_file {
+            tls.cert_file = Some(v);
+        }
+        if let Some(v) = self.tls_key_file {
+            tls.key_file = Some(v);
+        }
+        if let Some(v) = self.tls_names {
+            tls.names = v;
+        }
+        if let Some(v) = self.allow_plain_http {
+            tls.allow_plain_http = v;
+        }
         if let Some(v) = self.master_key {
             config.master_key =
                 Some(crate::secrets::MasterKey::from_hex(&v).map_err(|m| config_error("METAL_MASTER_KEY", m))?);
@@ -392,5 +493,37 @@ mod tests {
         assert!(toml::from_str::<ConfigLayer>("master-key = \"x\"").is_err(), "the key is never read from a file");
         let bad: ConfigLayer = toml::from_str("reaper-interval = \"soon\"").unwrap();
         assert!(bad.apply(&mut config).unwrap_err().to_string().contains("reaper-interval"));
+    }
+
+    fn transport(file: &str) -> Result<ApiTransport, ConfigError> {
+        let mut config = Config::default();
+        toml::from_str::<ConfigLayer>(file).unwrap().apply(&mut config).unwrap();
+        config.api_transport()
+    }
+
+    #[test]
+    fn plain_http_beyond_loopback_is_refused_unless_said_on_purpose() {
+        assert_eq!(transport("").unwrap(), ApiTransport::Plain, "loopback by default");
+        let err = transport("listen = \"0.0.0.0:7450\"").unwrap_err().to_string();
+        assert!(err.contains("listen") && err.contains("in clear") && err.contains("allow-plain-http"), "{err}");
+        let allowed = transport("listen = \"0.0.0.0:7450\"\nallow-plain-http = true").unwrap();
+        assert_eq!(allowed, ApiTransport::Plain);
+        let names = transport("listen = \"10.0.0.1:7450\"\ntls-names = [\"metal.example\", \"10.0.0.1\"]").unwrap();
+        assert_eq!(names, ApiTransport::SiteCa(vec!["metal.example".into(), "10.0.0.1".into()]));
+        let files = transport("tls-cert-file = \"/c\"\ntls-key-file = \"/k\"").unwrap();
+        assert_eq!(files, ApiTransport::Files { cert: "/c".into(), key: "/k".into() });
+        assert!(transport("tls-cert-file = \"/c\"").unwrap_err().to_string().contains("needs its key"));
+        let both = transport("tls-cert-file = \"/c\"\ntls-key-file = \"/k\"\ntls-names = [\"a\"]").unwrap_err();
+        assert!(both.to_string().contains("not both"), "{both}");
+        let env = ConfigLayer::from_env(|k| match k {
+            "METAL_TLS_NAMES" => Some("metal.example, 10.0.0.1".into()),
+            "METAL_ALLOW_PLAIN_HTTP" => Some("yes".into()),
+            _ => None,
+        });
+        assert!(env.unwrap_err().to_string().contains("METAL_ALLOW_PLAIN_HTTP"));
+        let env = ConfigLayer::from_env(|k| (k == "METAL_TLS_NAMES").then(|| "metal.example, 10.0.0.1".into()));
+        let mut config = Config::default();
+        env.unwrap().apply(&mut config).unwrap();
+        assert_eq!(config.tls.names, ["metal.example", "10.0.0.1"]);
     }
 }

@@ -6,6 +6,7 @@
 //! `ConnectInfo<SocketAddr>`; shutdown stops accepting and lets open requests finish.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -15,7 +16,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tracing::warn;
+use tracing::{info, warn};
 
 /// Open connections, served with the shared settings and watched for shutdown.
 #[derive(Debug)]
@@ -82,4 +83,34 @@ pub async fn serve(listener: tokio::net::TcpListener, router: Router, shutdown: 
     let connections = Connections::default();
     accept_loop(&listener, shutdown, |tcp, client| connections.serve(tcp, client, router.clone())).await;
     connections.shutdown(Duration::from_secs(30)).await;
+}
+
+/// Serves HTTPS on `listener` until `shutdown` resolves, then lets open requests finish.
+/// Each connection is served by the router `router` makes from its TLS session (the boot
+/// listener hands its handlers the client certificate); a failed handshake is logged.
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    shutdown: impl std::future::Future<Output = ()>,
+    router: impl Fn(&rustls::ServerConnection) -> Router + Send + Sync + 'static,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let (connections, router) = (Arc::new(Connections::default()), Arc::new(router));
+    accept_loop(&listener, shutdown, |tcp, client| {
+        let (acceptor, router, connections) = (acceptor.clone(), router.clone(), connections.clone());
+        tokio::spawn(async move {
+            match acceptor.accept(tcp).await {
+                Ok(tls) => {
+                    let router = router(tls.get_ref().1);
+                    connections.serve(tls, client, router);
+                }
+                Err(e) => info!(%client, error = %e, "TLS handshake failed"),
+            }
+        });
+    })
+    .await;
+    // Connections still handshaking hold a reference; those are dropped with the runtime.
+    if let Some(connections) = Arc::into_inner(connections) {
+        connections.shutdown(Duration::from_secs(30)).await;
+    }
 }

@@ -15,4 +15,5 @@ pub mod metal;
 pub mod metrics;
 pub mod model;
 pub mod secrets;
+pub mod server_tls;
 pub mod store;

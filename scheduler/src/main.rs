@@ -42,7 +42,9 @@ enum Command {
 #[derive(clap::Args, Debug)]
 struct ServeArgs {
     /// TOML configuration file (keys: listen, data-dir, database-url, *-deadline, reaper-interval,
-    /// site, and for the boot service boot-listen, boot-controller-url, boot-files-dir,
+    /// site; for HTTPS on the API tls-names (a certificate from the site CA) or tls-cert-file and
+    /// tls-key-file, and allow-plain-http (plain HTTP on an address other than loopback is
+    /// refused without it); for the boot service boot-listen, boot-http-listen, boot-controller-url, boot-files-dir,
     /// boot-auto-enrol, boot-token-ttl, boot-certificate-validity, boot-rate-limit,
     /// boot-kernel-args, and for the image store image-dir, image-catalog, image-ca-file,
     /// image-import-attempts, image-import-backoff, image-import-lease; each also as METAL_<KEY> with dashes as
@@ -112,19 +114,22 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_logging();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+        let bind = |address: std::net::SocketAddr, setting: &'static str| async move {
+            tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {address} ({setting}): {e}"))
+        };
+        let api = bind(config.listen, "listen").await?;
         let boot = match config.boot.listen {
-            Some(address) => Some(
-                tokio::net::TcpListener::bind(address)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot listen on {address} (boot-listen): {e}"))?,
-            ),
+            Some(address) => Some(bind(address, "boot-listen").await?),
+            None => None,
+        };
+        let firmware = match config.boot.http_listen {
+            Some(address) => Some(bind(address, "boot-http-listen").await?),
             None => None,
         };
         let app = metal_scheduler::app::start(config, std::sync::Arc::new(SystemClock)).await?;
-        metal_scheduler::app::serve(app, listener, boot).await?;
+        metal_scheduler::app::serve(app, metal_scheduler::app::Listeners { api, boot, firmware }).await?;
         anyhow::Ok(())
     })
 }

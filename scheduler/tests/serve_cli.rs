@@ -103,7 +103,19 @@ fn serve_runs_the_boot_service_when_configured_and_names_a_bad_setting() {
 fn serve_help_names_every_setting_and_the_environment_only_ones() {
     let out = Command::new(env!("CARGO_BIN_EXE_metal-scheduler")).args(["serve", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    for setting in ["METAL_MASTER_KEY", "METAL_LOG", "database-url", "boot-listen", "image-catalog", "image-ca-file"] {
+    for setting in [
+        "METAL_MASTER_KEY",
+        "METAL_LOG",
+        "database-url",
+        "boot-listen",
+        "image-catalog",
+        "image-ca-file",
+        "tls-names",
+        "tls-cert-file",
+        "tls-key-file",
+        "allow-plain-http",
+        "boot-http-listen",
+    ] {
         assert!(help.contains(setting), "serve --help does not mention {setting}:\n{help}");
     }
 }

@@ -191,8 +191,28 @@ async fn count_requests(state: axum::extract::State<AppState>, request: Request,
 
 /// Every route of the service.
 pub fn router(state: AppState) -> Router {
+    finish(api_routes().merge(firmware_routes()), state)
+}
+
+/// Only the routes PXE firmware and installers fetch (`/boot/...`, whose URLs carry nothing
+/// but one-time tokens) and `/healthz`: what `boot-http-listen` serves in plain HTTP when
+/// the API itself is HTTPS.
+pub fn firmware_router(state: AppState) -> Router {
+    finish(firmware_routes(), state)
+}
+
+fn firmware_routes() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(health::healthz))
+        .route("/boot/ipxe", get(crate::metal::boot::ipxe::ipxe_script))
+        .route("/boot/grub", get(crate::metal::boot::ipxe::grub_script))
+        .route("/boot/files/{name}", get(crate::metal::boot::ipxe::file))
+        .route("/boot/installer/{token}/done", post(crate::metal::boot::ipxe::installer_done))
+        .route("/boot/installer/{token}/{name}", get(crate::metal::boot::ipxe::installer_file))
+}
+
+fn api_routes() -> Router<AppState> {
+    Router::new()
         .route("/metrics", get(health::metrics))
         .route("/v1/nodes", post(nodes::create_node).get(nodes::list_nodes))
         .route("/v1/nodes/import", post(nodes::import_nodes).layer(axum::extract::DefaultBodyLimit::max(IMPORT_LIMIT)))
@@ -231,13 +251,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/profiles/{id}", get(profiles::get_profile))
         .route("/v1/profiles/{id}/versions", post(profiles::add_version))
         .route("/v1/provision", post(profiles::provision))
-        .route("/boot/ipxe", get(crate::metal::boot::ipxe::ipxe_script))
-        .route("/boot/grub", get(crate::metal::boot::ipxe::grub_script))
-        .route("/boot/files/{name}", get(crate::metal::boot::ipxe::file))
-        .route("/boot/installer/{token}/done", post(crate::metal::boot::ipxe::installer_done))
-        .route("/boot/installer/{token}/{name}", get(crate::metal::boot::ipxe::installer_file))
         .route("/v1/events", get(events::list_events))
         .route("/v1/events/stream", get(events::stream_events))
+}
+
+/// The fallbacks and the request counter every listener's routes share.
+fn finish(routes: Router<AppState>, state: AppState) -> Router {
+    routes
         .fallback(|state: axum::extract::State<AppState>, method: axum::http::Method| async move {
             // Unmatched paths count under one label, whatever a client asks for.
             state.metrics.count_request(crate::metrics::method_label(&method), "unmatched", 404);

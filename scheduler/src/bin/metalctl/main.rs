@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use metal_scheduler::client::{Client, ClientConfig, ClientError, RequestBody, config_path, table};
+use metal_scheduler::client::{Client, ClientConfig, ClientError, RequestBody, Transport, config_path, table};
 use serde_json::{Value, json};
 
 /// Command-line client of the metal-scheduler HTTP API.
@@ -25,6 +25,14 @@ struct Cli {
     /// File holding the bearer token.
     #[arg(long, global = true, help_heading = "Global options")]
     token_file: Option<PathBuf>,
+    /// CA certificates (PEM) the server's HTTPS certificate must chain to, e.g. the site CA's
+    /// DATA_DIR/ca/ca.crt [config: ca-file; default: the public web roots].
+    #[arg(long, global = true, help_heading = "Global options", conflicts_with = "ca_fingerprint")]
+    ca_file: Option<PathBuf>,
+    /// SHA-256 fingerprint of the CA in the server's certificate chain (the site CA's, as
+    /// `metal-scheduler ca init` printed it) [config: ca-fingerprint].
+    #[arg(long, global = true, help_heading = "Global options")]
+    ca_fingerprint: Option<String>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Output::Table, global = true, help_heading = "Global options")]
     output: Output,
@@ -400,7 +408,13 @@ fn connect(cli: &Cli) -> Result<Client, ClientError> {
         None => std::env::var("METAL_TOKEN")
             .map_err(|_| ClientError::Config("no token: pass --token-file or set METAL_TOKEN".into()))?,
     };
-    Ok(Client::new(&url, &token))
+    let (ca_file, ca_fingerprint) = match (&cli.ca_file, &cli.ca_fingerprint) {
+        (None, None) => (file.ca_file, file.ca_fingerprint),
+        (flag_file, flag_pin) => (flag_file.clone(), flag_pin.clone()),
+    };
+    let mut transport = Transport::new(ca_file.as_deref(), ca_fingerprint.as_deref())?;
+    transport.allow_plain_http = file.allow_plain_http;
+    Client::new(&url, &token, &transport)
 }
 
 /// A quantity of hours as people read it: four decimals, trailing zeros dropped.

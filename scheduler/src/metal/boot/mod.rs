@@ -58,16 +58,11 @@ impl BootService {
             None => format!("https://{listen}"),
         };
         let dir = config.data_dir.join(CA_DIR);
-        let ca = match ca_files::load(&dir) {
-            Ok(ca) => ca,
-            Err(ca_files::CaFileError::Missing(_)) => {
-                let ca = ca_files::init(&dir, &config.boot.site, std::time::Duration::from_secs(3650 * 86400))
-                    .map_err(|e| StartError::Boot(e.to_string()))?;
-                info!(dir = %dir.display(), "created the site CA");
-                ca
-            }
-            Err(e) => return Err(StartError::Boot(e.to_string())),
-        };
+        let (ca, created) =
+            ca_files::open_or_init(&dir, &config.boot.site).map_err(|e| StartError::Boot(e.to_string()))?;
+        if created {
+            info!(dir = %dir.display(), "created the site CA");
+        }
         let ca_fingerprint = ca.certificate().fingerprint_sha256();
         info!(%controller_url, ca_fingerprint, "boot service on");
         Ok(Some(BootService {
