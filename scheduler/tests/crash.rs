@@ -15,91 +15,47 @@ use std::time::{Duration, Instant};
 
 use metal_tests::emulators::{IpmiSim, free_tcp_port};
 use metal_tests::leases::{installer_done, ipmi, reserve, site};
-use metal_tests::scheduler::TestScheduler;
-use metal_tests::served::Served;
+use metal_tests::scheduler::{Admin as _, TestScheduler};
+use metal_tests::served::ServedAdmin;
 use serde_json::{Value, json};
 
-/// A `metal-scheduler serve` process and what it logged.
-struct Service {
-    served: Served,
-    url: String,
-    boot_url: String,
-    token: String,
+/// `metal-scheduler serve` on `dir` (and `database`), polling its workflows every
+/// `interval`, aborting at `crash_at` when given.
+fn start(dir: &Path, database: Option<&str>, crash_at: Option<&str>, interval: &str) -> ServedAdmin {
+    let boot = free_tcp_port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        .env("METAL_LOG", "info")
+        .env("METAL_WORKFLOW_INTERVAL", interval)
+        .env("METAL_WORKFLOW_CLAIM", "2s")
+        .env("METAL_REAPER_INTERVAL", "200ms")
+        .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"))
+        .env("METAL_BOOT_CONTROLLER_URL", format!("https://127.0.0.1:{boot}"))
+        .env_remove("METAL_TEST_CRASH_AT");
+    if let Some(url) = database {
+        command.env("METAL_DATABASE_URL", url);
+    }
+    if let Some(point) = crash_at {
+        command.env("METAL_TEST_CRASH_AT", point);
+    }
+    ServedAdmin::start(command, dir, boot)
 }
 
-impl Service {
-    fn start(dir: &Path, database: Option<&str>, crash_at: Option<&str>, interval: &str) -> Service {
-        let boot = free_tcp_port();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir)
-            .env("METAL_LOG", "info")
-            .env("METAL_WORKFLOW_INTERVAL", interval)
-            .env("METAL_WORKFLOW_CLAIM", "2s")
-            .env("METAL_REAPER_INTERVAL", "200ms")
-            .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"))
-            .env("METAL_BOOT_CONTROLLER_URL", format!("https://127.0.0.1:{boot}"))
-            .env_remove("METAL_TEST_CRASH_AT");
-        if let Some(url) = database {
-            command.env("METAL_DATABASE_URL", url);
+/// Waits for the process to abort at its crash point.
+fn crashed(mut service: ServedAdmin, point: &str) {
+    let until = Instant::now() + Duration::from_secs(90);
+    while Instant::now() < until {
+        if let Some(status) = service.served.try_wait() {
+            assert_eq!(status.signal(), Some(libc::SIGABRT), "{point}: {status:?}\n{}", service.context());
+            let log = service.served.log();
+            assert!(log.iter().any(|l| l.contains("test-crash-at: aborting")), "{point}: {}", log.join("\n"));
+            return;
         }
-        if let Some(point) = crash_at {
-            command.env("METAL_TEST_CRASH_AT", point);
-        }
-        let served = Served::spawn(command);
-        let token = std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_owned();
-        Service { url: served.url(), served, boot_url: format!("https://127.0.0.1:{boot}"), token }
+        std::thread::sleep(Duration::from_millis(50));
     }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = reqwest::blocking::Client::new()
-            .request(method.parse().unwrap(), format!("{}{path}", self.url))
-            .bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        match request.send() {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                (status, response.json().unwrap_or(Value::Null))
-            }
-            Err(_) => (0, Value::Null), // the process is gone (it crashed as asked)
-        }
-    }
-
-    fn tail(&self) -> String {
-        self.served.tail(30)
-    }
-
-    /// Waits for the process to abort at its crash point.
-    fn crashed(mut self, point: &str) {
-        let until = Instant::now() + Duration::from_secs(90);
-        while Instant::now() < until {
-            if let Some(status) = self.served.try_wait() {
-                assert_eq!(status.signal(), Some(libc::SIGABRT), "{point}: {status:?}\n{}", self.tail());
-                let log = self.served.log();
-                assert!(log.iter().any(|l| l.contains("test-crash-at: aborting")), "{point}: {}", log.join("\n"));
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.served.child.kill();
-        panic!("the service never reached {point}:\n{}", self.tail());
-    }
-
-    /// Polls `path` until `done` holds for its answer.
-    fn until(&self, what: &str, path: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let until = Instant::now() + Duration::from_secs(90);
-        loop {
-            let (status, body) = self.call("GET", path, None);
-            if status == 200 && done(&body) {
-                return body;
-            }
-            assert!(Instant::now() < until, "{what}: still {body}\n{}", self.tail());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+    panic!("the service never reached {point}:\n{}", service.context());
 }
 
 /// Every crash point of the lease start and the agentless teardown, in the order reached.
@@ -143,7 +99,7 @@ const AGENTLESS_STEPS: [&str; 6] =
     ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "exit-tenant-root"];
 
 /// What must hold once the lease and its teardown ended, however often the service died.
-fn ended_as_it_would_have(service: &Service, reservation: &str, expected: &[&str]) {
+fn ended_as_it_would_have(service: &ServedAdmin, reservation: &str, expected: &[&str]) {
     let node = service.until("the node back in ready", "/v1/nodes/n1", |n| n["state"] == "ready");
     assert_eq!((node["identityGeneration"].as_i64(), node["trust"].as_str()), (Some(3), Some("platform")), "{node}");
     let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
@@ -183,15 +139,15 @@ fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_wo
     let sim = IpmiSim::start();
     let (dir, database, reservation, _) = prepared(&sim, agentless());
     for point in POINTS {
-        let service = Service::start(dir.path(), database.as_deref(), Some(point), "100ms");
+        let service = start(dir.path(), database.as_deref(), Some(point), "100ms");
         match point {
             "await-deploy:after" => deploy(&service),
             "power-off:before" => release_when_bound(&service, &reservation),
             _ => {}
         }
-        service.crashed(point);
+        crashed(service, point);
     }
-    let service = Service::start(dir.path(), database.as_deref(), None, "100ms");
+    let service = start(dir.path(), database.as_deref(), None, "100ms");
     ended_as_it_would_have(&service, &reservation, &AGENTLESS_STEPS);
     let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
     let rotation = &runs[0]["history"][2]["detail"];
@@ -212,22 +168,22 @@ fn a_replica_killed_mid_run_is_taken_over_by_the_other() {
     let database = database.unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(dir.path()));
     // The first replica polls often and dies at the fence step; the second polls slower,
     // so the first one gets the run, and takes it over once the dead one's claim lapses.
-    let first = Service::start(dir.path(), Some(&database), Some("fence:before"), "100ms");
-    let second = Service::start(other.path(), Some(&database), None, "1s");
+    let first = start(dir.path(), Some(&database), Some("fence:before"), "100ms");
+    let second = start(other.path(), Some(&database), None, "1s");
     deploy(&second);
     release_when_bound(&second, &reservation);
-    first.crashed("fence:before");
+    crashed(first, "fence:before");
     ended_as_it_would_have(&second, &reservation, &AGENTLESS_STEPS);
 }
 
 /// The installed system's "done", once the lessee's deploy is under way.
-fn deploy(service: &Service) {
+fn deploy(service: &ServedAdmin) {
     service.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
     installer_done(&service.url);
 }
 
 /// Releases the lease once it is bound.
-fn release_when_bound(service: &Service, reservation: &str) {
+fn release_when_bound(service: &ServedAdmin, reservation: &str) {
     let path = format!("/v1/reservations/{reservation}");
     service.until("the lease bound", &path, |r| r["state"] == "active");
     let (status, body) = service.call("POST", &format!("{path}/release"), None);
@@ -236,7 +192,7 @@ fn release_when_bound(service: &Service, reservation: &str) {
 
 /// Deploys and releases the lease, and returns when the teardown's `step` (the erase) has
 /// booted the ramdisk.
-fn released_until(service: &Service, reservation: &str, step: i64) {
+fn released_until(service: &ServedAdmin, reservation: &str, step: i64) {
     deploy(service);
     release_when_bound(service, reservation);
     service.until("the ramdisk booted to erase", "/v1/nodes/n1/teardowns", |runs| {
@@ -250,7 +206,7 @@ fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as
     let sim = IpmiSim::start();
     let (dir, database, reservation, version) = prepared(&sim, json!({"fencing": {"driver": "none"}}));
     // Up to the erase without a crash, then SIGKILL while the ramdisk erases.
-    let service = Service::start(dir.path(), database.as_deref(), None, "100ms");
+    let service = start(dir.path(), database.as_deref(), None, "100ms");
     released_until(&service, &reservation, 5);
     drop(service);
     for point in [
@@ -261,7 +217,7 @@ fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as
         "exit-tenant-root:before",
         "exit-tenant-root:after",
     ] {
-        let service = Service::start(dir.path(), database.as_deref(), Some(point), "100ms");
+        let service = start(dir.path(), database.as_deref(), Some(point), "100ms");
         if point == "clean-up:before" {
             // The ramdisk's part, while the service polls: the in-band check, the wipe report.
             let reporter = metal_tests::scheduler::Reporter::of(dir.path(), &service.boot_url);
@@ -279,9 +235,9 @@ fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as
                 reporter.post(metal_protocol::Role::Ramdisk, "n1", 2, metal_protocol::WipeReport::PAYLOAD_TYPE, &wipe);
             assert_eq!(receipt["accepted"], true, "{receipt}");
         }
-        service.crashed(point);
+        crashed(service, point);
     }
-    let service = Service::start(dir.path(), database.as_deref(), None, "100ms");
+    let service = start(dir.path(), database.as_deref(), None, "100ms");
     let steps =
         ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "erase", "clean-up", "exit-tenant-root"];
     ended_as_it_would_have(&service, &reservation, &steps);

@@ -6,6 +6,8 @@ mod common;
 use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
 
+use metal_tests::scheduler::Admin as _;
+
 fn metalctl(url: &str, token: &str, args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_metalctl"))
         .args(args)

@@ -257,14 +257,21 @@ exit 0
 impl IpmiSim {
     /// A BMC whose chassis only keeps power and boot device in files.
     pub fn start() -> IpmiSim {
-        Self::start_with(CHASSIS)
+        Self::start_with(CHASSIS, "password")
+    }
+
+    /// The same with `password` (at most 20 characters) for `admin` instead of `password`:
+    /// a secret a test can search for without matching the word.
+    pub fn start_with_admin_password(password: &str) -> IpmiSim {
+        assert!(password.len() <= 20, "IPMI passwords have at most 20 bytes");
+        Self::start_with(CHASSIS, password)
     }
 
     /// The BMC of a QEMU machine: QEMU runs with `qemu_args` (and `-boot` from the boot
     /// device) while the chassis is powered on. The machine is killed on drop.
     pub fn machine(qemu_args: &[String]) -> IpmiSim {
         use std::os::unix::fs::PermissionsExt as _;
-        let sim = Self::start_with(MACHINE_CHASSIS);
+        let sim = Self::start_with(MACHINE_CHASSIS, "password");
         let quoted: Vec<String> = qemu_args.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect();
         let script = sim.dir.path().join("qemu.sh");
         std::fs::write(
@@ -280,7 +287,7 @@ impl IpmiSim {
         sim
     }
 
-    fn start_with(chassis_program: &str) -> IpmiSim {
+    fn start_with(chassis_program: &str, admin_password: &str) -> IpmiSim {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let port = free_udp_port();
@@ -294,7 +301,7 @@ impl IpmiSim {
              allowed_auths_callback {auths}\n    allowed_auths_user {auths}\n    allowed_auths_operator {auths}\n    \
              allowed_auths_admin {auths}\n    guid a123456789abcdefa123456789abcdef\n  endlan\n  \
              chassis_control \"{} 0x20\"\n  sol \"tcp:127.0.0.1:{serial_port}\" 115200\n  user 1 true \"\" \"test\" user 10 {auths}\n  \
-             user 2 true \"admin\" \"password\" admin 10 {auths}\n  user 3 true \"viewer\" \"viewpass\" user 10 {auths}\n",
+             user 2 true \"admin\" \"{admin_password}\" admin 10 {auths}\n  user 3 true \"viewer\" \"viewpass\" user 10 {auths}\n",
             chassis.display()
         );
         std::fs::write(dir.path().join("lan.conf"), lan).unwrap();
@@ -324,7 +331,7 @@ impl IpmiSim {
             let ok = Command::new("ipmitool")
                 .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", &port.to_string(), "-U", "admin", "-E"])
                 .args(["-N", "1", "-R", "1", "mc", "info"])
-                .env("IPMI_PASSWORD", "password")
+                .env("IPMI_PASSWORD", admin_password)
                 .output()
                 .is_ok_and(|o| o.status.success());
             if ok {

@@ -6,7 +6,7 @@ use metal_protocol::InventoryReport;
 use serde_json::{Value, json};
 
 use crate::emulators::IpmiSim;
-use crate::scheduler::TestScheduler;
+use crate::scheduler::Admin;
 
 /// n1's boot MAC.
 pub const MAC: &str = "52:54:00:00:0a:01";
@@ -31,7 +31,7 @@ pub fn inventory(firmware: &[(&str, &str)]) -> InventoryReport {
 }
 
 /// An admin call that must succeed; its answer.
-pub fn ok(s: &TestScheduler, method: &str, path: &str, body: Value) -> Value {
+pub fn ok(s: &impl Admin, method: &str, path: &str, body: Value) -> Value {
     let (status, answer) = s.call(method, path, Some(body));
     assert!((200..300).contains(&status), "{method} {path}: {status} {answer}");
     answer
@@ -45,7 +45,7 @@ pub fn ipmi(sim: &IpmiSim) -> Value {
 /// Node n1 behind `bmc`, commissioned, in tenant-root pool p1 whose baseline is the BMC's
 /// own firmware, with `policy` laid over that; tenant acme with an installer profile.
 /// Returns the BMC's firmware version.
-pub fn site(s: &TestScheduler, bmc: Value, policy: Value) -> String {
+pub fn site(s: &impl Admin, bmc: Value, policy: Value) -> String {
     ok(
         s,
         "POST",
@@ -73,7 +73,7 @@ pub fn site(s: &TestScheduler, bmc: Value, policy: Value) -> String {
     ok(s, "PATCH", "/v1/nodes/n1", json!({"poolId": "p1"}));
     s.walk("n1", &["new", "commissioning"]);
     let found = inventory(&[("bmc", &version)]);
-    let receipt = s.post_report_as(metal_protocol::Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &found);
+    let receipt = s.reporter().post(metal_protocol::Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &found);
     assert_eq!(receipt["accepted"], true, "{receipt}");
     assert_eq!(s.node("n1")["state"], "ready");
     ok(s, "POST", "/v1/tenants", json!({"id": "acme"}));
@@ -92,15 +92,15 @@ pub fn site(s: &TestScheduler, bmc: Value, policy: Value) -> String {
 }
 
 /// Reserves n1's pool for acme as a node binding with `node` (profile, version).
-pub fn reserve(s: &TestScheduler, node: Value) -> String {
+pub fn reserve(s: &impl Admin, node: Value) -> String {
     let body = json!({"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 1}], "duration": "1d",
                       "binding": "node", "node": node});
     ok(s, "POST", "/v1/reservations", body)["id"].as_str().unwrap().to_owned()
 }
 
 /// The installed system's "done": the installer URL in n1's iPXE script, then its POST.
-/// `url` is the service's API base.
-pub fn installer_done(url: &str) {
+/// `url` is the service's API base. Returns the installer's token.
+pub fn installer_done(url: &str) -> String {
     let http = reqwest::blocking::Client::new();
     let script = http.get(format!("{url}/boot/ipxe?mac={MAC}")).send().unwrap().text().unwrap();
     let marker = format!("inst.ks={url}/boot/installer/");
@@ -108,6 +108,7 @@ pub fn installer_done(url: &str) {
     let token = script[start..].split('/').next().unwrap();
     let done = http.post(format!("{url}/boot/installer/{token}/done")).send().unwrap();
     assert_eq!(done.status(), 204);
+    token.to_owned()
 }
 
 /// The golden wipe report of n1 (every inventoried disk erased and verified).

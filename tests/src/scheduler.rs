@@ -175,14 +175,7 @@ impl TestScheduler {
 
     /// An API call with `token`: status and JSON body (or the text as a JSON string).
     pub fn call_as(&self, token: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = self.http.request(method.parse().unwrap(), format!("{}{path}", self.url)).bearer_auth(token);
-        if let Some(b) = body {
-            request = request.json(&b);
-        }
-        let response = request.send().unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        api_call(&self.http, &self.url, token, method, path, body)
     }
 
     /// An unauthenticated GET: status and body text.
@@ -195,22 +188,6 @@ impl TestScheduler {
     pub fn enrol(&self, id: &str, mac: &str) {
         let (status, body) = self.call("POST", "/v1/nodes", Some(serde_json::json!({"id": id, "bootMac": mac})));
         assert_eq!(status, 201, "{body}");
-    }
-
-    /// The node as the API shows it.
-    pub fn node(&self, id: &str) -> Value {
-        let (status, body) = self.call("GET", &format!("/v1/nodes/{id}"), None);
-        assert_eq!(status, 200, "{body}");
-        body
-    }
-
-    /// Walks a node through admin transitions (`owner` "test" for in-progress states).
-    pub fn walk(&self, id: &str, states: &[&str]) {
-        for pair in states.windows(2) {
-            let body = serde_json::json!({"from": pair[0], "to": pair[1], "owner": "test"});
-            let (status, answer) = self.call("POST", &format!("/v1/nodes/{id}/transitions"), Some(body));
-            assert_eq!(status, 200, "{} -> {}: {answer}", pair[0], pair[1]);
-        }
     }
 
     /// Events of `kind` so far.
@@ -231,8 +208,7 @@ impl TestScheduler {
         payload_type: &str,
         report: &T,
     ) -> Value {
-        let reporter = Reporter { ca: self.ca(), boot_url: self.boot_url.clone() };
-        reporter.post(role, node, generation, payload_type, report)
+        self.reporter().post(role, node, generation, payload_type, report)
     }
 
     /// A client of the boot listener authenticated by a fresh `role` certificate of `node`
@@ -246,6 +222,85 @@ impl TestScheduler {
         let line = script.lines().find(|l| l.starts_with("kernel "))?;
         let value = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_owned);
         Some((value("metal.token=")?, value("metal.task=")?))
+    }
+}
+
+/// What the lease fixtures need of a running scheduler, in this process ([`TestScheduler`])
+/// or a `metal-scheduler serve` process (`served::ServedAdmin`).
+pub trait Admin {
+    /// An admin API call: status and JSON body (or the text as a JSON string).
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value);
+
+    /// Posts reports to its boot listener with certificates from its site CA.
+    fn reporter(&self) -> Reporter;
+
+    /// What to show beside a failure (a served process's last log lines).
+    fn context(&self) -> String {
+        String::new()
+    }
+
+    /// The node as the API shows it.
+    fn node(&self, id: &str) -> Value {
+        let (status, body) = self.call("GET", &format!("/v1/nodes/{id}"), None);
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Walks a node through admin transitions (`owner` "test" for in-progress states).
+    fn walk(&self, id: &str, states: &[&str]) {
+        for pair in states.windows(2) {
+            let body = serde_json::json!({"from": pair[0], "to": pair[1], "owner": "test"});
+            let (status, answer) = self.call("POST", &format!("/v1/nodes/{id}/transitions"), Some(body));
+            assert_eq!(status, 200, "{} -> {}: {answer}", pair[0], pair[1]);
+        }
+    }
+
+    /// Polls GET `path` (for at most 90 s) until `done` holds for its answer; `what` says
+    /// what was awaited when it never does.
+    fn until(&self, what: &str, path: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let until = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let (status, body) = self.call("GET", path, None);
+            if status == 200 && done(&body) {
+                return body;
+            }
+            assert!(std::time::Instant::now() < until, "{what}: still {body}\n{}", self.context());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Admin for TestScheduler {
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        TestScheduler::call(self, method, path, body)
+    }
+
+    fn reporter(&self) -> Reporter {
+        Reporter { ca: self.ca(), boot_url: self.boot_url.clone() }
+    }
+}
+
+/// An API call to `url` with bearer `token`: status and JSON body (or the text as a JSON
+/// string); status 0 when the service cannot be reached (it died, as a crash test asked).
+pub fn api_call(
+    http: &reqwest::blocking::Client,
+    url: &str,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = http.request(method.parse().unwrap(), format!("{url}{path}")).bearer_auth(token);
+    if let Some(b) = body {
+        request = request.json(&b);
+    }
+    match request.send() {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let text = response.text().unwrap_or_default();
+            (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        }
+        Err(_) => (0, Value::Null),
     }
 }
 

@@ -107,3 +107,48 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// A served scheduler with its boot listener, driven as its bootstrap admin.
+#[derive(Debug)]
+pub struct ServedAdmin {
+    /// The process.
+    pub served: Served,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// `https://127.0.0.1:PORT`: the boot listener.
+    pub boot_url: String,
+    /// The bootstrap admin token (from `DATA_DIR/admin.token`).
+    pub token: String,
+    data_dir: std::path::PathBuf,
+    http: reqwest::blocking::Client,
+}
+
+impl ServedAdmin {
+    /// Starts `command` (a `serve` on `data_dir` whose boot listener is on `boot_port`).
+    pub fn start(command: Command, data_dir: &std::path::Path, boot_port: u16) -> ServedAdmin {
+        let served = Served::spawn(command);
+        let token = std::fs::read_to_string(data_dir.join("admin.token")).unwrap().trim().to_owned();
+        ServedAdmin {
+            url: served.url(),
+            served,
+            boot_url: format!("https://127.0.0.1:{boot_port}"),
+            token,
+            data_dir: data_dir.to_owned(),
+            http: reqwest::blocking::Client::new(),
+        }
+    }
+}
+
+impl crate::scheduler::Admin for ServedAdmin {
+    fn call(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+        crate::scheduler::api_call(&self.http, &self.url, &self.token, method, path, body)
+    }
+
+    fn reporter(&self) -> crate::scheduler::Reporter {
+        crate::scheduler::Reporter::of(&self.data_dir, &self.boot_url)
+    }
+
+    fn context(&self) -> String {
+        self.served.tail(30)
+    }
+}

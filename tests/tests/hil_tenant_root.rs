@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use metal_scheduler::{capacity, metal};
 use metal_tests::emulators::{SUSHY_PASSWORD, Sushy};
 use metal_tests::hil::{BootFrom, Bus, DISK_MARKER, Guest, MIB, filled, tftp_dir};
-use metal_tests::scheduler::TestScheduler;
+use metal_tests::scheduler::{Admin as _, TestScheduler};
 use serde_json::{Value, json};
 
 fn ok(s: &TestScheduler, method: &str, path: &str, body: Value) -> Value {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use metal_protocol::{InventoryReport, Role, SiteCa};
 use metal_scheduler::config::Config;
 use metal_tests::controller::{ImageServer, Misbehaviour};
-use metal_tests::scheduler::TestScheduler;
+use metal_tests::scheduler::{Admin as _, TestScheduler};
 use serde_json::{Value, json};
 use sha2::Digest as _;
 

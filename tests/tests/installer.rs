@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use metal_protocol::{InventoryReport, Role};
-use metal_tests::scheduler::TestScheduler;
+use metal_tests::scheduler::{Admin as _, TestScheduler};
 use serde_json::{Value, json};
 
 const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops@example";

@@ -17,7 +17,7 @@ use metal_protocol::{InventoryReport, WipeReport};
 use metal_scheduler::{capacity, metal};
 use metal_tests::emulators::{IpmiSim, SUSHY_PASSWORD, Sushy};
 use metal_tests::leases::{MAC, installer_done, inventory, ipmi, ok, reserve, site, wipe_report};
-use metal_tests::scheduler::TestScheduler;
+use metal_tests::scheduler::{Admin as _, TestScheduler};
 use serde_json::{Value, json};
 
 /// One pass of both sides, as the service's periodic passes run them.

@@ -1,8 +1,12 @@
 //! The teardown's fencing drivers: cut a released machine off the tenant's network and
 //! keep it off. `fence-agents` runs ClusterLabs' `fence_redfish` or `fence_ipmilan` (the
 //! tools Pacemaker sites already run) with its options on standard input, so the BMC
-//! password never appears on a command line; `command` runs the site's own command with
-//! the node's MACs and BMC address in its environment; `none` is recorded as such.
+//! password never appears on a command line. `fence_ipmilan` itself would hand it to
+//! `ipmitool` as `-P PASSWORD`, readable by every process in /proc: it gets no password and
+//! runs `ipmitool` through [`IPMITOOL_WRAPPER`], which drops the empty `-P` and has ipmitool
+//! read `IPMI_PASSWORD` from the environment it inherits. `command` runs the site's own
+//! command with the node's MACs and BMC address in its environment; `none` is recorded as
+//! such.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -15,6 +19,20 @@ use crate::model::pool::Fencing;
 
 /// How long one fencing command may run.
 pub const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The `ipmitool` fence_ipmilan runs: drops its `-P ...` and reads the password from
+/// `IPMI_PASSWORD` instead (`-E`).
+pub const IPMITOOL_WRAPPER: &str = r#"#!/bin/sh
+# metal: ipmitool for fence_ipmilan, the password from IPMI_PASSWORD, never from -P.
+skip=
+for arg do
+  shift
+  if [ -n "$skip" ]; then skip=; continue; fi
+  if [ "$arg" = -P ]; then skip=1; continue; fi
+  set -- "$@" "$arg"
+done
+exec ipmitool -E "$@"
+"#;
 
 /// What a fencing driver is given.
 #[derive(Debug)]
@@ -86,14 +104,11 @@ async fn site_command(line: &str, target: &Target<'_>) -> Result<Value, String> 
     }
 }
 
-/// The agent and its standard-input options for one action.
+/// The agent and its standard-input options for one action (the IPMI password is not
+/// among them: it goes to ipmitool through the environment).
 fn agent_options(target: &Target<'_>, action: &str) -> Result<(&'static str, String, Option<String>), String> {
     let bmc = target.bmc;
-    let mut lines = vec![
-        format!("action={action}"),
-        format!("username={}", bmc.username),
-        format!("password={}", target.password.expose()),
-    ];
+    let mut lines = vec![format!("action={action}"), format!("username={}", bmc.username)];
     let mut ca_bundle = None;
     let agent = match bmc.protocol {
         BmcProtocol::Redfish => {
@@ -101,6 +116,7 @@ fn agent_options(target: &Target<'_>, action: &str) -> Result<(&'static str, Str
             if url.scheme() != "https" {
                 return Err("fence_redfish speaks only HTTPS; this BMC is plain HTTP".into());
             }
+            lines.push(format!("password={}", target.password.expose()));
             lines.push(format!("ip={}", url.host_str().unwrap_or_default()));
             lines.push(format!("ipport={}", url.port_or_known_default().unwrap_or(443)));
             if let Some(system) = &bmc.system_id {
@@ -131,9 +147,32 @@ fn agent_options(target: &Target<'_>, action: &str) -> Result<(&'static str, Str
     Ok((agent, lines.join("\n") + "\n", ca_bundle))
 }
 
+/// [`IPMITOOL_WRAPPER`] as an executable file (removed when dropped).
+fn ipmitool_wrapper() -> Result<tempfile::TempPath, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let file = tempfile::Builder::new().prefix("metal-ipmitool-").tempfile().map_err(|e| e.to_string())?;
+    std::fs::write(file.path(), IPMITOOL_WRAPPER).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+    // Closed before it runs: a file open for writing cannot be executed (ETXTBSY).
+    let path = file.into_temp_path();
+    if path.to_string_lossy().contains(['\'', ' ']) {
+        return Err(format!("the temporary directory's path {} cannot be quoted for fence_ipmilan", path.display()));
+    }
+    Ok(path)
+}
+
 async fn agent(target: &Target<'_>, action: &str) -> Result<Finished, String> {
-    let (agent, options, ca) = agent_options(target, action)?;
+    let (agent, mut options, ca) = agent_options(target, action)?;
     let mut command = tokio::process::Command::new(agent);
+    let wrapper = match target.bmc.protocol {
+        BmcProtocol::Ipmi => {
+            let path = ipmitool_wrapper()?;
+            options.push_str(&format!("ipmitool_path={}\n", path.display()));
+            command.env("IPMI_PASSWORD", target.password.expose());
+            Some(path)
+        }
+        BmcProtocol::Redfish => None,
+    };
     let ca_file = match ca {
         Some(pem) => {
             let file = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
@@ -144,7 +183,7 @@ async fn agent(target: &Target<'_>, action: &str) -> Result<Finished, String> {
         None => None,
     };
     let done = run(command, Some(options)).await.map_err(|e| format!("{agent}: {e}"));
-    drop(ca_file);
+    drop((ca_file, wrapper));
     done
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
@@ -199,6 +199,13 @@ async fn commit(
         Outcome::Failed(error, detail) => (Verdict::Failed { error, detail }, None),
     };
     let advanced = matches!(verdict, Verdict::Done(_));
+    let (id, node, name) = (&run.id, &run.node_id, &step.name);
+    match &verdict {
+        Verdict::Done(_) => info!(run = %id, %node, step = %name, "workflow step done"),
+        Verdict::Waiting { note, .. } => debug!(run = %id, %node, step = %name, note, "workflow step waiting"),
+        Verdict::Retry { error, .. } => warn!(run = %id, %node, step = %name, error, "workflow step to be retried"),
+        Verdict::Failed { error, .. } => warn!(run = %id, %node, step = %name, error, "workflow step failed"),
+    }
     let first = {
         let (run, verdict) = (run.clone(), verdict.clone());
         app.change(move |tx| {
