@@ -82,9 +82,14 @@ pub fn add_partition(head: &mut [u8], image_bytes: u64, disk_bytes: u64, sector:
     Err(SeedError("the image has no partition table (neither GPT nor MBR) to add the seed to".into()))
 }
 
+/// A size or position from the image's partition table that does not fit the arithmetic.
+fn out_of_range(what: &str) -> SeedError {
+    SeedError(format!("the partition table's {what} is out of range"))
+}
+
 fn seed_start(after: u64, disk_bytes: u64, reserve_end: u64) -> Result<u64, SeedError> {
-    let start = after.div_ceil(ALIGN) * ALIGN;
-    if start + SEED_BYTES + reserve_end > disk_bytes {
+    let start = after.div_ceil(ALIGN).checked_mul(ALIGN).ok_or_else(|| out_of_range("last used byte"))?;
+    if start.checked_add(SEED_BYTES).and_then(|end| end.checked_add(reserve_end)).is_none_or(|end| end > disk_bytes) {
         return Err(SeedError(format!(
             "no room for the {SEED_BYTES}-byte seed after the image on a {disk_bytes}-byte disk"
         )));
@@ -96,10 +101,16 @@ fn add_gpt(head: &mut [u8], image_bytes: u64, disk_bytes: u64, sector: u64) -> R
     let h = usize::try_from(sector).unwrap_or(0);
     let header_size =
         usize::try_from(le32(head, h + 12)).unwrap_or(92).clamp(92, usize::try_from(sector).unwrap_or(512));
+    if head.len() < h + header_size {
+        return Err(out_of_range("header size"));
+    }
     let entries_lba = le64(head, h + 72);
     let (count, entry_size) = (le32(head, h + 80) as usize, le32(head, h + 84) as usize);
-    let entries_at = usize::try_from(entries_lba * sector).unwrap_or(usize::MAX);
-    let entries_len = count * entry_size;
+    let entries_at = entries_lba.checked_mul(sector).and_then(|at| usize::try_from(at).ok());
+    let entries_len = count.checked_mul(entry_size);
+    let (Some(entries_at), Some(entries_len)) = (entries_at, entries_len) else {
+        return Err(out_of_range("entry array"));
+    };
     if entry_size < 128 || entries_at.checked_add(entries_len).is_none_or(|end| end > head.len()) {
         return Err(SeedError("the GPT partition entries are not within the image's first MiB".into()));
     }
@@ -114,11 +125,15 @@ fn add_gpt(head: &mut [u8], image_bytes: u64, disk_bytes: u64, sector: u64) -> R
         if e[..16].iter().all(|b| *b == 0) {
             free_slot = free_slot.or(Some(i));
         } else {
-            last_used = last_used.max(le64(e, 40) + 1);
+            let end = le64(e, 40).checked_add(1).ok_or_else(|| out_of_range("partition end"))?;
+            last_used = last_used.max(end);
         }
     }
     let slot = free_slot.ok_or_else(|| SeedError("the GPT has no free partition entry".into()))?;
-    let start = seed_start(last_used * sector, disk_bytes, reserve_end)?;
+    let after = last_used.checked_mul(sector).ok_or_else(|| out_of_range("last used LBA"))?;
+    let start = seed_start(after, disk_bytes, reserve_end)?;
+    // The seed fits before the backup table, so these cannot underflow.
+    let backup_entries_lba = disk_lbas - 1 - entries_sectors;
     let entry = &mut head[entries_at + slot * entry_size..entries_at + (slot + 1) * entry_size];
     entry.fill(0);
     entry[..16].copy_from_slice(&BASIC_DATA);
@@ -129,7 +144,6 @@ fn add_gpt(head: &mut [u8], image_bytes: u64, disk_bytes: u64, sector: u64) -> R
         entry[56 + 2 * i..58 + 2 * i].copy_from_slice(&unit.to_le_bytes());
     }
     let entries_crc = crc32fast::hash(&head[entries_at..entries_at + entries_len]);
-    let backup_entries_lba = disk_lbas - 1 - entries_sectors;
     let mut header = head[h..h + header_size].to_vec();
     header[32..40].copy_from_slice(&(disk_lbas - 1).to_le_bytes()); // AlternateLBA
     header[48..56].copy_from_slice(&(backup_entries_lba - 1).to_le_bytes()); // LastUsableLBA

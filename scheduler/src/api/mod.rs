@@ -9,7 +9,7 @@ mod events;
 mod health;
 mod images;
 mod nodes;
-pub use nodes::CSV_COLUMNS;
+pub use nodes::{CSV_COLUMNS, parse_csv};
 mod pools;
 mod profiles;
 mod reservations;
