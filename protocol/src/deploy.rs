@@ -13,6 +13,7 @@ pub const CHUNK_SIZE_RANGE: std::ops::RangeInclusive<u64> = (64 * 1024)..=(256 *
 /// Everything a deploy needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeployPlan {
     /// The image to fetch.
     pub image: ImageSource,
@@ -29,6 +30,7 @@ pub struct DeployPlan {
 /// Where the image comes from and what it must hash to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ImageSource {
     /// `https://` URL (plain `http://` only where the deployer explicitly allows it).
     pub url: String,
@@ -47,6 +49,7 @@ pub struct ImageSource {
 /// Image container formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum ImageFormat {
     /// Uncompressed disk image.
     Raw,
@@ -61,6 +64,7 @@ pub enum ImageFormat {
 /// A digest with its algorithm.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Digest {
     /// Hash algorithm.
     pub algorithm: DigestAlgorithm,
@@ -71,6 +75,7 @@ pub struct Digest {
 /// Supported hash algorithms for whole images.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum DigestAlgorithm {
     /// SHA-256 (64 hex digits).
     Sha256,
@@ -91,6 +96,7 @@ impl DigestAlgorithm {
 /// Per-chunk SHA-256 digests of the raw image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChunkManifest {
     /// The image digest (of the file at the URL) these chunks were computed from.
     pub image_digest: Digest,
@@ -109,6 +115,7 @@ pub struct ChunkManifest {
 /// Root device hints: every hint given must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RootDeviceHints {
     /// Exact serial number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,6 +140,7 @@ pub struct RootDeviceHints {
 /// The NoCloud seed: three documents and where to put them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CloudInitSeed {
     /// The `meta-data` document (YAML).
     pub meta_data: String,
@@ -149,6 +157,7 @@ pub struct CloudInitSeed {
 /// Where and how the `cidata` volume is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum SeedVolume {
     /// A new FAT partition appended after the image's partitions.
     #[default]

@@ -22,7 +22,8 @@ fn checked_in_openapi_matches_the_code() {
 
 /// The document passes openapi-spec-validator (PyPI, installed by scripts/setup), and a BMC
 /// body the server accepts validates against its `BmcSpec` schema under jsonschema (an
-/// `allOf` of closed objects would refuse every body), while one with an unknown field does not.
+/// `allOf` of closed objects would refuse every body), while one with an unknown field does
+/// not; the golden deploy plan validates against `DeployPlan`, a malformed one does not.
 #[test]
 fn the_document_passes_openapi_spec_validator_and_accepted_bodies_match_their_schemas() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi.json");
@@ -42,11 +43,20 @@ try:
     sys.exit("an unknown field passed the schema")
 except jsonschema.ValidationError:
     pass
+plan = json.load(open(sys.argv[2]))
+jsonschema.validate(plan, {"$ref": "#/components/schemas/DeployPlan", "components": document["components"]})
+try:
+    jsonschema.validate(dict(plan, chunks=dict(plan["chunks"], sha256="abc")),
+                        {"$ref": "#/components/schemas/DeployPlan", "components": document["components"]})
+    sys.exit("a plan whose chunk digests are not a list passed the schema")
+except jsonschema.ValidationError:
+    pass
 print("ok")
 "##;
     let out = std::process::Command::new("/opt/metal-venv/bin/python3")
         .args(["-c", script])
         .arg(&path)
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../protocol/tests/golden/deploy-plan.json"))
         .output()
         .expect("scripts/setup installs openapi-spec-validator into /opt/metal-venv");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

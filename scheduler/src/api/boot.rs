@@ -48,7 +48,7 @@ pub async fn list_wipe_reports(
 
 /// Sets the plan the node's ramdisk fetches when it next deploys (a `DeployPlan`, checked).
 #[utoipa::path(put, path = "/v1/nodes/{id}/deploy-plan", params(("id" = String, Path, description = "node id")),
-    request_body(content = Object, description = "a DeployPlan"),
+    request_body = DeployPlan,
     responses((status = 204), (status = 422, body = crate::error::ErrorBody)))]
 pub async fn put_deploy_plan(
     State(app): State<AppState>,
