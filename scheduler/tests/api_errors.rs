@@ -60,3 +60,28 @@ async fn made_up_methods_count_under_one_label() {
     assert!(text.contains("method=\"GET\",route=\"unmatched\",status=\"404\"} 3"), "{text}");
     assert!(!text.contains("wp-admin"), "{text}");
 }
+
+/// The schema says object; serde's structs would also take the fields as an array.
+#[tokio::test]
+async fn bodies_are_objects_where_the_schema_says_so_at_every_depth() {
+    let site = common::Site::start().await;
+    let (s, _) = site.call(Some(&site.admin), "POST", "/v1/nodes", Some(serde_json::json!({"id": "n1"}))).await;
+    assert_eq!(s, 201);
+    for (path, method, body, says) in [
+        ("/v1/nodes/n1", "PATCH", serde_json::json!([null, null]), "invalid type: sequence, expected struct NodePatch"),
+        ("/v1/nodes", "POST", serde_json::json!(["n2"]), "invalid type: sequence"),
+        (
+            "/v1/pools",
+            "POST",
+            serde_json::json!({"tenantId": "root", "siteId": "s", "class": "c", "policy": [true]}),
+            "policy: invalid type: sequence",
+        ),
+    ] {
+        let (status, answer) = site.call(Some(&site.admin), method, path, Some(body)).await;
+        assert_eq!(status, 422, "{method} {path}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{method} {path}: {message}");
+    }
+    let (_, node) = site.call(Some(&site.admin), "GET", "/v1/nodes/n1", None).await;
+    assert_eq!(node["generation"], 1, "the array patch changed nothing: {node}");
+}

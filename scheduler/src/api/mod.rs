@@ -3,6 +3,7 @@
 
 mod auth;
 mod bmc;
+mod body;
 mod boot;
 pub mod contract;
 mod events;
@@ -17,7 +18,7 @@ mod teardowns;
 mod tenants;
 mod usage;
 
-use axum::extract::{FromRequest, MatchedPath, Request};
+use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -32,10 +33,7 @@ use crate::error::ApiError;
 /// Largest node import body (CSV or JSON): room for tens of thousands of nodes.
 const IMPORT_LIMIT: usize = 64 << 20;
 
-/// JSON bodies whose rejections use the API's error shape.
-#[derive(Debug, FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
-pub struct ApiJson<T>(pub T);
+pub use body::ApiJson;
 
 /// Query strings whose rejections use the API's error shape (INVALID_INPUT naming the query).
 #[derive(Debug, axum::extract::FromRequestParts)]
