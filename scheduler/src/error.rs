@@ -169,6 +169,8 @@ impl From<metal_bmc::BmcError> for ApiError {
     fn from(e: metal_bmc::BmcError) -> Self {
         match e {
             metal_bmc::BmcError::Invalid(message) => ApiError::invalid("bmc", message),
+            // The BMC works, and said it does not offer this: ask for something else.
+            unsupported @ metal_bmc::BmcError::Unsupported { .. } => ApiError::invalid("bmc", unsupported.to_string()),
             other => ApiError::Bmc(other.to_string()),
         }
     }

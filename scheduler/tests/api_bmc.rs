@@ -66,8 +66,8 @@ async fn a_redfish_bmc_is_driven_through_the_api_with_its_password_sealed() {
     let (s, body) = site.admin("POST", "/v1/nodes/n1/boot", Some(json!({"target": "pxe"}))).await;
     assert_eq!(s, 204, "{body}");
     let (s, body) = site.admin("POST", "/v1/nodes/n1/boot", Some(json!({"target": "bios"}))).await;
-    assert_eq!(s, 502, "{body}");
-    assert!(error(&body, "BMC_ERROR").contains("BiosSetup is not allowed"));
+    assert_eq!(s, 422, "what the BMC does not offer is the caller's to change: {body}");
+    assert!(error(&body, "INVALID_INPUT").contains("BiosSetup is not allowed"));
 
     let url = format!("{}/rescue.iso", files.url);
     let (s, media) = site.admin("POST", "/v1/nodes/n1/media", Some(json!({"url": url}))).await;

@@ -1,11 +1,44 @@
 //! The OpenAPI document as the server behaves, filled in where the generator leaves gaps:
 //! every authenticated operation documents 401, every operation on `{id}` paths 404, and
-//! every operation that takes a body or query parameters 422, each with the one error body;
+//! every operation that takes a body or query parameters, or drives a BMC (which may not
+//! offer what is asked), 422, each with the one error body; ids and the names the server
+//! checks with `validate_name` carry its pattern, and the strings it refuses empty a
+//! minimum length;
 //! and `allOf` schemas whose parts are closed objects (`additionalProperties: false`, which
 //! `#[serde(flatten)]` with `deny_unknown_fields` produces, and which no body can satisfy)
 //! are merged into the one closed object the server actually accepts.
 
 use serde_json::{Map, Value, json};
+
+/// What `metal_protocol::identity::validate_name` accepts: 1 to 64 of A-Z a-z 0-9 . _ -,
+/// not starting with `.` or `-`. Every id the server makes matches it too.
+pub const NAME_PATTERN: &str = "^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$";
+
+/// The body properties the server checks with `validate_name`.
+const NAMES: &[(&str, &str)] = &[
+    ("NodeCreate", "id"),
+    ("NodeCreate", "poolId"),
+    ("TenantCreate", "id"),
+    ("PoolCreate", "id"),
+    ("PoolCreate", "tenantId"),
+    ("PoolCreate", "siteId"),
+    ("PoolCreate", "class"),
+    ("PoolOffer", "tenantId"),
+    ("ReservationCreate", "tenantId"),
+    ("ReservationCreate", "poolId"),
+    ("ProfileCreate", "id"),
+    ("ProvisionRequest", "profileId"),
+];
+
+/// The body properties the server refuses empty, with their greatest length where it
+/// has one.
+const NON_EMPTY: &[(&str, &str, Option<u64>)] = &[
+    ("TenantCreate", "name", Some(200)),
+    ("CredentialCreate", "name", Some(200)),
+    ("BmcSpec", "username", Some(64)),
+    ("BmcSpec", "address", None),
+    ("MediaRequest", "url", None),
+];
 
 /// Applies every fix to the document (its JSON form).
 pub fn complete(document: &mut Value) {
@@ -14,6 +47,7 @@ pub fn complete(document: &mut Value) {
             let Some(operations) = operations.as_object_mut() else { continue };
             for operation in operations.values_mut() {
                 document_errors(path, operation);
+                pattern_ids(operation);
             }
         }
     }
@@ -25,6 +59,40 @@ pub fn complete(document: &mut Value) {
                 schemas.insert(name, merged);
             }
         }
+        constrain(schemas);
+    }
+}
+
+/// The string schema of a property (`"type": "string"` or `["string", "null"]`), if the
+/// document has it; a test checks that every listed one is there.
+fn string_property<'a>(schemas: &'a mut Map<String, Value>, schema: &str, property: &str) -> Option<&'a mut Value> {
+    let found = schemas.get_mut(schema)?.pointer_mut(&format!("/properties/{property}"))?;
+    let kind = &found["type"];
+    (kind == "string" || kind == &json!(["string", "null"])).then_some(found)
+}
+
+fn constrain(schemas: &mut Map<String, Value>) {
+    for (schema, property) in NAMES {
+        if let Some(found) = string_property(schemas, schema, property) {
+            found["pattern"] = json!(NAME_PATTERN);
+        }
+    }
+    for (schema, property, longest) in NON_EMPTY {
+        if let Some(found) = string_property(schemas, schema, property) {
+            found["minLength"] = json!(1);
+            if let Some(longest) = longest {
+                found["maxLength"] = json!(longest);
+            }
+        }
+    }
+}
+
+/// Path parameters named `id` take only names.
+fn pattern_ids(operation: &mut Value) {
+    for parameter in operation.get_mut("parameters").and_then(Value::as_array_mut).into_iter().flatten() {
+        if parameter["in"] == "path" && parameter["name"] == "id" {
+            parameter["schema"]["pattern"] = json!(NAME_PATTERN);
+        }
     }
 }
 
@@ -35,7 +103,9 @@ fn error_response(description: &str) -> Value {
 fn document_errors(path: &str, operation: &mut Value) {
     let unauthenticated =
         operation.get("security").and_then(Value::as_array).is_some_and(|s| s.iter().all(|r| r == &json!({})));
+    let drives_a_bmc = operation.pointer("/responses/502").is_some();
     let takes_input = operation.get("requestBody").is_some()
+        || drives_a_bmc
         || operation.get("parameters").and_then(Value::as_array).is_some_and(|p| p.iter().any(|p| p["in"] == "query"));
     let Some(responses) = operation.get_mut("responses").and_then(Value::as_object_mut) else { return };
     if !unauthenticated {
@@ -47,9 +117,9 @@ fn document_errors(path: &str, operation: &mut Value) {
             .or_insert_with(|| error_response("no such resource, or not visible to the caller (NOT_FOUND)"));
     }
     if takes_input {
-        responses
-            .entry("422")
-            .or_insert_with(|| error_response("the request breaks a validation rule (INVALID_INPUT)"));
+        responses.entry("422").or_insert_with(|| {
+            error_response("the request breaks a validation rule, or asks what the BMC does not offer (INVALID_INPUT)")
+        });
     }
 }
 
@@ -112,5 +182,36 @@ mod tests {
             assert!(responses[code].is_object(), "{code}");
         }
         assert!(document["paths"]["/healthz"]["get"]["responses"].get("401").is_none());
+    }
+
+    #[test]
+    fn every_listed_name_and_non_empty_string_is_constrained_in_the_real_document() {
+        let document: Value = serde_json::from_str(&crate::api::openapi_json()).unwrap();
+        let schemas = &document["components"]["schemas"];
+        for (schema, property) in NAMES {
+            assert_eq!(schemas[schema]["properties"][property]["pattern"], NAME_PATTERN, "{schema}.{property}");
+        }
+        for (schema, property, _) in NON_EMPTY {
+            assert_eq!(schemas[schema]["properties"][property]["minLength"], 1, "{schema}.{property}");
+        }
+        let node = &document["paths"]["/v1/nodes/{id}"]["get"]["parameters"][0];
+        assert_eq!(node["schema"]["pattern"], NAME_PATTERN, "{node}");
+        let pattern = name_rule(NAME_PATTERN);
+        for (name, valid) in [("n1", true), ("_a", true), ("a.b-c_d", true), (".a", false), ("-a", false), ("", false)]
+        {
+            assert_eq!(pattern(name), valid, "{name}");
+            assert_eq!(metal_protocol::identity::validate_name("x", name).is_ok(), valid, "{name}");
+        }
+        assert!(!pattern(&"a".repeat(65)) && metal_protocol::identity::validate_name("x", &"a".repeat(65)).is_err());
+    }
+
+    /// NAME_PATTERN, evaluated by hand (no regex engine here): the same rule as the regex.
+    fn name_rule(pattern: &str) -> impl Fn(&str) -> bool {
+        assert_eq!(pattern, "^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$", "update this check with the pattern");
+        |name: &str| {
+            let ok =
+                |b: u8, first: bool| b.is_ascii_alphanumeric() || b == b'_' || (!first && (b == b'.' || b == b'-'));
+            (1..=64).contains(&name.len()) && name.bytes().enumerate().all(|(i, b)| ok(b, i == 0))
+        }
     }
 }
