@@ -70,6 +70,9 @@ def account(ident):
         password = body.get("Password")
         if not isinstance(password, str) or not password:
             return problem(400, "Password must be a non-empty string")
+        if len(password.encode()) > 72:
+            # The account policy of this BMC (bcrypt reads at most 72 bytes).
+            return problem(400, "Password must be at most 72 bytes")
         digest = bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()
         with open(auth_file()) as f:
             lines = f.read().splitlines()

@@ -116,6 +116,12 @@ impl Sushy {
         Sushy::start_with("SUSHY_EMULATOR_FAKE_DRIVER = True\n", false)
     }
 
+    /// The fake driver with an AccountService (`tests/data/sushy-accounts.py`): a BMC whose
+    /// password can be rotated, without QEMU.
+    pub fn start_with_accounts() -> Sushy {
+        Sushy::start_with("SUSHY_EMULATOR_FAKE_DRIVER = True\n", true)
+    }
+
     /// The libvirt driver, limited to the domain with this UUID: power acts on a real QEMU.
     pub fn start_libvirt(domain_uuid: &str) -> Sushy {
         Sushy::start_with(&Self::libvirt(domain_uuid), false)

@@ -162,6 +162,7 @@ pub async fn rotate_bmc(
     ApiJson(request): ApiJson<RotateRequest>,
 ) -> ApiResult<ApiJson<BmcInfo>> {
     caller.admin(&format!("node {id}"))?;
+    request.password.check("password")?;
     Ok(ApiJson(bmcs::rotate(&app, &id, request.password.0).await?))
 }
 

@@ -37,6 +37,8 @@ const NON_EMPTY: &[(&str, &str, Option<u64>)] = &[
     ("CredentialCreate", "name", Some(200)),
     ("BmcSpec", "username", Some(64)),
     ("BmcSpec", "address", None),
+    ("BmcSpec", "password", Some(128)),
+    ("RotateRequest", "password", Some(128)),
     ("MediaRequest", "url", None),
 ];
 

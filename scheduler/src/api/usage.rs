@@ -21,8 +21,10 @@ pub struct UsageQuery {
     /// The tenant (defaults to the caller's own).
     pub tenant_id: Option<String>,
     /// Windows starting at or after this time (RFC 3339; default: the Unix epoch).
+    #[param(format = DateTime)]
     pub from: Option<String>,
     /// Windows starting before this time (RFC 3339; default: now).
+    #[param(format = DateTime)]
     pub to: Option<String>,
 }
 

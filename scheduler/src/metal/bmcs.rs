@@ -181,7 +181,12 @@ pub async fn read_model(app: &App, node: &str) -> ApiResult<serde_json::Value> {
 pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
     let bmc = client(app, node).await?;
     let user = info(app, node.to_owned()).await?.username;
-    bmc.rotate_password(&user, &new).await?;
+    bmc.rotate_password(&user, &new).await.map_err(|e| match e {
+        // The BMC works and refused the rotation (its password policy, or the account's
+        // privilege): the caller's to change, not a failed gateway.
+        refused @ metal_bmc::BmcError::Refused { .. } => ApiError::invalid("bmc", refused.to_string()),
+        other => other.into(),
+    })?;
     let sealed = crate::secrets::seal(app.config.master_key.as_ref(), node, &new);
     let (id, now) = (node.to_owned(), app.clock.now());
     app.change(move |tx| Ok(store::bmcs::set_secret(tx, &id, &sealed, now)?)).await?;

@@ -16,6 +16,20 @@ impl std::fmt::Debug for Password {
     }
 }
 
+impl Password {
+    /// Longest password taken.
+    pub const MAX_LEN: usize = 128;
+
+    /// 1 to [`Self::MAX_LEN`] characters, or an error naming `field`.
+    pub fn check(&self, field: &str) -> Result<(), ApiError> {
+        let length = self.0.expose().len();
+        if length == 0 || length > Self::MAX_LEN {
+            return Err(ApiError::invalid(field, format!("must be 1 to {} characters", Self::MAX_LEN)));
+        }
+        Ok(())
+    }
+}
+
 impl<'de> Deserialize<'de> for Password {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         String::deserialize(d).map(|s| Password(metal_bmc::Secret::new(s)))
@@ -144,10 +158,7 @@ impl BmcSpec {
         if self.login.username.is_empty() || self.login.username.len() > 64 {
             return Err(ApiError::invalid("username", "must be 1 to 64 characters"));
         }
-        let password = self.login.password.0.expose();
-        if password.is_empty() || password.len() > 128 {
-            return Err(ApiError::invalid("password", "must be 1 to 128 characters"));
-        }
+        self.login.password.check("password")?;
         match self.protocol {
             BmcProtocol::Redfish => {
                 let url = reqwest::Url::parse(&self.address)
@@ -190,10 +201,18 @@ pub fn ipmi_address(address: &str) -> Result<(String, u16), ApiError> {
         Some((h, p)) => (h, p.parse().map_err(|_| ApiError::invalid("address", "port must be a number"))?),
         None => (address, 623),
     };
-    if host.is_empty() || host.contains(char::is_whitespace) || host.starts_with('-') {
-        return Err(ApiError::invalid("address", "must be host[:port]"));
+    let name = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    let host_ok = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok()
+        || (host.len() <= 253 && host.trim_end_matches('.').split('.').all(name));
+    if !host_ok {
+        return Err(ApiError::invalid("address", "must be host[:port], the host an IP address or a DNS name"));
     }
-    Ok((host.to_owned(), port))
+    Ok((host.trim_matches(['[', ']']).to_owned(), port))
 }
 
 /// A node's BMC as the API shows it (never the password).

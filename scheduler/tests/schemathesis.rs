@@ -1,0 +1,65 @@
+//! schemathesis (PyPI, installed by scripts/setup) against a running `metal-scheduler
+//! serve`, with every check it has (`--checks all`), every operation but the console's
+//! WebSocket (tested by api_console), a bounded number of examples from a fixed seed, and a
+//! Redfish BMC emulator (sushy-tools with an AccountService) behind node n1, so the BMC
+//! routes are exercised against a BMC. `tests/data/schemathesis.toml` says what is
+//! configured and why. No failure is allowed.
+
+use std::process::Command;
+
+use metal_tests::emulators::{SUSHY_PASSWORD, Sushy, free_tcp_port};
+use metal_tests::scheduler::Admin as _;
+use metal_tests::served::ServedAdmin;
+use serde_json::json;
+
+const SCHEMATHESIS: &str = "/opt/metal-venv/bin/schemathesis";
+
+#[test]
+fn schemathesis_finds_nothing_with_every_check_on_every_operation() {
+    let sushy = Sushy::start_with_accounts();
+    let data = tempfile::tempdir().unwrap();
+    let boot = free_tcp_port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"));
+    let s = ServedAdmin::start(command, data.path(), boot);
+    for (id, mac) in [("n1", "52:54:00:00:0b:01"), ("n2", "52:54:00:00:0b:02")] {
+        let (status, body) = s.call("POST", "/v1/nodes", Some(json!({"id": id, "bootMac": mac})));
+        assert_eq!(status, 201, "{body}");
+    }
+    let bmc = json!({"protocol": "redfish", "address": sushy.endpoint, "username": "admin", "password": SUSHY_PASSWORD,
+                     "tls": {"mode": "fingerprint", "value": sushy.pki.fingerprint}});
+    let (status, body) = s.call("PUT", "/v1/nodes/n1/bmc", Some(bmc));
+    assert_eq!(status, 200, "{body}");
+
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let report = tempfile::tempdir().unwrap();
+    let out = Command::new(SCHEMATHESIS)
+        .arg("--config-file")
+        .arg(here.join("tests/data/schemathesis.toml"))
+        .arg("run")
+        .arg(here.join("openapi.json"))
+        .args(["--url", &s.url, "--checks", "all", "--max-examples", "10", "--seed", "1", "--workers", "1"])
+        .args(["--exclude-path", "/v1/nodes/{id}/console", "--request-timeout", "30", "--max-response-time", "30"])
+        .args(["--warnings", "off", "--report-dir"])
+        .arg(report.path())
+        .current_dir(report.path())
+        .env("NO_COLOR", "1")
+        // The configuration's Authorization header reads the token from here, not from a
+        // command line.
+        .env("METAL_TOKEN", &s.token)
+        .output()
+        .expect("schemathesis (scripts/setup installs it into /opt/metal-venv)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary = text.rsplit_once("SUMMARY").map_or(text.as_ref(), |(_, tail)| tail);
+    assert!(
+        out.status.success(),
+        "schemathesis found failures:\n{text}\n{}\nthe service's log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.served.tail(60)
+    );
+    assert!(summary.contains("Tested: 52"), "every operation but the console was tested:\n{summary}");
+    eprintln!("schemathesis:{summary}");
+}
