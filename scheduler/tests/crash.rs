@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use metal_tests::emulators::{IpmiSim, free_tcp_port};
+use metal_tests::emulators::IpmiSim;
 use metal_tests::leases::{installer_done, ipmi, reserve, site};
 use metal_tests::scheduler::{Admin as _, TestScheduler};
 use metal_tests::served::ServedAdmin;
@@ -22,25 +22,27 @@ use serde_json::{Value, json};
 /// `metal-scheduler serve` on `dir` (and `database`), polling its workflows every
 /// `interval`, aborting at `crash_at` when given.
 fn start(dir: &Path, database: Option<&str>, crash_at: Option<&str>, interval: &str) -> ServedAdmin {
-    let boot = free_tcp_port();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .env("METAL_LOG", "info")
-        .env("METAL_WORKFLOW_INTERVAL", interval)
-        .env("METAL_WORKFLOW_CLAIM", "2s")
-        .env("METAL_REAPER_INTERVAL", "200ms")
-        .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"))
-        .env("METAL_BOOT_CONTROLLER_URL", format!("https://127.0.0.1:{boot}"))
-        .env_remove("METAL_TEST_CRASH_AT");
-    if let Some(url) = database {
-        command.env("METAL_DATABASE_URL", url);
-    }
-    if let Some(point) = crash_at {
-        command.env("METAL_TEST_CRASH_AT", point);
-    }
-    ServedAdmin::start(command, dir, boot)
+    let make = |boot: u16| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .env("METAL_LOG", "info")
+            .env("METAL_WORKFLOW_INTERVAL", interval)
+            .env("METAL_WORKFLOW_CLAIM", "2s")
+            .env("METAL_REAPER_INTERVAL", "200ms")
+            .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"))
+            .env("METAL_BOOT_CONTROLLER_URL", format!("https://127.0.0.1:{boot}"))
+            .env_remove("METAL_TEST_CRASH_AT");
+        if let Some(url) = database {
+            command.env("METAL_DATABASE_URL", url);
+        }
+        if let Some(point) = crash_at {
+            command.env("METAL_TEST_CRASH_AT", point);
+        }
+        command
+    };
+    ServedAdmin::start(make, dir)
 }
 
 /// Waits for the process to abort at its crash point.

@@ -145,16 +145,18 @@ fn plain_http_beyond_loopback_is_refused_on_both_sides_unless_said_on_purpose() 
 #[test]
 fn the_firmware_listener_serves_only_the_boot_routes_in_plain_http() {
     let data = tempfile::tempdir().unwrap();
-    let (boot, firmware) = (metal_tests::emulators::free_tcp_port(), metal_tests::emulators::free_tcp_port());
-    let served = serve(
-        data.path(),
-        &[
-            ("METAL_TLS_NAMES", "127.0.0.1"),
-            ("METAL_BOOT_LISTEN", &format!("127.0.0.1:{boot}")),
-            ("METAL_BOOT_HTTP_LISTEN", &format!("127.0.0.1:{firmware}")),
-            ("METAL_BOOT_AUTO_ENROL", "true"),
-        ],
-    );
+    let firmware = std::cell::Cell::new(0);
+    let served = Served::spawn_on_free_ports(|| {
+        let (boot, plain) = (metal_tests::emulators::free_tcp_port(), metal_tests::emulators::free_tcp_port());
+        firmware.set(plain);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data.path());
+        command.env("METAL_TLS_NAMES", "127.0.0.1").env("METAL_BOOT_AUTO_ENROL", "true");
+        command.env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"));
+        command.env("METAL_BOOT_HTTP_LISTEN", format!("127.0.0.1:{plain}"));
+        command
+    });
+    let firmware = firmware.get();
     served.until_logged("firmware routes (plain HTTP) up", Duration::from_secs(30));
     let http = reqwest::blocking::Client::new();
     let base = format!("http://127.0.0.1:{firmware}");

@@ -7,7 +7,7 @@
 
 use std::process::Command;
 
-use metal_tests::emulators::{SUSHY_PASSWORD, Sushy, free_tcp_port};
+use metal_tests::emulators::{SUSHY_PASSWORD, Sushy};
 use metal_tests::scheduler::Admin as _;
 use metal_tests::served::ServedAdmin;
 use serde_json::json;
@@ -18,13 +18,15 @@ const SCHEMATHESIS: &str = "/opt/metal-venv/bin/schemathesis";
 fn schemathesis_finds_nothing_with_every_check_on_every_operation() {
     let sushy = Sushy::start_with_accounts();
     let data = tempfile::tempdir().unwrap();
-    let boot = free_tcp_port();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data.path())
-        .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"));
-    let s = ServedAdmin::start(command, data.path(), boot);
+    let make = |boot: u16| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data.path())
+            .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"));
+        command
+    };
+    let s = ServedAdmin::start(make, data.path());
     for (id, mac) in [("n1", "52:54:00:00:0b:01"), ("n2", "52:54:00:00:0b:02")] {
         let (status, body) = s.call("POST", "/v1/nodes", Some(json!({"id": id, "bootMac": mac})));
         assert_eq!(status, 201, "{body}");

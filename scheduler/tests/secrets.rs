@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use metal_tests::emulators::{IpmiSim, free_tcp_port};
+use metal_tests::emulators::IpmiSim;
 use metal_tests::leases::{installer_done, reserve, site};
 use metal_tests::scheduler::{Admin, Reporter};
 use metal_tests::served::ServedAdmin;
@@ -161,20 +161,22 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     let store_url = database.clone().unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(data.path()));
     let command_lines = CommandLines::watch();
 
-    let boot = free_tcp_port();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data.path())
-        .env("METAL_LOG", "debug")
-        .env("METAL_MASTER_KEY", &master_key)
-        .env("METAL_WORKFLOW_INTERVAL", "100ms")
-        .env("METAL_REAPER_INTERVAL", "200ms")
-        .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"));
-    if let Some(url) = &database {
-        command.env("METAL_DATABASE_URL", url);
-    }
-    let s = Recorded { admin: ServedAdmin::start(command, data.path(), boot), answers: Mutex::default() };
+    let make = |boot: u16| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data.path())
+            .env("METAL_LOG", "debug")
+            .env("METAL_MASTER_KEY", &master_key)
+            .env("METAL_WORKFLOW_INTERVAL", "100ms")
+            .env("METAL_REAPER_INTERVAL", "200ms")
+            .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"));
+        if let Some(url) = &database {
+            command.env("METAL_DATABASE_URL", url);
+        }
+        command
+    };
+    let s = Recorded { admin: ServedAdmin::start(make, data.path()), answers: Mutex::default() };
 
     // The BMC, set with metalctl (its password from a file) and rotated.
     std::fs::create_dir_all(home.path().join(".config/metal")).unwrap();

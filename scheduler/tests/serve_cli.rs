@@ -68,14 +68,18 @@ fn serve_runs_the_boot_service_when_configured_and_names_a_bad_setting() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("boot-controller-url"), "{err}");
 
-    let boot_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot_port}"))
-        .env("METAL_BOOT_TOKEN_TTL", "10m");
-    let served = Served::spawn(command);
+    let boot_port = std::cell::Cell::new(0);
+    let served = Served::spawn_on_free_ports(|| {
+        boot_port.set(metal_tests::emulators::free_tcp_port());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{}", boot_port.get()))
+            .env("METAL_BOOT_TOKEN_TTL", "10m");
+        command
+    });
+    let boot_port = boot_port.get();
     served.until_logged("boot listener (TLS) up", Duration::from_secs(30));
     let address = served.address.clone();
     let ca = std::fs::read_to_string(dir.path().join("ca/ca.crt")).unwrap();

@@ -26,13 +26,34 @@ fn message(line: &str) -> Option<String> {
 impl Served {
     /// Spawns `command` (a `serve` invocation; its stderr is taken here) and waits until it
     /// listens.
-    pub fn spawn(mut command: Command) -> Served {
+    pub fn spawn(command: Command) -> Served {
+        Self::try_spawn(command)
+            .unwrap_or_else(|log| panic!("the service exited before listening:\n{}", log.join("\n")))
+    }
+
+    /// Spawns the command `make` builds, again with a fresh one (fresh ports) while the last
+    /// exited because a port it was given was taken meanwhile (by a test running beside it).
+    pub fn spawn_on_free_ports(make: impl Fn() -> Command) -> Served {
+        for _ in 0..5 {
+            match Self::try_spawn(make()) {
+                Ok(served) => return served,
+                Err(log) if log.iter().any(|l| l.contains("Address already in use")) => continue,
+                Err(log) => panic!("the service exited before listening:\n{}", log.join("\n")),
+            }
+        }
+        panic!("five tries in a row found a port taken");
+    }
+
+    /// [`Self::spawn`], or the log of a process that exited before it listened.
+    fn try_spawn(mut command: Command) -> Result<Served, Vec<String>> {
         let mut child = command.stderr(Stdio::piped()).spawn().expect("metal-scheduler serve");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let mut log = Vec::new();
         let address = loop {
-            let line =
-                lines.next().unwrap_or_else(|| panic!("the service exited before listening:\n{}", log.join("\n")));
+            let Some(line) = lines.next() else {
+                let _ = child.wait();
+                return Err(log);
+            };
             let line = line.unwrap();
             log.push(line.clone());
             let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
@@ -47,7 +68,7 @@ impl Served {
                 sink.lock().unwrap().push(line);
             }
         });
-        Served { child, address, log, reader: Some(reader) }
+        Ok(Served { child, address, log, reader: Some(reader) })
     }
 
     /// Its API's base URL.
@@ -124,9 +145,15 @@ pub struct ServedAdmin {
 }
 
 impl ServedAdmin {
-    /// Starts `command` (a `serve` on `data_dir` whose boot listener is on `boot_port`).
-    pub fn start(command: Command, data_dir: &std::path::Path, boot_port: u16) -> ServedAdmin {
-        let served = Served::spawn(command);
+    /// Starts the `serve` on `data_dir` that `make` builds for a boot listener on the port it
+    /// is given (a free one; another if that was taken before the service bound it).
+    pub fn start(make: impl Fn(u16) -> Command, data_dir: &std::path::Path) -> ServedAdmin {
+        let boot_port = std::cell::Cell::new(0);
+        let served = Served::spawn_on_free_ports(|| {
+            boot_port.set(crate::emulators::free_tcp_port());
+            make(boot_port.get())
+        });
+        let boot_port = boot_port.get();
         let token = std::fs::read_to_string(data_dir.join("admin.token")).unwrap().trim().to_owned();
         ServedAdmin {
             url: served.url(),
