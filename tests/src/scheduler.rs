@@ -276,7 +276,7 @@ impl Admin for TestScheduler {
     }
 
     fn reporter(&self) -> Reporter {
-        Reporter { ca: self.ca(), boot_url: self.boot_url.clone() }
+        Reporter::of(self.data_dir(), &self.boot_url)
     }
 }
 

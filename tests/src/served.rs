@@ -56,8 +56,8 @@ impl Served {
             };
             let line = line.unwrap();
             log.push(line.clone());
-            let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if entry["fields"]["message"] == "metal-scheduler listening" {
+            if message(&line).as_deref() == Some("metal-scheduler listening") {
+                let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
                 break entry["fields"]["address"].as_str().unwrap().to_owned();
             }
         };
@@ -106,19 +106,22 @@ impl Served {
     /// Waits for the process to exit, then for the end of its log.
     pub fn wait(mut self) -> (ExitStatus, Vec<String>) {
         let status = self.child.wait().unwrap();
-        if let Some(reader) = self.reader.take() {
-            reader.join().unwrap();
-        }
+        self.read_to_end();
         (status, self.log())
     }
 
     /// The exit status, if the process has exited (its log then read to the end).
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         let status = self.child.try_wait().unwrap()?;
+        self.read_to_end();
+        Some(status)
+    }
+
+    /// Waits for the log thread to read the exited process's last lines.
+    fn read_to_end(&mut self) {
         if let Some(reader) = self.reader.take() {
             reader.join().unwrap();
         }
-        Some(status)
     }
 }
 
