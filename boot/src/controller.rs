@@ -14,7 +14,7 @@ use metal_bmc::tls::{ClientIdentity, TlsTrust, http_client_with_identity};
 use metal_protocol::boot::{JOIN_PATH, JoinRequest, JoinResponse, PLAN_PATH, REPORTS_PATH, ReportReceipt, TaskReport};
 use metal_protocol::deploy::DeployPlan;
 use metal_protocol::identity::certificates_from_pem;
-use metal_protocol::{CaCertificate, Envelope, Role, Signer, SigningIdentity, SigningKey};
+use metal_protocol::{CaCertificate, Envelope, Role, Signer, SigningIdentity, SigningKey, VerifiedCertificate};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -77,7 +77,8 @@ pub struct Joined {
     runtime: tokio::runtime::Runtime,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, ControllerError> {
+/// A runtime for the blocking callers (the ramdisk and the host agent are synchronous).
+pub fn runtime() -> Result<tokio::runtime::Runtime, ControllerError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -85,7 +86,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, ControllerError> {
 }
 
 /// Sends the request `build` makes, retrying transient failures, and parses the answer.
-async fn send<T: DeserializeOwned>(
+pub async fn send<T: DeserializeOwned>(
     build: impl Fn() -> reqwest::RequestBuilder,
     what: &'static str,
     retry: &Retry,
@@ -151,37 +152,54 @@ pub fn join(base_url: &str, ca_fingerprint: &str, token: &str, retry: Retry) -> 
         runtime.block_on(send(|| anonymous.post(url.clone()).json(&request), "the join", &retry))?;
 
     // The certificate must chain to the pinned CA and be ours, of the ramdisk role.
-    let chain =
-        certificates_from_pem(&answer.certificate_chain).map_err(|e| ControllerError::Certificate(e.to_string()))?;
-    let ca_der = chain
-        .iter()
-        .find(|der| metal_bmc::tls::fingerprint(der) == pin)
-        .ok_or_else(|| ControllerError::Certificate("the chain does not include the pinned site CA".into()))?;
-    let ca = CaCertificate::from_der(ca_der).map_err(|e| ControllerError::Certificate(e.to_string()))?;
-    let leaf = chain.first().ok_or_else(|| ControllerError::Certificate("an empty chain".into()))?;
-    let verified = ca.verify(leaf, SystemTime::now()).map_err(|e| ControllerError::Certificate(e.to_string()))?;
-    if verified.public_key != key.verifying_key() {
-        return Err(ControllerError::Certificate("it is not for the key this ramdisk sent".into()));
-    }
-    if verified.identity.role != Role::Ramdisk || verified.identity.node != answer.node_id {
-        return Err(ControllerError::Certificate(format!(
-            "it names {}, not a ramdisk of {}",
-            verified.identity.to_uri(),
-            answer.node_id
-        )));
-    }
-    let key_pkcs8 = zeroize::Zeroizing::new(
-        ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&key)
-            .map_err(|e| ControllerError::Invalid(format!("encoding the key: {e}")))?
-            .as_bytes()
-            .to_vec(),
-    );
-    let tls_identity = Arc::new(ClientIdentity { chain: chain.clone(), key_pkcs8 });
+    let (chain, verified) = check_certificate(&answer.certificate_chain, &pin, &key, Role::Ramdisk, &answer.node_id)?;
+    let tls_identity = Arc::new(client_identity(&key, &chain)?);
     let client = http_client_with_identity(&trust, timeout, Some(&tls_identity))
         .map_err(|e| ControllerError::Invalid(e.to_string()))?;
     tracing::info!(identity = %verified.identity.to_uri(), expires_at = %answer.expires_at, "joined the controller");
     let identity = SigningIdentity::new(Signer::new(key, chain), verified.identity);
     Ok(Joined { base, pin, client, identity, tls_identity, retry, runtime })
+}
+
+/// Checks a certificate chain the controller issued: it includes the CA with fingerprint
+/// `pin`, its leaf verifies against that CA now, certifies `key` and names `role` of `node`.
+/// Returns the chain (DER, leaf first) and what the leaf says.
+pub fn check_certificate(
+    chain_pem: &str,
+    pin: &[u8; 32],
+    key: &SigningKey,
+    role: Role,
+    node: &str,
+) -> Result<(Vec<Vec<u8>>, VerifiedCertificate), ControllerError> {
+    let chain = certificates_from_pem(chain_pem).map_err(|e| ControllerError::Certificate(e.to_string()))?;
+    let ca_der = chain
+        .iter()
+        .find(|der| metal_bmc::tls::fingerprint(der) == *pin)
+        .ok_or_else(|| ControllerError::Certificate("the chain does not include the pinned site CA".into()))?;
+    let ca = CaCertificate::from_der(ca_der).map_err(|e| ControllerError::Certificate(e.to_string()))?;
+    let leaf = chain.first().ok_or_else(|| ControllerError::Certificate("an empty chain".into()))?;
+    let verified = ca.verify(leaf, SystemTime::now()).map_err(|e| ControllerError::Certificate(e.to_string()))?;
+    if verified.public_key != key.verifying_key() {
+        return Err(ControllerError::Certificate("it is not for the key that was sent".into()));
+    }
+    if verified.identity.role != role || verified.identity.node != node {
+        return Err(ControllerError::Certificate(format!(
+            "it names {}, not a {role} of {node}",
+            verified.identity.to_uri()
+        )));
+    }
+    Ok((chain, verified))
+}
+
+/// The key and chain as a TLS client identity (mutual TLS).
+pub fn client_identity(key: &SigningKey, chain: &[Vec<u8>]) -> Result<ClientIdentity, ControllerError> {
+    let key_pkcs8 = zeroize::Zeroizing::new(
+        ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(key)
+            .map_err(|e| ControllerError::Invalid(format!("encoding the key: {e}")))?
+            .as_bytes()
+            .to_vec(),
+    );
+    Ok(ClientIdentity { chain: chain.to_vec(), key_pkcs8 })
 }
 
 impl Joined {

@@ -10,20 +10,25 @@ use serde_json::{Value, json};
 
 use crate::deploy::{CloudInitSeed, SeedVolume};
 
-/// Where the first-boot join configuration is written on the deployed system.
-pub const JOIN_CONFIG_PATH: &str = "/etc/metal/join.json";
-/// The program the first boot runs to join (shipped in images built for metal).
-pub const JOIN_COMMAND: &str = "/usr/local/sbin/metal-join";
+use crate::join::{
+    BOOTSTRAP, BOOTSTRAP_FILE, CA_FILE, CA_SHA256_FILE, CONFIG_DIR, CONTROLLER_URL_FILE, INSTALL_SHA256_FILE,
+    TOKEN_FILE,
+};
 
-/// The first-boot join: where to, with which single-use token, trusting which CA.
+/// The first-boot join (`protocol::join`): where to, with which single-use enrolment token,
+/// trusting which CA, running which script.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FirstBootJoin {
-    /// `https://` URL of the controller.
+    /// `https://` URL of the controller's boot listener.
     pub controller_url: String,
-    /// The single-use join token.
+    /// The single-use enrolment token.
     pub token: String,
-    /// SHA-256 fingerprint of the site CA (64 hex digits).
+    /// The site CA certificate (PEM).
+    pub ca_pem: String,
+    /// SHA-256 fingerprint of the site CA (64 lower-case hex digits): the pin.
     pub ca_fingerprint: String,
+    /// SHA-256 of the join script the controller serves (64 lower-case hex digits).
+    pub install_sha256: String,
 }
 
 /// One NIC's network configuration (network-config version 2), matched by MAC.
@@ -228,9 +233,17 @@ fn check_join(join: &FirstBootJoin) -> Result<(), SeedError> {
     if !token_ok {
         return Err(bad("join.token", "must be 16 to 256 characters of [A-Za-z0-9._-]"));
     }
-    let fp = &join.ca_fingerprint;
-    if fp.len() != 64 || !fp.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+    let is_digest = |d: &str| d.len() == 64 && d.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !is_digest(&join.ca_fingerprint) {
         return Err(bad("join.caFingerprint", "must be 64 lower-case hex digits (SHA-256)"));
+    }
+    if !is_digest(&join.install_sha256) {
+        return Err(bad("join.installSha256", "must be 64 lower-case hex digits (SHA-256)"));
+    }
+    let ca = crate::CaCertificate::from_pem(&join.ca_pem)
+        .map_err(|e| bad("join.caPem", format!("not a site CA certificate: {e}")))?;
+    if ca.fingerprint_sha256() != join.ca_fingerprint {
+        return Err(bad("join.caPem", "the certificate's SHA-256 is not the pinned fingerprint"));
     }
     Ok(())
 }
@@ -315,17 +328,42 @@ pub fn cloud_config(input: &SeedInput) -> Result<Value, SeedError> {
         config["ntp"] = json!({"enabled": true, "servers": extras.ntp_servers});
     }
     if let Some(join) = &input.join {
-        let join_config =
-            json!({"controller": join.controller_url, "token": join.token, "caFingerprint": join.ca_fingerprint});
-        config["write_files"] = json!([{
-            "path": JOIN_CONFIG_PATH,
-            "permissions": "0600",
-            "owner": "root:root",
-            "content": join_config.to_string(),
-        }]);
-        config["runcmd"] = json!([[JOIN_COMMAND, "--config", JOIN_CONFIG_PATH]]);
+        insert_join(&mut config, join);
     }
     Ok(config)
+}
+
+/// Puts the join's files (`protocol::join`'s layout in `CONFIG_DIR`) and the bootstrap's run
+/// into a cloud-config.
+fn insert_join(config: &mut Value, join: &FirstBootJoin) {
+    let file = |name: &str, mode: &str, content: &str| json!({"path": format!("{CONFIG_DIR}/{name}"), "permissions": mode, "owner": "root:root", "content": content});
+    config["write_files"] = json!([
+        file(CONTROLLER_URL_FILE, "0644", &format!("{}\n", join.controller_url)),
+        file(CA_FILE, "0644", &join.ca_pem),
+        file(CA_SHA256_FILE, "0644", &format!("{}\n", join.ca_fingerprint)),
+        file(INSTALL_SHA256_FILE, "0644", &format!("{}\n", join.install_sha256)),
+        file(TOKEN_FILE, "0600", &format!("{}\n", join.token)),
+        file(BOOTSTRAP_FILE, "0700", BOOTSTRAP),
+    ]);
+    config["runcmd"] = json!([["/bin/sh", format!("{CONFIG_DIR}/{BOOTSTRAP_FILE}")]]);
+}
+
+/// A rendered seed with the first-boot join added (the controller adds it when a deploying
+/// ramdisk fetches its plan, so the stored plan never holds a token).
+pub fn with_join(seed: &CloudInitSeed, join: &FirstBootJoin) -> Result<CloudInitSeed, SeedError> {
+    check_join(join)?;
+    let text = seed.user_data.strip_prefix("#cloud-config\n").ok_or_else(|| bad("userData", "not a cloud-config"))?;
+    let mut config: Value = serde_json::from_str(text).map_err(|e| bad("userData", format!("not metal's: {e}")))?;
+    if !config.is_object() {
+        return Err(bad("userData", "not a cloud-config object"));
+    }
+    insert_join(&mut config, join);
+    Ok(CloudInitSeed { user_data: user_data(&config), ..seed.clone() })
+}
+
+/// The `user-data` document of a cloud-config.
+fn user_data(config: &Value) -> String {
+    format!("#cloud-config\n{}\n", serde_json::to_string_pretty(config).unwrap_or_default())
 }
 
 /// Renders the seed after validating every value.
@@ -355,7 +393,7 @@ pub fn render(input: &SeedInput) -> Result<CloudInitSeed, SeedError> {
     });
     Ok(CloudInitSeed {
         meta_data: meta_data.to_string(),
-        user_data: format!("#cloud-config\n{}\n", serde_json::to_string_pretty(&config).unwrap_or_default()),
+        user_data: user_data(&config),
         network_config,
         volume: input.volume,
     })
@@ -369,17 +407,31 @@ mod tests {
     pub const KEY: &str =
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops@example";
 
+    fn join() -> FirstBootJoin {
+        use std::sync::OnceLock;
+        static CA: OnceLock<String> = OnceLock::new();
+        let ca_pem = CA
+            .get_or_init(|| {
+                let year = std::time::Duration::from_secs(365 * 86400);
+                crate::SiteCa::create("site-a", std::time::SystemTime::now(), year).unwrap().certificate().pem()
+            })
+            .clone();
+        FirstBootJoin {
+            controller_url: "https://metal.site-a:8443".into(),
+            token: "tok_0123456789abcdef".into(),
+            ca_fingerprint: crate::CaCertificate::from_pem(&ca_pem).unwrap().fingerprint_sha256(),
+            ca_pem,
+            install_sha256: "cd".repeat(32),
+        }
+    }
+
     fn input() -> SeedInput {
         SeedInput {
             instance_id: "node-7-gen-3".into(),
             hostname: "gpu-07.site-a".into(),
             admin_user: "ops".into(),
             ssh_authorized_keys: vec![KEY.into()],
-            join: Some(FirstBootJoin {
-                controller_url: "https://metal.site-a:8443".into(),
-                token: "tok_0123456789abcdef".into(),
-                ca_fingerprint: "ab".repeat(32),
-            }),
+            join: Some(join()),
             network: vec![Interface {
                 name: "eth0".into(),
                 mac: "52:54:00:AA:BB:01".into(),
@@ -401,12 +453,29 @@ mod tests {
         assert_eq!((&config["disable_root"], &config["ssh_pwauth"]), (&json!(true), &json!(false)));
         assert_eq!(config["users"][0]["sudo"], "ALL=(ALL) NOPASSWD:ALL");
         assert_eq!(config["users"][0]["lock_passwd"], true);
-        assert_eq!(config["write_files"][0]["permissions"], "0600");
-        assert_eq!(config["runcmd"][0][0], JOIN_COMMAND);
+        let files = config["write_files"].as_array().unwrap();
+        let file = |name: &str| files.iter().find(|f| f["path"] == format!("/etc/metal/{name}")).unwrap();
+        assert_eq!(file("enrolment-token")["permissions"], "0600");
+        assert_eq!(file("enrolment-token")["content"], "tok_0123456789abcdef\n");
+        assert_eq!(file("bootstrap")["content"], crate::join::BOOTSTRAP);
+        assert_eq!(file("ca.sha256")["content"], format!("{}\n", join().ca_fingerprint));
+        assert_eq!(config["runcmd"], json!([["/bin/sh", "/etc/metal/bootstrap"]]));
         let meta: Value = serde_json::from_str(&seed.meta_data).unwrap();
         assert_eq!(meta["local-hostname"], "gpu-07.site-a");
         let net: Value = serde_json::from_str(seed.network_config.as_deref().unwrap()).unwrap();
         assert_eq!(net["ethernets"]["eth0"]["match"]["macaddress"], "52:54:00:aa:bb:01");
+    }
+
+    #[test]
+    fn a_join_added_to_a_rendered_seed_is_the_join_rendered_with_it() {
+        let mut without = input();
+        without.join = None;
+        let plain = render(&without).unwrap();
+        assert!(!plain.user_data.contains("enrolment-token"));
+        assert_eq!(with_join(&plain, &join()).unwrap(), render(&input()).unwrap());
+        let mut bad_join = join();
+        bad_join.token = "x\"; reboot".into();
+        assert_eq!(with_join(&plain, &bad_join).unwrap_err().field, "join.token");
     }
 
     #[test]
@@ -435,6 +504,9 @@ mod tests {
             (Box::new(|i| i.join.as_mut().unwrap().token = "short".into()), "join.token"),
             (Box::new(|i| i.join.as_mut().unwrap().token = "tok_0123456789abcdef\"; x".into()), "join.token"),
             (Box::new(|i| i.join.as_mut().unwrap().ca_fingerprint = "AB".repeat(32)), "join.caFingerprint"),
+            (Box::new(|i| i.join.as_mut().unwrap().ca_fingerprint = "ab".repeat(32)), "join.caPem"),
+            (Box::new(|i| i.join.as_mut().unwrap().ca_pem = "-----BEGIN".into()), "join.caPem"),
+            (Box::new(|i| i.join.as_mut().unwrap().install_sha256 = "ab".into()), "join.installSha256"),
             (Box::new(|i| i.network[0].mac = "52:54:00:aa:bb".into()), "network[0].mac"),
             (Box::new(|i| i.network[0].addresses = vec!["10.0.0.7/33".into()]), "network[0].addresses"),
             (Box::new(|i| i.network[0].gateway4 = Some("fe80::1".into())), "network[0].gateway4"),

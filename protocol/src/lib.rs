@@ -17,6 +17,7 @@ pub mod dsse;
 pub mod firmware;
 pub mod identity;
 pub mod inventory;
+pub mod join;
 pub mod wipe;
 
 pub use attest::{WipeExpectation, WipeRefusal, verify_wipe_report};

@@ -154,6 +154,12 @@ pub struct BootConfig {
     pub token_ttl: Duration,
     /// How long a ramdisk certificate is valid.
     pub certificate_validity: Duration,
+    /// How long a deploy's enrolment token stays usable (the write, the reboot and the
+    /// first boot must fit in it).
+    pub host_token_ttl: Duration,
+    /// How long a host's `node` or `node-tenant` certificate is valid (it renews at two
+    /// thirds of that).
+    pub host_certificate_validity: Duration,
     /// Unauthenticated boot requests allowed per client address per minute (burst the same).
     pub rate_per_minute: u32,
     /// Extra kernel command line for every ramdisk (console settings, for instance).
@@ -172,6 +178,8 @@ impl Default for BootConfig {
             auto_enrol: false,
             token_ttl: Duration::from_secs(30 * 60),
             certificate_validity: Duration::from_secs(12 * 3600),
+            host_token_ttl: Duration::from_secs(2 * 3600),
+            host_certificate_validity: Duration::from_secs(30 * 86400),
             rate_per_minute: 120,
             kernel_args: "console=tty0 console=ttyS0,115200".into(),
             site: "metal".into(),
@@ -238,6 +246,10 @@ pub struct ConfigLayer {
     pub boot_token_ttl: Option<String>,
     /// `boot-certificate-validity = "12h"`.
     pub boot_certificate_validity: Option<String>,
+    /// `host-token-ttl = "2h"`.
+    pub host_token_ttl: Option<String>,
+    /// `host-certificate-validity = "30d"`.
+    pub host_certificate_validity: Option<String>,
     /// `boot-rate-limit = 120` (requests per client address per minute).
     pub boot_rate_limit: Option<u32>,
     /// `boot-kernel-args = "console=ttyS0,115200"`.
@@ -329,6 +341,8 @@ impl ConfigLayer {
             boot_auto_enrol: flag("METAL_BOOT_AUTO_ENROL")?,
             boot_token_ttl: get("METAL_BOOT_TOKEN_TTL"),
             boot_certificate_validity: get("METAL_BOOT_CERTIFICATE_VALIDITY"),
+            host_token_ttl: get("METAL_HOST_TOKEN_TTL"),
+            host_certificate_validity: get("METAL_HOST_CERTIFICATE_VALIDITY"),
             boot_rate_limit,
             boot_kernel_args: get("METAL_BOOT_KERNEL_ARGS"),
             site: get("METAL_SITE"),
@@ -411,6 +425,12 @@ impl ConfigLayer {
         }
         if let Some(v) = self.boot_certificate_validity {
             boot.certificate_validity = duration("boot-certificate-validity", &v)?;
+        }
+        if let Some(v) = self.host_token_ttl {
+            boot.host_token_ttl = duration("host-token-ttl", &v)?;
+        }
+        if let Some(v) = self.host_certificate_validity {
+            boot.host_certificate_validity = duration("host-certificate-validity", &v)?;
         }
         if let Some(v) = self.boot_rate_limit {
             if v == 0 {

@@ -16,6 +16,8 @@ fn schema(file: &Path) -> (bool, String) {
 
 #[test]
 fn rendered_user_data_passes_cloud_init_schema() {
+    let year = std::time::Duration::from_secs(365 * 86400);
+    let ca = metal_protocol::SiteCa::create("site-a", std::time::SystemTime::now(), year).unwrap();
     let input = SeedInput {
         instance_id: "node-7-gen-3".into(),
         hostname: "gpu-07".into(),
@@ -26,7 +28,9 @@ fn rendered_user_data_passes_cloud_init_schema() {
         join: Some(FirstBootJoin {
             controller_url: "https://metal.site-a:8443".into(),
             token: "tok_0123456789abcdef".into(),
-            ca_fingerprint: "ab".repeat(32),
+            ca_fingerprint: ca.certificate().fingerprint_sha256(),
+            ca_pem: ca.certificate().pem(),
+            install_sha256: "cd".repeat(32),
         }),
         network: vec![Interface {
             name: "eth0".into(),
@@ -45,6 +49,7 @@ fn rendered_user_data_passes_cloud_init_schema() {
     };
     let seed = render(&input).unwrap();
     assert!(seed.user_data.contains("qemu-guest-agent") && seed.user_data.contains("Europe/Paris"));
+    assert!(seed.user_data.contains("/etc/metal/bootstrap"), "the join's files are checked too");
     let dir = tempfile::tempdir().unwrap();
     let user_data = dir.path().join("user-data");
     std::fs::write(&user_data, &seed.user_data).unwrap();

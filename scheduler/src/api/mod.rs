@@ -8,6 +8,7 @@ mod boot;
 pub mod contract;
 mod events;
 mod health;
+mod hosts;
 mod images;
 mod nodes;
 pub use nodes::{CSV_COLUMNS, parse_csv};
@@ -138,6 +139,9 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         boot::get_inventory,
         boot::list_wipe_reports,
         boot::put_deploy_plan,
+        hosts::list_hosts,
+        hosts::get_host,
+        hosts::join_log,
         images::import_image,
         images::list_images,
         images::get_image,
@@ -242,6 +246,9 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/inventory", get(boot::get_inventory))
         .route("/v1/nodes/{id}/wipe-reports", get(boot::list_wipe_reports))
         .route("/v1/nodes/{id}/deploy-plan", axum::routing::put(boot::put_deploy_plan))
+        .route("/v1/hosts", get(hosts::list_hosts))
+        .route("/v1/hosts/{id}", get(hosts::get_host))
+        .route("/v1/hosts/{id}/join-log", get(hosts::join_log))
         .route("/v1/images", post(images::import_image).get(images::list_images))
         .route("/v1/images/{id}", get(images::get_image).delete(images::delete_image))
         .route("/v1/images/{id}/promote", post(images::promote_image))

@@ -449,13 +449,15 @@ impl Steps<'_> {
         }
     }
 
-    /// `boot.cleanUp`: the lease's boot tokens and deploy plan go.
+    /// `boot.cleanUp`: the lease's boot tokens, deploy plan, host record and enrolment
+    /// tokens go (the join log stays).
     fn clean_up(&self) -> Outcome {
         let effects: Effects = Box::new(|tx, run| {
             store::boot::clean_up(tx, &run.node_id)?;
+            store::hosts::forget(tx, &run.node_id)?;
             Ok(())
         });
-        Outcome::Done(json!({"removed": ["boot tokens", "deploy plan"]}), Some(effects))
+        Outcome::Done(json!({"removed": ["boot tokens", "deploy plan", "host", "enrolment tokens"]}), Some(effects))
     }
 
     /// A new identity generation, trust platform, tenant root off, `ready`, only with

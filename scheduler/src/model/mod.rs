@@ -4,6 +4,7 @@
 pub mod bmc;
 pub mod boot;
 pub mod event;
+pub mod host;
 pub mod image;
 pub mod node;
 pub mod pool;

@@ -68,6 +68,10 @@ pub struct ProfileSpec {
     /// Keep this many machines deployed with this version as nodes become ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_deploy: Option<AutoDeploy>,
+    /// What a deployed machine sets up when it joins as a host (networks as
+    /// systemd-networkd files, storage pools); carried on its enrolment token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<metal_protocol::join::HostSetup>,
 }
 
 fn default_admin() -> String {
@@ -203,6 +207,9 @@ impl ProfileSpec {
                 crate::model::node::validate_label_part(field, value)
                     .map_err(|message| ApiError::invalid(field, message))?;
             }
+        }
+        if let Some(host) = &self.host {
+            host.validate().map_err(|e| ApiError::invalid(format!("host.{}", e.field), e.message))?;
         }
         if self.min_cores == Some(0) {
             return Err(ApiError::invalid("minCores", "must be at least 1 (or left out)"));

@@ -291,11 +291,13 @@ pub fn clean_up(conn: &mut dyn Conn, node_id: &str) -> DbResult<(u64, u64)> {
     Ok((tokens, plans))
 }
 
-/// Appends an advisory inventory snapshot (a tenant-controlled node's report); returns its id.
-pub fn put_advisory_inventory(
+/// Appends an inventory snapshot (advisory: a tenant-controlled node's report; otherwise a
+/// platform-trusted host's); returns its id.
+pub fn put_snapshot(
     conn: &mut dyn Conn,
     node_id: &str,
     generation: i64,
+    advisory: bool,
     inventory: &str,
     envelope: &str,
     now: OffsetDateTime,
@@ -303,8 +305,8 @@ pub fn put_advisory_inventory(
     let id = format!("snap-{}", uuid::Uuid::new_v4().simple());
     conn.execute(
         "INSERT INTO inventory_snapshots (id, node_id, identity_generation, advisory, inventory, envelope, reported_at) \
-         VALUES ($1, $2, $3, 1, $4, $5, $6)",
-        &[&id, &node_id, &generation, &inventory, &envelope, &to_millis(now)],
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[&id, &node_id, &generation, &i64::from(advisory), &inventory, &envelope, &to_millis(now)],
     )?;
     Ok(id)
 }

@@ -16,6 +16,7 @@ pub mod boot;
 pub mod capacity;
 pub mod db;
 pub mod events;
+pub mod hosts;
 pub mod images;
 mod migrate;
 pub mod nodes;

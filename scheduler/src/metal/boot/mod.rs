@@ -2,8 +2,9 @@
 //! for and the ramdisk files (`ipxe`). On its own TLS listener, whose certificate the site CA
 //! issues: the ramdisk protocol (`ramdisk`), where the ramdisk pins the CA by the
 //! fingerprint on its kernel command line and authenticates with the certificate it joined
-//! for. Unauthenticated requests are rate-limited per client address (`ratelimit`).
+//! for; and the join service (`hosts`), where a deployed OS becomes a host. Unauthenticated requests are rate-limited per client address (`ratelimit`).
 
+pub mod hosts;
 pub mod ipxe;
 pub mod ramdisk;
 pub mod ratelimit;

@@ -13,6 +13,7 @@ use axum::extract::State;
 use base64::Engine as _;
 use metal_protocol::boot::{JoinRequest, JoinResponse, ReportReceipt, TaskReport};
 use metal_protocol::identity::{pem_encode, read_unverified};
+use metal_protocol::join::HostSetupReport;
 use metal_protocol::{
     Envelope, Identity, InventoryReport, Role, SiteCa, VerifyingKey, WipeExpectation, WipeReport, verify_wipe_report,
 };
@@ -38,7 +39,7 @@ fn node_or_404(tx: &mut dyn Conn, id: &str) -> ApiResult<Node> {
     store::nodes::get(tx, id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))
 }
 
-fn parse_key(text: &str) -> ApiResult<VerifyingKey> {
+pub(super) fn parse_key(text: &str) -> ApiResult<VerifyingKey> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
         .map_err(|_| ApiError::invalid("publicKey", "not base64"))?;
@@ -103,7 +104,11 @@ pub async fn join(
 }
 
 /// The connection's client certificate, checked against the site CA now.
-fn peer_identity(service: &BootService, peer: &Peer, now: OffsetDateTime) -> ApiResult<(Identity, VerifyingKey)> {
+pub(super) fn peer_identity(
+    service: &BootService,
+    peer: &Peer,
+    now: OffsetDateTime,
+) -> ApiResult<(Identity, VerifyingKey)> {
     let der = peer.0.as_deref().ok_or_else(|| {
         ApiError::Unauthenticated("this endpoint needs a certificate of this site (mutual TLS)".into())
     })?;
@@ -130,7 +135,7 @@ fn ramdisk_payload<T: serde::de::DeserializeOwned>(
 
 /// A report of one of `roles`, signed by the connection's certificate of the node's
 /// current identity generation, about that node.
-fn node_payload<T: serde::de::DeserializeOwned>(
+pub(super) fn node_payload<T: serde::de::DeserializeOwned>(
     tx: &mut dyn Conn,
     identity: &Identity,
     key: &VerifyingKey,
@@ -195,6 +200,9 @@ fn inventory_report(
     if node.trust == Trust::TenantControlled && node.state != NodeState::Releasing {
         return advisory_inventory(tx, identity, key, envelope, now);
     }
+    if identity.role == Role::Node {
+        return host_inventory(tx, identity, key, envelope, now);
+    }
     let (node, report) = ramdisk_payload(tx, identity, key, envelope, |r: &InventoryReport| &r.node_id)?;
     match node.state {
         NodeState::Commissioning => commissioning_report(tx, &node, &report, envelope, deadlines, now),
@@ -218,7 +226,7 @@ fn advisory_inventory(
     let (node, report) = node_payload(tx, identity, key, envelope, &roles, |r: &InventoryReport| &r.node_id)?;
     let text = serde_json::to_string(&report).map_err(|e| ApiError::Internal(e.to_string()))?;
     let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let id = store::boot::put_advisory_inventory(tx, &node.id, node.identity_generation, &text, &raw, now)?;
+    let id = store::boot::put_snapshot(tx, &node.id, node.identity_generation, true, &text, &raw, now)?;
     let data = json!({"node": node.id, "snapshot": id, "advisory": true, "signer": identity.to_uri(),
                       "disks": report.disks.len(), "nics": report.nics.len(), "passed": report.passed()});
     store::events::append(tx, "node.inventory.changed", &format!("node/{}", node.id), None, &data, now)?;
@@ -229,6 +237,33 @@ fn advisory_inventory(
             node.id
         )),
     })
+}
+
+/// An inventory from a platform-trusted host (its `node` certificate): it applies. It
+/// becomes the node's platform inventory (what a later wipe is checked against) and a
+/// snapshot, raised as `node.inventory.changed` with `advisory: false`.
+fn host_inventory(
+    tx: &mut dyn Conn,
+    identity: &Identity,
+    key: &VerifyingKey,
+    envelope: &Envelope,
+    now: OffsetDateTime,
+) -> ApiResult<ReportReceipt> {
+    let (node, report) = node_payload(tx, identity, key, envelope, &[Role::Node], |r: &InventoryReport| &r.node_id)?;
+    if node.state != NodeState::Deployed {
+        return Err(ApiError::Conflict(format!(
+            "node {} is {}; a host reports only while deployed",
+            node.id, node.state
+        )));
+    }
+    let text = serde_json::to_string(&report).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
+    store::boot::put_inventory(tx, &node.id, report.passed(), &text, &raw, now)?;
+    let id = store::boot::put_snapshot(tx, &node.id, node.identity_generation, false, &text, &raw, now)?;
+    let data = json!({"node": node.id, "snapshot": id, "advisory": false, "signer": identity.to_uri(),
+                      "disks": report.disks.len(), "nics": report.nics.len(), "passed": report.passed()});
+    store::events::append(tx, "node.inventory.changed", &format!("node/{}", node.id), None, &data, now)?;
+    Ok(ReportReceipt { accepted: true, reason: None })
 }
 
 /// The teardown's firmware step: the versions the ramdisk read in band against the pool's
@@ -403,6 +438,7 @@ pub async fn reports(
             InventoryReport::PAYLOAD_TYPE => inventory_report(tx, &identity, &key, &envelope, &deadlines, now),
             WipeReport::PAYLOAD_TYPE => wipe_report(tx, &ca, &identity, &envelope, &deadlines, now),
             TaskReport::PAYLOAD_TYPE => task_report(tx, &identity, &key, &envelope, &deadlines, now),
+            HostSetupReport::PAYLOAD_TYPE => super::hosts::setup_report(tx, &identity, &key, &envelope, now),
             other => Err(ApiError::invalid("payloadType", format!("unknown report type {other:?}"))),
         })
         .await?;
@@ -456,6 +492,8 @@ pub async fn image(
 }
 
 /// `GET /v1/boot/plan`: the deploy plan of the connection's node, while it is deploying.
+/// Its seed gains the first-boot join (`hosts::issue_join`: a fresh enrolment token), so the
+/// stored plan never holds a token; without an agent in the boot files it has none.
 pub async fn plan(
     State(app): State<AppState>,
     Extension(peer): Extension<Peer>,
@@ -465,15 +503,25 @@ pub async fn plan(
     if identity.role != Role::Ramdisk {
         return Err(ApiError::Forbidden(format!("a {} certificate cannot fetch a deploy plan", identity.role)));
     }
+    let join = super::hosts::join_template(service).await;
     let node_id = identity.node.clone();
+    let (now, ttl) = (app.clock.now(), app.config.boot.host_token_ttl);
     let plan = app
-        .store
-        .read(move |tx| {
+        .change(move |tx| {
             let node = node_or_404(tx, &node_id)?;
             if node.state != NodeState::Deploying {
                 return Err(ApiError::Conflict(format!("node {} is {}, not deploying", node.id, node.state)));
             }
-            Ok(store::boot::get_plan(tx, &node.id)?)
+            let Some(stored) = store::boot::get_plan(tx, &node.id)? else { return Ok(None) };
+            let mut plan: metal_protocol::DeployPlan = serde_json::from_value(stored)
+                .map_err(|e| ApiError::Internal(format!("the stored plan of node {}: {e}", node.id)))?;
+            if let (Some(seed), Some(join)) = (&plan.cloud_init, join) {
+                let join = super::hosts::issue_join(tx, join, &node, ttl, now)?;
+                let seed = metal_protocol::cloudinit::with_join(seed, &join)
+                    .map_err(|e| ApiError::Internal(format!("adding the join to node {}'s seed: {e}", node.id)))?;
+                plan.cloud_init = Some(seed);
+            }
+            serde_json::to_value(&plan).map(Some).map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await?;
     plan.map(ApiJson).ok_or_else(|| ApiError::NotFound(format!("deploy plan of node {}", identity.node)))

@@ -1,0 +1,177 @@
+//! metal-agent: the host agent of an OS that metal deployed (or that an operator joined).
+//!
+//! `join` trades the seed's single-use enrolment token and a key generated here (kept 0600,
+//! never sent) for a `node` or `node-tenant` certificate, sets up the networks and storage
+//! pools the token names (`setup`, all or nothing) and reports how that went, signed.
+//! `run` keeps the certificate renewed (at two thirds of its life) and reports the host's
+//! inventory on a schedule, DSSE-signed; under tenant-controlled trust the controller keeps
+//! those reports as advisory. A reboot keeps the identity: the key and certificate stay in
+//! the configuration directory (`state`).
+
+pub mod cli;
+pub mod client;
+pub mod setup;
+pub mod state;
+
+use std::time::{Duration, SystemTime};
+
+use metal_boot::controller::{ControllerError, Retry};
+use metal_protocol::identity::certificates_from_pem;
+use metal_protocol::join::{HostSetupReport, SetupOutcome};
+use metal_protocol::{CaCertificate, InventoryReport, SigningKey, VerifiedCertificate};
+
+use crate::client::Controller;
+use crate::state::{ConfigDir, StateError};
+
+/// Why the agent stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Its files.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The controller.
+    #[error(transparent)]
+    Controller(#[from] ControllerError),
+    /// Nothing to join with: no token, and no certificate.
+    #[error("not joined: {0}")]
+    NotJoined(String),
+}
+
+/// A joined host's identity, loaded from the configuration directory.
+#[derive(Debug)]
+pub struct Identity {
+    /// The key.
+    pub key: SigningKey,
+    /// The chain (DER, leaf first).
+    pub chain: Vec<Vec<u8>>,
+    /// What the leaf says, verified against the pinned CA.
+    pub certificate: VerifiedCertificate,
+    /// When the leaf expires.
+    pub not_after: SystemTime,
+    /// When it was issued (its notBefore).
+    pub not_before: SystemTime,
+}
+
+impl Identity {
+    /// Whether two thirds of the certificate's life are behind it at `now`.
+    pub fn due_for_renewal(&self, now: SystemTime) -> bool {
+        let life = self.not_after.duration_since(self.not_before).unwrap_or_default();
+        self.not_before + life * 2 / 3 <= now
+    }
+}
+
+/// The controller and the site CA, from the configuration directory.
+pub fn controller(config: &ConfigDir, retry: Retry) -> Result<(Controller, CaCertificate), AgentError> {
+    let (ca, pin) = config.site_ca()?;
+    Ok((Controller::new(&config.controller_url()?, pin, retry)?, ca))
+}
+
+/// The host's key and certificate, checked against the pinned CA now; `None` before the join.
+pub fn load_identity(config: &ConfigDir, ca: &CaCertificate) -> Result<Option<Identity>, AgentError> {
+    let (Some(key), Some(pem)) = (config.key()?, config.chain_pem()?) else { return Ok(None) };
+    let chain = certificates_from_pem(&pem).map_err(|e| StateError::Invalid(format!("{}: {e}", state::CERT_FILE)))?;
+    let leaf = chain.first().ok_or_else(|| StateError::Invalid(format!("{}: empty", state::CERT_FILE)))?;
+    let (not_before, not_after) = validity(leaf)?;
+    let certificate = ca
+        .verify(leaf, SystemTime::now())
+        .map_err(|e| AgentError::NotJoined(format!("the certificate in {} no longer holds: {e}", state::CERT_FILE)))?;
+    if certificate.public_key != key.verifying_key() {
+        return Err(StateError::Invalid(format!("{} is not for {}", state::CERT_FILE, state::KEY_FILE)).into());
+    }
+    Ok(Some(Identity { key, chain, certificate, not_after, not_before }))
+}
+
+fn validity(der: &[u8]) -> Result<(SystemTime, SystemTime), StateError> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der)
+        .map_err(|e| StateError::Invalid(format!("{}: {e}", state::CERT_FILE)))?;
+    let at = |t: x509_parser::time::ASN1Time| {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(t.timestamp()).unwrap_or_default())
+    };
+    Ok((at(cert.validity().not_before), at(cert.validity().not_after)))
+}
+
+/// How a join ended.
+#[derive(Debug)]
+pub enum Joined {
+    /// It had joined before (a reboot): the identity it keeps.
+    Already(String),
+    /// It joined now: the identity, and how its setup went.
+    Now { identity: String, outcomes: Vec<SetupOutcome>, receipt: Option<String> },
+}
+
+/// Joins with the seed's enrolment token, unless the host already holds a valid
+/// certificate. The key is written (0600) before the token is spent, and the certificate as
+/// soon as it arrives; then the setup is applied and reported, signed.
+pub fn join(config: &ConfigDir, hostname: &str, host: &setup::Host, retry: Retry) -> Result<Joined, AgentError> {
+    let (controller, ca) = controller(config, retry)?;
+    if let Ok(Some(identity)) = load_identity(config, &ca) {
+        config.remove_token()?;
+        return Ok(Joined::Already(identity.certificate.identity.to_uri()));
+    }
+    let token = config.token()?.ok_or_else(|| {
+        AgentError::NotJoined(format!("no enrolment token in {} and no valid certificate", config.0.display()))
+    })?;
+    let key = SigningKey::generate(&mut rand::rngs::OsRng);
+    config.save_key(&key)?;
+    let (answer, verified) = controller.join(&token, &key, hostname)?;
+    config.save_chain(&answer.certificate.certificate_chain)?;
+    config.remove_token()?;
+    tracing::info!(identity = %verified.identity.to_uri(), site = %answer.site, "joined");
+    let outcomes = setup::apply(host, &answer.setup);
+    for outcome in &outcomes {
+        tracing::info!(item = %outcome.item, applied = outcome.applied, detail = %outcome.detail, "setup");
+    }
+    let report = HostSetupReport {
+        node_id: verified.identity.node.clone(),
+        outcomes: outcomes.clone(),
+        finished_at: time::OffsetDateTime::now_utc(),
+    };
+    let chain = certificates_from_pem(&answer.certificate.certificate_chain)
+        .map_err(|e| ControllerError::Certificate(e.to_string()))?;
+    let receipt = controller.post_report(&key, &chain, HostSetupReport::PAYLOAD_TYPE, &report)?;
+    Ok(Joined::Now { identity: verified.identity.to_uri(), outcomes, receipt: receipt.reason })
+}
+
+/// Renews the certificate (same key) and saves it; returns the new expiry.
+pub fn renew(config: &ConfigDir, retry: Retry) -> Result<time::OffsetDateTime, AgentError> {
+    let (controller, ca) = controller(config, retry)?;
+    let identity =
+        load_identity(config, &ca)?.ok_or_else(|| AgentError::NotJoined("no certificate to renew".into()))?;
+    let renewed = controller.renew(&identity.key, &identity.chain)?;
+    config.save_chain(&renewed.certificate_chain)?;
+    tracing::info!(identity = %identity.certificate.identity.to_uri(), expires_at = %renewed.expires_at, "renewed");
+    Ok(renewed.expires_at)
+}
+
+/// Collects this host's inventory and posts it signed; returns the controller's word.
+pub fn report(config: &ConfigDir, retry: Retry) -> Result<(bool, Option<String>), AgentError> {
+    let (controller, ca) = controller(config, retry)?;
+    let identity = load_identity(config, &ca)?.ok_or_else(|| AgentError::NotJoined("no certificate".into()))?;
+    let node = &identity.certificate.identity.node;
+    let inventory = metal_boot::report::collect(&metal_boot::inventory::SystemPaths::default(), node, None);
+    let receipt = controller.post_report(&identity.key, &identity.chain, InventoryReport::PAYLOAD_TYPE, &inventory)?;
+    Ok((receipt.accepted, receipt.reason))
+}
+
+/// The service loop: renew when due, report every `interval`; transient errors are logged
+/// and retried on the next turn.
+pub fn run(config: &ConfigDir, interval: Duration, retry: Retry) -> Result<(), AgentError> {
+    let mut next_report = SystemTime::now();
+    loop {
+        let (_, ca) = controller(config, retry.clone())?;
+        let identity = load_identity(config, &ca)?.ok_or_else(|| AgentError::NotJoined("no certificate".into()))?;
+        if identity.due_for_renewal(SystemTime::now()) {
+            if let Err(e) = renew(config, retry.clone()) {
+                tracing::warn!(error = %e, "renewal failed; trying again in a minute");
+            }
+        }
+        if SystemTime::now() >= next_report {
+            match report(config, retry.clone()) {
+                Ok((accepted, reason)) => tracing::info!(accepted, reason = reason.as_deref(), "inventory reported"),
+                Err(e) => tracing::warn!(error = %e, "inventory report failed"),
+            }
+            next_report = SystemTime::now() + interval;
+        }
+        std::thread::sleep(Duration::from_secs(60).min(interval));
+    }
+}

@@ -1,0 +1,105 @@
+//! Hosts: the OS a deploy wrote, once it has joined over the pinned site CA with its
+//! enrolment token (`protocol::join`), and the join log of each node.
+
+use std::collections::BTreeMap;
+
+use metal_protocol::join::HostSetup;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Where a host's join stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostState {
+    /// The certificate is issued; the host has not reported its setup yet.
+    Joining,
+    /// Joined: certificate issued and every setup item applied.
+    Joined,
+    /// Its setup was refused (nothing of it applied): the host is left out.
+    Failed,
+}
+
+impl HostState {
+    /// Name in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostState::Joining => "joining",
+            HostState::Joined => "joined",
+            HostState::Failed => "failed",
+        }
+    }
+}
+
+impl std::str::FromStr for HostState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [HostState::Joining, HostState::Joined, HostState::Failed]
+            .into_iter()
+            .find(|h| h.as_str() == s)
+            .ok_or_else(|| format!("unknown host state {s:?}"))
+    }
+}
+
+/// A joined OS: one per node, of the node's current identity generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Host {
+    /// The node (the host's id is its node's).
+    pub node_id: String,
+    /// Where its join stands.
+    pub state: HostState,
+    /// The certificate's role: `node`, or `node-tenant` under tenant-controlled trust.
+    pub role: String,
+    /// The identity generation its certificate is of.
+    pub identity_generation: i64,
+    /// The name it gave itself.
+    pub hostname: String,
+    /// The site.
+    pub site: String,
+    /// The node's rack (its `rack` label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
+    /// The node's labels when it joined.
+    pub tags: BTreeMap<String, String>,
+    /// The profile it was deployed with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_id: Option<String>,
+    /// That profile's version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_version: Option<i64>,
+    /// Id of the enrolment token it joined with (never the token).
+    pub enrolment_token: String,
+    /// What the token asked it to set up.
+    pub setup: HostSetup,
+    /// When its certificate expires.
+    #[serde(with = "time::serde::rfc3339")]
+    pub certificate_expires_at: time::OffsetDateTime,
+    /// When it joined.
+    #[serde(with = "time::serde::rfc3339")]
+    pub joined_at: time::OffsetDateTime,
+    /// When it last renewed its certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    pub renewed_at: Option<time::OffsetDateTime>,
+    /// Row generation (bumped by every change).
+    pub generation: i64,
+}
+
+/// One step of a node's joins, as it happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinLogEntry {
+    /// Position in the node's log (from 1).
+    pub seq: i64,
+    /// The node's identity generation then.
+    pub identity_generation: i64,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: time::OffsetDateTime,
+    /// What: `token`, `certificate`, `network/NAME`, `pool/NAME`, `bootstrap/STAGE`,
+    /// `renewal`, `joined`.
+    pub step: String,
+    /// Whether it went through.
+    pub ok: bool,
+    /// What was done, or why not.
+    pub detail: String,
+}

@@ -1,0 +1,287 @@
+//! Host rows: single-use enrolment tokens (only their SHA-256 is kept), the host a joined OS
+//! becomes (one per node) and each node's join log.
+
+use std::time::Duration;
+
+use metal_protocol::join::HostSetup;
+use time::OffsetDateTime;
+
+use crate::clock::{from_millis, to_millis};
+use crate::model::host::{Host, HostState, JoinLogEntry};
+use crate::store::auth::{hash, new_secret};
+use crate::store::{Conn, DbResult, Row};
+
+/// What an enrolment token was issued for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnrolmentToken {
+    /// Its id (what the host record and the log name; never the token).
+    pub id: String,
+    /// The node.
+    pub node_id: String,
+    /// The node's identity generation when it was issued.
+    pub identity_generation: i64,
+    /// The profile version the deploy came from.
+    pub profile: Option<(String, i64)>,
+    /// What the host sets up after it joins.
+    pub setup: HostSetup,
+    /// When it stops being accepted.
+    pub expires_at: OffsetDateTime,
+    /// When it was used, if it was.
+    pub used_at: Option<OffsetDateTime>,
+}
+
+const TOKEN_COLUMNS: &str = "id, node_id, identity_generation, profile_id, profile_version, setup, expires_at, used_at";
+
+fn token_from_row(row: &Row) -> DbResult<EnrolmentToken> {
+    let profile_id: Option<String> = row.get("profile_id")?;
+    let profile_version: Option<i64> = row.get("profile_version")?;
+    let used_at: Option<i64> = row.get("used_at")?;
+    Ok(EnrolmentToken {
+        id: row.get("id")?,
+        node_id: row.get("node_id")?,
+        identity_generation: row.get("identity_generation")?,
+        profile: profile_id.zip(profile_version),
+        setup: row.json("setup")?,
+        expires_at: from_millis(row.get("expires_at")?),
+        used_at: used_at.map(from_millis),
+    })
+}
+
+/// Issues an enrolment token for the node's current identity generation, valid for `ttl`,
+/// and withdraws the node's earlier unused ones. Returns the token (the only time it exists
+/// outside the seed it is written into) and its id.
+#[allow(clippy::too_many_arguments)]
+pub fn issue_token(
+    conn: &mut dyn Conn,
+    node_id: &str,
+    identity_generation: i64,
+    profile: Option<(&str, i64)>,
+    setup: &HostSetup,
+    now: OffsetDateTime,
+    ttl: Duration,
+) -> DbResult<(String, String)> {
+    conn.execute("DELETE FROM enrolment_tokens WHERE node_id = $1 AND used_at IS NULL", &[&node_id])?;
+    let token = new_secret();
+    let id = format!("enr-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let setup = serde_json::to_string(setup).unwrap_or_else(|_| "{}".into());
+    conn.execute(
+        "INSERT INTO enrolment_tokens (token_hash, id, node_id, identity_generation, profile_id, profile_version, \
+         setup, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        &[
+            &hash(&token),
+            &id,
+            &node_id,
+            &identity_generation,
+            &profile.map(|p| p.0),
+            &profile.map(|p| p.1),
+            &setup,
+            &to_millis(now),
+            &to_millis(now + ttl),
+        ],
+    )?;
+    Ok((token, id))
+}
+
+/// Why a token was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenRefusal {
+    /// No such token (or withdrawn).
+    Unknown,
+    /// Used already, at that time.
+    Used(EnrolmentToken),
+    /// Expired.
+    Expired(EnrolmentToken),
+}
+
+impl TokenRefusal {
+    /// The refusal in words.
+    pub fn message(&self) -> String {
+        match self {
+            TokenRefusal::Unknown => "the enrolment token is unknown (never issued, or withdrawn)".into(),
+            TokenRefusal::Used(t) => format!(
+                "enrolment token {} was already used at {}",
+                t.id,
+                t.used_at.map(|at| at.to_string()).unwrap_or_default()
+            ),
+            TokenRefusal::Expired(t) => format!("enrolment token {} expired at {}", t.id, t.expires_at),
+        }
+    }
+
+    /// The token, when it was known.
+    pub fn token(&self) -> Option<&EnrolmentToken> {
+        match self {
+            TokenRefusal::Unknown => None,
+            TokenRefusal::Used(t) | TokenRefusal::Expired(t) => Some(t),
+        }
+    }
+}
+
+/// Uses a token once (compare-and-set on `used_at`, so two replicas cannot both take it).
+pub fn redeem_token(
+    conn: &mut dyn Conn,
+    token: &str,
+    now: OffsetDateTime,
+) -> DbResult<Result<EnrolmentToken, TokenRefusal>> {
+    let digest = hash(token);
+    let Some(row) =
+        conn.query_opt(&format!("SELECT {TOKEN_COLUMNS} FROM enrolment_tokens WHERE token_hash = $1"), &[&digest])?
+    else {
+        return Ok(Err(TokenRefusal::Unknown));
+    };
+    let found = token_from_row(&row)?;
+    if found.used_at.is_some() {
+        return Ok(Err(TokenRefusal::Used(found)));
+    }
+    if found.expires_at <= now {
+        return Ok(Err(TokenRefusal::Expired(found)));
+    }
+    let used = conn.execute(
+        "UPDATE enrolment_tokens SET used_at = $1 WHERE token_hash = $2 AND used_at IS NULL",
+        &[&to_millis(now), &digest],
+    )?;
+    if used == 0 {
+        let again =
+            conn.query_opt(&format!("SELECT {TOKEN_COLUMNS} FROM enrolment_tokens WHERE token_hash = $1"), &[&digest])?;
+        let again = again.as_ref().map(token_from_row).transpose()?.unwrap_or(found);
+        return Ok(Err(TokenRefusal::Used(again)));
+    }
+    Ok(Ok(EnrolmentToken { used_at: Some(now), ..found }))
+}
+
+const HOST_COLUMNS: &str = "node_id, state, role, identity_generation, hostname, site, rack, tags, profile_id, \
+     profile_version, enrolment_token, setup, certificate_expires_at, joined_at, renewed_at, generation";
+
+fn host_from_row(row: &Row) -> DbResult<Host> {
+    let renewed_at: Option<i64> = row.get("renewed_at")?;
+    Ok(Host {
+        node_id: row.get("node_id")?,
+        state: row.parse("state")?,
+        role: row.get("role")?,
+        identity_generation: row.get("identity_generation")?,
+        hostname: row.get("hostname")?,
+        site: row.get("site")?,
+        rack: row.get("rack")?,
+        tags: row.json("tags")?,
+        profile_id: row.get("profile_id")?,
+        profile_version: row.get("profile_version")?,
+        enrolment_token: row.get("enrolment_token")?,
+        setup: row.json("setup")?,
+        certificate_expires_at: from_millis(row.get("certificate_expires_at")?),
+        joined_at: from_millis(row.get("joined_at")?),
+        renewed_at: renewed_at.map(from_millis),
+        generation: row.get("generation")?,
+    })
+}
+
+/// Records a join: the node's host (replacing an earlier one of the node).
+pub fn put(conn: &mut dyn Conn, host: &Host, now: OffsetDateTime) -> DbResult<Host> {
+    conn.execute("DELETE FROM hosts WHERE node_id = $1", &[&host.node_id])?;
+    let tags = serde_json::to_string(&host.tags).unwrap_or_else(|_| "{}".into());
+    let setup = serde_json::to_string(&host.setup).unwrap_or_else(|_| "{}".into());
+    conn.execute(
+        &format!(
+            "INSERT INTO hosts ({HOST_COLUMNS}, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16)"
+        ),
+        &[
+            &host.node_id,
+            &host.state.as_str(),
+            &host.role,
+            &host.identity_generation,
+            &host.hostname,
+            &host.site,
+            &host.rack,
+            &tags,
+            &host.profile_id,
+            &host.profile_version,
+            &host.enrolment_token,
+            &setup,
+            &to_millis(host.certificate_expires_at),
+            &to_millis(host.joined_at),
+            &host.renewed_at.map(to_millis),
+            &to_millis(now),
+        ],
+    )?;
+    Ok(Host { generation: 1, ..host.clone() })
+}
+
+/// The node's host, if it has one.
+pub fn get(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<Host>> {
+    let row = conn.query_opt(&format!("SELECT {HOST_COLUMNS} FROM hosts WHERE node_id = $1"), &[&node_id])?;
+    row.as_ref().map(host_from_row).transpose()
+}
+
+/// Every host, by node id.
+pub fn list(conn: &mut dyn Conn) -> DbResult<Vec<Host>> {
+    let rows = conn.query(&format!("SELECT {HOST_COLUMNS} FROM hosts ORDER BY node_id"), &[])?;
+    rows.iter().map(host_from_row).collect()
+}
+
+/// Moves a host to `state` (compare-and-set on its row generation); false when it changed.
+pub fn set_state(conn: &mut dyn Conn, host: &Host, state: HostState, now: OffsetDateTime) -> DbResult<bool> {
+    let updated = conn.execute(
+        "UPDATE hosts SET state = $1, generation = generation + 1, updated_at = $2 \
+         WHERE node_id = $3 AND generation = $4",
+        &[&state.as_str(), &to_millis(now), &host.node_id, &host.generation],
+    )?;
+    Ok(updated == 1)
+}
+
+/// Records a renewal: the new certificate's end.
+pub fn renewed(conn: &mut dyn Conn, host: &Host, expires_at: OffsetDateTime, now: OffsetDateTime) -> DbResult<bool> {
+    let updated = conn.execute(
+        "UPDATE hosts SET certificate_expires_at = $1, renewed_at = $2, generation = generation + 1, updated_at = $2 \
+         WHERE node_id = $3 AND generation = $4",
+        &[&to_millis(expires_at), &to_millis(now), &host.node_id, &host.generation],
+    )?;
+    Ok(updated == 1)
+}
+
+/// Appends a step to the node's join log.
+pub fn log(
+    conn: &mut dyn Conn,
+    node_id: &str,
+    identity_generation: i64,
+    step: &str,
+    ok: bool,
+    detail: &str,
+    now: OffsetDateTime,
+) -> DbResult<()> {
+    let row =
+        conn.query_one("SELECT COALESCE(MAX(seq), 0) AS last FROM host_join_log WHERE node_id = $1", &[&node_id])?;
+    let seq = row.get::<i64>("last")? + 1;
+    conn.execute(
+        "INSERT INTO host_join_log (node_id, seq, identity_generation, at, step, ok, detail) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[&node_id, &seq, &identity_generation, &to_millis(now), &step, &i64::from(ok), &detail],
+    )?;
+    Ok(())
+}
+
+/// The node's join log, oldest first.
+pub fn join_log(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<JoinLogEntry>> {
+    let rows = conn.query(
+        "SELECT seq, identity_generation, at, step, ok, detail FROM host_join_log WHERE node_id = $1 ORDER BY seq",
+        &[&node_id],
+    )?;
+    rows.iter()
+        .map(|row| {
+            Ok(JoinLogEntry {
+                seq: row.get("seq")?,
+                identity_generation: row.get("identity_generation")?,
+                at: from_millis(row.get("at")?),
+                step: row.get("step")?,
+                ok: row.flag("ok")?,
+                detail: row.get("detail")?,
+            })
+        })
+        .collect()
+}
+
+/// A teardown's clean-up: the node's host and its enrolment tokens go (the log stays).
+/// Returns how many host rows and tokens were removed.
+pub fn forget(conn: &mut dyn Conn, node_id: &str) -> DbResult<(u64, u64)> {
+    let hosts = conn.execute("DELETE FROM hosts WHERE node_id = $1", &[&node_id])?;
+    let tokens = conn.execute("DELETE FROM enrolment_tokens WHERE node_id = $1", &[&node_id])?;
+    Ok((hosts, tokens))
+}
