@@ -52,7 +52,8 @@ pub const BOOTSTRAP: &str = r#"#!/bin/sh
 # /etc/metal against its pinned fingerprint, fetches the join script over that CA alone,
 # checks the script's SHA-256 against the seed's, and only then runs it.
 set -u
-d=/etc/metal
+d=${METAL_CONFIG_DIR:-/etc/metal}
+export METAL_CONFIG_DIR="$d"
 url=$(cat "$d/controller-url")
 stop() {
   echo "metal-join: $2" >&2

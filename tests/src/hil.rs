@@ -377,37 +377,38 @@ pub struct DeploySite {
     /// The scheduler.
     pub scheduler: crate::scheduler::TestScheduler,
     /// The mirror the image is imported from.
-    pub mirror: crate::controller::ImageServer,
+    pub mirror: crate::images::Mirror,
     /// The image's bytes.
     pub image: Vec<u8>,
 }
 
 impl std::fmt::Debug for DeploySite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeploySite").field("scheduler", &self.scheduler).field("mirror", &self.mirror.port).finish()
+        f.debug_struct("DeploySite")
+            .field("scheduler", &self.scheduler)
+            .field("mirror", &self.mirror.server.port)
+            .finish()
     }
 }
 
 impl DeploySite {
-    /// Starts both; the mirror's CA file is written in `dir`.
-    pub fn start(dir: &Path) -> DeploySite {
-        let image = bootable_image();
-        let mirror_ca = metal_protocol::SiteCa::create(
-            "mirror",
-            std::time::SystemTime::now() - Duration::from_secs(600),
-            Duration::from_secs(86400),
-        )
-        .unwrap();
-        let mirror_ca_file = dir.join("mirror-ca.pem");
-        std::fs::write(&mirror_ca_file, mirror_ca.certificate().pem()).unwrap();
-        let mirror =
-            crate::controller::ImageServer::start(&mirror_ca, &[], [("disk.img".to_owned(), image.clone())].into());
+    /// Starts both, with the test's bootable image as the mirror's `disk.img`.
+    pub fn start() -> DeploySite {
+        DeploySite::serving(bootable_image(), |_| {})
+    }
+
+    /// Starts both, with `image` as the mirror's `disk.img`; `configure` adjusts the
+    /// scheduler's configuration.
+    pub fn serving(image: Vec<u8>, configure: impl FnOnce(&mut metal_scheduler::config::Config)) -> DeploySite {
+        let mirror = crate::images::Mirror::start([("disk.img".to_owned(), image.clone())].into(), Default::default());
         let ramdisk = ramdisk();
-        let scheduler = crate::scheduler::TestScheduler::start(|c: &mut metal_scheduler::config::Config| {
+        let ca_file = mirror.ca_file.clone();
+        let scheduler = crate::scheduler::TestScheduler::start(move |c: &mut metal_scheduler::config::Config| {
             let port = c.boot.listen.unwrap().port();
             c.boot.controller_url = Some(format!("https://10.0.2.2:{port}"));
             c.boot.kernel_args = "console=ttyS0 panic=-1 rdinit=/bin/metal-boot".into();
-            c.images.ca_file = Some(mirror_ca_file.clone());
+            c.images.ca_file = Some(ca_file);
+            configure(c);
         });
         let files = scheduler.files_dir();
         std::fs::create_dir_all(&files).unwrap();
@@ -419,20 +420,6 @@ impl DeploySite {
     /// Imports `disk.img` from the mirror as `name` (verified by its SHA-256) and waits until
     /// it is ready; returns the image id.
     pub fn import(&self, name: &str) -> String {
-        let s = &self.scheduler;
-        let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&self.image));
-        let url = format!("https://127.0.0.1:{}/images/disk.img", self.mirror.port);
-        let (status, started) =
-            s.call("POST", "/v1/images", Some(serde_json::json!({"url": url, "checksum": sha256, "name": name})));
-        assert_eq!(status, 202, "{started}");
-        let id = started["id"].as_str().unwrap().to_owned();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while s.call("GET", &format!("/v1/images/{id}"), None).1["state"] == "importing" {
-            assert!(Instant::now() < deadline, "the import did not end");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        let (_, imported) = s.call("GET", &format!("/v1/images/{id}"), None);
-        assert_eq!(imported["state"], "ready", "{imported}");
-        id
+        self.mirror.import(&self.scheduler, "disk.img", &self.image, name, Duration::from_secs(300))
     }
 }

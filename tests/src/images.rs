@@ -1,6 +1,11 @@
-//! Disk images and cloud-init seeds for deploy tests.
+//! Disk images and cloud-init seeds for deploy tests, and the mirror they are imported from.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::controller::{ImageServer, Misbehaviour};
 
 const MIB: usize = 1 << 20;
 
@@ -44,4 +49,70 @@ pub fn gpt_image(dir: &std::path::Path) -> Vec<u8> {
         *b = u8::try_from(i % 251).unwrap() ^ 0x5a | 1;
     }
     image
+}
+
+/// An image mirror on its own CA (the scheduler trusts that CA for imports: give
+/// `ca_file` to `Config::images.ca_file`).
+#[derive(Debug)]
+pub struct Mirror {
+    /// The server.
+    pub server: ImageServer,
+    /// The mirror CA's certificate (PEM).
+    pub ca_file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Mirror {
+    /// Serves `files` (name -> bytes), misbehaving as told.
+    pub fn start(files: HashMap<String, Vec<u8>>, misbehaviour: Misbehaviour) -> Mirror {
+        let ca = metal_protocol::SiteCa::create(
+            "mirror",
+            SystemTime::now() - Duration::from_secs(600),
+            Duration::from_secs(86400),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("mirror-ca.pem");
+        std::fs::write(&ca_file, ca.certificate().pem()).unwrap();
+        let server = ImageServer::misbehaving(&ca, &[], files, misbehaviour);
+        Mirror { server, ca_file, _dir: dir }
+    }
+
+    /// Imports `file` (whose bytes are `bytes`) into `s` as `name`, verified by its SHA-256,
+    /// and waits until it is ready (at most `timeout`); returns the image id.
+    pub fn import(
+        &self,
+        s: &crate::scheduler::TestScheduler,
+        file: &str,
+        bytes: &[u8],
+        name: &str,
+        timeout: Duration,
+    ) -> String {
+        let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
+        let body = serde_json::json!({"url": self.server.url(file), "checksum": sha256, "name": name});
+        let (status, started) = s.call("POST", "/v1/images", Some(body));
+        assert_eq!(status, 202, "{started}");
+        let id = started["id"].as_str().unwrap().to_owned();
+        let deadline = Instant::now() + timeout;
+        while s.call("GET", &format!("/v1/images/{id}"), None).1["state"] == "importing" {
+            assert!(Instant::now() < deadline, "the import did not end");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let (_, imported) = s.call("GET", &format!("/v1/images/{id}"), None);
+        assert_eq!(imported["state"], "ready", "{imported}");
+        id
+    }
+}
+
+/// `bytes` compressed by the zstd tool with `args` (`-q -3 -c`, say).
+pub fn zstd_cli(bytes: &[u8], args: &[&str]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut child = Command::new("zstd").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = bytes.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success());
+    out.stdout
 }

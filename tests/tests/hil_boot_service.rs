@@ -265,7 +265,7 @@ fn small_inventory(node: &str, size: u64) -> InventoryReport {
 fn an_imported_image_is_provisioned_by_profile_lands_bit_exact_and_boots_from_the_disk() {
     let dir = tempfile::tempdir().unwrap();
     // The image comes from a mirror on its own CA; the scheduler trusts that CA for imports.
-    let site = metal_tests::hil::DeploySite::start(dir.path());
+    let site = metal_tests::hil::DeploySite::start();
     let (s, image) = (&site.scheduler, &site.image);
 
     let mac = "52:54:00:00:07:05";

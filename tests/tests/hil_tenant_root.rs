@@ -117,7 +117,7 @@ fn lease_end_to_end(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     // libvirt runs QEMU as its own user: it must reach the disk and the TFTP directory.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let site = metal_tests::hil::DeploySite::start(dir.path());
+    let site = metal_tests::hil::DeploySite::start();
     let (s, image) = (&site.scheduler, &site.image);
     let mac = "52:54:00:00:0a:21";
     let disk = dir.path().join("disk.img");

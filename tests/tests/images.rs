@@ -7,11 +7,12 @@
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use metal_protocol::{InventoryReport, Role, SiteCa};
+use metal_protocol::{InventoryReport, Role};
 use metal_scheduler::config::Config;
-use metal_tests::controller::{ImageServer, Misbehaviour};
+use metal_tests::controller::Misbehaviour;
+use metal_tests::images::{Mirror, zstd_cli};
 use metal_tests::scheduler::{Admin as _, TestScheduler};
 use serde_json::{Value, json};
 use sha2::Digest as _;
@@ -36,21 +37,8 @@ fn sha256(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-/// A mirror on its own CA, and the scheduler trusting that CA for image downloads.
-struct Mirror {
-    server: ImageServer,
-    _dir: tempfile::TempDir,
-    ca_file: std::path::PathBuf,
-}
-
 fn mirror(files: HashMap<String, Vec<u8>>, misbehaviour: Misbehaviour) -> Mirror {
-    let ca =
-        SiteCa::create("mirror", SystemTime::now() - Duration::from_secs(600), Duration::from_secs(86400)).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("mirror-ca.pem");
-    std::fs::write(&ca_file, ca.certificate().pem()).unwrap();
-    let server = ImageServer::misbehaving(&ca, &[], files, misbehaviour);
-    Mirror { server, _dir: dir, ca_file }
+    Mirror::start(files, misbehaviour)
 }
 
 fn scheduler(mirror: &Mirror, configure: impl FnOnce(&mut Config)) -> TestScheduler {
@@ -97,22 +85,6 @@ fn assert_served_is(s: &TestScheduler, id: &str, raw: &[u8]) {
 
 fn zstd(bytes: &[u8]) -> Vec<u8> {
     zstd_cli(bytes, &["-q", "-3", "-c"])
-}
-
-fn zstd_cli(bytes: &[u8], args: &[&str]) -> Vec<u8> {
-    let mut child = std::process::Command::new("zstd")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let input = bytes.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&input).unwrap());
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    assert!(out.status.success());
-    out.stdout
 }
 
 #[test]

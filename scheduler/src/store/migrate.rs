@@ -18,6 +18,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (8, "firmware-checks", include_str!("../../migrations/0008_firmware_checks.sql")),
     (9, "images-profiles", include_str!("../../migrations/0009_images_profiles.sql")),
     (10, "workflows", include_str!("../../migrations/0010_workflows.sql")),
+    (11, "hosts", include_str!("../../migrations/0011_hosts.sql")),
 ];
 
 /// Brings the schema up to date.

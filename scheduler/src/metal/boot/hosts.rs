@@ -51,7 +51,7 @@ fn install_script(agent_sha256: &str) -> String {
 # bootstrap checked its SHA-256 before running it. Installs metal-agent (after checking its
 # SHA-256), which joins, sets the host up and keeps its certificate renewed.
 set -eu
-d=/etc/metal
+d=${{METAL_CONFIG_DIR:-/etc/metal}}
 url=$(cat "$d/controller-url")
 agent=/usr/local/sbin/metal-agent
 mkdir -p /usr/local/sbin
