@@ -352,13 +352,16 @@ fn insert_join(config: &mut Value, join: &FirstBootJoin) {
 /// ramdisk fetches its plan, so the stored plan never holds a token).
 pub fn with_join(seed: &CloudInitSeed, join: &FirstBootJoin) -> Result<CloudInitSeed, SeedError> {
     check_join(join)?;
-    let text = seed.user_data.strip_prefix("#cloud-config\n").ok_or_else(|| bad("userData", "not a cloud-config"))?;
-    let mut config: Value = serde_json::from_str(text).map_err(|e| bad("userData", format!("not metal's: {e}")))?;
-    if !config.is_object() {
-        return Err(bad("userData", "not a cloud-config object"));
-    }
+    let mut config = rendered_config(seed).ok_or_else(|| bad("userData", "not a cloud-config metal rendered"))?;
     insert_join(&mut config, join);
     Ok(CloudInitSeed { user_data: user_data(&config), ..seed.clone() })
+}
+
+/// The cloud-config of a seed metal rendered (`render`); `None` for one written by hand (a
+/// plan an operator set), which a join cannot be added to.
+pub fn rendered_config(seed: &CloudInitSeed) -> Option<Value> {
+    let text = seed.user_data.strip_prefix("#cloud-config\n")?;
+    serde_json::from_str::<Value>(text).ok().filter(Value::is_object)
 }
 
 /// The `user-data` document of a cloud-config.

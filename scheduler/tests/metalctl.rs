@@ -450,3 +450,75 @@ fn metalctl_shows_teardown_evidence_recovers_only_quarantined_leases_and_deletes
     let o = run(&["tenant", "delete", "--help"]);
     assert!(text(&o).contains("leased machines are torn down"), "{}", text(&o));
 }
+
+#[test]
+fn metalctl_lists_hosts_shows_one_and_prints_its_join_log() {
+    use metal_protocol::boot::TaskReport;
+    use metal_protocol::{InventoryReport, Role};
+    let s = metal_tests::scheduler::TestScheduler::start(|_| {});
+    let run = |args: &[&str]| metalctl(&s.url, &s.admin, args, None);
+    std::fs::create_dir_all(s.files_dir()).unwrap();
+    std::fs::write(s.files_dir().join("metal-agent"), b"agent").unwrap();
+    s.enrol("n1", "52:54:00:00:00:01");
+    s.walk("n1", &["new", "commissioning"]);
+    let mut inventory: InventoryReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+    inventory.node_id = "n1".into();
+    assert_eq!(s.post_report_as(Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &inventory)["accepted"], true);
+    let mut plan: metal_protocol::DeployPlan =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/deploy-plan.json")).unwrap();
+    plan.cloud_init = Some(metal_tests::images::seed("n1-g1", "n1"));
+    let plan = serde_json::to_string(&plan).unwrap();
+    let o = metalctl(&s.url, &s.admin, &["node", "deploy-plan", "n1", "-"], Some(&plan));
+    assert!(o.status.success(), "{}", text(&o));
+    s.walk("n1", &["ready", "allocated", "deploying"]);
+    // The ramdisk's plan carries the enrolment token; the deploy ends; the OS joins with it.
+    let (client, _) = s.boot_client_as(Role::Ramdisk, "n1", 1);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let plan: serde_json::Value = runtime.block_on(async {
+        client.get(format!("{}/v1/boot/plan", s.boot_url)).send().await.unwrap().json().await.unwrap()
+    });
+    let user_data: serde_json::Value =
+        serde_json::from_str(plan["cloudInit"]["userData"].as_str().unwrap().trim_start_matches("#cloud-config\n"))
+            .unwrap();
+    let token = user_data["write_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "/etc/metal/enrolment-token")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_owned();
+    let done = TaskReport {
+        node_id: "n1".into(),
+        task: "deploy".into(),
+        ok: true,
+        detail: "written".into(),
+        finished_at: time::OffsetDateTime::now_utc(),
+    };
+    assert_eq!(s.post_report_as(Role::Ramdisk, "n1", 1, TaskReport::PAYLOAD_TYPE, &done)["accepted"], true);
+    let key = metal_protocol::SigningKey::generate(&mut rand::rngs::OsRng);
+    let public_key = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key.verifying_key().to_bytes());
+    let body = serde_json::json!({"token": token, "publicKey": public_key, "hostname": "n1"});
+    let status = runtime.block_on(async {
+        client.post(format!("{}/v1/hosts/join", s.boot_url)).json(&body).send().await.unwrap().status()
+    });
+    assert_eq!(status, 200);
+
+    let o = run(&["host", "list"]);
+    let listing = text(&o);
+    assert!(listing.starts_with("NODE  STATE    ROLE  GENERATION  HOSTNAME"), "{listing}");
+    assert!(listing.lines().nth(1).unwrap().starts_with("n1    joining  node  1           n1"), "{listing}");
+    let o = run(&["host", "show", "n1"]);
+    assert!(text(&o).contains("enrolmentToken         enr-") && !text(&o).contains(&token), "{}", text(&o));
+    let o = run(&["host", "log", "n1"]);
+    let log = text(&o);
+    assert!(
+        log.starts_with("#  AT") && log.contains("token        true") && log.contains("certificate  true"),
+        "{log}"
+    );
+    let o = run(&["host", "show", "nope"]);
+    assert!(!o.status.success() && text(&o).contains("NOT_FOUND"), "{}", text(&o));
+}

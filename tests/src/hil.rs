@@ -56,6 +56,20 @@ pub fn mkosi_ramdisk() -> &'static Path {
     DIR.get_or_init(|| built("build-mkosi-ramdisk", "mkosi-ramdisk"))
 }
 
+/// The static binaries (`scripts/build-static`: metal-boot, metal-erase, metal-firmware,
+/// metal-agent), built once per test process from the current tree.
+pub fn static_binaries() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| built("build-static", "static"))
+}
+
+/// The test OS (`scripts/build-test-os`: a cloud-init Debian 12 disk image,
+/// `debian-12-metal.raw`), built once per test process (cached by its definition's digest).
+pub fn test_os() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| built("build-test-os", "test-os"))
+}
+
 /// A disk attached to the guest.
 #[derive(Debug, Clone)]
 pub enum Bus {
@@ -92,6 +106,7 @@ pub struct Guest {
     disks: usize,
     boot: BootFrom,
     until: Option<String>,
+    linger: Duration,
 }
 
 /// What the guest printed on its serial console.
@@ -137,6 +152,7 @@ impl Guest {
             disks: 0,
             boot: BootFrom::Ramdisk,
             until: None,
+            linger: Duration::ZERO,
         }
     }
 
@@ -171,6 +187,13 @@ impl Guest {
     /// Stops (kills the guest) as soon as the console shows `marker`.
     pub fn until(mut self, marker: &str) -> Guest {
         self.until = Some(marker.to_owned());
+        self
+    }
+
+    /// Keeps the guest running this long after the `until` marker (so that what it wrote
+    /// reaches its disk) before it is killed.
+    pub fn linger(mut self, time: Duration) -> Guest {
+        self.linger = time;
         self
     }
 
@@ -285,6 +308,7 @@ impl Guest {
                 && std::fs::read(&console).is_ok_and(|text| String::from_utf8_lossy(&text).contains(marker.as_str()))
             {
                 finished = true;
+                std::thread::sleep(self.linger);
                 break;
             }
             if let Some(status) = guard.0.try_wait().unwrap() {

@@ -255,6 +255,10 @@ fn reports_need_the_sites_client_certificate_and_the_current_generation() {
 fn a_deploying_node_fetches_its_plan_and_its_task_report_ends_the_deploy() {
     let s = start();
     commissioned(&s);
+    // With an agent to serve, a seed metal rendered gains the join; this one was written by
+    // hand (YAML), so it is served as it was set.
+    std::fs::create_dir_all(s.files_dir()).unwrap();
+    std::fs::write(s.files_dir().join("metal-agent"), b"agent").unwrap();
     let plan: Value = serde_json::from_str(include_str!("../../protocol/tests/golden/deploy-plan.json")).unwrap();
     let (status, body) = s.call("PUT", "/v1/nodes/n1/deploy-plan", Some(json!({"image": "nonsense"})));
     assert_eq!(status, 422, "{body}");

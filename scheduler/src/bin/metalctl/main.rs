@@ -1,6 +1,7 @@
 //! `metalctl`: parses the command line and dispatches to the scheduler's HTTP API.
 
 mod bmc;
+mod host;
 mod image;
 
 use std::io::Read as _;
@@ -73,6 +74,9 @@ enum Command {
     /// Profiles: what a machine of a kind gets, in immutable versions.
     #[command(subcommand)]
     Profile(image::ProfileCommand),
+    /// Hosts: deployed OSes that joined, and each node's join log.
+    #[command(subcommand)]
+    Host(host::HostCommand),
     /// Allocate and deploy machines with a profile version, all or nothing.
     Provision {
         /// PROFILE:VERSION, e.g. web:2.
@@ -605,6 +609,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         }
         Command::Bmc(command) => bmc::run(&client, out, command)?,
         Command::Image(command) => image::run_image(&client, out, command)?,
+        Command::Host(command) => host::run_host(&client, out, command)?,
         Command::Profile(command) => image::run_profile(&client, out, command)?,
         Command::Provision { profile, count } => image::run_provision(&client, out, &profile, count)?,
         Command::Tenant(TenantCommand::List) => {

@@ -75,6 +75,8 @@ Wants=network-online.target
 ExecStart=/usr/local/sbin/metal-agent run --config-dir /etc/metal
 Restart=always
 RestartSec=10
+StandardOutput=journal+console
+StandardError=journal+console
 
 [Install]
 WantedBy=multi-user.target

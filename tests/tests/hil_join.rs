@@ -1,0 +1,156 @@
+//! A real OS joins: the test OS (`scripts/build-test-os`, Debian 12 with cloud-init) is
+//! imported, named in a profile with a host setup (a bridge, a VLAN on the boot NIC, a
+//! directory pool) and provisioned; the real ramdisk network-boots in QEMU and writes it;
+//! the machine boots it from that disk; cloud-init finds the `cidata` seed; the bootstrap
+//! pins the CA, fetches and checks the join script, which fetches and checks `metal-agent`;
+//! the agent joins with a `node` certificate and sets the host up with systemd-networkd.
+//! After a reboot the host keeps its identity and its agent reports, signed.
+
+use std::time::{Duration, Instant};
+
+use metal_protocol::{InventoryReport, Role};
+use metal_tests::hil::{BootFrom, Bus, Console, DeploySite, Guest, tftp_dir};
+use metal_tests::scheduler::{Admin as _, TestScheduler};
+use serde_json::{Value, json};
+
+const MAC: &str = "52:54:00:00:0a:01";
+const SERIAL: &str = "HILJOIN";
+const DISK_BYTES: u64 = 2 << 30;
+
+/// The platform inventory of the guest as commissioning would store it: one virtio disk of
+/// `DISK_BYTES` with serial `SERIAL` (the commissioning boot itself is `hil_boot_service`'s).
+fn inventory(node: &str) -> InventoryReport {
+    let mut report: InventoryReport =
+        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+    report.node_id = node.into();
+    report.disks.truncate(1);
+    let disk = &mut report.disks[0];
+    disk.identity.size_bytes = DISK_BYTES;
+    disk.identity.serial = Some(SERIAL.into());
+    disk.identity.wwn = None;
+    disk.removable = false;
+    disk.read_only = false;
+    report
+}
+
+fn guest(disk: &std::path::Path, boot: BootFrom) -> Guest {
+    Guest::new().boot(boot).nic(MAC).args(&["-m", "1024"]).disk(&Bus::Virtio { serial: SERIAL.into() }, disk, "unmap")
+}
+
+/// Boots, once more if the emulated kernel stalled.
+fn run(make: impl Fn() -> Guest) -> Console {
+    let console = make().run();
+    if console.stalled {
+        eprintln!("the guest stalled; booting it again. Its console:\n{}", console.text);
+        return make().run();
+    }
+    console
+}
+
+fn events_after(s: &TestScheduler, kind: &str, after: usize) -> Vec<Value> {
+    s.events(kind).into_iter().skip(after).collect()
+}
+
+#[test]
+fn a_deployed_debian_boots_from_its_disk_joins_as_a_host_and_keeps_its_identity_across_a_reboot() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = std::fs::read(metal_tests::hil::test_os().join("debian-12-metal.raw")).unwrap();
+    let image = metal_tests::images::zstd_cli(&raw, &["-q", "-3", "-T0", "-c"]);
+    drop(raw);
+    let site = DeploySite::serving(image, |_| {});
+    let s = &site.scheduler;
+    let agent = metal_tests::hil::static_binaries().join("metal-agent");
+    std::os::unix::fs::symlink(&agent, s.files_dir().join("metal-agent")).unwrap();
+
+    let body = json!({"id": "hil-j", "bootMac": MAC, "labels": {"rack": "r9", "zone": "z1"}});
+    assert_eq!(s.call("POST", "/v1/nodes", Some(body)).0, 201);
+    s.walk("hil-j", &["new", "commissioning"]);
+    let receipt = s.post_report_as(Role::Ramdisk, "hil-j", 1, InventoryReport::PAYLOAD_TYPE, &inventory("hil-j"));
+    assert_eq!(receipt["accepted"], true, "{receipt}");
+    let started = Instant::now();
+    site.import("debian-12");
+    eprintln!("imported the test OS in {:?}", started.elapsed());
+    let profile = json!({
+        "id": "joiner", "image": "debian-12", "adminUser": "ops",
+        "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops"],
+        "host": {
+            "networks": [{"name": "br-metal", "kind": "bridge", "addresses": ["192.168.77.1/24"]},
+                         {"name": "vlan42", "kind": "vlan", "parent": "boot", "vlanId": 42,
+                          "addresses": ["192.168.42.7/24"]}],
+            "storagePools": [{"name": "scratch", "kind": "directory", "path": "/srv/metal/scratch"}]}});
+    let (status, body) = s.call("POST", "/v1/profiles", Some(profile));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = s.call("POST", "/v1/provision", Some(json!({"profileId": "joiner", "profileVersion": 1})));
+    assert_eq!((status, &body["nodes"]), (200, &json!(["hil-j"])), "{body}");
+
+    // The deploy: the ramdisk network-boots, writes the image and the seed, powers off.
+    let disk = dir.path().join("disk.img");
+    std::fs::File::create(&disk).unwrap().set_len(DISK_BYTES).unwrap();
+    let tftp = tftp_dir(dir.path(), &format!("http://10.0.2.2:{}", s.port));
+    let started = Instant::now();
+    let console = run(|| guest(&disk, BootFrom::Network(tftp.clone())).timeout(Duration::from_secs(900)));
+    assert!(console.finished && console.text.contains("deploy done"), "{}", console.text);
+    assert_eq!(s.node("hil-j")["state"], "deployed");
+    eprintln!("deployed in {:?}", started.elapsed());
+
+    // The first boot from the disk: cloud-init, the bootstrap, the join script, the agent.
+    let started = Instant::now();
+    // Until cloud-init's last stage ended, and a little longer, so that its record of the
+    // first boot is on the disk before the guest is killed.
+    let finished = "Cloud-init v. 22.4.2 finished at";
+    let console = run(|| {
+        guest(&disk, BootFrom::Firmware)
+            .until(finished)
+            .linger(Duration::from_secs(15))
+            .timeout(Duration::from_secs(900))
+    });
+    assert!(console.finished, "the host did not join:\n{}", console.text);
+    eprintln!("booted from the disk and joined in {:?}", started.elapsed());
+    // The kernel's clock when each first-boot milestone was printed (boot-to-join time).
+    for marker in ["running 'init-local'", "the join script's SHA-256 matches", "metal-join: joined", finished] {
+        let line = console.text.lines().find(|l| l.contains(marker)).unwrap_or_default();
+        eprintln!("first boot: {line}");
+    }
+    assert!(console.text.contains("the join script's SHA-256 matches the seed"), "{}", console.text);
+    assert!(console.text.contains("joined as spiffe://"), "{}", console.text);
+    assert!(console.text.contains("metal-join: joined; metal-agent.service is running"), "{}", console.text);
+    let (status, host) = s.call("GET", "/v1/hosts/hil-j", None);
+    assert_eq!(status, 200, "{host}");
+    assert_eq!(
+        (&host["state"], &host["role"], &host["rack"], &host["hostname"], &host["identityGeneration"]),
+        (&json!("joined"), &json!("node"), &json!("r9"), &json!("hil-j"), &json!(1)),
+        "{host}"
+    );
+    let (_, log) = s.call("GET", "/v1/hosts/hil-j/join-log", None);
+    let steps: Vec<(&str, bool)> =
+        log.as_array().unwrap().iter().map(|e| (e["step"].as_str().unwrap(), e["ok"] == true)).collect();
+    assert_eq!(
+        steps,
+        [
+            ("token", true),
+            ("certificate", true),
+            ("network/br-metal", true),
+            ("network/vlan42", true),
+            ("pool/scratch", true),
+            ("joined", true)
+        ],
+        "{log}"
+    );
+    let inventories = s.events("node.inventory.changed").len();
+
+    // A reboot: no second join, the same certificate, and the agent reports.
+    let console =
+        run(|| guest(&disk, BootFrom::Firmware).until("inventory reported").timeout(Duration::from_secs(600)));
+    assert!(console.finished, "the agent did not report after the reboot:\n{}", console.text);
+    assert!(!console.text.contains("metal-join:"), "the join ran again:\n{}", console.text);
+    let reported = events_after(s, "node.inventory.changed", inventories);
+    assert!(!reported.is_empty(), "no inventory after the reboot");
+    let data = &reported.last().unwrap()["data"];
+    assert_eq!((&data["advisory"], &data["signer"]), (&json!(false), &json!(host_identity(s))), "{data}");
+    let (_, after) = s.call("GET", "/v1/hosts/hil-j", None);
+    assert_eq!(after["joinedAt"], host["joinedAt"], "the host kept its join: {after}");
+}
+
+fn host_identity(s: &TestScheduler) -> String {
+    format!("spiffe://{}/node/hil-j/gen/1/node", s.ca().certificate().site())
+}
