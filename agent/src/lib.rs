@@ -160,10 +160,10 @@ pub fn run(config: &ConfigDir, interval: Duration, retry: Retry) -> Result<(), A
     loop {
         let (_, ca) = controller(config, retry.clone())?;
         let identity = load_identity(config, &ca)?.ok_or_else(|| AgentError::NotJoined("no certificate".into()))?;
-        if identity.due_for_renewal(SystemTime::now()) {
-            if let Err(e) = renew(config, retry.clone()) {
-                tracing::warn!(error = %e, "renewal failed; trying again in a minute");
-            }
+        if identity.due_for_renewal(SystemTime::now())
+            && let Err(e) = renew(config, retry.clone())
+        {
+            tracing::warn!(error = %e, "renewal failed; trying again in a minute");
         }
         if SystemTime::now() >= next_report {
             match report(config, retry.clone()) {
@@ -173,5 +173,29 @@ pub fn run(config: &ConfigDir, interval: Duration, retry: Retry) -> Result<(), A
             next_report = SystemTime::now() + interval;
         }
         std::thread::sleep(Duration::from_secs(60).min(interval));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_certificate_is_due_for_renewal_at_two_thirds_of_its_life() {
+        let key = SigningKey::generate(&mut rand::rngs::OsRng);
+        let year = Duration::from_secs(365 * 86400);
+        let ca = metal_protocol::SiteCa::create("site-a", SystemTime::now(), year).unwrap();
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let der = ca.issue(&key.verifying_key(), "n1", 1, metal_protocol::Role::Node, SystemTime::now(), year).unwrap();
+        let certificate = ca.certificate().verify(&der, SystemTime::now()).unwrap();
+        let identity = Identity {
+            key,
+            chain: vec![der],
+            certificate,
+            not_before: start,
+            not_after: start + Duration::from_secs(300),
+        };
+        assert!(!identity.due_for_renewal(start + Duration::from_secs(199)));
+        assert!(identity.due_for_renewal(start + Duration::from_secs(200)));
     }
 }

@@ -349,3 +349,50 @@ fn the_bootstrap_never_runs_a_script_whose_digest_is_not_the_seeds_and_says_so()
     let response = http.post(format!("{}/v1/hosts/join-failed", s.boot_url)).json(&failure).send().unwrap();
     assert_eq!(response.status(), 403);
 }
+
+#[test]
+fn two_replicas_joining_with_one_token_at_once_issue_one_certificate() {
+    let site = site();
+    let s = &site.s;
+    site.provisioned("n4", "52:54:00:00:00:04", "web", json!({}));
+    site.deployed("52:54:00:00:00:04", &site.dir.path().join("root"));
+    let b = s.replica(|_| {});
+    let pin = metal_bmc::tls::parse_fingerprint(&s.fingerprint).unwrap();
+    let replicas = [s.boot_url.clone(), b.boot_url.clone()];
+    for round in 0..6 {
+        let now = s.app.clock.now();
+        let (token, _) = s
+            .block_on(s.app.change(move |tx| {
+                Ok(store::hosts::issue_token(tx, "n4", 1, None, &HostSetup::default(), now, Duration::from_secs(600))?)
+            }))
+            .unwrap();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let results: Vec<_> = replicas
+            .iter()
+            .map(|url| {
+                let (url, token, barrier) = (url.clone(), token.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let client = metal_agent::client::Controller::new(&url, pin, retry()).unwrap();
+                    let key = metal_protocol::SigningKey::generate(&mut rand::rngs::OsRng);
+                    barrier.wait();
+                    client.join(&token, &key, "n4").map(|_| ())
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        let won = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(won, 1, "round {round}: {results:?}");
+        let lost = results.iter().find_map(|r| r.as_ref().err()).unwrap();
+        assert!(
+            matches!(lost, ControllerError::Refused { status: 403, message, .. } if message.contains("already used")),
+            "round {round}: {lost:?}"
+        );
+    }
+    assert_eq!(s.events("host.certificate.issued").len(), 6);
+    assert_eq!(s.events("host.join.refused").len(), 6);
+    let log = site.log("n4");
+    let seqs: Vec<i64> = log.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "the log is numbered without gaps");
+}

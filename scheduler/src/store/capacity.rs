@@ -12,7 +12,7 @@ use crate::error::ApiError;
 use crate::model::pool::{Pool, PoolCapacity, PoolCreate, PoolPolicy};
 use crate::model::reservation::{Reservation, ReservationCreate, ReservationState};
 use crate::store::db::to_json;
-use crate::store::{Backend, Conn, DbError, DbResult, Row, events};
+use crate::store::{Conn, DbError, DbResult, Row, events};
 
 // ---- pools ----------------------------------------------------------------------------
 
@@ -161,9 +161,7 @@ pub fn candidates(conn: &mut dyn Conn, pool: &str) -> DbResult<Vec<Candidate>> {
 /// makes concurrent bookers of the node (other replicas) wait for each other; SQLite's one
 /// writer already excludes them.
 pub fn lock_candidate(conn: &mut dyn Conn, node: &str) -> DbResult<Option<Candidate>> {
-    if conn.backend() == Backend::Postgres {
-        conn.query("SELECT id FROM nodes WHERE id = $1 FOR UPDATE", &[&node])?;
-    }
+    crate::store::nodes::lock(conn, node)?;
     let rows = conn.query(
         "SELECT n.id, n.state, n.maintenance, n.cordoned, n.trust, n.taints, n.labels, n.devices, a.start_at, a.end_at \
          FROM nodes n LEFT JOIN allocations a ON a.node_id = n.id AND a.live = 1 WHERE n.id = $1",

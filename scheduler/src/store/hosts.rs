@@ -60,6 +60,7 @@ pub fn issue_token(
     now: OffsetDateTime,
     ttl: Duration,
 ) -> DbResult<(String, String)> {
+    crate::store::nodes::lock(conn, node_id)?;
     conn.execute("DELETE FROM enrolment_tokens WHERE node_id = $1 AND used_at IS NULL", &[&node_id])?;
     let token = new_secret();
     let id = format!("enr-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
@@ -129,6 +130,9 @@ pub fn redeem_token(
         return Ok(Err(TokenRefusal::Unknown));
     };
     let found = token_from_row(&row)?;
+    // The node's row first, then the token's: the order every writer of a node's host rows
+    // takes (a teardown's clean-up too), and what makes the join log's numbering safe.
+    crate::store::nodes::lock(conn, &found.node_id)?;
     if found.used_at.is_some() {
         return Ok(Err(TokenRefusal::Used(found)));
     }
@@ -247,6 +251,7 @@ pub fn log(
     detail: &str,
     now: OffsetDateTime,
 ) -> DbResult<()> {
+    crate::store::nodes::lock(conn, node_id)?;
     let row =
         conn.query_one("SELECT COALESCE(MAX(seq), 0) AS last FROM host_join_log WHERE node_id = $1", &[&node_id])?;
     let seq = row.get::<i64>("last")? + 1;

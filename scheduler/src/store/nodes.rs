@@ -11,7 +11,7 @@ use crate::clock::{from_millis, to_millis};
 use crate::error::ApiError;
 use crate::model::node::{Deadlines, Device, Node, NodeState, NodeTransition, Taint};
 use crate::store::db::to_json;
-use crate::store::{Conn, DbResult, Row, events};
+use crate::store::{Backend, Conn, DbResult, Row, events};
 
 const COLUMNS: &str = "id, generation, state, failed_from, state_reason, owner, deadline, power, maintenance, cordoned, \
     tenant_root, trust, identity_generation, lease_id, release_wipe, boot_mac, pool_id, labels, taints, devices, created_at, updated_at, \
@@ -220,6 +220,15 @@ pub fn update_attributes(
         now,
     )?;
     Ok(node)
+}
+
+/// Locks the node's row until the transaction ends (PostgreSQL; SQLite's one writer needs
+/// nothing), so writers of one node's dependent rows take their turns.
+pub fn lock(conn: &mut dyn Conn, id: &str) -> DbResult<()> {
+    if conn.backend() == Backend::Postgres {
+        conn.query("SELECT id FROM nodes WHERE id = $1 FOR UPDATE", &[&id])?;
+    }
+    Ok(())
 }
 
 /// Who controls a node: set at a tenant-root lease's start (tenant root, tenant-controlled,
