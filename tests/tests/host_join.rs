@@ -394,5 +394,5 @@ fn two_replicas_joining_with_one_token_at_once_issue_one_certificate() {
     assert_eq!(s.events("host.join.refused").len(), 6);
     let log = site.log("n4");
     let seqs: Vec<i64> = log.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
-    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "the log is numbered without gaps");
+    assert_eq!(seqs, (1..=i64::try_from(seqs.len()).unwrap()).collect::<Vec<_>>(), "the log is numbered without gaps");
 }
