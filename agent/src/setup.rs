@@ -178,7 +178,12 @@ fn plan_pool(host: &Host, pool: &StoragePool) -> Result<Planned, String> {
         }
         PoolKind::Lvm => {
             let mounts = std::fs::read_to_string(&host.proc_mounts).unwrap_or_default();
+            let mut devices = Vec::new();
             for device in &pool.devices {
+                // `/dev/disk/by-id/...` names the disk that stays; the kernel's name may not.
+                let device =
+                    &std::fs::canonicalize(device).map(|p| p.display().to_string()).unwrap_or_else(|_| device.clone());
+                devices.push(device.clone());
                 let name = device.trim_start_matches("/dev/");
                 let sys = host.sys_class_block.join(name);
                 if !sys.exists() {
@@ -201,7 +206,7 @@ fn plan_pool(host: &Host, pool: &StoragePool) -> Result<Planned, String> {
                     return Err(format!("{device} is held by another device (LVM, RAID or dm)"));
                 }
             }
-            Ok(Planned::Lvm { name: pool.name.clone(), devices: pool.devices.clone() })
+            Ok(Planned::Lvm { name: pool.name.clone(), devices })
         }
     }
 }

@@ -3,7 +3,9 @@
 -- join, refusals included). Portable SQL, as in 0001.
 
 -- Only the token's SHA-256 is kept. Bound to the node and its identity generation; `setup`
--- is the JSON of the networks and storage pools the host sets up after it joins.
+-- is the JSON of the networks and storage pools the host sets up after it joins; `origin`
+-- is `deploy` (put in a deploy's seed) or `operator` (issued for a machine that already has
+-- an OS: `metalctl host add`, the offline bundle).
 CREATE TABLE enrolment_tokens (
     token_hash          TEXT PRIMARY KEY,
     id                  TEXT NOT NULL UNIQUE,
@@ -12,6 +14,7 @@ CREATE TABLE enrolment_tokens (
     profile_id          TEXT,
     profile_version     BIGINT,
     setup               TEXT NOT NULL,
+    origin              TEXT NOT NULL,
     created_at          BIGINT NOT NULL,
     expires_at          BIGINT NOT NULL,
     used_at             BIGINT

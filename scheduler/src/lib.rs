@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod duration;
 pub mod error;
+pub mod host_add;
 pub mod http_server;
 pub mod metal;
 pub mod metrics;

@@ -35,13 +35,15 @@ fn schemathesis_finds_nothing_with_every_check_on_every_operation() {
                      "tls": {"mode": "fingerprint", "value": sushy.pki.fingerprint}});
     let (status, body) = s.call("PUT", "/v1/nodes/n1/bmc", Some(bmc));
     assert_eq!(status, 200, "{body}");
-    // A tenant, a pool and a profile named n1 too, so their {id} routes reach them.
+    // A tenant, a pool and a profile named n1 too, so their {id} routes reach them; and a
+    // tenant `doomed` for DELETE /v1/tenants/{id} (n1 must stay).
     let profile = json!({"id": "n1", "tenantId": "n1", "deployMode": "installer", "adminUser": "ops",
         "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"],
         "installer": {"kind": "kickstart", "kernelUrl": "http://mirror.site-a/os/vmlinuz",
                       "initrdUrl": "http://mirror.site-a/os/initrd", "sourceUrl": "http://mirror.site-a/os/tree"}});
     for (path, body) in [
         ("/v1/tenants", json!({"id": "n1"})),
+        ("/v1/tenants", json!({"id": "doomed"})),
         ("/v1/pools", json!({"id": "n1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated"})),
         ("/v1/pools/n1/offers", json!({"tenantId": "n1"})),
         ("/v1/profiles", profile),

@@ -164,14 +164,23 @@ impl Guest {
 
     /// A virtio NIC on QEMU's user network with this MAC (the guest reaches the host as
     /// 10.0.2.2); with `BootFrom::Network` its option ROM network-boots.
-    pub fn nic(mut self, mac: &str) -> Guest {
-        let tftp = match &self.boot {
+    pub fn nic(self, mac: &str) -> Guest {
+        self.nic_forwarding(mac, &[])
+    }
+
+    /// A NIC as [`Guest::nic`] whose guest TCP ports are reachable on the host: each
+    /// `(host port, guest port)` on 127.0.0.1.
+    pub fn nic_forwarding(mut self, mac: &str, forwards: &[(u16, u16)]) -> Guest {
+        let mut options = match &self.boot {
             BootFrom::Network(dir) => format!(",tftp={},bootfile=boot.ipxe", dir.display()),
             _ => String::new(),
         };
+        for (host, guest) in forwards {
+            options.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
+        }
         self.args.extend([
             "-netdev".into(),
-            format!("user,id=n0{tftp}"),
+            format!("user,id=n0{options}"),
             "-device".into(),
             format!("virtio-net-pci,netdev=n0,mac={mac}"),
         ]);

@@ -1,6 +1,6 @@
 //! A real OS joins: the test OS (`scripts/build-test-os`, Debian 12 with cloud-init) is
 //! imported, named in a profile with a host setup (a bridge, a VLAN on the boot NIC, a
-//! directory pool) and provisioned; the real ramdisk network-boots in QEMU and writes it;
+//! directory pool, an LVM volume group on a second disk) and provisioned; the real ramdisk network-boots in QEMU and writes it;
 //! the machine boots it from that disk; cloud-init finds the `cidata` seed; the bootstrap
 //! pins the CA, fetches and checks the join script, which fetches and checks `metal-agent`;
 //! the agent joins with a `node` certificate and sets the host up with systemd-networkd.
@@ -33,8 +33,18 @@ fn inventory(node: &str) -> InventoryReport {
     report
 }
 
+/// The machine: the disk the OS goes on, and a second one for the LVM pool.
 fn guest(disk: &std::path::Path, boot: BootFrom) -> Guest {
-    Guest::new().boot(boot).nic(MAC).args(&["-m", "1024"]).disk(&Bus::Virtio { serial: SERIAL.into() }, disk, "unmap")
+    let lvm = disk.with_file_name("lvm.img");
+    if !lvm.exists() {
+        std::fs::File::create(&lvm).unwrap().set_len(64 << 20).unwrap();
+    }
+    Guest::new()
+        .boot(boot)
+        .nic(MAC)
+        .args(&["-m", "1024"])
+        .disk(&Bus::Virtio { serial: SERIAL.into() }, disk, "unmap")
+        .disk(&Bus::Virtio { serial: "HILLVM".into() }, &lvm, "unmap")
 }
 
 /// Boots, once more if the emulated kernel stalled.
@@ -77,7 +87,8 @@ fn a_deployed_debian_boots_from_its_disk_joins_as_a_host_and_keeps_its_identity_
             "networks": [{"name": "br-metal", "kind": "bridge", "addresses": ["192.168.77.1/24"]},
                          {"name": "vlan42", "kind": "vlan", "parent": "boot", "vlanId": 42,
                           "addresses": ["192.168.42.7/24"]}],
-            "storagePools": [{"name": "scratch", "kind": "directory", "path": "/srv/metal/scratch"}]}});
+            "storagePools": [{"name": "scratch", "kind": "directory", "path": "/srv/metal/scratch"},
+                             {"name": "vg0", "kind": "lvm", "devices": ["/dev/disk/by-id/virtio-HILLVM"]}]}});
     let (status, body) = s.call("POST", "/v1/profiles", Some(profile));
     assert_eq!(status, 201, "{body}");
     let (status, body) = s.call("POST", "/v1/provision", Some(json!({"profileId": "joiner", "profileVersion": 1})));
@@ -132,10 +143,13 @@ fn a_deployed_debian_boots_from_its_disk_joins_as_a_host_and_keeps_its_identity_
             ("network/br-metal", true),
             ("network/vlan42", true),
             ("pool/scratch", true),
+            ("pool/vg0", true),
             ("joined", true)
         ],
         "{log}"
     );
+    let lvm = log.as_array().unwrap().iter().find(|e| e["step"] == "pool/vg0").unwrap();
+    assert!(lvm["detail"].as_str().unwrap().contains("LVM volume group vg0 on /dev/vd"), "{lvm}");
     let inventories = s.events("node.inventory.changed").len();
 
     // A reboot: no second join, the same certificate, and the agent reports.

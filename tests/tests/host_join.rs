@@ -134,6 +134,18 @@ impl Site {
     }
 }
 
+/// An operator's enrolment token request for `node` at `generation`, with no setup.
+fn operator_token(node: &str, generation: i64) -> store::hosts::TokenRequest<'_> {
+    static EMPTY: std::sync::OnceLock<HostSetup> = std::sync::OnceLock::new();
+    store::hosts::TokenRequest {
+        node_id: node,
+        identity_generation: generation,
+        profile: None,
+        setup: EMPTY.get_or_init(HostSetup::default),
+        origin: store::hosts::TokenOrigin::Operator,
+    }
+}
+
 fn steps(log: &[Value]) -> Vec<(String, bool)> {
     log.iter().map(|e| (e["step"].as_str().unwrap().to_owned(), e["ok"].as_bool().unwrap())).collect()
 }
@@ -251,7 +263,7 @@ fn a_deployed_os_joins_as_a_host_renews_and_loses_its_authority_when_the_identit
     let now = s.app.clock.now();
     let (tenant_token, _) = s
         .block_on(s.app.change(move |tx| {
-            Ok(store::hosts::issue_token(tx, "n1", 2, None, &HostSetup::default(), now, Duration::from_secs(600))?)
+            Ok(store::hosts::issue_token(tx, operator_token("n1", 2), now, Duration::from_secs(600))?)
         }))
         .unwrap();
     std::fs::write(tenant_config.0.join("enrolment-token"), &tenant_token).unwrap();
@@ -363,7 +375,7 @@ fn two_replicas_joining_with_one_token_at_once_issue_one_certificate() {
         let now = s.app.clock.now();
         let (token, _) = s
             .block_on(s.app.change(move |tx| {
-                Ok(store::hosts::issue_token(tx, "n4", 1, None, &HostSetup::default(), now, Duration::from_secs(600))?)
+                Ok(store::hosts::issue_token(tx, operator_token("n4", 1), now, Duration::from_secs(600))?)
             }))
             .unwrap();
         let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
@@ -395,4 +407,64 @@ fn two_replicas_joining_with_one_token_at_once_issue_one_certificate() {
     let log = site.log("n4");
     let seqs: Vec<i64> = log.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
     assert_eq!(seqs, (1..=i64::try_from(seqs.len()).unwrap()).collect::<Vec<_>>(), "the log is numbered without gaps");
+}
+
+#[test]
+fn an_expired_enrolment_token_is_refused_and_logged() {
+    let site = site();
+    let s = &site.s;
+    site.provisioned("n5", "52:54:00:00:00:05", "web", json!({}));
+    let config = site.deployed("52:54:00:00:00:05", &site.dir.path().join("root"));
+    s.clock.advance(s.app.config.boot.host_token_ttl + Duration::from_secs(1));
+    match metal_agent::join(&config, "n5", &site.host_env("n5"), retry()) {
+        Err(metal_agent::AgentError::Controller(ControllerError::Refused { status: 403, message, .. })) => {
+            assert!(message.contains("expired"), "{message}")
+        }
+        other => panic!("an expired token joined: {other:?}"),
+    }
+    let log = site.log("n5");
+    let last = log.last().unwrap();
+    assert_eq!((&last["step"], &last["ok"]), (&json!("token"), &json!(false)), "{log:?}");
+    assert_eq!(s.call("GET", "/v1/hosts/n5", None).0, 404, "no host");
+}
+
+#[test]
+fn an_operator_enrols_a_machine_that_already_runs_an_os_and_it_joins_while_new() {
+    let site = site();
+    let s = &site.s;
+    assert_eq!(s.call("POST", "/v1/nodes", Some(json!({"id": "n6", "labels": {"rack": "r2"}}))).0, 201);
+    let setup = json!({"storagePools": [{"name": "data", "kind": "directory", "path": "/srv/data"}]});
+    let (status, enrolment) =
+        s.call("POST", "/v1/hosts/enrolments", Some(json!({"nodeId": "n6", "setup": setup, "ttl": "30m"})));
+    assert_eq!(status, 201, "{enrolment}");
+    let (status, info) = s.call("GET", "/v1/hosts/join-info", None);
+    assert_eq!(status, 200, "{info}");
+    for key in ["controllerUrl", "caPem", "caFingerprint", "installSha256"] {
+        assert_eq!(info[key], enrolment[key], "{key}");
+    }
+    assert!(info.get("token").is_none());
+    let pin = metal_bmc::tls::parse_fingerprint(enrolment["caFingerprint"].as_str().unwrap()).unwrap();
+    let client = metal_agent::client::Controller::new(&s.boot_url, pin, retry()).unwrap();
+    let key = metal_protocol::SigningKey::generate(&mut rand::rngs::OsRng);
+    let (answer, verified) = client.join(enrolment["token"].as_str().unwrap(), &key, "n6").unwrap();
+    assert_eq!((verified.identity.node.as_str(), verified.identity.role), ("n6", metal_protocol::Role::Node));
+    assert_eq!((answer.rack.as_deref(), answer.setup.storage_pools[0].name.as_str()), (Some("r2"), "data"));
+    assert_eq!(s.node("n6")["state"], "new", "joining moves no node");
+
+    // Only new or deployed nodes, valid setups and TTLs, and only for admins.
+    s.walk("n6", &["new", "commissioning"]);
+    let (status, body) = s.call("POST", "/v1/hosts/enrolments", Some(json!({"nodeId": "n6"})));
+    assert_eq!(status, 409, "{body}");
+    let bad = json!({"nodeId": "n6", "setup": {"networks": [{"name": "Bad!", "kind": "bridge"}]}});
+    let (status, body) = s.call("POST", "/v1/hosts/enrolments", Some(bad));
+    assert_eq!((status, body["error"]["field"].as_str()), (422, Some("setup.networks[0].name")), "{body}");
+    let (status, body) = s.call("POST", "/v1/hosts/enrolments", Some(json!({"nodeId": "n6", "ttl": "30d"})));
+    assert_eq!((status, body["error"]["field"].as_str()), (422, Some("ttl")), "{body}");
+    assert_eq!(s.call("POST", "/v1/hosts/enrolments", Some(json!({"nodeId": "nope"}))).0, 404);
+    assert_eq!(s.call("POST", "/v1/tenants", Some(json!({"id": "acme"}))).0, 201);
+    let (_, credential) =
+        s.call("POST", "/v1/credentials", Some(json!({"role": "tenant-member", "tenantId": "acme", "name": "a"})));
+    let member = credential["token"].as_str().unwrap();
+    assert_eq!(s.call_as(member, "POST", "/v1/hosts/enrolments", Some(json!({"nodeId": "n6"}))).0, 404);
+    assert_eq!(s.call_as(member, "GET", "/v1/hosts", None).0, 404);
 }

@@ -142,6 +142,8 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         hosts::list_hosts,
         hosts::get_host,
         hosts::join_log,
+        hosts::create_enrolment,
+        hosts::join_info,
         images::import_image,
         images::list_images,
         images::get_image,
@@ -247,6 +249,8 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/wipe-reports", get(boot::list_wipe_reports))
         .route("/v1/nodes/{id}/deploy-plan", axum::routing::put(boot::put_deploy_plan))
         .route("/v1/hosts", get(hosts::list_hosts))
+        .route("/v1/hosts/enrolments", post(hosts::create_enrolment))
+        .route("/v1/hosts/join-info", get(hosts::join_info))
         .route("/v1/hosts/{id}", get(hosts::get_host))
         .route("/v1/hosts/{id}/join-log", get(hosts::join_log))
         .route("/v1/images", post(images::import_image).get(images::list_images))

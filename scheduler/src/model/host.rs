@@ -103,3 +103,57 @@ pub struct JoinLogEntry {
     /// What was done, or why not.
     pub detail: String,
 }
+
+/// An operator's enrolment of a machine that already runs an OS (`metalctl host add`, the
+/// offline bundle).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnrolmentCreate {
+    /// The node the machine is (enrolled already; `new`, or `deployed` to join it again).
+    pub node_id: String,
+    /// What the host sets up after it joins.
+    #[serde(default)]
+    pub setup: HostSetup,
+    /// How long the token stays usable (`30m`, `2h`; default the service's host-token-ttl).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+}
+
+/// An enrolment: the single-use token (shown only here, once) and what a host needs to join
+/// with it over the pinned site CA.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Enrolment {
+    /// The token's id (what the host record and the join log name).
+    pub id: String,
+    /// The node.
+    pub node_id: String,
+    /// The single-use enrolment token.
+    pub token: String,
+    /// When it stops being accepted.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: time::OffsetDateTime,
+    /// The boot listener's URL (where the host joins).
+    pub controller_url: String,
+    /// The site CA certificate (PEM).
+    pub ca_pem: String,
+    /// Its SHA-256 fingerprint (the pin).
+    pub ca_fingerprint: String,
+    /// SHA-256 of the join script the boot listener serves.
+    pub install_sha256: String,
+}
+
+/// What a host needs to join this controller, but the token: the boot listener, the pinned
+/// site CA and the join script's digest (for the offline bundle).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinInfo {
+    /// The boot listener's URL (where hosts join).
+    pub controller_url: String,
+    /// The site CA certificate (PEM).
+    pub ca_pem: String,
+    /// Its SHA-256 fingerprint (the pin).
+    pub ca_fingerprint: String,
+    /// SHA-256 of the join script the boot listener serves.
+    pub install_sha256: String,
+}

@@ -11,6 +11,24 @@ use crate::model::host::{Host, HostState, JoinLogEntry};
 use crate::store::auth::{hash, new_secret};
 use crate::store::{Conn, DbResult, Row};
 
+/// Who an enrolment token was issued to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenOrigin {
+    /// The seed of a deploy (the node joins once deployed).
+    Deploy,
+    /// An operator, for a machine that already runs an OS (the node may be `new`).
+    Operator,
+}
+
+impl TokenOrigin {
+    fn as_str(self) -> &'static str {
+        match self {
+            TokenOrigin::Deploy => "deploy",
+            TokenOrigin::Operator => "operator",
+        }
+    }
+}
+
 /// What an enrolment token was issued for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnrolmentToken {
@@ -24,13 +42,16 @@ pub struct EnrolmentToken {
     pub profile: Option<(String, i64)>,
     /// What the host sets up after it joins.
     pub setup: HostSetup,
+    /// Who it was issued to.
+    pub origin: TokenOrigin,
     /// When it stops being accepted.
     pub expires_at: OffsetDateTime,
     /// When it was used, if it was.
     pub used_at: Option<OffsetDateTime>,
 }
 
-const TOKEN_COLUMNS: &str = "id, node_id, identity_generation, profile_id, profile_version, setup, expires_at, used_at";
+const TOKEN_COLUMNS: &str =
+    "id, node_id, identity_generation, profile_id, profile_version, setup, origin, expires_at, used_at";
 
 fn token_from_row(row: &Row) -> DbResult<EnrolmentToken> {
     let profile_id: Option<String> = row.get("profile_id")?;
@@ -42,24 +63,37 @@ fn token_from_row(row: &Row) -> DbResult<EnrolmentToken> {
         identity_generation: row.get("identity_generation")?,
         profile: profile_id.zip(profile_version),
         setup: row.json("setup")?,
+        origin: if row.get::<String>("origin")? == "operator" { TokenOrigin::Operator } else { TokenOrigin::Deploy },
         expires_at: from_millis(row.get("expires_at")?),
         used_at: used_at.map(from_millis),
     })
 }
 
-/// Issues an enrolment token for the node's current identity generation, valid for `ttl`,
-/// and withdraws the node's earlier unused ones. Returns the token (the only time it exists
-/// outside the seed it is written into) and its id.
-#[allow(clippy::too_many_arguments)]
+/// What a new enrolment token is for.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenRequest<'a> {
+    /// The node.
+    pub node_id: &'a str,
+    /// The node's current identity generation.
+    pub identity_generation: i64,
+    /// The profile version the deploy came from.
+    pub profile: Option<(&'a str, i64)>,
+    /// What the host sets up after it joins.
+    pub setup: &'a HostSetup,
+    /// Who it is issued to.
+    pub origin: TokenOrigin,
+}
+
+/// Issues an enrolment token, valid for `ttl`, and withdraws the node's earlier unused
+/// ones. Returns the token (the only time it exists outside the seed or the answer it is
+/// handed out in) and its id.
 pub fn issue_token(
     conn: &mut dyn Conn,
-    node_id: &str,
-    identity_generation: i64,
-    profile: Option<(&str, i64)>,
-    setup: &HostSetup,
+    request: TokenRequest<'_>,
     now: OffsetDateTime,
     ttl: Duration,
 ) -> DbResult<(String, String)> {
+    let TokenRequest { node_id, identity_generation, profile, setup, origin } = request;
     crate::store::nodes::lock(conn, node_id)?;
     conn.execute("DELETE FROM enrolment_tokens WHERE node_id = $1 AND used_at IS NULL", &[&node_id])?;
     let token = new_secret();
@@ -67,7 +101,7 @@ pub fn issue_token(
     let setup = serde_json::to_string(setup).unwrap_or_else(|_| "{}".into());
     conn.execute(
         "INSERT INTO enrolment_tokens (token_hash, id, node_id, identity_generation, profile_id, profile_version, \
-         setup, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+         setup, origin, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         &[
             &hash(&token),
             &id,
@@ -76,6 +110,7 @@ pub fn issue_token(
             &profile.map(|p| p.0),
             &profile.map(|p| p.1),
             &setup,
+            &origin.as_str(),
             &to_millis(now),
             &to_millis(now + ttl),
         ],

@@ -55,8 +55,14 @@ d=${{METAL_CONFIG_DIR:-/etc/metal}}
 url=$(cat "$d/controller-url")
 agent=/usr/local/sbin/metal-agent
 mkdir -p /usr/local/sbin
-curl -fsS --retry 10 --retry-delay 3 --retry-all-errors --max-time 300 --cacert "$d/ca.pem" \
-  -o "$agent.part" "$url{HOST_AGENT_PATH}"
+# The agent from METAL_AGENT_SOURCE when one was brought (metalctl host add, the offline
+# bundle), else from the controller; its digest is checked either way.
+if [ -n "${{METAL_AGENT_SOURCE:-}}" ]; then
+  cp "$METAL_AGENT_SOURCE" "$agent.part"
+else
+  curl -fsS --retry 10 --retry-delay 3 --retry-all-errors --max-time 300 --cacert "$d/ca.pem" \
+    -o "$agent.part" "$url{HOST_AGENT_PATH}"
+fi
 if ! echo "{agent_sha256}  $agent.part" | sha256sum -c --status; then
   echo "metal-join: metal-agent's SHA-256 is not {agent_sha256}; not running it" >&2
   rm -f "$agent.part"
@@ -137,8 +143,14 @@ pub fn issue_join(
         }
         None => HostSetup::default(),
     };
-    let profile = profile.as_ref().map(|(id, version)| (id.as_str(), *version));
-    let (token, id) = store::hosts::issue_token(tx, &node.id, node.identity_generation, profile, &setup, now, ttl)?;
+    let request = store::hosts::TokenRequest {
+        node_id: &node.id,
+        identity_generation: node.identity_generation,
+        profile: profile.as_ref().map(|(id, version)| (id.as_str(), *version)),
+        setup: &setup,
+        origin: store::hosts::TokenOrigin::Deploy,
+    };
+    let (token, id) = store::hosts::issue_token(tx, request, now, ttl)?;
     store::hosts::log(
         tx,
         &node.id,
@@ -238,9 +250,12 @@ pub async fn join(
                 ));
                 return refuse(tx, at, "token", e, &client, now);
             }
-            if node.state != NodeState::Deployed {
-                let e =
-                    ApiError::Conflict(format!("node {} is {}, not deployed: nothing to join", node.id, node.state));
+            let adoptable = token.origin == store::hosts::TokenOrigin::Operator && node.state == NodeState::New;
+            if node.state != NodeState::Deployed && !adoptable {
+                let e = ApiError::Conflict(format!(
+                    "node {} is {}: only a deployed node (or a new one, with an operator's token) joins",
+                    node.id, node.state
+                ));
                 return refuse(tx, at, "token", e, &client, now);
             }
             let role = host_role(&node);
