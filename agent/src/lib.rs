@@ -111,6 +111,7 @@ pub fn join(config: &ConfigDir, hostname: &str, host: &setup::Host, retry: Retry
     let token = config.token()?.ok_or_else(|| {
         AgentError::NotJoined(format!("no enrolment token in {} and no valid certificate", config.0.display()))
     })?;
+    config.persist_inputs()?;
     let key = SigningKey::generate(&mut rand::rngs::OsRng);
     config.save_key(&key)?;
     let (answer, verified) = controller.join(&token, &key, hostname)?;

@@ -108,7 +108,20 @@ impl ConfigDir {
             .open(&temporary)
             .map_err(|e| file_error(&temporary, e))?;
         file.write_all(bytes).and_then(|()| file.sync_all()).map_err(|e| file_error(&temporary, e))?;
-        std::fs::rename(&temporary, &path).map_err(|e| file_error(&path, e))
+        std::fs::rename(&temporary, &path).map_err(|e| file_error(&path, e))?;
+        // The rename is durable only once the directory is.
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| file_error(dir, e))
+    }
+
+    /// Writes the join's inputs the agent keeps using (controller URL, site CA, its pin)
+    /// again, durably: the seed's copies were written without a flush, and a machine that
+    /// loses power after its first boot must still know its controller.
+    pub fn persist_inputs(&self) -> Result<(), StateError> {
+        for name in [CONTROLLER_URL_FILE, CA_FILE, CA_SHA256_FILE] {
+            let bytes = self.read(name)?;
+            self.write(name, bytes.as_bytes(), 0o644)?;
+        }
+        Ok(())
     }
 
     /// The host's key, if it has one.

@@ -146,6 +146,22 @@ fn operator_token(node: &str, generation: i64) -> store::hosts::TokenRequest<'_>
     }
 }
 
+/// The message of a 403 refusal, or a panic saying what went through instead.
+fn forbidden<T: std::fmt::Debug>(result: Result<T, ControllerError>, what: &str) -> String {
+    match result {
+        Err(ControllerError::Refused { status: 403, message, .. }) => message,
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// The controller's error inside an agent's.
+fn controller_error(e: metal_agent::AgentError) -> ControllerError {
+    match e {
+        metal_agent::AgentError::Controller(e) => e,
+        other => panic!("not the controller's refusal: {other}"),
+    }
+}
+
 fn steps(log: &[Value]) -> Vec<(String, bool)> {
     log.iter().map(|e| (e["step"].as_str().unwrap().to_owned(), e["ok"].as_bool().unwrap())).collect()
 }
@@ -216,12 +232,8 @@ fn a_deployed_os_joins_as_a_host_renews_and_loses_its_authority_when_the_identit
     let (ca, pin) = config.site_ca().unwrap();
     let client = metal_agent::client::Controller::new(&s.boot_url, pin, retry()).unwrap();
     let key = metal_protocol::SigningKey::generate(&mut rand::rngs::OsRng);
-    match client.join(token.trim(), &key, "n1") {
-        Err(ControllerError::Refused { status: 403, message, .. }) => {
-            assert!(message.contains("already used"), "{message}")
-        }
-        other => panic!("a used token joined again: {other:?}"),
-    }
+    let message = forbidden(client.join(token.trim(), &key, "n1"), "a used token joined again");
+    assert!(message.contains("already used"), "{message}");
     assert_eq!(steps(&site.log("n1")).last(), Some(&step("token", false)));
     assert_eq!(s.events("host.join.refused").len(), 1);
 
@@ -245,12 +257,11 @@ fn a_deployed_os_joins_as_a_host_renews_and_loses_its_authority_when_the_identit
     let tenancy = store::nodes::Tenancy { lease: Some("alloc-1".into()), release_wipe: Some("secure-erase".into()) };
     let now = s.app.clock.now();
     s.block_on(s.app.change(move |tx| store::nodes::set_tenancy(tx, &node, &tenancy, now))).unwrap();
-    match metal_agent::renew(&config, retry()) {
-        Err(metal_agent::AgentError::Controller(ControllerError::Refused { status: 403, message, .. })) => {
-            assert!(message.contains("generation 1") && message.contains("revoked"), "{message}")
-        }
-        other => panic!("a certificate of an older generation renewed: {other:?}"),
-    }
+    let message = forbidden(
+        metal_agent::renew(&config, retry()).map_err(controller_error),
+        "a certificate of an older generation renewed",
+    );
+    assert!(message.contains("generation 1") && message.contains("revoked"), "{message}");
     assert_eq!(steps(&site.log("n1")).last(), Some(&step("renewal", false)));
 
     // The same OS joins again under tenant-controlled trust: node-tenant, advisory, and the
@@ -309,12 +320,11 @@ fn a_setup_that_cannot_be_applied_leaves_the_host_out_with_nothing_applied() {
     assert_eq!(steps(&log)[2..], [step("network/br0", false), step("pool/p", false), step("joined", false)]);
     let failed = s.events("host.join.failed");
     assert!(failed[0]["data"]["reason"].as_str().unwrap().contains("eth9"), "{failed:?}");
-    match metal_agent::renew(&config, retry()) {
-        Err(metal_agent::AgentError::Controller(ControllerError::Refused { status: 403, message, .. })) => {
-            assert!(message.contains("left out"), "{message}")
-        }
-        other => panic!("a host that failed its join renewed: {other:?}"),
-    }
+    let message = forbidden(
+        metal_agent::renew(&config, retry()).map_err(controller_error),
+        "a host that failed its join renewed",
+    );
+    assert!(message.contains("left out"), "{message}");
 }
 
 /// Runs the seed's bootstrap with its files in `dir` (Debian's sh, openssl, curl,
@@ -345,12 +355,11 @@ fn the_bootstrap_never_runs_a_script_whose_digest_is_not_the_seeds_and_says_so()
     assert_eq!(s.events("host.join.failed").len(), 1);
     // The report used the token up: the agent cannot join with it now.
     let env = site.host_env("n3");
-    match metal_agent::join(&config, "n3", &env, retry()) {
-        Err(metal_agent::AgentError::Controller(ControllerError::Refused { status: 403, message, .. })) => {
-            assert!(message.contains("already used"), "{message}")
-        }
-        other => panic!("the token of a refused first boot joined: {other:?}"),
-    }
+    let message = forbidden(
+        metal_agent::join(&config, "n3", &env, retry()).map_err(controller_error),
+        "the token of a refused first boot joined",
+    );
+    assert!(message.contains("already used"), "{message}");
     // A CA that is not the pinned one stops it before anything is fetched.
     std::fs::write(dir.join("ca.sha256"), format!("{}\n", "ab".repeat(32))).unwrap();
     let (ok, output) = bootstrap(&dir);
@@ -416,12 +425,11 @@ fn an_expired_enrolment_token_is_refused_and_logged() {
     site.provisioned("n5", "52:54:00:00:00:05", "web", json!({}));
     let config = site.deployed("52:54:00:00:00:05", &site.dir.path().join("root"));
     s.clock.advance(s.app.config.boot.host_token_ttl + Duration::from_secs(1));
-    match metal_agent::join(&config, "n5", &site.host_env("n5"), retry()) {
-        Err(metal_agent::AgentError::Controller(ControllerError::Refused { status: 403, message, .. })) => {
-            assert!(message.contains("expired"), "{message}")
-        }
-        other => panic!("an expired token joined: {other:?}"),
-    }
+    let message = forbidden(
+        metal_agent::join(&config, "n5", &site.host_env("n5"), retry()).map_err(controller_error),
+        "an expired token joined",
+    );
+    assert!(message.contains("expired"), "{message}");
     let log = site.log("n5");
     let last = log.last().unwrap();
     assert_eq!((&last["step"], &last["ok"]), (&json!("token"), &json!(false)), "{log:?}");

@@ -89,6 +89,8 @@ WantedBy=multi-user.target
 UNIT
 systemctl daemon-reload
 systemctl enable --now metal-agent.service
+# Everything the first boot wrote reaches the disk now, not at the next writeback.
+sync
 echo "metal-join: joined; metal-agent.service is running"
 "#
     )

@@ -224,12 +224,7 @@ fn advisory_inventory(
 ) -> ApiResult<ReportReceipt> {
     let roles = [Role::Ramdisk, Role::NodeTenant];
     let (node, report) = node_payload(tx, identity, key, envelope, &roles, |r: &InventoryReport| &r.node_id)?;
-    let text = serde_json::to_string(&report).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let id = store::boot::put_snapshot(tx, &node.id, node.identity_generation, true, &text, &raw, now)?;
-    let data = json!({"node": node.id, "snapshot": id, "advisory": true, "signer": identity.to_uri(),
-                      "disks": report.disks.len(), "nics": report.nics.len(), "passed": report.passed()});
-    store::events::append(tx, "node.inventory.changed", &format!("node/{}", node.id), None, &data, now)?;
+    let id = inventory_snapshot(tx, &node, identity, &report, envelope, true, now)?;
     Ok(ReportReceipt {
         accepted: true,
         reason: Some(format!(
@@ -259,11 +254,28 @@ fn host_inventory(
     let text = serde_json::to_string(&report).map_err(|e| ApiError::Internal(e.to_string()))?;
     let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
     store::boot::put_inventory(tx, &node.id, report.passed(), &text, &raw, now)?;
-    let id = store::boot::put_snapshot(tx, &node.id, node.identity_generation, false, &text, &raw, now)?;
-    let data = json!({"node": node.id, "snapshot": id, "advisory": false, "signer": identity.to_uri(),
+    inventory_snapshot(tx, &node, identity, &report, envelope, false, now)?;
+    Ok(ReportReceipt { accepted: true, reason: None })
+}
+
+/// Appends an OS's inventory as a snapshot and raises `node.inventory.changed`; returns the
+/// snapshot's id.
+fn inventory_snapshot(
+    tx: &mut dyn Conn,
+    node: &Node,
+    identity: &Identity,
+    report: &InventoryReport,
+    envelope: &Envelope,
+    advisory: bool,
+    now: OffsetDateTime,
+) -> ApiResult<String> {
+    let text = serde_json::to_string(report).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let id = store::boot::put_snapshot(tx, &node.id, node.identity_generation, advisory, &text, &raw, now)?;
+    let data = json!({"node": node.id, "snapshot": id, "advisory": advisory, "signer": identity.to_uri(),
                       "disks": report.disks.len(), "nics": report.nics.len(), "passed": report.passed()});
     store::events::append(tx, "node.inventory.changed", &format!("node/{}", node.id), None, &data, now)?;
-    Ok(ReportReceipt { accepted: true, reason: None })
+    Ok(id)
 }
 
 /// The teardown's firmware step: the versions the ramdisk read in band against the pool's
