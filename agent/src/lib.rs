@@ -4,7 +4,7 @@
 //! never sent) for a `node` or `node-tenant` certificate, sets up the networks and storage
 //! pools the token names (`setup`, all or nothing) and reports how that went, signed.
 //! `run` keeps the certificate renewed (at two thirds of its life) and reports the host's
-//! inventory on a schedule, DSSE-signed; under tenant-controlled trust the controller keeps
+//! inventory and health (disk and NIC checks) on a schedule, DSSE-signed; under tenant-controlled trust the controller keeps
 //! those reports as advisory. A reboot keeps the identity: the key and certificate stay in
 //! the configuration directory (`state`).
 
@@ -148,10 +148,22 @@ pub fn renew(config: &ConfigDir, retry: Retry) -> Result<time::OffsetDateTime, A
 pub fn report(config: &ConfigDir, retry: Retry) -> Result<(bool, Option<String>), AgentError> {
     let (controller, ca) = controller(config, retry)?;
     let identity = load_identity(config, &ca)?.ok_or_else(|| AgentError::NotJoined("no certificate".into()))?;
-    let node = &identity.certificate.identity.node;
-    let inventory = metal_boot::report::collect(&metal_boot::inventory::SystemPaths::default(), node, None);
+    let inventory = host_inventory(&identity.certificate.identity.node);
     let receipt = controller.post_report(&identity.key, &identity.chain, InventoryReport::PAYLOAD_TYPE, &inventory)?;
     Ok((receipt.accepted, receipt.reason))
+}
+
+/// This host's inventory with its health: the checks that are safe on a running system
+/// (each disk's SMART critical warning and sampled reads, each NIC's link), not the
+/// commissioning's memory and CPU burn.
+pub fn host_inventory(node: &str) -> InventoryReport {
+    let roots = metal_boot::inventory::SystemPaths::default();
+    let mut inventory = metal_boot::report::collect(&roots, node, None);
+    let devices = metal_erase::device::discover(&roots).unwrap_or_default();
+    inventory.tests = vec![metal_boot::checks::disks(&devices, 8), metal_boot::checks::nics(&inventory.nics)];
+    inventory.tool =
+        metal_protocol::inventory::Tool { name: "metal-agent".into(), version: env!("CARGO_PKG_VERSION").into() };
+    inventory
 }
 
 /// The service loop: renew when due, report every `interval`; transient errors are logged

@@ -242,6 +242,10 @@ fn a_deployed_os_joins_as_a_host_renews_and_loses_its_authority_when_the_identit
     assert!(accepted && reason.is_none(), "{reason:?}");
     let changed = s.events("node.inventory.changed");
     assert_eq!(changed.last().unwrap()["data"]["advisory"], false, "{changed:?}");
+    let (_, stored) = s.call("GET", "/v1/nodes/n1/inventory", None);
+    let tests: Vec<&str> =
+        stored["inventory"]["tests"].as_array().unwrap().iter().map(|t| t["kind"].as_str().unwrap()).collect();
+    assert_eq!((stored["inventory"]["tool"]["name"].as_str(), tests.len()), (Some("metal-agent"), 2), "{stored}");
 
     // Renewal over mutual TLS.
     let before = metal_agent::load_identity(&config, &ca).unwrap().unwrap().chain;
