@@ -3,7 +3,9 @@
 //! re-identified machine with no hand on the node: the machine commissions through PXE; a
 //! node binding is reserved; the lease starts, the BMC network-boots the machine, the real
 //! ramdisk deploys the lessee's profile (an imported image, served by the controller) and
-//! the deployed disk boots; the release runs the whole teardown through the BMC (power off,
+//! the deployed disk boots (on the IPMI machine the test OS, Debian with cloud-init, which
+//! joins as a `node-tenant` host whose inventory stays advisory, and which the teardown's
+//! clean-up removes); the release runs the whole teardown through the BMC (power off,
 //! fence_ipmilan, the password rotated, the firmware baseline out of band), the ramdisk
 //! checks the firmware in band and erases the disk, and the node is `ready` two identity
 //! generations after commissioning, with its evidence record and the meter rows.
@@ -47,6 +49,34 @@ fn drive(s: &TestScheduler, what: &str, timeout: Duration, done: impl Fn(&TestSc
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// The lessee's OS boots from its disk and joins: a `node-tenant` host of the lease's
+/// identity generation, whose inventory reports are kept as advisory.
+fn tenant_os_joins(s: &TestScheduler, console: &dyn Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let host = loop {
+        let (status, host) = s.call("GET", "/v1/hosts/hil-tr", None);
+        if status == 200 && host["state"] != "joining" {
+            break host;
+        }
+        assert!(Instant::now() < deadline, "the lessee's OS did not join:\n{}", console());
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert_eq!(
+        (&host["state"], &host["role"], &host["identityGeneration"]),
+        (&json!("joined"), &json!("node-tenant"), &json!(2)),
+        "{host}"
+    );
+    let signer = format!("spiffe://{}/node/hil-tr/gen/2/node-tenant", s.ca().certificate().site());
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while !s.events("node.inventory.changed").iter().any(|e| e["data"]["signer"] == signer) {
+        assert!(Instant::now() < deadline, "the lessee's agent reported nothing:\n{}", console());
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let reports = s.events("node.inventory.changed");
+    let report = reports.iter().rev().find(|e| e["data"]["signer"] == signer).unwrap();
+    assert_eq!(report["data"]["advisory"], true, "{report}");
 }
 
 fn power(s: &TestScheduler) -> String {
@@ -117,11 +147,28 @@ fn lease_end_to_end(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     // libvirt runs QEMU as its own user: it must reach the disk and the TFTP directory.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let site = metal_tests::hil::DeploySite::start();
-    let (s, image) = (&site.scheduler, &site.image);
-    let mac = "52:54:00:00:0a:21";
+    // The lessee's OS: on the IPMI machine the test OS (cloud-init Debian, which joins as a
+    // node-tenant host while leased), on the libvirt one the test's marker image.
+    let debian = kind == Kind::Ipmi;
     let disk = dir.path().join("disk.img");
-    filled(&disk, 64 * MIB);
+    let (site, image) = if debian {
+        let raw = std::fs::read(metal_tests::hil::test_os().join("debian-12-metal.raw")).unwrap();
+        let site = metal_tests::hil::DeploySite::serving(
+            metal_tests::images::zstd_cli(&raw, &["-q", "-3", "-T0", "-c"]),
+            |_| {},
+        );
+        let agent = metal_tests::hil::static_binaries().join("metal-agent");
+        std::os::unix::fs::symlink(agent, site.scheduler.files_dir().join("metal-agent")).unwrap();
+        std::fs::File::create(&disk).unwrap().set_len(1 << 30).unwrap();
+        (site, raw)
+    } else {
+        filled(&disk, 64 * MIB);
+        let site = metal_tests::hil::DeploySite::start();
+        let image = site.image.clone();
+        (site, image)
+    };
+    let s = &site.scheduler;
+    let mac = "52:54:00:00:0a:21";
     let tftp = tftp_dir(dir.path(), &format!("http://10.0.2.2:{}", s.port));
     let machine = match kind {
         Kind::Ipmi => {
@@ -130,6 +177,7 @@ fn lease_end_to_end(kind: Kind) {
                 .boot(BootFrom::Network(tftp))
                 .nic(mac)
                 .disk(&Bus::Virtio { serial: "HILTR01".into() }, &disk, "unmap")
+                .args(&["-m", "1024"])
                 .args(&["-device", "ipmi-bmc-sim,id=bmc0,fwrev1=9,fwrev2=0x08", "-device", "isa-ipmi-kcs,bmc=bmc0"])
                 .machine_args(&console);
             Machine::Ipmi { bmc: metal_tests::emulators::IpmiSim::machine(&args), console }
@@ -219,10 +267,14 @@ fn lease_end_to_end(kind: Kind) {
     drive(s, "the deploy's reboot", Duration::from_secs(180), |s, _| power(s) == "off");
     ok(s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "disk"}));
     ok(s, "POST", "/v1/nodes/hil-tr/power", json!({"action": "on"}));
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while !text().contains(DISK_MARKER) {
-        assert!(Instant::now() < deadline, "the deployed disk did not boot:\n{}", text());
-        std::thread::sleep(Duration::from_millis(500));
+    if debian {
+        tenant_os_joins(s, &text);
+    } else {
+        let deadline = Instant::now() + Duration::from_secs(240);
+        while !text().contains(DISK_MARKER) {
+            assert!(Instant::now() < deadline, "the deployed disk did not boot:\n{}", text());
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 
     // Release: the whole teardown, driven from the control plane.
@@ -249,6 +301,12 @@ fn lease_end_to_end(kind: Kind) {
     let accepted = reports.as_array().unwrap().iter().find(|r| r["accepted"] == true).cloned().unwrap_or_default();
     assert!(accepted["signer"].as_str().unwrap_or_default().ends_with("/node/hil-tr/gen/2/ramdisk"), "{reports}");
     assert_eq!(run["history"][5]["detail"]["wipeReport"], accepted["id"], "{run}");
+    if debian {
+        // The teardown's clean-up took the host away with the lessee's identity; its log stays.
+        assert_eq!(s.call("GET", "/v1/hosts/hil-tr", None).0, 404);
+        let (_, log) = s.call("GET", "/v1/hosts/hil-tr/join-log", None);
+        assert!(log.as_array().unwrap().iter().any(|e| e["step"] == "joined" && e["ok"] == true), "{log}");
+    }
     let erased = std::fs::read(&disk).unwrap();
     assert!(erased[MIB..8 * MIB] != image[MIB..8 * MIB], "the deployed image is still on the disk");
     match &machine {
