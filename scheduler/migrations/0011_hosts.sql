@@ -17,9 +17,12 @@ CREATE TABLE enrolment_tokens (
     origin              TEXT NOT NULL,
     created_at          BIGINT NOT NULL,
     expires_at          BIGINT NOT NULL,
-    used_at             BIGINT
+    used_at             BIGINT,
+    -- Set when the token expired unused and that was logged (the host never joined).
+    lapsed_at           BIGINT
 );
 CREATE INDEX enrolment_tokens_node ON enrolment_tokens (node_id);
+CREATE INDEX enrolment_tokens_lapsing ON enrolment_tokens (expires_at) WHERE used_at IS NULL AND lapsed_at IS NULL;
 
 -- One host per node: the OS that joined with the node's current identity generation.
 -- `state`: joining (certificate issued, setup not reported yet), joined, failed (its setup

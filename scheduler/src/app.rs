@@ -280,6 +280,9 @@ pub fn spawn_reaper(app: AppState) {
             if let Err(e) = crate::metal::provision::auto_deploy_once(&app).await {
                 warn!(error = %e, "auto-deploy pass failed");
             }
+            if let Err(e) = crate::metal::boot::hosts::lapse_once(&app).await {
+                warn!(error = %e, "enrolment lapse pass failed");
+            }
         }
     });
 }

@@ -423,20 +423,25 @@ fn two_replicas_joining_with_one_token_at_once_issue_one_certificate() {
 }
 
 #[test]
-fn an_expired_enrolment_token_is_refused_and_logged() {
+fn an_enrolment_token_that_lapses_unused_is_reported_and_refused_afterwards() {
     let site = site();
     let s = &site.s;
     site.provisioned("n5", "52:54:00:00:00:05", "web", json!({}));
     let config = site.deployed("52:54:00:00:00:05", &site.dir.path().join("root"));
     s.clock.advance(s.app.config.boot.host_token_ttl + Duration::from_secs(1));
+    // The lapse pass tells of a host that never came, once.
+    let lapse = || s.block_on(metal_scheduler::metal::boot::hosts::lapse_once(&s.app)).unwrap();
+    assert_eq!((lapse(), lapse()), (1, 0));
+    let missing = s.events("host.join.missing");
+    assert!(missing[0]["data"]["reason"].as_str().unwrap().contains("never reached the join service"), "{missing:?}");
     let message = forbidden(
         metal_agent::join(&config, "n5", &site.host_env("n5"), retry()).map_err(controller_error),
         "an expired token joined",
     );
     assert!(message.contains("expired"), "{message}");
     let log = site.log("n5");
-    let last = log.last().unwrap();
-    assert_eq!((&last["step"], &last["ok"]), (&json!("token"), &json!(false)), "{log:?}");
+    assert_eq!(steps(&log), [step("token", true), step("token", false), step("token", false)], "{log:?}");
+    assert!(log[2]["detail"].as_str().unwrap().contains("expired at"), "{log:?}");
     assert_eq!(s.call("GET", "/v1/hosts/n5", None).0, 404, "no host");
 }
 

@@ -118,6 +118,30 @@ pub fn issue_token(
     Ok((token, id))
 }
 
+/// Marks the tokens that expired unused (and were not marked before) as lapsed; returns
+/// them. Compare-and-set on `lapsed_at`, so one replica reports each.
+pub fn lapse_expired(conn: &mut dyn Conn, now: OffsetDateTime) -> DbResult<Vec<EnrolmentToken>> {
+    let rows = conn.query(
+        &format!(
+            "SELECT {TOKEN_COLUMNS}, token_hash FROM enrolment_tokens \
+             WHERE used_at IS NULL AND lapsed_at IS NULL AND expires_at <= $1 ORDER BY expires_at"
+        ),
+        &[&to_millis(now)],
+    )?;
+    let mut lapsed = Vec::new();
+    for row in &rows {
+        let digest: String = row.get("token_hash")?;
+        let marked = conn.execute(
+            "UPDATE enrolment_tokens SET lapsed_at = $1 WHERE token_hash = $2 AND used_at IS NULL AND lapsed_at IS NULL",
+            &[&to_millis(now), &digest],
+        )?;
+        if marked == 1 {
+            lapsed.push(token_from_row(row)?);
+        }
+    }
+    Ok(lapsed)
+}
+
 /// Why a token was not taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenRefusal {

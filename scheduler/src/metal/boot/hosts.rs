@@ -498,3 +498,26 @@ pub fn setup_report(
         Ok(metal_protocol::boot::ReportReceipt { accepted: true, reason: Some(reason) })
     }
 }
+
+/// The lapse pass: every enrolment token that expired unused goes into its node's join log
+/// and raises `host.join.missing`, so a host that never reached the join service (no route
+/// to the boot listener, a CA that was not the pinned one, an image without cloud-init) is
+/// seen, not silently absent. Returns how many lapsed.
+pub async fn lapse_once(app: &AppState) -> ApiResult<usize> {
+    let now = app.clock.now();
+    app.change(move |tx| {
+        let lapsed = store::hosts::lapse_expired(tx, now)?;
+        for token in &lapsed {
+            let detail = format!(
+                "enrolment token {} expired unused at {}: the host never reached the join service (no route to \
+                 the boot listener, a site CA that is not the pinned one, or an image without cloud-init)",
+                token.id, token.expires_at
+            );
+            store::hosts::log(tx, &token.node_id, token.identity_generation, "token", false, &detail, now)?;
+            let data = json!({"node": token.node_id, "enrolmentToken": token.id, "reason": detail});
+            store::events::append(tx, "host.join.missing", &format!("node/{}", token.node_id), None, &data, now)?;
+        }
+        Ok(lapsed.len())
+    })
+    .await
+}
