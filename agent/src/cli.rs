@@ -76,18 +76,32 @@ pub fn run(cli: Cli) -> u8 {
     let result: Result<(), AgentError> = match cli.command {
         Command::Join { hostname: name } => {
             let name = name.unwrap_or_else(hostname);
-            crate::join(&config, &name, &crate::setup::Host::default(), retry).map(|joined| match joined {
-                Joined::Already(identity) => println!("already joined as {identity}; keeping it"),
-                Joined::Now { identity, outcomes, receipt } => {
-                    println!("joined as {identity}");
-                    for o in &outcomes {
-                        println!("  {} {}: {}", if o.applied { "applied" } else { "refused" }, o.item, o.detail);
+            crate::join(&config, &name, &crate::setup::Host::default(), retry)
+                .map(|joined| match joined {
+                    Joined::Already(identity) => {
+                        println!("already joined as {identity}; keeping it");
+                        true
                     }
-                    if let Some(reason) = receipt {
-                        println!("the controller says: {reason}");
+                    Joined::Now { identity, outcomes, receipt } => {
+                        println!("joined as {identity}");
+                        for o in &outcomes {
+                            println!("  {} {}: {}", if o.applied { "applied" } else { "refused" }, o.item, o.detail);
+                        }
+                        if let Some(reason) = receipt {
+                            println!("the controller says: {reason}");
+                        }
+                        outcomes.iter().all(|o| o.applied)
                     }
-                }
-            })
+                })
+                .and_then(|applied| {
+                    if applied {
+                        Ok(())
+                    } else {
+                        Err(AgentError::NotJoined(
+                            "the host's setup was refused; it is left out (see its join log)".into(),
+                        ))
+                    }
+                })
         }
         Command::Run { report_interval } => crate::run(&config, report_interval, retry),
         Command::Renew => crate::renew(&config, retry).map(|at| println!("renewed; expires at {at}")),

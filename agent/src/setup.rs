@@ -103,6 +103,19 @@ fn plan_network(host: &Host, net: &HostNetwork) -> Result<Planned, String> {
         return Err(format!("an interface {} exists already", net.name));
     }
     let parent = net.parent.as_deref().map(|p| resolve_parent(host, p)).transpose()?;
+    if net.kind == NetworkKind::Bridge
+        && parent.is_some()
+        && parent == boot_interface(host)
+        && !net.dhcp4
+        && net.addresses.is_empty()
+    {
+        return Err(format!(
+            "bridge {} would take the boot NIC {} with no address of its own (DHCP or addresses): the host \
+             would lose its way to the controller",
+            net.name,
+            parent.unwrap_or_default()
+        ));
+    }
     let file = |suffix: &str, text: String| NetworkFile {
         path: host.network_dir.join(format!("60-metal-{}{suffix}", net.name)),
         text: format!("# Written by metal-agent at the host's join (its enrolment token's setup).\n{text}"),
@@ -133,11 +146,13 @@ fn plan_network(host: &Host, net: &HostNetwork) -> Result<Planned, String> {
             let parent = parent.ok_or_else(|| "a VLAN needs its parent".to_owned())?;
             let id = net.vlan_id.ok_or_else(|| "a VLAN needs its id".to_owned())?;
             let netdev = file(".netdev", format!("[NetDev]\nName={}\nKind=vlan\n\n[VLAN]\nId={id}\n", net.name));
-            // A drop-in on whatever .network file configures the parent now.
+            // A drop-in on whatever .network file configures the parent now, in the
+            // administrator's directory wherever that file is (next to a file in /run or
+            // /usr/lib it would be lost, or in the vendor's tree).
             let parent_file = network_file_of(host, &parent)?;
+            let base = parent_file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let dropin = NetworkFile {
-                path: PathBuf::from(format!("{}.d", parent_file.display()))
-                    .join(format!("metal-vlan-{}.conf", net.name)),
+                path: host.network_dir.join(format!("{base}.d")).join(format!("metal-vlan-{}.conf", net.name)),
                 text: format!("# Written by metal-agent: VLAN {} on {parent}.\n[Network]\nVLAN={}\n", id, net.name),
             };
             (vec![netdev, own, dropin], format!("VLAN {id} on {parent} as {}", net.name))
@@ -178,12 +193,25 @@ fn plan_pool(host: &Host, pool: &StoragePool) -> Result<Planned, String> {
         }
         PoolKind::Lvm => {
             let mounts = std::fs::read_to_string(&host.proc_mounts).unwrap_or_default();
-            let mut devices = Vec::new();
+            let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+            let mut devices: Vec<String> = Vec::new();
             for device in &pool.devices {
                 // `/dev/disk/by-id/...` names the disk that stays; the kernel's name may not.
                 let device =
                     &std::fs::canonicalize(device).map(|p| p.display().to_string()).unwrap_or_else(|_| device.clone());
+                if !device.starts_with("/dev/") {
+                    return Err(format!("{device} is not under /dev"));
+                }
+                if devices.contains(device) {
+                    return Err(format!("{device} is named twice"));
+                }
                 devices.push(device.clone());
+                if host.run_commands {
+                    if swaps.lines().any(|l| l.split_whitespace().next() == Some(device.as_str())) {
+                        return Err(format!("{device} is in use as swap"));
+                    }
+                    blank(device)?;
+                }
                 let name = device.trim_start_matches("/dev/");
                 let sys = host.sys_class_block.join(name);
                 if !sys.exists() {
@@ -211,11 +239,31 @@ fn plan_pool(host: &Host, pool: &StoragePool) -> Result<Planned, String> {
     }
 }
 
+/// Refuses a device that holds anything: `blkid -p` exits 2 when it finds no signature; a
+/// filesystem, RAID member or partition table means data, which a pool never overwrites.
+fn blank(device: &str) -> Result<(), String> {
+    let out = Command::new("blkid").args(["-p", "-o", "export", device]).output().map_err(|e| format!("blkid: {e}"))?;
+    match out.status.code() {
+        Some(2) => Ok(()),
+        Some(0) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let found: Vec<&str> = text.lines().filter(|l| l.contains("TYPE=")).collect();
+            Err(format!("{device} holds data ({}); an LVM pool takes empty disks only", found.join(", ")))
+        }
+        _ => Err(format!("blkid -p {device}: {}", String::from_utf8_lossy(&out.stderr).trim())),
+    }
+}
+
 fn run(host: &Host, program: &str, args: &[&str]) -> Result<(), String> {
     if !host.run_commands {
         return Ok(());
     }
-    let out = Command::new(program).args(args).output().map_err(|e| format!("{program}: {e}"))?;
+    // No stdin: a tool that would ask (pvcreate before wiping a signature) reads "no".
+    let out = Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -236,6 +284,9 @@ impl Done {
     fn undo(self, host: &Host) {
         for file in self.files.iter().rev() {
             let _ = std::fs::remove_file(file);
+            if let Some(dir) = file.parent().filter(|d| d.extension().is_some_and(|e| e == "d")) {
+                let _ = std::fs::remove_dir(dir);
+            }
         }
         if !self.files.is_empty() {
             let _ = run(host, "networkctl", &["reload"]);
@@ -308,12 +359,17 @@ fn apply_all(host: &Host, planned: &[(String, Planned)], done: &mut Done) -> Res
         }
     }
     if let Some(&first) = networks.first() {
+        // The reload makes every new netdev at once: each is undone if any fails.
+        for &i in &networks {
+            if let Planned::Network { name, .. } = &planned[i].1 {
+                done.links.push(name.clone());
+            }
+        }
         run(host, "networkctl", &["reload"]).map_err(|e| (first, e))?;
     }
     for (i, (_, item)) in planned.iter().enumerate() {
         match item {
             Planned::Network { name, detail, .. } => {
-                done.links.push(name.clone());
                 await_link(host, name).map_err(|e| (i, e))?;
                 details.push(format!("{detail}: written to {} and up", host.network_dir.display()));
             }
@@ -323,8 +379,8 @@ fn apply_all(host: &Host, planned: &[(String, Planned)], done: &mut Done) -> Res
             }
             Planned::Lvm { name, devices } => {
                 let devs: Vec<&str> = devices.iter().map(String::as_str).collect();
-                run(host, "pvcreate", &[&["-y"], devs.as_slice()].concat()).map_err(|e| (i, e))?;
                 done.groups.push((name.clone(), devices.clone()));
+                run(host, "pvcreate", &devs).map_err(|e| (i, e))?;
                 run(host, "vgcreate", &[&[name.as_str()], devs.as_slice()].concat()).map_err(|e| (i, e))?;
                 details.push(format!("LVM volume group {name} on {}", devices.join(", ")));
             }
@@ -499,6 +555,19 @@ mod tests {
         assert!(outcomes.iter().all(|o| !o.applied), "{outcomes:?}");
         assert!(outcomes[1].detail.contains("everything undone"), "{outcomes:?}");
         assert_eq!(std::fs::read_dir(&host.network_dir).unwrap().count(), 0, "the bridge's files were removed");
+    }
+
+    #[test]
+    fn a_bridge_that_would_take_the_boot_nic_without_an_address_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = fake_host(dir.path());
+        let mut net = bridge("br0", Some("boot"));
+        net.addresses.clear();
+        let outcomes = apply(&host, &HostSetup { networks: vec![net.clone()], storage_pools: vec![] });
+        assert!(outcomes[0].detail.contains("lose its way to the controller"), "{outcomes:?}");
+        net.dhcp4 = true;
+        let outcomes = apply(&host, &HostSetup { networks: vec![net], storage_pools: vec![] });
+        assert!(outcomes[0].applied, "{outcomes:?}");
     }
 
     #[test]

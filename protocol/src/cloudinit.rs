@@ -16,8 +16,8 @@ use crate::join::{
 };
 
 /// The first-boot join (`protocol::join`): where to, with which single-use enrolment token,
-/// trusting which CA, running which script.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// trusting which CA, running which script. `Debug` never shows the token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct FirstBootJoin {
     /// `https://` URL of the controller's boot listener.
     pub controller_url: String,
@@ -29,6 +29,17 @@ pub struct FirstBootJoin {
     pub ca_fingerprint: String,
     /// SHA-256 of the join script the controller serves (64 lower-case hex digits).
     pub install_sha256: String,
+}
+
+impl std::fmt::Debug for FirstBootJoin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FirstBootJoin")
+            .field("controller_url", &self.controller_url)
+            .field("token", &"<redacted>")
+            .field("ca_fingerprint", &self.ca_fingerprint)
+            .field("install_sha256", &self.install_sha256)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One NIC's network configuration (network-config version 2), matched by MAC.

@@ -75,7 +75,7 @@ sh "$script" || stop run "the join script stopped (exit $?); see the console"
 "#;
 
 /// A host asks for its certificate.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HostJoinRequest {
     /// The single-use enrolment token from the seed.
@@ -86,6 +86,28 @@ pub struct HostJoinRequest {
     pub hostname: String,
 }
 
+impl std::fmt::Debug for HostJoinRequest {
+    /// Never shows the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostJoinRequest")
+            .field("token", &"<redacted>")
+            .field("public_key", &self.public_key)
+            .field("hostname", &self.hostname)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for JoinFailure {
+    /// Never shows the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinFailure")
+            .field("token", &"<redacted>")
+            .field("stage", &self.stage)
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
 impl std::fmt::Display for HostJoinRequest {
     /// Never shows the token.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,7 +116,7 @@ impl std::fmt::Display for HostJoinRequest {
 }
 
 /// The bootstrap's word that the join stopped before the agent ran.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinFailure {
     /// The enrolment token (used up by this report).
@@ -451,6 +473,8 @@ mod tests {
     #[test]
     fn the_join_request_never_shows_its_token() {
         let request = HostJoinRequest { token: "tok_secret".into(), public_key: "AAAA".into(), hostname: "n1".into() };
-        assert!(!request.to_string().contains("tok_secret"));
+        assert!(!request.to_string().contains("tok_secret") && !format!("{request:?}").contains("tok_secret"));
+        let failure = JoinFailure { token: "tok_secret".into(), stage: "digest".into(), reason: "x".into() };
+        assert!(!format!("{failure:?}").contains("tok_secret"));
     }
 }

@@ -40,6 +40,9 @@ CREATE TABLE hosts (
     profile_version        BIGINT,
     enrolment_token        TEXT NOT NULL,
     setup                  TEXT NOT NULL,
+    -- The Ed25519 key (base64) the host's current certificate certifies: only that key's
+    -- certificate speaks for the host (a re-join or a renewal replaces it).
+    public_key             TEXT NOT NULL,
     certificate_expires_at BIGINT NOT NULL,
     joined_at              BIGINT NOT NULL,
     renewed_at             BIGINT,

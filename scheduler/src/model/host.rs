@@ -71,6 +71,9 @@ pub struct Host {
     pub enrolment_token: String,
     /// What the token asked it to set up.
     pub setup: HostSetup,
+    /// The Ed25519 public key (base64) its current certificate certifies; only that key
+    /// speaks for the host.
+    pub public_key: String,
     /// When its certificate expires.
     #[serde(with = "time::serde::rfc3339")]
     pub certificate_expires_at: time::OffsetDateTime,
@@ -120,8 +123,8 @@ pub struct EnrolmentCreate {
 }
 
 /// An enrolment: the single-use token (shown only here, once) and what a host needs to join
-/// with it over the pinned site CA.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// with it over the pinned site CA. `Debug` never shows the token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Enrolment {
     /// The token's id (what the host record and the join log name).
@@ -156,4 +159,15 @@ pub struct JoinInfo {
     pub ca_fingerprint: String,
     /// SHA-256 of the join script the boot listener serves.
     pub install_sha256: String,
+}
+
+impl std::fmt::Debug for Enrolment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Enrolment")
+            .field("id", &self.id)
+            .field("node_id", &self.node_id)
+            .field("token", &"<redacted>")
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
 }

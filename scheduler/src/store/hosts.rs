@@ -131,6 +131,8 @@ pub fn lapse_expired(conn: &mut dyn Conn, now: OffsetDateTime) -> DbResult<Vec<E
     let mut lapsed = Vec::new();
     for row in &rows {
         let digest: String = row.get("token_hash")?;
+        let node: String = row.get("node_id")?;
+        crate::store::nodes::lock(conn, &node)?;
         let marked = conn.execute(
             "UPDATE enrolment_tokens SET lapsed_at = $1 WHERE token_hash = $2 AND used_at IS NULL AND lapsed_at IS NULL",
             &[&to_millis(now), &digest],
@@ -176,43 +178,51 @@ impl TokenRefusal {
     }
 }
 
-/// Uses a token once (compare-and-set on `used_at`, so two replicas cannot both take it).
-pub fn redeem_token(
+/// Looks a token up (after locking its node's row: the order every writer of a node's host
+/// rows takes, a teardown's clean-up too, and what makes the join log's numbering safe),
+/// without using it: the live token, or why it is refused. An expired one is marked lapsed
+/// here, so the lapse pass does not report as missing a host that did come.
+pub fn find_token(
     conn: &mut dyn Conn,
     token: &str,
     now: OffsetDateTime,
 ) -> DbResult<Result<EnrolmentToken, TokenRefusal>> {
     let digest = hash(token);
-    let Some(row) =
-        conn.query_opt(&format!("SELECT {TOKEN_COLUMNS} FROM enrolment_tokens WHERE token_hash = $1"), &[&digest])?
-    else {
+    let select = format!("SELECT {TOKEN_COLUMNS} FROM enrolment_tokens WHERE token_hash = $1");
+    let Some(row) = conn.query_opt(&select, &[&digest])? else {
+        return Ok(Err(TokenRefusal::Unknown));
+    };
+    crate::store::nodes::lock(conn, &token_from_row(&row)?.node_id)?;
+    // Read again under the lock: another replica may have used or withdrawn it meanwhile.
+    let Some(row) = conn.query_opt(&select, &[&digest])? else {
         return Ok(Err(TokenRefusal::Unknown));
     };
     let found = token_from_row(&row)?;
-    // The node's row first, then the token's: the order every writer of a node's host rows
-    // takes (a teardown's clean-up too), and what makes the join log's numbering safe.
-    crate::store::nodes::lock(conn, &found.node_id)?;
     if found.used_at.is_some() {
         return Ok(Err(TokenRefusal::Used(found)));
     }
     if found.expires_at <= now {
+        conn.execute(
+            "UPDATE enrolment_tokens SET lapsed_at = $1 WHERE token_hash = $2 AND lapsed_at IS NULL",
+            &[&to_millis(now), &digest],
+        )?;
         return Ok(Err(TokenRefusal::Expired(found)));
     }
+    Ok(Ok(found))
+}
+
+/// Uses a token [`find_token`] found live (compare-and-set on `used_at`, so two replicas
+/// cannot both take it); false when it was used meanwhile.
+pub fn use_token(conn: &mut dyn Conn, token: &str, now: OffsetDateTime) -> DbResult<bool> {
     let used = conn.execute(
         "UPDATE enrolment_tokens SET used_at = $1 WHERE token_hash = $2 AND used_at IS NULL",
-        &[&to_millis(now), &digest],
+        &[&to_millis(now), &hash(token)],
     )?;
-    if used == 0 {
-        let again =
-            conn.query_opt(&format!("SELECT {TOKEN_COLUMNS} FROM enrolment_tokens WHERE token_hash = $1"), &[&digest])?;
-        let again = again.as_ref().map(token_from_row).transpose()?.unwrap_or(found);
-        return Ok(Err(TokenRefusal::Used(again)));
-    }
-    Ok(Ok(EnrolmentToken { used_at: Some(now), ..found }))
+    Ok(used == 1)
 }
 
 const HOST_COLUMNS: &str = "node_id, state, role, identity_generation, hostname, site, rack, tags, profile_id, \
-     profile_version, enrolment_token, setup, certificate_expires_at, joined_at, renewed_at, generation";
+     profile_version, enrolment_token, setup, public_key, certificate_expires_at, joined_at, renewed_at, generation";
 
 fn host_from_row(row: &Row) -> DbResult<Host> {
     let renewed_at: Option<i64> = row.get("renewed_at")?;
@@ -229,6 +239,7 @@ fn host_from_row(row: &Row) -> DbResult<Host> {
         profile_version: row.get("profile_version")?,
         enrolment_token: row.get("enrolment_token")?,
         setup: row.json("setup")?,
+        public_key: row.get("public_key")?,
         certificate_expires_at: from_millis(row.get("certificate_expires_at")?),
         joined_at: from_millis(row.get("joined_at")?),
         renewed_at: renewed_at.map(from_millis),
@@ -236,15 +247,22 @@ fn host_from_row(row: &Row) -> DbResult<Host> {
     })
 }
 
-/// Records a join: the node's host (replacing an earlier one of the node).
+/// Records a join: the node's host, replacing an earlier one of the node (whose row
+/// generation it continues, so a compare-and-set on the old row fails).
 pub fn put(conn: &mut dyn Conn, host: &Host, now: OffsetDateTime) -> DbResult<Host> {
+    crate::store::nodes::lock(conn, &host.node_id)?;
+    let previous = conn.query_opt("SELECT generation FROM hosts WHERE node_id = $1", &[&host.node_id])?;
+    let generation = match previous {
+        Some(row) => row.get::<i64>("generation")? + 1,
+        None => 1,
+    };
     conn.execute("DELETE FROM hosts WHERE node_id = $1", &[&host.node_id])?;
     let tags = serde_json::to_string(&host.tags).unwrap_or_else(|_| "{}".into());
     let setup = serde_json::to_string(&host.setup).unwrap_or_else(|_| "{}".into());
     conn.execute(
         &format!(
             "INSERT INTO hosts ({HOST_COLUMNS}, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
         ),
         &[
             &host.node_id,
@@ -259,13 +277,15 @@ pub fn put(conn: &mut dyn Conn, host: &Host, now: OffsetDateTime) -> DbResult<Ho
             &host.profile_version,
             &host.enrolment_token,
             &setup,
+            &host.public_key,
             &to_millis(host.certificate_expires_at),
             &to_millis(host.joined_at),
             &host.renewed_at.map(to_millis),
+            &generation,
             &to_millis(now),
         ],
     )?;
-    Ok(Host { generation: 1, ..host.clone() })
+    Ok(Host { generation, ..host.clone() })
 }
 
 /// The node's host, if it has one.
@@ -290,12 +310,18 @@ pub fn set_state(conn: &mut dyn Conn, host: &Host, state: HostState, now: Offset
     Ok(updated == 1)
 }
 
-/// Records a renewal: the new certificate's end.
-pub fn renewed(conn: &mut dyn Conn, host: &Host, expires_at: OffsetDateTime, now: OffsetDateTime) -> DbResult<bool> {
+/// Records a renewal: the key the new certificate certifies, and its end.
+pub fn renewed(
+    conn: &mut dyn Conn,
+    host: &Host,
+    public_key: &str,
+    expires_at: OffsetDateTime,
+    now: OffsetDateTime,
+) -> DbResult<bool> {
     let updated = conn.execute(
-        "UPDATE hosts SET certificate_expires_at = $1, renewed_at = $2, generation = generation + 1, updated_at = $2 \
-         WHERE node_id = $3 AND generation = $4",
-        &[&to_millis(expires_at), &to_millis(now), &host.node_id, &host.generation],
+        "UPDATE hosts SET public_key = $1, certificate_expires_at = $2, renewed_at = $3, generation = generation + 1, \
+         updated_at = $3 WHERE node_id = $4 AND generation = $5",
+        &[&public_key, &to_millis(expires_at), &to_millis(now), &host.node_id, &host.generation],
     )?;
     Ok(updated == 1)
 }
@@ -345,6 +371,7 @@ pub fn join_log(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<JoinLogEntry
 /// A teardown's clean-up: the node's host and its enrolment tokens go (the log stays).
 /// Returns how many host rows and tokens were removed.
 pub fn forget(conn: &mut dyn Conn, node_id: &str) -> DbResult<(u64, u64)> {
+    crate::store::nodes::lock(conn, node_id)?;
     let hosts = conn.execute("DELETE FROM hosts WHERE node_id = $1", &[&node_id])?;
     let tokens = conn.execute("DELETE FROM enrolment_tokens WHERE node_id = $1", &[&node_id])?;
     Ok((hosts, tokens))

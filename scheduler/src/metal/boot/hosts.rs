@@ -15,6 +15,7 @@ use axum::Extension;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use metal_protocol::cloudinit::FirstBootJoin;
 use metal_protocol::identity::pem_encode;
 use metal_protocol::join::{
@@ -71,14 +72,14 @@ fi
 chmod 0755 "$agent.part"
 mv -f "$agent.part" "$agent"
 "$agent" join --config-dir "$d"
-cat > /etc/systemd/system/metal-agent.service <<'UNIT'
+cat > /etc/systemd/system/metal-agent.service <<UNIT
 [Unit]
 Description=metal host agent: certificate renewal and signed inventory reports
 After=network-online.target
 Wants=network-online.target
 
 [Service]
-ExecStart=/usr/local/sbin/metal-agent run --config-dir /etc/metal
+ExecStart=/usr/local/sbin/metal-agent run --config-dir $d
 Restart=always
 RestartSec=10
 StandardOutput=journal+console
@@ -209,13 +210,6 @@ fn refuse<T>(
     Ok(Err(error))
 }
 
-/// What the join's transaction decided: the certificate still to issue.
-#[derive(Debug)]
-pub struct HostCertificateSeed {
-    role: Role,
-    generation: u64,
-}
-
 /// `POST /v1/hosts/join`: a live enrolment token of the node's current identity generation
 /// and a public key give a `node` (or `node-tenant`) certificate and the host record.
 pub async fn join(
@@ -232,9 +226,10 @@ pub async fn join(
     let validity = app.config.boot.host_certificate_validity;
     let site = service.ca.certificate().site().to_owned();
     let client = address.to_string();
+    let ca = service.ca.clone();
     let outcome = app
         .change(move |tx| {
-            let token = match store::hosts::redeem_token(tx, &request.token, now)? {
+            let token = match store::hosts::find_token(tx, &request.token, now)? {
                 Ok(token) => token,
                 Err(refusal) => {
                     let node = refusal.token().map(|t| (t.node_id.as_str(), t.identity_generation));
@@ -260,9 +255,17 @@ pub async fn join(
                 ));
                 return refuse(tx, at, "token", e, &client, now);
             }
+            // Only now, with every check passed, is the token spent.
+            if !store::hosts::use_token(tx, &request.token, now)? {
+                let e = ApiError::Forbidden(format!("enrolment token {} was already used", token.id));
+                return refuse(tx, at, "token", e, &client, now);
+            }
             let role = host_role(&node);
             let generation = u64::try_from(node.identity_generation)
                 .map_err(|_| ApiError::Internal("negative identity generation".into()))?;
+            // Signed inside the transaction: no token is spent, and no certificate logged,
+            // without one.
+            let certificate = issue(&ca, &key, &node.id, role, generation, now, validity)?;
             let host = Host {
                 node_id: node.id.clone(),
                 state: HostState::Joining,
@@ -276,6 +279,7 @@ pub async fn join(
                 profile_version: token.profile.as_ref().map(|p| p.1),
                 enrolment_token: token.id.clone(),
                 setup: token.setup.clone(),
+                public_key: request.public_key.clone(),
                 certificate_expires_at: now + validity,
                 joined_at: now,
                 renewed_at: None,
@@ -293,17 +297,17 @@ pub async fn join(
             let data = json!({"node": node.id, "role": role.as_str(), "identityGeneration": generation,
                               "hostname": request.hostname, "enrolmentToken": token.id});
             store::events::append(tx, "host.certificate.issued", &format!("node/{}", node.id), None, &data, now)?;
-            Ok(Ok((node, host, HostCertificateSeed { role, generation })))
+            Ok(Ok((host, certificate)))
         })
         .await?;
-    let (node, host, seed) = outcome?;
-    let certificate = issue(service, &key, &node.id, seed.role, seed.generation, now, validity)?;
-    info!(node = %node.id, role = %seed.role, generation = seed.generation, client = %address, "host joined");
+    let (host, certificate) = outcome?;
+    info!(node = %host.node_id, role = %certificate.role, generation = certificate.generation, client = %address,
+          "host joined");
     Ok(ApiJson(HostJoinResponse { certificate, site: host.site, rack: host.rack, tags: host.tags, setup: host.setup }))
 }
 
 fn issue(
-    service: &BootService,
+    ca: &metal_protocol::SiteCa,
     key: &VerifyingKey,
     node_id: &str,
     role: Role,
@@ -311,15 +315,14 @@ fn issue(
     now: OffsetDateTime,
     validity: Duration,
 ) -> ApiResult<HostCertificate> {
-    let der = service
-        .ca
+    let der = ca
         .issue(key, node_id, generation, role, SystemTime::from(now) - BACKDATE, validity + BACKDATE)
         .map_err(|e| ApiError::Internal(format!("issuing the {role} certificate: {e}")))?;
     Ok(HostCertificate {
         node_id: node_id.to_owned(),
         role,
         generation,
-        certificate_chain: pem_encode("CERTIFICATE", &der) + &service.ca.certificate().pem(),
+        certificate_chain: pem_encode("CERTIFICATE", &der) + &ca.certificate().pem(),
         expires_at: now + validity,
     })
 }
@@ -338,8 +341,11 @@ pub async fn join_failed(
     let (stage, reason) = (clip(&report.stage, 32), clip(&report.reason, 500));
     let now = app.clock.now();
     app.change(move |tx| {
-        let token = match store::hosts::redeem_token(tx, &report.token, now)? {
-            Ok(token) => token,
+        let token = match store::hosts::find_token(tx, &report.token, now)? {
+            Ok(token) => {
+                store::hosts::use_token(tx, &report.token, now)?;
+                token
+            }
             Err(refusal) => match refusal.token() {
                 Some(token) => token.clone(),
                 None => return Err(ApiError::Forbidden(refusal.message())),
@@ -371,11 +377,14 @@ pub async fn join_failed(
 }
 
 /// The connection's host: a `node` or `node-tenant` certificate of the node's current
-/// identity generation, whose role still matches the node's trust, with its host record.
-fn connected_host(tx: &mut dyn Conn, identity: &Identity) -> ApiResult<(Node, Host)> {
+/// identity generation, whose role still matches the node's trust, and whose key is the one
+/// the host record holds (a re-join or a renewal replaces it: an older certificate speaks
+/// no more). Locks the node's row first.
+fn connected_host(tx: &mut dyn Conn, identity: &Identity, key: &VerifyingKey) -> ApiResult<(Node, Host)> {
     if !matches!(identity.role, Role::Node | Role::NodeTenant) {
         return Err(ApiError::Forbidden(format!("a {} certificate is not a host's", identity.role)));
     }
+    store::nodes::lock(tx, &identity.node)?;
     let node =
         store::nodes::get(tx, &identity.node)?.ok_or_else(|| ApiError::NotFound(format!("node {}", identity.node)))?;
     if u64::try_from(node.identity_generation).ok() != Some(identity.generation) {
@@ -391,7 +400,23 @@ fn connected_host(tx: &mut dyn Conn, identity: &Identity) -> ApiResult<(Node, Ho
         )));
     }
     let host = store::hosts::get(tx, &node.id)?.ok_or_else(|| ApiError::NotFound(format!("host {}", node.id)))?;
+    if host.public_key != base64::engine::general_purpose::STANDARD.encode(key.to_bytes()) {
+        return Err(ApiError::Forbidden(format!(
+            "the certificate's key is not host {}'s current one (it joined or renewed since): it is revoked",
+            node.id
+        )));
+    }
     Ok((node, host))
+}
+
+/// A platform-trusted host's own report is about a joined host of its node: what
+/// `ramdisk::host_inventory` takes.
+pub(super) fn joined_host(tx: &mut dyn Conn, identity: &Identity, key: &VerifyingKey) -> ApiResult<Host> {
+    let (_, host) = connected_host(tx, identity, key)?;
+    if host.state != HostState::Joined {
+        return Err(ApiError::Conflict(format!("host {} is {:?}, not joined", host.node_id, host.state)));
+    }
+    Ok(host)
 }
 
 /// `POST /v1/hosts/renew`: a new certificate (for the key in the body) over mutual TLS with
@@ -403,14 +428,15 @@ pub async fn renew(
 ) -> ApiResult<ApiJson<HostCertificate>> {
     let service = BootService::of(&app)?;
     let now = app.clock.now();
-    let (identity, _) = super::ramdisk::peer_identity(service, &peer, now)?;
+    let (identity, current) = super::ramdisk::peer_identity(service, &peer, now)?;
     let key = super::ramdisk::parse_key(&request.public_key)?;
     let validity = app.config.boot.host_certificate_validity;
     let who = identity.to_uri();
     let checked = identity.clone();
+    let ca = service.ca.clone();
     let outcome = app
         .change(move |tx| {
-            let (node, host) = match connected_host(tx, &checked) {
+            let (node, host) = match connected_host(tx, &checked, &current) {
                 Ok(found) => found,
                 Err(e) => {
                     let generation = i64::try_from(checked.generation).unwrap_or(i64::MAX);
@@ -425,7 +451,8 @@ pub async fn renew(
                 store::hosts::log(tx, &node.id, node.identity_generation, "renewal", false, &e.to_string(), now)?;
                 return Ok(Err(e));
             }
-            if !store::hosts::renewed(tx, &host, now + validity, now)? {
+            let certificate = issue(&ca, &key, &node.id, checked.role, checked.generation, now, validity)?;
+            if !store::hosts::renewed(tx, &host, &request.public_key, now + validity, now)? {
                 return Err(ApiError::Conflict(format!("host {} changed meanwhile; renew again", node.id)));
             }
             let detail = format!("renewed until {}", now + validity);
@@ -433,11 +460,10 @@ pub async fn renew(
             let data =
                 json!({"node": node.id, "role": checked.role.as_str(), "expiresAt": (now + validity).to_string()});
             store::events::append(tx, "host.certificate.renewed", &format!("node/{}", node.id), None, &data, now)?;
-            Ok(Ok(()))
+            Ok(Ok(certificate))
         })
         .await?;
-    outcome?;
-    let certificate = issue(service, &key, &identity.node, identity.role, identity.generation, now, validity)?;
+    let certificate = outcome?;
     info!(host = %who, "host certificate renewed");
     Ok(ApiJson(certificate))
 }
@@ -454,7 +480,7 @@ pub fn setup_report(
     let roles = [Role::Node, Role::NodeTenant];
     let (node, report) =
         super::ramdisk::node_payload(tx, identity, key, envelope, &roles, |r: &HostSetupReport| &r.node_id)?;
-    let (_, host) = connected_host(tx, identity)?;
+    let (_, host) = connected_host(tx, identity, key)?;
     if host.state != HostState::Joining {
         return Err(ApiError::Conflict(format!("host {} is {:?}, not joining", node.id, host.state)));
     }
@@ -479,8 +505,11 @@ pub fn setup_report(
         )?;
     }
     let subject = format!("node/{}", node.id);
+    let moved_on = || ApiError::Conflict(format!("host {} changed meanwhile; report again", node.id));
     if report.applied() {
-        store::hosts::set_state(tx, &host, HostState::Joined, now)?;
+        if !store::hosts::set_state(tx, &host, HostState::Joined, now)? {
+            return Err(moved_on());
+        }
         let detail = format!("joined as {} {}: {} setup items applied", identity.role, host.hostname, expected.len());
         store::hosts::log(tx, &node.id, node.identity_generation, "joined", true, &detail, now)?;
         let data = json!({"node": node.id, "role": identity.role.as_str(), "hostname": host.hostname,
@@ -488,12 +517,14 @@ pub fn setup_report(
         store::events::append(tx, "host.joined", &subject, None, &data, now)?;
         Ok(metal_protocol::boot::ReportReceipt { accepted: true, reason: None })
     } else {
-        store::hosts::set_state(tx, &host, HostState::Failed, now)?;
+        if !store::hosts::set_state(tx, &host, HostState::Failed, now)? {
+            return Err(moved_on());
+        }
         let refused: Vec<String> =
             report.outcomes.iter().filter(|o| !o.applied).map(|o| format!("{}: {}", o.item, o.detail)).collect();
         let reason = format!("setup refused, nothing applied: {}", refused.join("; "));
         store::hosts::log(tx, &node.id, node.identity_generation, "joined", false, &clip(&reason), now)?;
-        let data = json!({"node": node.id, "stage": "setup", "reason": reason});
+        let data = json!({"node": node.id, "stage": "setup", "reason": clip(&reason)});
         store::events::append(tx, "host.join.failed", &subject, None, &data, now)?;
         Ok(metal_protocol::boot::ReportReceipt { accepted: true, reason: Some(reason) })
     }

@@ -234,9 +234,10 @@ fn advisory_inventory(
     })
 }
 
-/// An inventory from a platform-trusted host (its `node` certificate): it applies. It
-/// becomes the node's platform inventory (what a later wipe is checked against) and a
-/// snapshot, raised as `node.inventory.changed` with `advisory: false`.
+/// An inventory from a platform-trusted host (its `node` certificate, of a joined host): kept
+/// as a platform-trusted snapshot (`advisory: false` in `node.inventory.changed`). It never
+/// replaces the commissioning's platform inventory, which wipes are checked against: an OS,
+/// whoever logs into it, does not get to say which disks the node has.
 fn host_inventory(
     tx: &mut dyn Conn,
     identity: &Identity,
@@ -245,15 +246,7 @@ fn host_inventory(
     now: OffsetDateTime,
 ) -> ApiResult<ReportReceipt> {
     let (node, report) = node_payload(tx, identity, key, envelope, &[Role::Node], |r: &InventoryReport| &r.node_id)?;
-    if node.state != NodeState::Deployed {
-        return Err(ApiError::Conflict(format!(
-            "node {} is {}; a host reports only while deployed",
-            node.id, node.state
-        )));
-    }
-    let text = serde_json::to_string(&report).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
-    store::boot::put_inventory(tx, &node.id, report.passed(), &text, &raw, now)?;
+    super::hosts::joined_host(tx, identity, key)?;
     inventory_snapshot(tx, &node, identity, &report, envelope, false, now)?;
     Ok(ReportReceipt { accepted: true, reason: None })
 }
