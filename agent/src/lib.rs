@@ -127,10 +127,36 @@ pub fn join(config: &ConfigDir, hostname: &str, host: &setup::Host, retry: Retry
         outcomes: outcomes.clone(),
         finished_at: time::OffsetDateTime::now_utc(),
     };
+    // Kept until the controller has it: `run` sends it again if this one does not arrive.
+    let text = serde_json::to_vec(&report).map_err(|e| StateError::Invalid(e.to_string()))?;
+    config.write(state::PENDING_REPORT_FILE, &text, 0o600)?;
     let chain = certificates_from_pem(&answer.certificate.certificate_chain)
         .map_err(|e| ControllerError::Certificate(e.to_string()))?;
-    let receipt = controller.post_report(&key, &chain, HostSetupReport::PAYLOAD_TYPE, &report)?;
-    Ok(Joined::Now { identity: verified.identity.to_uri(), outcomes, receipt: receipt.reason })
+    let receipt = match controller.post_report(&key, &chain, HostSetupReport::PAYLOAD_TYPE, &report) {
+        Ok(receipt) => {
+            config.remove(state::PENDING_REPORT_FILE)?;
+            receipt.reason
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the setup report did not reach the controller; metal-agent run sends it again");
+            Some(format!("not reported yet ({e}); the service sends it again"))
+        }
+    };
+    Ok(Joined::Now { identity: verified.identity.to_uri(), outcomes, receipt })
+}
+
+/// Sends a setup report the join could not deliver, if there is one; done when the
+/// controller has it (a 409: it had it already).
+pub fn send_pending_report(config: &ConfigDir, controller: &Controller, identity: &Identity) -> Result<(), AgentError> {
+    let Some(text) = config.read_optional(state::PENDING_REPORT_FILE)? else { return Ok(()) };
+    let report: HostSetupReport = serde_json::from_str(&text).map_err(|e| StateError::Invalid(e.to_string()))?;
+    match controller.post_report(&identity.key, &identity.chain, HostSetupReport::PAYLOAD_TYPE, &report) {
+        Ok(_) | Err(ControllerError::Refused { status: 409, .. }) => {
+            tracing::info!("the pending setup report reached the controller");
+            Ok(config.remove(state::PENDING_REPORT_FILE)?)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Renews the certificate (same key) and saves it; returns the new expiry.
@@ -171,8 +197,11 @@ pub fn host_inventory(node: &str) -> InventoryReport {
 pub fn run(config: &ConfigDir, interval: Duration, retry: Retry) -> Result<(), AgentError> {
     let mut next_report = SystemTime::now();
     loop {
-        let (_, ca) = controller(config, retry.clone())?;
+        let (client, ca) = controller(config, retry.clone())?;
         let identity = load_identity(config, &ca)?.ok_or_else(|| AgentError::NotJoined("no certificate".into()))?;
+        if let Err(e) = send_pending_report(config, &client, &identity) {
+            tracing::warn!(error = %e, "the pending setup report failed again; trying again in a minute");
+        }
         if identity.due_for_renewal(SystemTime::now())
             && let Err(e) = renew(config, retry.clone())
         {

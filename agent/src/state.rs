@@ -15,6 +15,8 @@ use metal_protocol::{CaCertificate, SigningKey};
 pub const KEY_FILE: &str = "agent/key.pem";
 /// The host's certificate chain (leaf, then the site CA), under the configuration directory.
 pub const CERT_FILE: &str = "agent/cert.pem";
+/// A setup report the controller has not acknowledged yet, under the configuration directory.
+pub const PENDING_REPORT_FILE: &str = "agent/setup-report.json";
 
 /// Why the agent's files are unusable.
 #[derive(Debug, thiserror::Error)]
@@ -76,20 +78,30 @@ impl ConfigDir {
 
     /// The enrolment token, when the host has not joined yet.
     pub fn token(&self) -> Result<Option<String>, StateError> {
-        let path = self.path(TOKEN_FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(Some(text.trim().to_owned())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(file_error(&path, e)),
-        }
+        Ok(self.read_optional(TOKEN_FILE)?.map(|text| text.trim().to_owned()))
     }
 
     /// Removes the used token.
     pub fn remove_token(&self) -> Result<(), StateError> {
-        let path = self.path(TOKEN_FILE);
+        self.remove(TOKEN_FILE)
+    }
+
+    /// Removes a file, if it is there.
+    pub fn remove(&self, name: &str) -> Result<(), StateError> {
+        let path = self.path(name);
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(file_error(&path, e)),
             _ => Ok(()),
+        }
+    }
+
+    /// A file's text, if it is there.
+    pub fn read_optional(&self, name: &str) -> Result<Option<String>, StateError> {
+        let path = self.path(name);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(file_error(&path, e)),
         }
     }
 

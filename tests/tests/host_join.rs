@@ -226,6 +226,20 @@ fn a_deployed_os_joins_as_a_host_renews_and_loses_its_authority_when_the_identit
     );
     assert!(log[3]["detail"].as_str().unwrap().contains("VLAN 42 on ens3"), "{log:?}");
     assert_eq!(s.events("host.joined").len(), 1);
+    // A setup report the join could not deliver is sent again by the service; one the
+    // controller already has is done with.
+    let pending = config.0.join(metal_agent::state::PENDING_REPORT_FILE);
+    let report = metal_protocol::join::HostSetupReport {
+        node_id: "n1".into(),
+        outcomes: outcomes.clone(),
+        finished_at: time::OffsetDateTime::now_utc(),
+    };
+    std::fs::write(&pending, serde_json::to_vec(&report).unwrap()).unwrap();
+    let (client_for_pending, ca_for_pending) = metal_agent::controller(&config, retry()).unwrap();
+    let held = metal_agent::load_identity(&config, &ca_for_pending).unwrap().unwrap();
+    metal_agent::send_pending_report(&config, &client_for_pending, &held).unwrap();
+    assert!(!pending.exists(), "the pending report is gone once the controller has it");
+    assert_eq!(s.events("host.joined").len(), 1, "and it changed nothing");
 
     // A reboot keeps the identity; the token cannot be used again.
     assert!(matches!(metal_agent::join(&config, "n1", &env, retry()).unwrap(), Joined::Already(_)));

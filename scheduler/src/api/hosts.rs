@@ -79,6 +79,7 @@ pub async fn create_enrolment(
     let (node_id, setup) = (request.node_id.clone(), request.setup.clone());
     let (token, id) = app
         .change(move |tx| {
+            store::nodes::lock(tx, &node_id)?;
             let node = store::nodes::get(tx, &node_id)?.ok_or_else(|| ApiError::NotFound(format!("node {node_id}")))?;
             if !matches!(node.state, NodeState::New | NodeState::Deployed) {
                 return Err(ApiError::Conflict(format!(
