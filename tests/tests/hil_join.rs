@@ -4,7 +4,8 @@
 //! the machine boots it from that disk; cloud-init finds the `cidata` seed; the bootstrap
 //! pins the CA, fetches and checks the join script, which fetches and checks `metal-agent`;
 //! the agent joins with a `node` certificate and sets the host up with systemd-networkd.
-//! After a reboot the host keeps its identity and its agent reports, signed.
+//! After a reboot the host keeps its identity and its agent reports, signed, and what it
+//! set up is there when looked at over SSH.
 
 use std::time::{Duration, Instant};
 
@@ -35,13 +36,18 @@ fn inventory(node: &str) -> InventoryReport {
 
 /// The machine: the disk the OS goes on, and a second one for the LVM pool.
 fn guest(disk: &std::path::Path, boot: BootFrom) -> Guest {
+    guest_forwarding(disk, boot, &[])
+}
+
+/// The machine, with guest ports reachable on the host.
+fn guest_forwarding(disk: &std::path::Path, boot: BootFrom, forwards: &[(u16, u16)]) -> Guest {
     let lvm = disk.with_file_name("lvm.img");
     if !lvm.exists() {
         std::fs::File::create(&lvm).unwrap().set_len(64 << 20).unwrap();
     }
     Guest::new()
         .boot(boot)
-        .nic(MAC)
+        .nic_forwarding(MAC, forwards)
         .args(&["-m", "1024"])
         .disk(&Bus::Virtio { serial: SERIAL.into() }, disk, "unmap")
         .disk(&Bus::Virtio { serial: "HILLVM".into() }, &lvm, "unmap")
@@ -80,9 +86,15 @@ fn a_deployed_debian_boots_from_its_disk_joins_as_a_host_and_keeps_its_identity_
     let started = Instant::now();
     site.import("debian-12");
     eprintln!("imported the test OS in {:?}", started.elapsed());
+    // The profile's admin key is one made here, to look inside the host after its reboot.
+    let key = dir.path().join("id_ed25519");
+    let keygen =
+        std::process::Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key).status();
+    assert!(keygen.unwrap().success());
+    let public_key = std::fs::read_to_string(key.with_extension("pub")).unwrap().trim().to_owned();
     let profile = json!({
         "id": "joiner", "image": "debian-12", "adminUser": "ops",
-        "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops"],
+        "sshAuthorizedKeys": [public_key],
         "host": {
             "networks": [{"name": "br-metal", "kind": "bridge", "addresses": ["192.168.77.1/24"]},
                          {"name": "vlan42", "kind": "vlan", "parent": "boot", "vlanId": 42,
@@ -154,10 +166,52 @@ fn a_deployed_debian_boots_from_its_disk_joins_as_a_host_and_keeps_its_identity_
     let certificates = s.events("host.certificate.issued").len();
 
     // A reboot: no second join (were cloud-init's record of the first boot lost with the
-    // kill, its bootstrap would find the host joined), the same certificate, the agent reports.
-    let console =
-        run(|| guest(&disk, BootFrom::Firmware).until("inventory reported").timeout(Duration::from_secs(600)));
-    assert!(console.finished, "the agent did not report after the reboot:\n{}", console.text);
+    // kill, its bootstrap would find the host joined), the same certificate, the agent
+    // reports, and the setup is there, seen from inside over SSH.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let done = "METAL-HIL-JOIN-LOOKED-INSIDE";
+    let reboot =
+        guest_forwarding(&disk, BootFrom::Firmware, &[(port, 22)]).until(done).timeout(Duration::from_secs(900));
+    let running = std::thread::spawn(move || reboot.run());
+    let ssh = |command: &str| {
+        std::process::Command::new("ssh")
+            .args(["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"])
+            .args(["-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR", "-i"])
+            .arg(&key)
+            .args(["-p", &port.to_string(), "ops@127.0.0.1", command])
+            .output()
+            .unwrap()
+    };
+    let started = Instant::now();
+    while !ssh("true").status.success() {
+        assert!(started.elapsed() < Duration::from_secs(600) && !running.is_finished(), "no SSH into the host");
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    let look = "ip -o addr show dev br-metal; ip -o addr show dev vlan42; ip -d -o link show dev vlan42; \
+                test -d /srv/metal/scratch && echo scratch-dir; sudo -n vgs --noheadings -o vg_name,pv_count vg0; \
+                sudo -n stat -c '%a %n' /etc/metal/agent/key.pem";
+    let inside = ssh(look);
+    let seen = format!("{}{}", String::from_utf8_lossy(&inside.stdout), String::from_utf8_lossy(&inside.stderr));
+    assert!(inside.status.success(), "{seen}");
+    for expected in [
+        "br-metal",
+        "192.168.77.1/24",
+        "192.168.42.7/24",
+        "vlan protocol 802.1Q id 42",
+        "scratch-dir",
+        "vg0",
+        "600 /etc/metal/agent/key.pem",
+    ] {
+        assert!(seen.contains(expected), "{expected:?} is not in what the host shows:\n{seen}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while events_after(s, "node.inventory.changed", inventories).is_empty() {
+        assert!(Instant::now() < deadline && !running.is_finished(), "the agent did not report after the reboot");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let _ = ssh(&format!("echo {done} | sudo -n tee /dev/ttyS0"));
+    let console = running.join().unwrap();
+    assert!(console.finished, "{}", console.text);
     assert_eq!(s.events("host.certificate.issued").len(), certificates, "the host joined again:\n{}", console.text);
     let reported = events_after(s, "node.inventory.changed", inventories);
     assert!(!reported.is_empty(), "no inventory after the reboot");
