@@ -520,19 +520,17 @@ pub async fn plan(
             let Some(stored) = store::boot::get_plan(tx, &node.id)? else { return Ok(None) };
             let mut plan: metal_protocol::DeployPlan = serde_json::from_value(stored)
                 .map_err(|e| ApiError::Internal(format!("the stored plan of node {}: {e}", node.id)))?;
-            let seed = plan.cloud_init.as_ref();
-            if let (Some(seed), Some(_)) = (seed, &join)
-                && metal_protocol::cloudinit::rendered_config(seed).is_none()
-            {
-                warn!(node = %node.id, "the plan's seed was not rendered by metal (set by hand): no join is added");
-            }
-            if let (Some(seed), Some(join)) =
-                (seed.filter(|s| metal_protocol::cloudinit::rendered_config(s).is_some()), join)
-            {
-                let join = super::hosts::issue_join(tx, join, &node, ttl, now)?;
-                let seed = metal_protocol::cloudinit::with_join(seed, &join)
-                    .map_err(|e| ApiError::Internal(format!("adding the join to node {}'s seed: {e}", node.id)))?;
-                plan.cloud_init = Some(seed);
+            match (&plan.cloud_init, join) {
+                (Some(seed), Some(join)) if metal_protocol::cloudinit::rendered_config(seed).is_some() => {
+                    let join = super::hosts::issue_join(tx, join, &node, ttl, now)?;
+                    let seed = metal_protocol::cloudinit::with_join(seed, &join)
+                        .map_err(|e| ApiError::Internal(format!("adding the join to node {}'s seed: {e}", node.id)))?;
+                    plan.cloud_init = Some(seed);
+                }
+                (Some(_), Some(_)) => {
+                    warn!(node = %node.id, "the plan's seed was not rendered by metal (set by hand): no join is added");
+                }
+                _ => {}
             }
             serde_json::to_value(&plan).map(Some).map_err(|e| ApiError::Internal(e.to_string()))
         })
