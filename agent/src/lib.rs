@@ -73,7 +73,7 @@ pub fn load_identity(config: &ConfigDir, ca: &CaCertificate) -> Result<Option<Id
     let leaf = chain.first().ok_or_else(|| StateError::Invalid(format!("{}: empty", state::CERT_FILE)))?;
     let (not_before, not_after) = validity(leaf)?;
     let certificate = ca
-        .verify(leaf, SystemTime::now())
+        .verify(leaf, metal_clock::now())
         .map_err(|e| AgentError::NotJoined(format!("the certificate in {} no longer holds: {e}", state::CERT_FILE)))?;
     if certificate.public_key != key.verifying_key() {
         return Err(StateError::Invalid(format!("{} is not for {}", state::CERT_FILE, state::KEY_FILE)).into());
@@ -125,7 +125,7 @@ pub fn join(config: &ConfigDir, hostname: &str, host: &setup::Host, retry: Retry
     let report = HostSetupReport {
         node_id: verified.identity.node.clone(),
         outcomes: outcomes.clone(),
-        finished_at: time::OffsetDateTime::now_utc(),
+        finished_at: metal_clock::now_utc(),
     };
     // Kept until the controller has it: `run` sends it again if this one does not arrive.
     let text = serde_json::to_vec(&report).map_err(|e| StateError::Invalid(e.to_string()))?;
@@ -195,24 +195,24 @@ pub fn host_inventory(node: &str) -> InventoryReport {
 /// The service loop: renew when due, report every `interval`; transient errors are logged
 /// and retried on the next turn.
 pub fn run(config: &ConfigDir, interval: Duration, retry: Retry) -> Result<(), AgentError> {
-    let mut next_report = SystemTime::now();
+    let mut next_report = metal_clock::now();
     loop {
         let (client, ca) = controller(config, retry.clone())?;
         let identity = load_identity(config, &ca)?.ok_or_else(|| AgentError::NotJoined("no certificate".into()))?;
         if let Err(e) = send_pending_report(config, &client, &identity) {
             tracing::warn!(error = %e, "the pending setup report failed again; trying again in a minute");
         }
-        if identity.due_for_renewal(SystemTime::now())
+        if identity.due_for_renewal(metal_clock::now())
             && let Err(e) = renew(config, retry.clone())
         {
             tracing::warn!(error = %e, "renewal failed; trying again in a minute");
         }
-        if SystemTime::now() >= next_report {
+        if metal_clock::now() >= next_report {
             match report(config, retry.clone()) {
                 Ok((accepted, reason)) => tracing::info!(accepted, reason = reason.as_deref(), "inventory reported"),
                 Err(e) => tracing::warn!(error = %e, "inventory report failed"),
             }
-            next_report = SystemTime::now() + interval;
+            next_report = metal_clock::now() + interval;
         }
         std::thread::sleep(Duration::from_secs(60).min(interval));
     }

@@ -190,7 +190,7 @@ pub fn client_config(trust: &TlsTrust) -> Result<rustls::ClientConfig, BmcError>
                 return Err(BmcError::Invalid("the CA file holds no PEM certificate".into()));
             }
             let provider = Arc::new(rustls::crypto::ring::default_provider());
-            Ok(rustls::ClientConfig::builder_with_provider(provider)
+            Ok(rustls::ClientConfig::builder_with_details(provider, Arc::new(metal_clock::RustlsTime))
                 .with_safe_default_protocol_versions()
                 .map_err(|e| BmcError::Invalid(format!("TLS configuration: {e}")))?
                 .with_root_certificates(roots)
@@ -204,7 +204,7 @@ pub fn client_config(trust: &TlsTrust) -> Result<rustls::ClientConfig, BmcError>
 
 fn pinned_config(pin: Pin, identity: Option<&ClientIdentity>) -> Result<rustls::ClientConfig, BmcError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+    let builder = rustls::ClientConfig::builder_with_details(provider.clone(), Arc::new(metal_clock::RustlsTime))
         .with_safe_default_protocol_versions()
         .map_err(|e| BmcError::Invalid(format!("TLS configuration: {e}")))?
         .dangerous()

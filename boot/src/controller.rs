@@ -7,7 +7,7 @@
 //! not.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use base64::Engine as _;
 use metal_bmc::tls::{ClientIdentity, TlsTrust, http_client_with_identity};
@@ -178,7 +178,7 @@ pub fn check_certificate(
         .ok_or_else(|| ControllerError::Certificate("the chain does not include the pinned site CA".into()))?;
     let ca = CaCertificate::from_der(ca_der).map_err(|e| ControllerError::Certificate(e.to_string()))?;
     let leaf = chain.first().ok_or_else(|| ControllerError::Certificate("an empty chain".into()))?;
-    let verified = ca.verify(leaf, SystemTime::now()).map_err(|e| ControllerError::Certificate(e.to_string()))?;
+    let verified = ca.verify(leaf, metal_clock::now()).map_err(|e| ControllerError::Certificate(e.to_string()))?;
     if verified.public_key != key.verifying_key() {
         return Err(ControllerError::Certificate("it is not for the key that was sent".into()));
     }
@@ -250,7 +250,7 @@ impl Joined {
             task: task.to_owned(),
             ok,
             detail,
-            finished_at: time::OffsetDateTime::now_utc(),
+            finished_at: metal_clock::now_utc(),
         };
         self.post_report(TaskReport::PAYLOAD_TYPE, &report)
     }

@@ -217,33 +217,78 @@ fn network(boot_mac: Option<&str>) -> Result<String, String> {
     Err(format!("no DHCP lease on any NIC ({})", if nics.is_empty() { "none found".into() } else { nics.join(", ") }))
 }
 
+/// The machine a task runs on: where its system trees are, how its disks open for writing,
+/// and where it says what it does. PID 1 runs on [`Machine::real`]; metal-sim runs the same
+/// tasks on simulated machines (fake trees, disks backed by sparse files, a console log).
+pub struct Machine<'a> {
+    /// `/sys`, `/proc` and `/dev`.
+    pub paths: SystemPaths,
+    /// Opens a disk for writing (erase and deploy).
+    pub open: metal_erase::session::Opener<'a>,
+    /// The console: one line at a time.
+    pub console: &'a (dyn Fn(&str) + Sync),
+    /// Where an erase says how far it got.
+    pub progress: &'a dyn metal_erase::progress::ProgressSink,
+}
+
+impl std::fmt::Debug for Machine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Machine").field("paths", &self.paths).finish_non_exhaustive()
+    }
+}
+
+fn print_line(line: &str) {
+    println!("{line}");
+}
+
+impl Machine<'static> {
+    /// This machine: the real trees, block devices opened with O_DIRECT | O_EXCL, stdout.
+    pub fn real() -> Self {
+        static PROGRESS: OnceLock<metal_erase::progress::JsonProgress> = OnceLock::new();
+        Machine {
+            paths: SystemPaths::default(),
+            open: &metal_erase::session::open_block_device,
+            console: &print_line,
+            progress: PROGRESS.get_or_init(Default::default),
+        }
+    }
+}
+
+impl Machine<'_> {
+    fn say(&self, message: &str) {
+        (self.console)(&format!("metal-boot: {message}"));
+    }
+}
+
 /// Joins the controller when the command line names one (controller, token and CA go
 /// together); `None` for an offline run.
-fn join(params: &Params) -> Result<Option<crate::controller::Joined>, String> {
+fn join(params: &Params, machine: &Machine) -> Result<Option<crate::controller::Joined>, String> {
     match (&params.controller, &params.token, &params.ca_fingerprint) {
         (None, None, None) => Ok(None),
         (Some(url), Some(token), Some(ca)) => {
             let joined = crate::controller::join(url, ca, token, crate::controller::Retry::default())
                 .map_err(|e| e.to_string())?;
-            say(&format!("joined the controller as {}", joined.identity().identity().to_uri()));
+            machine.say(&format!("joined the controller as {}", joined.identity().identity().to_uri()));
             Ok(Some(joined))
         }
         _ => Err("metal.controller, metal.token and metal.ca go together".into()),
     }
 }
 
-fn task(params: &Params) -> Result<(), String> {
+/// Runs the task `params` name on `machine`: what PID 1 does once the network is up.
+pub fn run_task(params: &Params, machine: &Machine) -> Result<(), String> {
+    let say = |message: &str| machine.say(message);
     match &params.task {
         Task::Commission => {
-            let joined = join(params)?;
+            let joined = join(params, machine)?;
             let node = match &joined {
                 Some(j) => j.identity().identity().node.clone(),
                 None => params.node.clone().unwrap_or_else(|| "unknown".into()),
             };
-            let report = crate::report::collect(&SystemPaths::default(), &node, Some((0.05, 64)));
-            println!("BEGIN inventory-report");
-            println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
-            println!("END inventory-report");
+            let report = crate::report::collect(&machine.paths, &node, Some((0.05, 64)));
+            (machine.console)("BEGIN inventory-report");
+            (machine.console)(&serde_json::to_string(&report).map_err(|e| e.to_string())?);
+            (machine.console)("END inventory-report");
             for t in report.tests.iter().filter(|t| !t.passed) {
                 say(&format!("{:?} test FAILED: {}", t.kind, t.details));
             }
@@ -260,22 +305,22 @@ fn task(params: &Params) -> Result<(), String> {
             if report.passed() { Ok(()) } else { Err("a commissioning test failed".into()) }
         }
         Task::Deploy => {
-            let joined =
-                join(params)?.ok_or("a deploy needs the controller: metal.controller, metal.token, metal.ca")?;
-            let result = deploy(&joined);
-            finish(&joined, "deploy", "deploy", result)
+            let joined = join(params, machine)?
+                .ok_or("a deploy needs the controller: metal.controller, metal.token, metal.ca")?;
+            let result = deploy(&joined, machine);
+            finish(&joined, machine, "deploy", "deploy", result)
         }
         Task::Erase => {
-            let joined =
-                join(params)?.ok_or("an erase needs the controller: metal.controller, metal.token, metal.ca")?;
-            let result = erase(&joined, params.erase_method.as_deref());
-            finish(&joined, "erase", "erase", result)
+            let joined = join(params, machine)?
+                .ok_or("an erase needs the controller: metal.controller, metal.token, metal.ca")?;
+            let result = erase(&joined, machine, params.erase_method.as_deref());
+            finish(&joined, machine, "erase", "erase", result)
         }
         Task::Firmware => {
-            let joined = join(params)?
+            let joined = join(params, machine)?
                 .ok_or("a firmware check needs the controller: metal.controller, metal.token, metal.ca")?;
             let node = joined.identity().identity().node.clone();
-            let report = crate::report::collect(&SystemPaths::default(), &node, None);
+            let report = crate::report::collect(&machine.paths, &node, None);
             for v in &report.firmware {
                 say(&format!("firmware {} {} ({})", v.component, v.version, v.source));
             }
@@ -286,7 +331,7 @@ fn task(params: &Params) -> Result<(), String> {
                     None => Ok(format!("{} versions reported; compliant", report.firmware.len())),
                     Some(reason) => Err(reason),
                 });
-            finish(&joined, "firmware", "firmware check", result)
+            finish(&joined, machine, "firmware", "firmware check", result)
         }
         Task::Shell => run("/bin/sh", &[]).map(|_| ()),
         Task::Other(name) => {
@@ -298,6 +343,7 @@ fn task(params: &Params) -> Result<(), String> {
 /// Says how a joined task ended and reports it, signed, to the controller.
 fn finish(
     joined: &crate::controller::Joined,
+    machine: &Machine,
     task: &str,
     label: &str,
     result: Result<String, String>,
@@ -306,26 +352,27 @@ fn finish(
         Ok(done) => (true, done.clone()),
         Err(e) => (false, e.clone()),
     };
-    say(&format!("{label} {}: {detail}", if ok { "done" } else { "FAILED" }));
+    machine.say(&format!("{label} {}: {detail}", if ok { "done" } else { "FAILED" }));
     joined.report_task(task, ok, detail).map_err(|e| format!("reporting: {e}"))?;
     result.map(|_| ())
 }
 
 /// Erases every disk, posts the signed wipe report and says whether the controller took it.
-fn erase(joined: &crate::controller::Joined, method: Option<&str>) -> Result<String, String> {
+fn erase(joined: &crate::controller::Joined, machine: &Machine, method: Option<&str>) -> Result<String, String> {
     use metal_protocol::wipe::{WipeReport, WipeResult};
     let options = metal_erase::engine::EraseOptions {
         forced_method: method.map(metal_erase::plan::parse_method).transpose()?,
         ..Default::default()
     };
     let selection = metal_erase::device::Selection::All { exclude: Vec::new() };
-    let report = metal_erase::session::erase(
-        &SystemPaths::default(),
+    let report = metal_erase::session::erase_with(
+        &machine.paths,
+        machine.open,
         &selection,
         &options,
         joined.identity(),
         None,
-        &metal_erase::progress::JsonProgress::default(),
+        machine.progress,
     )
     .map_err(|e| e.to_string())?;
     for disk in &report.disks {
@@ -335,7 +382,7 @@ fn erase(joined: &crate::controller::Joined, method: Option<&str>) -> Result<Str
         };
         let method = disk.method.and_then(|m| serde_json::to_value(m).ok());
         let method = method.as_ref().and_then(|m| m.as_str()).unwrap_or("no method");
-        say(&format!("{} by {method}: {outcome}", disk.device));
+        machine.say(&format!("{} by {method}: {outcome}", disk.device));
     }
     let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &report).map_err(|e| format!("reporting: {e}"))?;
     let passed = report.disks.iter().filter(|d| d.result == WipeResult::Pass).count();
@@ -347,21 +394,19 @@ fn erase(joined: &crate::controller::Joined, method: Option<&str>) -> Result<Str
 }
 
 /// Fetches the plan and writes it to the disk the plan's hints choose.
-fn deploy(joined: &crate::controller::Joined) -> Result<String, String> {
+fn deploy(joined: &crate::controller::Joined, machine: &Machine) -> Result<String, String> {
     let plan = joined.fetch_plan().map_err(|e| e.to_string())?;
-    let paths = SystemPaths::default();
-    let devices = metal_erase::device::discover(&paths).map_err(|e| e.to_string())?;
+    let devices = metal_erase::device::discover(&machine.paths).map_err(|e| e.to_string())?;
     let raw = plan.chunks.raw_size_bytes;
     let chosen = crate::target::choose(&devices, &plan.target, raw).map_err(|e| e.to_string())?;
-    say(&format!("deploying {} ({raw} raw bytes) to {}", plan.image.url, chosen.path.display()));
-    let disk = metal_erase::io::BlockTarget::open(&chosen.path, true)
-        .map_err(|e| format!("{}: {e}", chosen.path.display()))?;
+    machine.say(&format!("deploying {} ({raw} raw bytes) to {}", plan.image.url, chosen.path.display()));
+    let disk = (machine.open)(chosen).map_err(|e| format!("{}: {e}", chosen.path.display()))?;
     // The controller's own image endpoint wants the ramdisk's certificate; others get none.
     let fetch = joined.image_fetch(&plan.image.url);
     let stream =
         crate::source::HttpSource::open(&plan.image.url, plan.image.size_bytes, &fetch).map_err(|e| e.to_string())?;
     let options = crate::deploy::DeployOptions { read_back: true, ..Default::default() };
-    let outcome = crate::deploy::deploy(&plan, Box::new(stream), &disk, &options)
+    let outcome = crate::deploy::deploy(&plan, Box::new(stream), disk.as_ref(), &options)
         .map_err(|e| format!("{e}; {} was left unbootable", chosen.path.display()))?;
     Ok(format!(
         "{} raw bytes to {} ({} bytes written, read back, cloud-init seed {}) in {:.1} s",
@@ -386,7 +431,7 @@ pub fn main() -> ! {
     load_modules();
     let result = network(params.boot_mac.as_deref()).and_then(|lease| {
         say(&format!("network up, {lease}"));
-        task(&params)
+        run_task(&params, &Machine::real())
     });
     match result {
         Ok(()) => say("task done"),
@@ -423,8 +468,9 @@ mod tests {
         assert_eq!(parse_cmdline("metal.task=deploy").task, Task::Deploy);
         // A controller needs all three; none is an offline run.
         let partial = parse_cmdline("metal.token=tok_0123456789abcdef metal.ca=ab12");
-        assert_eq!(join(&partial).unwrap_err(), "metal.controller, metal.token and metal.ca go together");
-        assert!(join(&parse_cmdline("quiet")).unwrap().is_none());
+        let machine = Machine::real();
+        assert_eq!(join(&partial, &machine).unwrap_err(), "metal.controller, metal.token and metal.ca go together");
+        assert!(join(&parse_cmdline("quiet"), &machine).unwrap().is_none());
         let q = parse_cmdline("metal.task=erase metal.debug=1 metal.erase.method=discard");
         assert_eq!((q.task, q.debug, q.end), (Task::Erase, true, End::Reboot));
         assert_eq!(q.erase_method.as_deref(), Some("discard"));

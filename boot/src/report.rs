@@ -21,7 +21,7 @@ pub fn collect(roots: &SystemPaths, node_id: &str, tests: Option<(f64, u64)>) ->
     let cpu: Cpu = inventory::cpu(&cpuinfo);
     InventoryReport {
         node_id: node_id.to_owned(),
-        collected_at: time::OffsetDateTime::now_utc(),
+        collected_at: metal_clock::now_utc(),
         cpu,
         memory: inventory::memory(roots),
         disks: inventory::disks(roots),

@@ -11,7 +11,6 @@ use metal_protocol::wipe::{
     DeviceCommand, DiskWipe, RejectedMethod, SanitizeMethod, Verification, VerifyMode, WipePolicy, WipeResult,
 };
 use rand::RngCore as _;
-use time::OffsetDateTime;
 
 use crate::device::BlockDevice;
 use crate::firmware;
@@ -100,7 +99,7 @@ struct Log {
 impl Log {
     /// Runs `f`, recording it as `command` with its raw status (0, or errno and its name).
     fn run<T>(&mut self, command: &str, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-        let started_at = OffsetDateTime::now_utc();
+        let started_at = metal_clock::now_utc();
         let result = f();
         let status = match &result {
             Ok(_) => "0x0".to_owned(),
@@ -114,7 +113,7 @@ impl Log {
             status,
             ok: result.is_ok(),
             started_at,
-            finished_at: OffsetDateTime::now_utc(),
+            finished_at: metal_clock::now_utc(),
         });
         result
     }
@@ -127,7 +126,7 @@ fn is_refusal(e: &io::Error) -> bool {
 /// Erases and verifies one disk; never panics on device errors, it reports them.
 pub fn erase_disk(job: &DiskJob, options: &EraseOptions, progress: &dyn ProgressSink) -> DiskWipe {
     let name = job.device.name();
-    let started_at = OffsetDateTime::now_utc();
+    let started_at = metal_clock::now_utc();
     let method_plan = plan(&job.capabilities, options.policy, options.pattern, options.forced_method);
     let mut rejected = method_plan.rejected;
     let mut log = Log::default();
@@ -174,7 +173,7 @@ pub fn erase_disk(job: &DiskJob, options: &EraseOptions, progress: &dyn Progress
     }
     wipe.rejected_methods = rejected;
     wipe.commands = log.commands;
-    wipe.finished_at = OffsetDateTime::now_utc();
+    wipe.finished_at = metal_clock::now_utc();
     progress.finish(name, &wipe);
     wipe
 }
@@ -303,7 +302,7 @@ fn device_erase(target: &dyn Target, method: SanitizeMethod, log: &mut Log) -> R
                 status: sent.status,
                 ok: sent.ok,
                 started_at: sent.started_at,
-                finished_at: OffsetDateTime::now_utc(),
+                finished_at: metal_clock::now_utc(),
             });
         };
         return firmware::run(target, method, &mut record).map_err(|e| match e {

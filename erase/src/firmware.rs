@@ -314,7 +314,7 @@ fn nvme_send(
     data: &mut [u8],
     log: &mut dyn FnMut(Sent),
 ) -> Result<(), EraseError> {
-    let started = OffsetDateTime::now_utc();
+    let started = metal_clock::now_utc();
     let result = target.nvme_admin(command, data);
     let status = match &result {
         Ok(done) => NvmeStatus::from_ioctl(done.status),
@@ -354,7 +354,7 @@ fn nvme_sanitize(
 ) -> Result<(), EraseError> {
     let sanitize = nvme::Sanitize { action, allow_unrestricted_exit: false, no_deallocate: false };
     let command = nvme::sanitize(&sanitize).map_err(|e| EraseError::Failed(e.to_string()))?;
-    let started = OffsetDateTime::now_utc();
+    let started = metal_clock::now_utc();
     nvme_send(target, &format!("Sanitize {action:?}"), &command, &mut [], log)?;
     let polling = Instant::now();
     loop {
@@ -392,7 +392,7 @@ fn nvme_sanitize(
 
 fn ata_sanitize(target: &dyn Target, operation: AtaSanitize, log: &mut dyn FnMut(Sent)) -> Result<(), EraseError> {
     let command = ata::sanitize_device(&operation).map_err(|e| EraseError::Failed(e.to_string()))?;
-    let started = OffsetDateTime::now_utc();
+    let started = metal_clock::now_utc();
     let sent = ata_command(target, &command, &mut [], SHORT);
     log(Sent::new(&format!("SANITIZE DEVICE {operation:?}"), describe(&sent), sent.is_ok(), started));
     sent?;
@@ -427,7 +427,7 @@ fn describe<T>(result: &Result<T, EraseError>) -> String {
 fn ata_security_erase(target: &dyn Target, enhanced: bool, log: &mut dyn FnMut(Sent)) -> Result<(), EraseError> {
     let id = ata_identify(target).map_err(EraseError::Failed)?;
     let password = AtaPassword::new(ATA_PASSWORD).map_err(|e| EraseError::Failed(e.to_string()))?;
-    let started = OffsetDateTime::now_utc();
+    let started = metal_clock::now_utc();
     let set = ata_command(target, &ata::security_set_user_password(&password, SecurityLevel::High), &mut [], SHORT);
     log(Sent::new("SECURITY SET PASSWORD (user, high)", describe(&set), set.is_ok(), started));
     set?;
@@ -461,7 +461,7 @@ fn scsi_sanitize(
     log: &mut dyn FnMut(Sent),
 ) -> Result<(), EraseError> {
     let command = scsi::sanitize(&action, true, false).map_err(|e| EraseError::Failed(e.to_string()))?;
-    let started = OffsetDateTime::now_utc();
+    let started = metal_clock::now_utc();
     let outcome = target.sg_io(&command, &mut [], SHORT).map_err(refusal_or_failure)?;
     let checked = scsi_check(&outcome);
     log(Sent::new(

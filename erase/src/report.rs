@@ -34,7 +34,7 @@ pub fn build(
         policy,
         disks,
         started_at,
-        finished_at: OffsetDateTime::now_utc(),
+        finished_at: metal_clock::now_utc(),
         tool: Tool { name: "metal-erase".into(), version: env!("CARGO_PKG_VERSION").into() },
     }
 }

@@ -4,15 +4,23 @@
 
 use metal_protocol::DiskIdentity;
 use metal_protocol::wipe::{DiskWipe, WipeReport, WipeResult};
-use time::OffsetDateTime;
 use tracing::{error, info};
 
 use crate::device::{self, BlockDevice, DeviceError, Selection, SystemPaths};
 use crate::engine::{self, DiskJob, EraseOptions};
 use crate::firmware;
-use crate::io::BlockTarget;
+use crate::io::{BlockTarget, Target};
 use crate::progress::ProgressSink;
 use crate::report::{self, SigningIdentity};
+
+/// How a disk is opened for writing: [`open_block_device`] on a real machine; a simulated
+/// machine opens its disk's backing file.
+pub type Opener<'a> = &'a (dyn Fn(&BlockDevice) -> std::io::Result<Box<dyn Target>> + Sync);
+
+/// Opens a block device for direct, exclusive writing ([`BlockTarget::open`]).
+pub fn open_block_device(device: &BlockDevice) -> std::io::Result<Box<dyn Target>> {
+    Ok(Box::new(BlockTarget::open(&device.path, true)?))
+}
 
 /// Erases the disks `selection` picks under `paths` and returns the report for `identity`.
 /// `inventory` is the platform's list of the node's disks (default: the selected ones). A
@@ -26,20 +34,33 @@ pub fn erase(
     inventory: Option<Vec<DiskIdentity>>,
     progress: &dyn ProgressSink,
 ) -> Result<WipeReport, DeviceError> {
+    erase_with(paths, &open_block_device, selection, options, identity, inventory, progress)
+}
+
+/// [`erase`], opening each disk with `open`.
+pub fn erase_with(
+    paths: &SystemPaths,
+    open: Opener<'_>,
+    selection: &Selection,
+    options: &EraseOptions,
+    identity: &SigningIdentity,
+    inventory: Option<Vec<DiskIdentity>>,
+    progress: &dyn ProgressSink,
+) -> Result<WipeReport, DeviceError> {
     let devices = device::discover(paths)?;
     let (chosen, skipped) = device::select(&devices, selection, &paths.sys)?;
     for s in &skipped {
         info!(disk = %s.name, reason = %s.reason, "skipped");
     }
-    let started_at = OffsetDateTime::now_utc();
+    let started_at = metal_clock::now_utc();
     let inventory_disks = inventory.unwrap_or_else(|| chosen.iter().map(|d| d.disk.identity.clone()).collect());
     let mut jobs = Vec::new();
     let mut unopened = Vec::new();
     for device in chosen {
-        match BlockTarget::open(&device.path, true) {
+        match open(&device) {
             Ok(target) => {
-                let capabilities = firmware::probe(&target, device.disk.transport);
-                jobs.push(DiskJob { device, target: Box::new(target), capabilities })
+                let capabilities = firmware::probe(target.as_ref(), device.disk.transport);
+                jobs.push(DiskJob { device, target, capabilities })
             }
             Err(e) => {
                 error!(disk = %device.path.display(), error = %e, "cannot open for erase");
@@ -54,7 +75,7 @@ pub fn erase(
 }
 
 fn failed_to_open(device: &BlockDevice, e: &std::io::Error) -> DiskWipe {
-    let now = OffsetDateTime::now_utc();
+    let now = metal_clock::now_utc();
     DiskWipe {
         device: device.path.display().to_string(),
         identity: device.disk.identity.clone(),

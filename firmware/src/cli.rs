@@ -196,7 +196,7 @@ async fn check(
     };
     let node = signing.as_ref().map_or_else(|| node.unwrap_or_default(), |s| s.identity().node.clone());
     let versions = read_sources(sources).await?;
-    let report = baseline::check(&node, &versions, Some(&wanted), time::OffsetDateTime::now_utc())
+    let report = baseline::check(&node, &versions, Some(&wanted), metal_clock::now_utc())
         .map_err(|e| fail(Outcome::Invalid, e))?;
     match &signing {
         Some(identity) => print_json(

@@ -166,7 +166,7 @@ impl Run<'_> {
         } else {
             warn!(node = self.node_id, action, component, "{detail}");
         }
-        let at = OffsetDateTime::now_utc();
+        let at = metal_clock::now_utc();
         self.steps.push(Step { at, action: action.into(), component: component.map(Into::into), ok, detail });
     }
 
@@ -184,12 +184,8 @@ impl Run<'_> {
             true,
             format!("{} versions read through {}", found.versions.len(), self.bmc.protocol()),
         );
-        let report = baseline::check(
-            self.node_id,
-            &found.versions,
-            policy.firmware_baseline.as_ref(),
-            OffsetDateTime::now_utc(),
-        )?;
+        let report =
+            baseline::check(self.node_id, &found.versions, policy.firmware_baseline.as_ref(), metal_clock::now_utc())?;
         let lines = baseline::drift_lines(&report);
         let detail = if lines.is_empty() { "compliant".to_owned() } else { lines.join("; ") };
         self.step("check", None, report.compliant, format!("{}: {detail}", baseline::code(&report)));

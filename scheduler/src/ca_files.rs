@@ -8,7 +8,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use ed25519_dalek::SigningKey;
 use metal_protocol::identity::{pem_encode, signing_key_pem};
@@ -61,7 +61,7 @@ pub fn init(dir: &Path, site: &str, validity: Duration) -> Result<SiteCa, CaFile
         return Err(CaFileError::Exists(dir.to_owned()));
     }
     fs::create_dir_all(dir).map_err(io_error(dir))?;
-    let ca = SiteCa::create(site, SystemTime::now(), validity)?;
+    let ca = SiteCa::create(site, metal_clock::now(), validity)?;
     write_file(&key_path, ca.key_pem()?.as_bytes(), 0o600)?;
     write_file(&cert_path, ca.certificate().pem().as_bytes(), 0o644)?;
     Ok(ca)
@@ -131,7 +131,7 @@ pub fn issue(ca: &SiteCa, request: &IssueRequest<'_>, prefix: &Path) -> Result<I
         request.node,
         request.generation,
         request.role,
-        SystemTime::now(),
+        metal_clock::now(),
         request.validity,
     )?;
     let chain = format!("{}{}", pem_encode("CERTIFICATE", &der), ca.certificate().pem());

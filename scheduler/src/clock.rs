@@ -12,13 +12,13 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now(&self) -> OffsetDateTime;
 }
 
-/// The system clock.
+/// The process's wall clock (`metal_clock`): the system's, or the one a simulation installed.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> OffsetDateTime {
-        OffsetDateTime::now_utc()
+        metal_clock::now_utc()
     }
 }
 

@@ -30,7 +30,7 @@ pub struct RenewingCertificate {
 }
 
 fn issue(ca: &SiteCa, names: &[String], provider: &CryptoProvider) -> Result<(Arc<CertifiedKey>, SystemTime), String> {
-    let now = SystemTime::now();
+    let now = metal_clock::now();
     let key = SigningKey::generate(&mut rand::rngs::OsRng);
     let der = ca
         .issue_server(&key.verifying_key(), names, now - Duration::from_secs(300), VALIDITY)
@@ -53,7 +53,7 @@ impl RenewingCertificate {
 impl ResolvesServerCert for RenewingCertificate {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if SystemTime::now() >= current.1 {
+        if metal_clock::now() >= current.1 {
             match issue(&self.ca, &self.names, &self.provider) {
                 Ok(renewed) => {
                     info!(names = ?self.names, "renewed a listener's certificate");
@@ -71,7 +71,7 @@ pub fn server_config(
     provider: Arc<CryptoProvider>,
     resolver: Arc<dyn ResolvesServerCert>,
 ) -> Result<rustls::ServerConfig, String> {
-    Ok(rustls::ServerConfig::builder_with_provider(provider)
+    Ok(rustls::ServerConfig::builder_with_details(provider, Arc::new(metal_clock::RustlsTime))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_no_client_auth()

@@ -66,15 +66,29 @@ pub enum BootStep {
     LocalDisk,
 }
 
+/// What a releasing node still needs from a ramdisk in this release (`store::boot::due`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Due {
+    /// Its pool has a firmware baseline and no compliant check was recorded yet.
+    pub firmware: bool,
+    /// No wipe report was accepted yet.
+    pub erase: bool,
+}
+
+impl Due {
+    /// Everything (a release that has just begun).
+    pub const ALL: Due = Due { firmware: true, erase: true };
+}
+
 /// The step for a node in `state`: new and commissioning nodes are commissioned; a releasing
-/// node has its firmware checked first when its pool has a baseline and no compliant check
-/// was recorded in this release (`firmware_due`), then is erased; a deploying node is
-/// deployed; every other state boots its disk.
-pub fn boot_step(state: NodeState, firmware_due: bool) -> BootStep {
+/// node has its firmware checked first when that is due, then is erased until a wipe report
+/// is accepted (a ramdisk that reboots after its erase is not handed a second one), then
+/// boots its disk; a deploying node is deployed; every other state boots its disk.
+pub fn boot_step(state: NodeState, due: Due) -> BootStep {
     match state {
         NodeState::New | NodeState::Commissioning => BootStep::Ramdisk(BootTask::Commission),
-        NodeState::Releasing if firmware_due => BootStep::Ramdisk(BootTask::Firmware),
-        NodeState::Releasing => BootStep::Ramdisk(BootTask::Erase),
+        NodeState::Releasing if due.firmware => BootStep::Ramdisk(BootTask::Firmware),
+        NodeState::Releasing if due.erase => BootStep::Ramdisk(BootTask::Erase),
         NodeState::Deploying => BootStep::Ramdisk(BootTask::Deploy),
         _ => BootStep::LocalDisk,
     }
@@ -128,7 +142,7 @@ mod tests {
     fn every_state_has_one_step() {
         let ramdisk: Vec<(NodeState, BootTask)> = NodeState::ALL
             .into_iter()
-            .filter_map(|s| match boot_step(s, false) {
+            .filter_map(|s| match boot_step(s, Due { firmware: false, erase: true }) {
                 BootStep::Ramdisk(t) => Some((s, t)),
                 BootStep::LocalDisk => None,
                 BootStep::Installer => panic!("the state alone never says installer (the plan does)"),
@@ -143,8 +157,10 @@ mod tests {
                 (NodeState::Releasing, BootTask::Erase),
             ]
         );
-        assert_eq!(boot_step(NodeState::Releasing, true), BootStep::Ramdisk(BootTask::Firmware));
-        assert_eq!(boot_step(NodeState::Ready, true), BootStep::LocalDisk);
+        assert_eq!(boot_step(NodeState::Releasing, Due::ALL), BootStep::Ramdisk(BootTask::Firmware));
+        let erased = Due { firmware: false, erase: false };
+        assert_eq!(boot_step(NodeState::Releasing, erased), BootStep::LocalDisk, "one erase per release");
+        assert_eq!(boot_step(NodeState::Ready, Due::ALL), BootStep::LocalDisk);
         for t in [BootTask::Commission, BootTask::Erase, BootTask::Deploy, BootTask::Firmware, BootTask::Install] {
             assert_eq!(t.as_str().parse::<BootTask>(), Ok(t));
         }

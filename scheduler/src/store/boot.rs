@@ -126,11 +126,16 @@ pub fn get_inventory(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<Node
     .transpose()
 }
 
-/// Stores a wipe report as received.
-pub fn record_wipe(conn: &mut dyn Conn, record: &WipeReportRecord, envelope: &str) -> DbResult<()> {
+/// Stores a wipe report as received, with the node's (row) generation then.
+pub fn record_wipe(
+    conn: &mut dyn Conn,
+    record: &WipeReportRecord,
+    node_generation: i64,
+    envelope: &str,
+) -> DbResult<()> {
     conn.execute(
-        "INSERT INTO wipe_reports (id, node_id, accepted, code, reason, signer, envelope, received_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO wipe_reports (id, node_id, accepted, code, reason, signer, envelope, received_at, node_generation) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         &[
             &record.id,
             &record.node_id,
@@ -140,6 +145,7 @@ pub fn record_wipe(conn: &mut dyn Conn, record: &WipeReportRecord, envelope: &st
             &record.signer,
             &envelope,
             &to_millis(record.received_at),
+            &node_generation,
         ],
     )?;
     Ok(())
@@ -167,6 +173,14 @@ pub fn wipe_reports(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<WipeRepo
     .collect()
 }
 
+/// The DSSE envelope of wipe report `id` of `node_id`, as it was posted.
+pub fn wipe_envelope(conn: &mut dyn Conn, node_id: &str, id: &str) -> DbResult<Option<String>> {
+    conn.query("SELECT envelope FROM wipe_reports WHERE node_id = $1 AND id = $2", &[&node_id, &id])?
+        .first()
+        .map(|row| row.get("envelope"))
+        .transpose()
+}
+
 /// Records a firmware check of the node at `node_generation`.
 pub fn record_firmware_check(
     conn: &mut dyn Conn,
@@ -185,9 +199,20 @@ pub fn record_firmware_check(
     Ok(id)
 }
 
+/// What a releasing node still needs from a ramdisk: its firmware checked, its disks erased.
+/// Both are counted at the node's current (row) generation, which every lifecycle move
+/// bumps, so a new release (or a recovery) needs both again.
+pub fn due(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<crate::model::boot::Due> {
+    let erased = conn.query_opt(
+        "SELECT id FROM wipe_reports WHERE node_id = $1 AND node_generation = $2 AND accepted = 1",
+        &[&node.id, &node.generation],
+    )?;
+    Ok(crate::model::boot::Due { firmware: firmware_due(conn, node)?, erase: erased.is_none() })
+}
+
 /// Whether a releasing node still needs its firmware checked: its pool has a baseline and
 /// no compliant check was recorded at its current generation (every lifecycle move bumps it).
-pub fn firmware_due(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<bool> {
+fn firmware_due(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<bool> {
     let Some(pool) = node.pool_id.as_deref() else { return Ok(false) };
     let baseline = crate::store::capacity::get_pool(conn, pool)?
         .and_then(|p| p.policy.firmware_baseline)

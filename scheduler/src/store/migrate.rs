@@ -19,6 +19,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (9, "images-profiles", include_str!("../../migrations/0009_images_profiles.sql")),
     (10, "workflows", include_str!("../../migrations/0010_workflows.sql")),
     (11, "hosts", include_str!("../../migrations/0011_hosts.sql")),
+    (12, "wipe-generation", include_str!("../../migrations/0012_wipe_generation.sql")),
 ];
 
 /// Brings the schema up to date.

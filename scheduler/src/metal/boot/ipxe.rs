@@ -152,7 +152,7 @@ pub fn decide(
         }
         None => return Err(ApiError::NotFound(format!("node with boot MAC {mac}"))),
     };
-    let step = boot_step(node.state, store::boot::firmware_due(tx, &node)?);
+    let step = boot_step(node.state, store::boot::due(tx, &node)?);
     if node.state == NodeState::New {
         let request = NodeTransition {
             from: NodeState::New,

@@ -70,7 +70,7 @@ pub async fn join(
                     node.id, node.identity_generation
                 )));
             }
-            if boot_step(node.state, store::boot::firmware_due(tx, &node)?) != BootStep::Ramdisk(token.task) {
+            if boot_step(node.state, store::boot::due(tx, &node)?) != BootStep::Ramdisk(token.task) {
                 return Err(ApiError::Forbidden(format!(
                     "the token is for {} but node {} is {} now",
                     token.task, node.id, node.state
@@ -364,7 +364,7 @@ fn wipe_report(
         received_at: now,
     };
     let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
-    store::boot::record_wipe(tx, &record, &raw)?;
+    store::boot::record_wipe(tx, &record, node.generation, &raw)?;
     let subject = format!("node/{}", node.id);
     match outcome {
         Ok(report) => {

@@ -24,7 +24,7 @@ pub fn server_config(service: &BootService) -> Result<rustls::ServerConfig, Stri
         .allow_unauthenticated()
         .build()
         .map_err(|e| e.to_string())?;
-    Ok(rustls::ServerConfig::builder_with_provider(provider)
+    Ok(rustls::ServerConfig::builder_with_details(provider, Arc::new(metal_clock::RustlsTime))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_client_cert_verifier(verifier)

@@ -1,0 +1,88 @@
+//! The simulator's own client of the scheduler's HTTP API: it enrols the fleet and drives
+//! leases the way an operator or a tenant would (`metalctl` speaks the same API).
+
+use serde_json::Value;
+
+/// A refused or failed API call.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The call did not get an answer.
+    #[error("{method} {path}: {source}")]
+    Transport {
+        /// The method.
+        method: String,
+        /// The path.
+        path: String,
+        /// What failed.
+        source: reqwest::Error,
+    },
+    /// The scheduler answered with an error.
+    #[error("{method} {path}: {status}: {message}")]
+    Refused {
+        /// The method.
+        method: String,
+        /// The path.
+        path: String,
+        /// The HTTP status.
+        status: u16,
+        /// The API's message (or the body).
+        message: String,
+    },
+}
+
+/// An API client with one bearer token.
+#[derive(Debug, Clone)]
+pub struct Api {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    /// A client of the API at `base` (e.g. `http://127.0.0.1:7450`) with `token`.
+    pub fn new(base: &str, token: &str) -> Api {
+        Api { base: base.trim_end_matches('/').to_owned(), token: token.to_owned(), http: reqwest::Client::new() }
+    }
+
+    /// The API's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Calls `method path` with `body` (JSON, when not null); the answer's JSON (null when
+    /// empty).
+    pub async fn call(&self, method: &str, path: &str, body: &Value) -> Result<Value, ApiError> {
+        let verb = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
+        let mut request = self.http.request(verb, format!("{}{path}", self.base)).bearer_auth(&self.token);
+        if !body.is_null() {
+            request = request.json(body);
+        }
+        let transport = |source| ApiError::Transport { method: method.to_owned(), path: path.to_owned(), source };
+        let answer = request.send().await.map_err(transport)?;
+        let status = answer.status();
+        let text = answer.text().await.map_err(transport)?;
+        let json: Value =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        if status.is_success() {
+            Ok(json)
+        } else {
+            let message = json["error"]["message"].as_str().map_or_else(|| json.to_string(), str::to_owned);
+            Err(ApiError::Refused {
+                method: method.to_owned(),
+                path: path.to_owned(),
+                status: status.as_u16(),
+                message,
+            })
+        }
+    }
+
+    /// GET `path`.
+    pub async fn get(&self, path: &str) -> Result<Value, ApiError> {
+        self.call("GET", path, &Value::Null).await
+    }
+
+    /// POST `body` to `path`.
+    pub async fn post(&self, path: &str, body: Value) -> Result<Value, ApiError> {
+        self.call("POST", path, &body).await
+    }
+}

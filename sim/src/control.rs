@@ -1,0 +1,113 @@
+//! The simulator's own HTTP endpoint, beside the scheduler's: the files the site serves (OS
+//! and firmware images), and control of the simulation: the machines (power, what they do,
+//! their faults, their consoles), faults switched on and off, and the clock moved forward.
+//!
+//! - `GET /files/NAME`
+//! - `GET /sim/machines`, `GET /sim/machines/ID/console`
+//! - `PUT /sim/machines/ID/faults/FAULT`, `DELETE /sim/machines/ID/faults/FAULT`
+//! - `GET /sim/clock`, `POST /sim/clock/advance {"seconds": N}`
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post, put};
+use serde_json::{Value, json};
+
+use crate::clock::SimClock;
+use crate::fault::Fault;
+use crate::machine::Machine;
+
+/// What the control endpoint serves.
+#[derive(Debug)]
+pub struct Control {
+    /// Where `/files/NAME` comes from.
+    pub files: PathBuf,
+    /// The machines.
+    pub machines: Vec<Arc<Machine>>,
+    /// The clock.
+    pub clock: Arc<SimClock>,
+}
+
+type Shared = State<Arc<Control>>;
+type Answer = Result<Json<Value>, (StatusCode, String)>;
+
+fn machine(control: &Control, id: &str) -> Result<Arc<Machine>, (StatusCode, String)> {
+    control.machines.iter().find(|m| m.id == id).cloned().ok_or((StatusCode::NOT_FOUND, format!("no machine {id}")))
+}
+
+fn fault(name: &str) -> Result<Fault, (StatusCode, String)> {
+    name.parse().map_err(|e| (StatusCode::UNPROCESSABLE_ENTITY, e))
+}
+
+async fn file(State(control): Shared, Path(name): Path<String>) -> Result<Vec<u8>, StatusCode> {
+    if name.contains('/') || name.starts_with('.') {
+        return Err(StatusCode::NOT_FOUND);
+    }
+    tokio::fs::read(control.files.join(name)).await.map_err(|_| StatusCode::NOT_FOUND)
+}
+
+fn describe(m: &Machine) -> Value {
+    let state = m.state().clone();
+    json!({
+        "id": m.id, "mac": m.hardware.mac, "cores": m.hardware.cores, "memoryBytes": m.hardware.memory_bytes,
+        "disks": m.hardware.disks, "power": if state.power_on { "on" } else { "off" }, "activity": state.activity,
+        "boots": state.boots, "faults": m.faults.active()
+    })
+}
+
+async fn machines(State(control): Shared) -> Json<Value> {
+    Json(Value::Array(control.machines.iter().map(|m| describe(m)).collect()))
+}
+
+async fn console(State(control): Shared, Path(id): Path<String>) -> Answer {
+    Ok(Json(json!(machine(&control, &id)?.console())))
+}
+
+async fn set_fault(State(control): Shared, Path((id, name)): Path<(String, String)>) -> Answer {
+    let m = machine(&control, &id)?;
+    m.faults.set(fault(&name)?, true);
+    Ok(Json(describe(&m)))
+}
+
+async fn clear_fault(State(control): Shared, Path((id, name)): Path<(String, String)>) -> Answer {
+    let m = machine(&control, &id)?;
+    m.faults.set(fault(&name)?, false);
+    Ok(Json(describe(&m)))
+}
+
+fn clock_view(clock: &SimClock) -> Value {
+    let now = time::OffsetDateTime::from(metal_clock::Source::now(clock));
+    json!({"now": now.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(), "speed": clock.speed()})
+}
+
+async fn clock(State(control): Shared) -> Json<Value> {
+    Json(clock_view(&control.clock))
+}
+
+async fn advance(State(control): Shared, Json(body): Json<Value>) -> Answer {
+    let seconds = body["seconds"]
+        .as_u64()
+        .filter(|s| *s <= 366 * 86_400)
+        .ok_or((StatusCode::UNPROCESSABLE_ENTITY, "seconds: a whole number from 0 to 31622400 (a year)".to_owned()))?;
+    control.clock.advance(Duration::from_secs(seconds));
+    Ok(Json(clock_view(&control.clock)))
+}
+
+/// Serves `control` on `listener` until the runtime ends.
+pub async fn serve(control: Arc<Control>, listener: tokio::net::TcpListener) {
+    let router = axum::Router::new()
+        .route("/files/{name}", get(file))
+        .route("/sim/machines", get(machines))
+        .route("/sim/machines/{id}/console", get(console))
+        .route("/sim/machines/{id}/faults/{fault}", put(set_fault).delete(clear_fault))
+        .route("/sim/clock", get(clock))
+        .route("/sim/clock/advance", post(advance))
+        .with_state(control);
+    if let Err(e) = axum::serve(listener, router).await {
+        tracing::error!(error = %e, "the simulator's control endpoint stopped");
+    }
+}

@@ -1,0 +1,293 @@
+//! The README's first run: a simulated site runs two dedicated-root leases of a week each
+//! from reservation to a clean, re-identified return, with no hand on a machine. One BMC
+//! refuses the teardown's password rotation, so its machine is quarantined; the fault is
+//! cleared and `recover` runs the teardown again. At the end: the timeline of the clean
+//! machine, the meter records, and its wipe report read as a certificate and verified
+//! offline against the site CA.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use serde_json::{Value, json};
+
+use crate::fault::Fault;
+use crate::site::{GPUS, POOL, Site};
+
+/// What the demo saw, for its caller (and the tests) to check.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The node that went through the lease and back cleanly.
+    pub clean: String,
+    /// The node that was quarantined and recovered.
+    pub recovered: String,
+    /// Identity generations of the clean node: before, leased, returned.
+    pub generations: Vec<i64>,
+    /// node.metal.hours billed to the tenant.
+    pub metal_hours: f64,
+    /// The clean node's accepted wipe report, verified offline: the disks it names.
+    pub wiped_disks: usize,
+    /// What was printed.
+    pub text: String,
+}
+
+/// The tenant the demo leases to.
+pub const TENANT: &str = "acme";
+const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops@acme";
+/// How long each lease runs.
+pub const LEASE: Duration = Duration::from_secs(7 * 86_400);
+/// The longest the demo waits, in real time, for any one stage.
+const STAGE: Duration = Duration::from_secs(180);
+
+/// Runs the demo on a started site whose machines are commissioned; prints as it goes.
+pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
+    let mut out = Outcome::default();
+    let admin = &site.admin;
+    let mut text = String::new();
+    let say = |text: &mut String, line: String| {
+        println!("{line}");
+        text.push_str(&line);
+        text.push('\n');
+    };
+
+    say(&mut text, "== the tenant, the public image and the lessee's profile".into());
+    admin.post("/v1/tenants", json!({"id": TENANT})).await?;
+    admin.post(&format!("/v1/pools/{POOL}/offers"), json!({"tenantId": TENANT})).await?;
+    let image = crate::site::os_image(16 << 20);
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image));
+    let url = site.publish("sim-os.img", &image)?;
+    let imported = admin.post("/v1/images", json!({"name": "sim-os", "url": url, "checksum": digest})).await?;
+    let image_id = imported["id"].as_str().context("the import has no id")?.to_owned();
+    site.until("the image imported", STAGE, || async {
+        let image = admin.get(&format!("/v1/images/{image_id}")).await?;
+        if image["state"] == "failed" {
+            bail!("the import failed: {image}");
+        }
+        Ok(image["state"] == "ready")
+    })
+    .await?;
+    admin.post(&format!("/v1/images/{image_id}/promote"), Value::Null).await?;
+    admin
+        .post(
+            "/v1/profiles",
+            json!({"id": "acme-os", "tenantId": TENANT, "image": image_id, "adminUser": "ops", "role": "lessee",
+                   "sshAuthorizedKeys": [KEY]}),
+        )
+        .await?;
+    say(&mut text, format!("image {image_id} (sha256 {}) imported, promoted; profile acme-os:1", &digest[..16]));
+
+    say(&mut text, "== two dedicated-root leases of 7 days".into());
+    let mut reservations = Vec::new();
+    for _ in 0..2 {
+        let r = admin
+            .post(
+                "/v1/reservations",
+                json!({"tenantId": TENANT, "poolId": POOL, "devices": [{"class": "gpu", "count": GPUS}],
+                       "duration": "7d", "binding": "node", "node": {"profileId": "acme-os", "profileVersion": 1}}),
+            )
+            .await?;
+        reservations.push(r["id"].as_str().context("a reservation without an id")?.to_owned());
+    }
+    for id in &reservations {
+        site.until("the lease bound (deployed)", STAGE, || async {
+            let r = admin.get(&format!("/v1/reservations/{id}")).await?;
+            if matches!(r["state"].as_str(), Some("failed" | "cancelled")) {
+                bail!("reservation {id} ended: {r}");
+            }
+            Ok(r["state"] == "active")
+        })
+        .await?;
+    }
+    let mut nodes = Vec::new();
+    for id in &reservations {
+        let r = admin.get(&format!("/v1/reservations/{id}")).await?;
+        nodes.push(r["nodes"][0].as_str().context("an active reservation without a node")?.to_owned());
+    }
+    out.clean = nodes[0].clone();
+    out.recovered = nodes[1].clone();
+    for node in &nodes {
+        let n = admin.get(&format!("/v1/nodes/{node}")).await?;
+        let machine = site.machine(node).context("a node without a machine")?;
+        say(
+            &mut text,
+            format!(
+                "{node}: {} under {} trust, identity generation {}, role {}; the machine runs {:?}",
+                n["state"].as_str().unwrap_or("?"),
+                n["trust"].as_str().unwrap_or("?"),
+                n["identityGeneration"],
+                n["labels"]["role"].as_str().unwrap_or("-"),
+                machine.state().activity
+            ),
+        );
+    }
+    out.generations.push(1);
+    out.generations
+        .push(admin.get(&format!("/v1/nodes/{}", out.clean)).await?["identityGeneration"].as_i64().unwrap_or(0));
+
+    let faulty = site.machine(&out.recovered).context("no machine")?;
+    faulty.faults.set(Fault::RefuseRotation, true);
+    say(&mut text, format!("{}: its BMC will now refuse a password change (fault refuse-rotation)", out.recovered));
+
+    say(&mut text, "== a week later: the leases end and the teardowns run".into());
+    site.clock.advance(LEASE);
+    let clean = out.clean.clone();
+    reaches(site, &clean, "ready").await?;
+    let recovered = out.recovered.clone();
+    reaches(site, &recovered, "failed").await?;
+    let quarantined = admin.get(&format!("/v1/nodes/{recovered}")).await?;
+    say(
+        &mut text,
+        format!(
+            "{recovered}: quarantined ({}; maintenance {})",
+            quarantined["stateReason"].as_str().unwrap_or("?"),
+            quarantined["maintenance"]
+        ),
+    );
+    faulty.faults.set(Fault::RefuseRotation, false);
+    admin.post(&format!("/v1/nodes/{recovered}/recover"), Value::Null).await?;
+    say(&mut text, format!("{recovered}: fault cleared, recover runs the teardown again"));
+    reaches(site, &recovered, "ready").await?;
+    let clean_node = admin.get(&format!("/v1/nodes/{clean}")).await?;
+    out.generations.push(clean_node["identityGeneration"].as_i64().unwrap_or(0));
+    for node in &nodes {
+        let n = admin.get(&format!("/v1/nodes/{node}")).await?;
+        say(
+            &mut text,
+            format!(
+                "{node}: {} under {} trust, identity generation {}, tenant-root {}",
+                n["state"].as_str().unwrap_or("?"),
+                n["trust"].as_str().unwrap_or("?"),
+                n["identityGeneration"],
+                n["tenantRoot"]
+            ),
+        );
+    }
+
+    say(&mut text, format!("== timeline of {clean} (simulated time)"));
+    let timeline = timeline(site, &clean).await?;
+    say(&mut text, timeline);
+
+    say(&mut text, format!("== teardown evidence of {clean}"));
+    let runs = admin.get(&format!("/v1/nodes/{clean}/teardowns")).await?;
+    let run = runs.as_array().and_then(|r| r.first()).context("no teardown run")?;
+    let mut steps = String::new();
+    for h in run["history"].as_array().into_iter().flatten() {
+        let _ = writeln!(steps, "  {:<20} {}", h["step"].as_str().unwrap_or("?"), h["result"].as_str().unwrap_or("?"));
+    }
+    say(&mut text, format!("{} {}:\n{}", run["definition"].as_str().unwrap_or("?"), run["status"], steps.trim_end()));
+
+    say(&mut text, format!("== meter records of {TENANT}"));
+    metal_scheduler::app::bill_once(&site.app).await.map_err(|e| anyhow::anyhow!("billing: {e}"))?;
+    let usage = admin.get(&format!("/v1/usage?tenantId={TENANT}")).await?;
+    out.metal_hours = usage["totals"]["node.metal.hours"].as_f64().unwrap_or(0.0);
+    let records = usage["records"].as_array().map_or(0, Vec::len);
+    say(
+        &mut text,
+        format!(
+            "{records} records; node.metal.hours {:.3}, gpu.hours {:.3}",
+            out.metal_hours,
+            usage["totals"]["gpu.hours"].as_f64().unwrap_or(0.0)
+        ),
+    );
+
+    say(&mut text, format!("== wipe certificate of {clean}"));
+    let (certificate, disks) = crate::certificate::for_node(site, &clean).await?;
+    out.wiped_disks = disks;
+    say(&mut text, certificate);
+    out.text = text;
+    Ok(out)
+}
+
+/// Waits until `node` is in `state`; a node that fails on the way (when `state` is not
+/// `failed`), or a wait past the stage's limit, is an error that says where it stopped.
+async fn reaches(site: &Site, node: &str, state: &str) -> anyhow::Result<()> {
+    let reached = site
+        .until(&format!("{node} {state}"), STAGE, || async {
+            let n = site.admin.get(&format!("/v1/nodes/{node}")).await?;
+            if n["state"] == "failed" && state != "failed" {
+                bail!("{node} failed: {}", n["stateReason"]);
+            }
+            Ok(n["state"] == state)
+        })
+        .await;
+    match reached {
+        Ok(()) => Ok(()),
+        Err(e) => bail!("{e}\n{}", diagnose(site, node).await),
+    }
+}
+
+/// Where a node stands and what its machine said last: for an operator reading a failure.
+pub async fn diagnose(site: &Site, node: &str) -> String {
+    let mut text = String::new();
+    if let Ok(n) = site.admin.get(&format!("/v1/nodes/{node}")).await {
+        let _ = writeln!(
+            text,
+            "{node}: {} ({})",
+            n["state"].as_str().unwrap_or("?"),
+            n["stateReason"].as_str().unwrap_or("-")
+        );
+    }
+    if let Ok(runs) = site.admin.get(&format!("/v1/nodes/{node}/teardowns")).await
+        && let Some(run) = runs.as_array().and_then(|r| r.last())
+    {
+        let _ = writeln!(
+            text,
+            "teardown {}: step {} {}; last error: {}",
+            run["status"].as_str().unwrap_or("?"),
+            run["step"],
+            run["stepName"].as_str().unwrap_or(""),
+            run["lastError"].as_str().unwrap_or("-")
+        );
+    }
+    if let Some(machine) = site.machine(node) {
+        let _ = writeln!(text, "{node}'s machine: {:?}; console:", machine.state().activity);
+        for line in machine.console().iter().rev().take(40).rev() {
+            let _ = writeln!(text, "  {line}");
+        }
+    }
+    text
+}
+
+/// The node's events, one line each, timed from the first; a run of one kind at one time
+/// (an hour's meter records of a week) is one line with its count.
+async fn timeline(site: &Site, node: &str) -> anyhow::Result<String> {
+    let subject = format!("node/{node}");
+    let mut after = 0;
+    let mut lines: Vec<(String, usize)> = Vec::new();
+    let mut first = None;
+    loop {
+        let page = site.admin.get(&format!("/v1/events?after={after}")).await?;
+        let events = page["events"].as_array().cloned().unwrap_or_default();
+        if events.is_empty() {
+            break;
+        }
+        after = page["next"].as_i64().unwrap_or(after);
+        for e in events.iter().filter(|e| e["subject"] == subject.as_str() || e["data"]["node"] == node) {
+            let rfc3339 = &time::format_description::well_known::Rfc3339;
+            let Some(at) = e["at"].as_str().and_then(|t| time::OffsetDateTime::parse(t, rfc3339).ok()) else {
+                continue;
+            };
+            let offset = (at - *first.get_or_insert(at)).whole_seconds();
+            let data = &e["data"];
+            let detail = ["to", "step", "reason"]
+                .iter()
+                .find_map(|k| data[*k].as_str().map(|v| format!("  {k} {v}")))
+                .unwrap_or_default();
+            let line = format!(
+                "  +{}d {:02}:{:02}:{:02}  {}{detail}",
+                offset / 86_400,
+                offset % 86_400 / 3600,
+                offset % 3600 / 60,
+                offset % 60,
+                e["kind"].as_str().unwrap_or("?")
+            );
+            match lines.last_mut() {
+                Some((last, count)) if *last == line => *count += 1,
+                _ => lines.push((line, 1)),
+            }
+        }
+    }
+    let text: Vec<String> =
+        lines.into_iter().map(|(line, count)| if count > 1 { format!("{line}  (x{count})") } else { line }).collect();
+    Ok(text.join("\n"))
+}

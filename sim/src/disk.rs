@@ -1,0 +1,235 @@
+//! A simulated NVMe disk: a sparse file that the real erase and deploy code write through
+//! metal-erase's `Target`, as they would a block device, with an NVMe controller that
+//! answers the admin commands the erase engine sends (Identify Controller with Sanitize
+//! crypto and block erase advertised, Sanitize, the Sanitize Status log). A sanitize or a
+//! discard punches a hole over the whole file (what a thin-provisioned device does), so a
+//! terabyte disk is erased in an instant and the read-back still reads every marker the
+//! engine left. Faults make it lie: erase commands acknowledged and ignored (only the
+//! read-back can tell), or reads that fail.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use metal_erase::io::Target;
+use metal_erase::ioctl::NvmeCompletion;
+use metal_erase::passthrough::nvme::{self, AdminCommand};
+
+use crate::fault::Faults;
+
+/// The logical block size of every simulated disk.
+pub const BLOCK: u32 = 512;
+/// Generic Command Status, Invalid Command Opcode.
+const INVALID_OPCODE: u16 = 0x0001;
+/// Generic Command Status, Invalid Field in Command.
+const INVALID_FIELD: u16 = 0x0002;
+/// SANICAP: Crypto Erase and Block Erase supported.
+const SANICAP: u32 = 0b011;
+
+/// A sparse file as an NVMe namespace.
+#[derive(Debug)]
+pub struct FileDisk {
+    path: PathBuf,
+    file: File,
+    size: u64,
+    serial: String,
+    faults: Arc<Faults>,
+    /// The last Sanitize's CDW10, once one ran.
+    sanitized: Mutex<Option<u32>>,
+}
+
+impl FileDisk {
+    /// Creates (or resizes) the sparse file behind a disk of `size` bytes.
+    pub fn create(path: &Path, size: u64) -> io::Result<()> {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+        file.set_len(size)
+    }
+
+    /// Opens the disk at `path` (serial `serial`) for reading and writing, under `faults`.
+    pub fn open(path: &Path, serial: &str, faults: Arc<Faults>) -> io::Result<FileDisk> {
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+        let size = file.metadata()?.len();
+        Ok(FileDisk {
+            path: path.to_owned(),
+            file,
+            size,
+            serial: serial.to_owned(),
+            faults,
+            sanitized: Mutex::new(None),
+        })
+    }
+
+    /// The backing file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Deallocates every block: they read zeros afterwards.
+    fn deallocate(&self) -> io::Result<()> {
+        if self.faults.disk_ignores_erase() {
+            // Acknowledged, not done: only the read-back can tell.
+            return Ok(());
+        }
+        let len = libc::off_t::try_from(self.size).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        // SAFETY: fallocate on a file descriptor this struct owns for its whole life; the
+        // range is the file's own length; no memory is passed.
+        let done = unsafe {
+            libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, len)
+        };
+        if done == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    }
+
+    fn identify_controller(&self, data: &mut [u8]) -> u16 {
+        let Some(page) = data.get_mut(..4096) else { return INVALID_FIELD };
+        page.fill(0);
+        let text = |page: &mut [u8], at: usize, len: usize, value: &str| {
+            let field = &mut page[at..at + len];
+            field.fill(b' ');
+            let bytes = value.as_bytes();
+            field[..bytes.len().min(len)].copy_from_slice(&bytes[..bytes.len().min(len)]);
+        };
+        page[0..2].copy_from_slice(&0x1b36u16.to_le_bytes());
+        text(page, 4, 20, &self.serial);
+        text(page, 24, 40, "metal-sim NVMe disk");
+        text(page, 64, 8, "SIM1.0");
+        page[80..84].copy_from_slice(&0x0002_0000u32.to_le_bytes());
+        page[280..288].copy_from_slice(&self.size.to_le_bytes());
+        page[328..332].copy_from_slice(&SANICAP.to_le_bytes());
+        page[516..520].copy_from_slice(&1u32.to_le_bytes());
+        0
+    }
+
+    fn sanitize_status(&self, data: &mut [u8]) -> u16 {
+        let Some(page) = data.get_mut(..usize::try_from(nvme::SANITIZE_LOG_LEN).unwrap_or(512)) else {
+            return INVALID_FIELD;
+        };
+        page.fill(0);
+        page[0..2].copy_from_slice(&u16::MAX.to_le_bytes());
+        let sanitized = *self.sanitized.lock().unwrap_or_else(|p| p.into_inner());
+        // SSTAT: 1 completed (with the global data erased bit), or 0 never sanitized.
+        let sstat: u16 = if sanitized.is_some() { 0x0101 } else { 0 };
+        page[2..4].copy_from_slice(&sstat.to_le_bytes());
+        page[4..8].copy_from_slice(&sanitized.unwrap_or(0).to_le_bytes());
+        page[8..32].fill(0xff);
+        0
+    }
+}
+
+impl Target for FileDisk {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn block_size(&self) -> u32 {
+        BLOCK
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.file.write_all_at(buf, offset)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if self.faults.disk_read_errors() {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.file.read_exact_at(buf, offset)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn discard_all(&self, _secure: bool) -> io::Result<()> {
+        self.deallocate()
+    }
+
+    fn nvme_admin(&self, command: &AdminCommand, data: &mut [u8]) -> io::Result<NvmeCompletion> {
+        let status = match command.opcode {
+            nvme::OPC_IDENTIFY if command.cdw10 & 0xff == u32::from(nvme::CNS_CONTROLLER) => {
+                self.identify_controller(data)
+            }
+            nvme::OPC_GET_LOG_PAGE if command.cdw10 & 0xff == u32::from(nvme::LID_SANITIZE_STATUS) => {
+                self.sanitize_status(data)
+            }
+            nvme::OPC_SANITIZE => match command.cdw10 & 0x7 {
+                // Block Erase (010b) or Crypto Erase (100b): every block deallocated.
+                0b010 | 0b100 => {
+                    self.deallocate()?;
+                    *self.sanitized.lock().unwrap_or_else(|p| p.into_inner()) = Some(command.cdw10);
+                    0
+                }
+                _ => INVALID_FIELD,
+            },
+            nvme::OPC_IDENTIFY | nvme::OPC_GET_LOG_PAGE => INVALID_FIELD,
+            _ => INVALID_OPCODE,
+        };
+        Ok(NvmeCompletion { status, result: 0 })
+    }
+
+    fn nvme_namespace_id(&self) -> io::Result<u32> {
+        Ok(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metal_erase::plan::Capabilities;
+    use metal_protocol::wipe::SanitizeMethod;
+
+    fn disk(dir: &Path, faults: Arc<Faults>) -> FileDisk {
+        let path = dir.join("nvme0n1.img");
+        FileDisk::create(&path, 4 << 20).unwrap();
+        FileDisk::open(&path, "SIM00001-nvme0n1", faults).unwrap()
+    }
+
+    #[test]
+    fn the_erase_engine_probes_a_sanitize_capable_nvme_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = disk(dir.path(), Arc::default());
+        let caps: Capabilities = metal_erase::firmware::probe(&disk, metal_protocol::Transport::Nvme);
+        let supported: Vec<SanitizeMethod> = caps.supported.iter().map(|(m, _)| *m).collect();
+        assert_eq!(supported, [SanitizeMethod::NvmeSanitizeCrypto, SanitizeMethod::NvmeSanitizeBlock], "{caps:?}");
+        let mut page = vec![0u8; 4096];
+        disk.nvme_admin(&nvme::identify_controller(), &mut page).unwrap();
+        let id = nvme::IdentifyController::parse(&page).unwrap();
+        assert_eq!((id.serial.as_str(), id.tnvmcap), ("SIM00001-nvme0n1", 4 << 20));
+    }
+
+    #[test]
+    fn a_sanitize_deallocates_every_block_unless_the_disk_ignores_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Arc::new(Faults::default());
+        let disk = disk(dir.path(), faults.clone());
+        let crypto = nvme::Sanitize {
+            action: nvme::SanitizeAction::CryptoErase,
+            allow_unrestricted_exit: false,
+            no_deallocate: false,
+        };
+        let command = nvme::sanitize(&crypto).unwrap();
+        let mut status = vec![0u8; 512];
+        disk.nvme_admin(&nvme::sanitize_status_log(), &mut status).unwrap();
+        assert_eq!(nvme::SanitizeStatusLog::parse(&status).unwrap().state, nvme::SanitizeState::NeverSanitized);
+
+        disk.write_at(&[0xa5; 4096], 8192).unwrap();
+        assert_eq!(disk.nvme_admin(&command, &mut []).unwrap().status, 0);
+        let mut back = [1u8; 4096];
+        disk.read_at(&mut back, 8192).unwrap();
+        assert!(back.iter().all(|b| *b == 0), "a sanitized disk reads zeros");
+        disk.nvme_admin(&nvme::sanitize_status_log(), &mut status).unwrap();
+        let log = nvme::SanitizeStatusLog::parse(&status).unwrap();
+        assert_eq!((log.state, log.global_data_erased), (nvme::SanitizeState::Completed, true));
+
+        disk.write_at(&[0xa5; 4096], 8192).unwrap();
+        faults.set(crate::fault::Fault::IgnoreDiscard, true);
+        assert_eq!(disk.nvme_admin(&command, &mut []).unwrap().status, 0, "acknowledged");
+        disk.read_at(&mut back, 8192).unwrap();
+        assert!(back.iter().all(|b| *b == 0xa5), "and not done");
+        faults.set(crate::fault::Fault::ReadErrors, true);
+        assert_eq!(disk.read_at(&mut back, 0).unwrap_err().raw_os_error(), Some(libc::EIO));
+        assert_eq!(disk.nvme_admin(&AdminCommand::new(0x7f), &mut []).unwrap().status, INVALID_OPCODE);
+    }
+}

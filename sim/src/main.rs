@@ -1,0 +1,131 @@
+//! `metal-sim`: parses the command line and dispatches to the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use metal_sim::fault::{Fault, parse_assignment};
+use metal_sim::site::{Options, Site};
+
+/// A simulated metal site: the real scheduler, Redfish BMCs and machines running the real
+/// ramdisk code on sparse files, under a clock that runs as fast as you like.
+///
+/// Everything runs in this one process: the scheduler's HTTP API and boot service (SQLite in
+/// the data directory), one BMC per machine on 127.77.X.Y, and the machines, which boot
+/// through the scheduler's iPXE script into the same metal-boot code a real ramdisk runs.
+#[derive(Parser, Debug)]
+#[command(name = "metal-sim", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Machines in the site (n001, n002, ...).
+    #[arg(long, global = true, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=5000))]
+    nodes: u16,
+    /// Simulated seconds per real second.
+    #[arg(long, global = true, default_value_t = 60.0)]
+    speed: f64,
+    /// Seed of every random choice (machine sizes, BMC passwords).
+    #[arg(long, global = true, default_value_t = 1)]
+    seed: u64,
+    /// The scheduler's data directory [default: a temporary directory, removed at exit].
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    /// A fault a machine has from the start, as NODE=FAULT (repeatable). Faults: bmc-timeout,
+    /// bmc-unavailable, bmc-lies-about-power, refuse-rotation, firmware-drift, ignore-discard,
+    /// read-errors.
+    #[arg(long = "fault", global = true, value_parser = parse_assignment)]
+    faults: Vec<(String, Fault)>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Start the site, commission every machine, and serve the scheduler's API until Ctrl-C.
+    ///
+    /// metalctl works against it as against any scheduler (the admin token is in
+    /// DATA_DIR/admin.token); the simulator's own endpoint (printed) controls faults and the
+    /// clock.
+    Run {
+        /// The scheduler's API address.
+        #[arg(long, default_value = "127.0.0.1:7450")]
+        listen: SocketAddr,
+    },
+    /// Run two dedicated-root leases of a week from reservation to a clean, re-identified
+    /// return (one machine quarantined by a BMC fault and recovered), print the timeline,
+    /// the meter records and the verified wipe certificate, and exit.
+    Demo,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_log = match cli.command {
+        Command::Run { .. } => "info",
+        Command::Demo => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("METAL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("metal-sim: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("metal-sim: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let listen = match cli.command {
+        Command::Run { listen } => listen,
+        Command::Demo => SocketAddr::from(([127, 0, 0, 1], 0)),
+    };
+    if matches!(cli.command, Command::Demo) && cli.nodes < 2 {
+        anyhow::bail!("the demo leases two machines: --nodes must be at least 2");
+    }
+    let options = Options {
+        nodes: usize::from(cli.nodes),
+        speed: cli.speed,
+        seed: cli.seed,
+        data_dir: cli.data_dir,
+        listen,
+        faults: cli.faults,
+    };
+    let started = std::time::Instant::now();
+    let site = Site::start(&options).await?;
+    println!(
+        "metal-sim: {} machines, clock at {}x; scheduler API {}, simulator {}",
+        site.machines.len(),
+        options.speed,
+        site.admin.base(),
+        site.control_url
+    );
+    let failed = site.commission().await?;
+    println!(
+        "metal-sim: commissioned {} of {} machines in {:.1} s{}",
+        site.machines.len() - failed.len(),
+        site.machines.len(),
+        started.elapsed().as_secs_f64(),
+        if failed.is_empty() { String::new() } else { format!(" (failed: {})", failed.join(", ")) }
+    );
+    match cli.command {
+        Command::Demo => {
+            metal_sim::demo::run(&site).await?;
+            println!("metal-sim: the demo took {:.1} s", started.elapsed().as_secs_f64());
+        }
+        Command::Run { .. } => {
+            println!(
+                "metal-sim: admin token in {}; Ctrl-C stops the site",
+                site.data_dir().join(metal_scheduler::app::ADMIN_TOKEN_FILE).display()
+            );
+            tokio::signal::ctrl_c().await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,324 @@
+//! A simulated machine's BMC, speaking Redfish over HTTP on its own loopback address (one
+//! listener per BMC, all in this process). What metal-bmc's client uses and real BMCs offer:
+//! the service root (unauthenticated), one system with power (Reset, read back), a boot
+//! override (Once or Continuous), a manager with a virtual CD, a chassis with Thermal and
+//! Power readings, an UpdateService with a FirmwareInventory and SimpleUpdate (the BMC
+//! fetches the image URI; a metal-sim firmware image says which component and version it
+//! carries), and an AccountService whose password can be changed. Basic authentication on
+//! everything but the root, as sushy-tools does. Faults change what it answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::fault::Fault;
+use crate::machine::{BootSource, Machine};
+
+/// The BMC firmware version every simulated BMC starts with.
+pub const BMC_VERSION: &str = "5.10.0";
+/// The BMC's one account.
+pub const USER: &str = "admin";
+/// The first line of a simulated firmware image: `metal-sim-firmware COMPONENT VERSION`.
+pub const FIRMWARE_MAGIC: &str = "metal-sim-firmware";
+
+const RESET_TYPES: [&str; 5] = ["On", "ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle"];
+
+/// Serves `machine`'s BMC on `listener` until the runtime ends.
+pub async fn serve(machine: Arc<Machine>, listener: tokio::net::TcpListener) {
+    let router = axum::Router::new().fallback(handle).with_state(machine);
+    if let Err(e) = axum::serve(listener, router).await {
+        tracing::error!(error = %e, "a simulated BMC stopped");
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    let body = json!({"error": {"code": "Base.1.0.GeneralError", "message": message}});
+    (status, axum::Json(body)).into_response()
+}
+
+fn authorized(machine: &Machine, headers: &HeaderMap) -> bool {
+    let Some(basic) = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Basic "))
+    else {
+        return false;
+    };
+    let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(basic.trim()) else { return false };
+    let expected = format!("{USER}:{}", machine.state().bmc_password);
+    decoded == expected.as_bytes()
+}
+
+async fn handle(
+    State(machine): State<Arc<Machine>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if machine.faults.has(Fault::BmcTimeout) {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    if machine.faults.has(Fault::BmcUnavailable) {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the BMC is busy");
+    }
+    let path = uri.path().trim_end_matches('/');
+    if path == "/redfish/v1" && method == Method::GET {
+        return axum::Json(root()).into_response();
+    }
+    if !authorized(&machine, &headers) {
+        return error(StatusCode::UNAUTHORIZED, "authentication required");
+    }
+    let body: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => return error(StatusCode::BAD_REQUEST, &format!("the body is not JSON: {e}")),
+        }
+    };
+    match (method, path) {
+        (Method::GET, "/redfish/v1/Systems") => collection("/redfish/v1/Systems", &["1"]),
+        (Method::GET, "/redfish/v1/Systems/1") => axum::Json(system(&machine)).into_response(),
+        (Method::PATCH, "/redfish/v1/Systems/1") => set_boot(&machine, &body),
+        (Method::POST, "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset") => reset(&machine, &body),
+        (Method::GET, "/redfish/v1/Managers") => collection("/redfish/v1/Managers", &["1"]),
+        (Method::GET, "/redfish/v1/Managers/1") => axum::Json(manager(&machine)).into_response(),
+        (Method::GET, "/redfish/v1/Managers/1/VirtualMedia") => {
+            collection("/redfish/v1/Managers/1/VirtualMedia", &["Cd"])
+        }
+        (Method::GET, "/redfish/v1/Managers/1/VirtualMedia/Cd") => axum::Json(cd(&machine)).into_response(),
+        (Method::POST, "/redfish/v1/Managers/1/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia") => {
+            match body["Image"].as_str() {
+                Some(image) if !image.is_empty() => {
+                    machine.state().media = Some(image.to_owned());
+                    StatusCode::NO_CONTENT.into_response()
+                }
+                _ => error(StatusCode::BAD_REQUEST, "InsertMedia needs an Image"),
+            }
+        }
+        (Method::POST, "/redfish/v1/Managers/1/VirtualMedia/Cd/Actions/VirtualMedia.EjectMedia") => {
+            machine.state().media = None;
+            StatusCode::NO_CONTENT.into_response()
+        }
+        (Method::GET, "/redfish/v1/Chassis") => collection("/redfish/v1/Chassis", &["1"]),
+        (Method::GET, "/redfish/v1/Chassis/1") => axum::Json(chassis()).into_response(),
+        (Method::GET, "/redfish/v1/Chassis/1/Thermal") => axum::Json(thermal(&machine)).into_response(),
+        (Method::GET, "/redfish/v1/Chassis/1/Power") => axum::Json(power(&machine)).into_response(),
+        (Method::GET, "/redfish/v1/UpdateService") => axum::Json(update_service()).into_response(),
+        (Method::GET, "/redfish/v1/UpdateService/FirmwareInventory") => {
+            collection("/redfish/v1/UpdateService/FirmwareInventory", &["BMC", "BIOS"])
+        }
+        (Method::GET, "/redfish/v1/UpdateService/FirmwareInventory/BMC") => {
+            let version = machine.state().bmc_version.clone();
+            axum::Json(firmware_item("BMC", "BMC Firmware", &version)).into_response()
+        }
+        (Method::GET, "/redfish/v1/UpdateService/FirmwareInventory/BIOS") => {
+            axum::Json(firmware_item("BIOS", "System BIOS", &machine.bios_version())).into_response()
+        }
+        (Method::POST, "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate") => {
+            simple_update(&machine, &body).await
+        }
+        (Method::GET, "/redfish/v1/AccountService") => axum::Json(json!({
+            "@odata.id": "/redfish/v1/AccountService", "Id": "AccountService",
+            "Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"}
+        }))
+        .into_response(),
+        (Method::GET, "/redfish/v1/AccountService/Accounts") => {
+            collection("/redfish/v1/AccountService/Accounts", &["1"])
+        }
+        (Method::GET, "/redfish/v1/AccountService/Accounts/1") => axum::Json(json!({
+            "@odata.id": "/redfish/v1/AccountService/Accounts/1", "Id": "1", "UserName": USER,
+            "RoleId": "Administrator", "Enabled": true
+        }))
+        .into_response(),
+        (Method::PATCH, "/redfish/v1/AccountService/Accounts/1") => rotate(&machine, &body),
+        (Method::GET | Method::PATCH | Method::POST, _) => error(StatusCode::NOT_FOUND, &format!("no resource {path}")),
+        _ => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+    }
+}
+
+fn root() -> Value {
+    json!({
+        "@odata.id": "/redfish/v1", "Id": "RootService", "Name": "metal-sim BMC", "RedfishVersion": "1.15.0",
+        "Systems": {"@odata.id": "/redfish/v1/Systems"},
+        "Managers": {"@odata.id": "/redfish/v1/Managers"},
+        "Chassis": {"@odata.id": "/redfish/v1/Chassis"},
+        "UpdateService": {"@odata.id": "/redfish/v1/UpdateService"},
+        "AccountService": {"@odata.id": "/redfish/v1/AccountService"}
+    })
+}
+
+fn collection(at: &str, ids: &[&str]) -> Response {
+    let members: Vec<Value> = ids.iter().map(|id| json!({"@odata.id": format!("{at}/{id}")})).collect();
+    axum::Json(json!({"@odata.id": at, "Members@odata.count": members.len(), "Members": members})).into_response()
+}
+
+fn system(machine: &Machine) -> Value {
+    let state = machine.state().clone();
+    let on = state.power_on != machine.faults.has(Fault::BmcLiesAboutPower);
+    let (target, enabled) = match state.boot_override {
+        Some((source, true)) => (source.redfish(), "Once"),
+        Some((source, false)) => (source.redfish(), "Continuous"),
+        None => ("None", "Disabled"),
+    };
+    json!({
+        "@odata.id": "/redfish/v1/Systems/1", "Id": "1", "Name": machine.id,
+        "Manufacturer": "metal-sim", "Model": "Simulated Server", "SerialNumber": machine.hardware.serial,
+        "UUID": machine.hardware.uuid, "BiosVersion": machine.bios_version(),
+        "PowerState": if on { "On" } else { "Off" },
+        "Status": {"State": "Enabled", "Health": "OK"},
+        "ProcessorSummary": {"Count": 1, "CoreCount": machine.hardware.cores},
+        "MemorySummary": {"TotalSystemMemoryGiB": machine.hardware.memory_bytes >> 30},
+        "Boot": {
+            "BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": enabled,
+            "BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe", "Hdd", "Cd", "BiosSetup"]
+        },
+        "Actions": {"#ComputerSystem.Reset": {
+            "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+            "ResetType@Redfish.AllowableValues": RESET_TYPES
+        }},
+        "Links": {"ManagedBy": [{"@odata.id": "/redfish/v1/Managers/1"}], "Chassis": [{"@odata.id": "/redfish/v1/Chassis/1"}]}
+    })
+}
+
+fn set_boot(machine: &Machine, body: &Value) -> Response {
+    let boot = &body["Boot"];
+    let mut state = machine.state();
+    let (current_target, current_once) = state.boot_override.map_or((None, true), |(s, once)| (Some(s), once));
+    let once = match boot["BootSourceOverrideEnabled"].as_str() {
+        None => current_once,
+        Some("Once") => true,
+        Some("Continuous") => false,
+        Some("Disabled") => {
+            state.boot_override = None;
+            return StatusCode::NO_CONTENT.into_response();
+        }
+        Some(other) => return error(StatusCode::BAD_REQUEST, &format!("BootSourceOverrideEnabled {other:?}")),
+    };
+    let target = match boot["BootSourceOverrideTarget"].as_str() {
+        None => current_target,
+        Some("None") => None,
+        Some(name) => match BootSource::from_redfish(name) {
+            Some(source) => Some(source),
+            None => return error(StatusCode::BAD_REQUEST, &format!("BootSourceOverrideTarget {name:?}")),
+        },
+    };
+    state.boot_override = target.map(|t| (t, once));
+    StatusCode::NO_CONTENT.into_response()
+}
+
+fn reset(machine: &Arc<Machine>, body: &Value) -> Response {
+    let Some(kind) = body["ResetType"].as_str().filter(|k| RESET_TYPES.contains(k)) else {
+        return error(StatusCode::BAD_REQUEST, &format!("ResetType {} is not allowed", body["ResetType"]));
+    };
+    machine.say(&format!("BMC: reset {kind}"));
+    match kind {
+        "On" => machine.power_on(),
+        "ForceOff" | "GracefulShutdown" => machine.power_off(),
+        _ => {
+            machine.power_off();
+            machine.power_on();
+        }
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+fn manager(machine: &Machine) -> Value {
+    json!({
+        "@odata.id": "/redfish/v1/Managers/1", "Id": "1", "Name": "metal-sim BMC",
+        "FirmwareVersion": machine.state().bmc_version, "Status": {"State": "Enabled", "Health": "OK"},
+        "VirtualMedia": {"@odata.id": "/redfish/v1/Managers/1/VirtualMedia"}
+    })
+}
+
+fn cd(machine: &Machine) -> Value {
+    let media = machine.state().media.clone();
+    json!({
+        "@odata.id": "/redfish/v1/Managers/1/VirtualMedia/Cd", "Id": "Cd", "Name": "Virtual CD",
+        "MediaTypes": ["CD", "DVD"], "Inserted": media.is_some(), "Image": media, "WriteProtected": true,
+        "Actions": {
+            "#VirtualMedia.InsertMedia": {"target": "/redfish/v1/Managers/1/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia"},
+            "#VirtualMedia.EjectMedia": {"target": "/redfish/v1/Managers/1/VirtualMedia/Cd/Actions/VirtualMedia.EjectMedia"}
+        }
+    })
+}
+
+fn chassis() -> Value {
+    json!({
+        "@odata.id": "/redfish/v1/Chassis/1", "Id": "1", "Name": "Chassis",
+        "Thermal": {"@odata.id": "/redfish/v1/Chassis/1/Thermal"},
+        "Power": {"@odata.id": "/redfish/v1/Chassis/1/Power"}
+    })
+}
+
+fn thermal(machine: &Machine) -> Value {
+    let celsius = if machine.state().power_on { 41.0 } else { 24.0 };
+    json!({"@odata.id": "/redfish/v1/Chassis/1/Thermal", "Temperatures": [
+        {"Name": "CPU1 Temp", "ReadingCelsius": celsius, "UpperThresholdCritical": 95.0},
+        {"Name": "Inlet Temp", "ReadingCelsius": 22.0, "UpperThresholdCritical": 45.0}
+    ]})
+}
+
+fn power(machine: &Machine) -> Value {
+    let watts = if machine.state().power_on { 310.0 } else { 12.0 };
+    json!({"@odata.id": "/redfish/v1/Chassis/1/Power", "PowerControl": [{"PowerConsumedWatts": watts}]})
+}
+
+fn update_service() -> Value {
+    json!({
+        "@odata.id": "/redfish/v1/UpdateService", "Id": "UpdateService", "ServiceEnabled": true,
+        "FirmwareInventory": {"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory"},
+        "Actions": {"#UpdateService.SimpleUpdate": {
+            "target": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            "TransferProtocol@Redfish.AllowableValues": ["HTTP", "HTTPS"]
+        }}
+    })
+}
+
+fn firmware_item(id: &str, name: &str, version: &str) -> Value {
+    json!({
+        "@odata.id": format!("/redfish/v1/UpdateService/FirmwareInventory/{id}"), "Id": id, "Name": name,
+        "Version": version, "Updateable": true, "Status": {"State": "Enabled", "Health": "OK"}
+    })
+}
+
+/// Fetches the image and applies what its first line says (`metal-sim-firmware bios 2.1.0`).
+async fn simple_update(machine: &Machine, body: &Value) -> Response {
+    let Some(uri) = body["ImageURI"].as_str() else {
+        return error(StatusCode::BAD_REQUEST, "SimpleUpdate needs an ImageURI");
+    };
+    let image = match reqwest::get(uri).await.and_then(reqwest::Response::error_for_status) {
+        Ok(answer) => answer.text().await.unwrap_or_default(),
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("cannot fetch {uri}: {e}")),
+    };
+    let words: Vec<&str> = image.lines().next().unwrap_or_default().split_whitespace().collect();
+    let [FIRMWARE_MAGIC, component, version] = words.as_slice() else {
+        return error(StatusCode::BAD_REQUEST, &format!("{uri} is not a firmware image for this BMC"));
+    };
+    machine.say(&format!("BMC: firmware update of {component} to {version}"));
+    match *component {
+        "bmc" => machine.state().bmc_version = (*version).to_owned(),
+        "bios" if *version == machine.hardware.bios_version => machine.faults.set(Fault::FirmwareDrift, false),
+        "bios" => return error(StatusCode::BAD_REQUEST, "this BIOS image does not fit this machine"),
+        other => return error(StatusCode::BAD_REQUEST, &format!("no component {other:?}")),
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+fn rotate(machine: &Machine, body: &Value) -> Response {
+    if machine.faults.has(Fault::RefuseRotation) {
+        return error(StatusCode::BAD_REQUEST, "the password does not meet the BMC's policy");
+    }
+    match body["Password"].as_str() {
+        Some(password) if !password.is_empty() => {
+            machine.state().bmc_password = password.to_owned();
+            machine.say("BMC: the account's password was changed");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        _ => error(StatusCode::BAD_REQUEST, "only Password can be changed"),
+    }
+}

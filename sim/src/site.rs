@@ -1,0 +1,320 @@
+//! The simulated site: the real scheduler (the `metal_scheduler` library, the same code
+//! `metal-scheduler serve` runs: store, HTTP API, boot service, workflows) in this process,
+//! a Redfish BMC per machine on its own loopback address, machines that boot the real
+//! ramdisk code, and a file server for OS and firmware images. The clock is installed for
+//! the whole process before anything reads it.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context as _, bail};
+use rand::{Rng as _, SeedableRng as _};
+use serde_json::{Value, json};
+
+use crate::api::Api;
+use crate::clock::SimClock;
+use crate::fault::Fault;
+use crate::machine::Machine;
+use crate::tree::Hardware;
+
+/// The first octets of every simulated BMC's address: 127.77.X.Y.
+const BMC_NET: [u8; 2] = [127, 77];
+/// The pool every simulated machine joins.
+pub const POOL: &str = "gpu";
+/// The BIOS version of every simulated machine (the pool's baseline).
+pub const BIOS_VERSION: &str = "2.1.0";
+/// GPUs per machine.
+pub const GPUS: usize = 8;
+
+/// How to start a site.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Machines.
+    pub nodes: usize,
+    /// Simulated seconds per real second.
+    pub speed: f64,
+    /// Seeds every random choice (machine sizes, passwords).
+    pub seed: u64,
+    /// Where the scheduler keeps its data (a temporary directory when absent).
+    pub data_dir: Option<PathBuf>,
+    /// The scheduler's API address (port 0: any free port).
+    pub listen: SocketAddr,
+    /// Faults the machines have from the start.
+    pub faults: Vec<(String, Fault)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            nodes: 4,
+            speed: 60.0,
+            seed: 1,
+            data_dir: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            faults: Vec::new(),
+        }
+    }
+}
+
+/// A running simulated site.
+#[derive(Debug)]
+pub struct Site {
+    /// The clock everything reads.
+    pub clock: Arc<SimClock>,
+    /// The scheduler.
+    pub app: metal_scheduler::app::AppState,
+    /// The platform admin's API client.
+    pub admin: Api,
+    /// The machines, in node id order.
+    pub machines: Vec<Arc<Machine>>,
+    /// The simulator's control endpoint (`/files/NAME` serves `DATA_DIR/sim-files/NAME`;
+    /// `/sim/...` controls machines, faults and the clock).
+    pub control_url: String,
+    /// The scheduler's data directory.
+    pub data_dir: PathBuf,
+    _temporary: Option<tempfile::TempDir>,
+}
+
+/// The node id of the `index`th machine (from 1).
+pub fn node_id(index: usize) -> String {
+    format!("n{index:03}")
+}
+
+fn hardware(index: usize, rng: &mut rand_chacha::ChaCha8Rng) -> Hardware {
+    let cores = [32, 64, 96][rng.gen_range(0..3)];
+    let memory_gib: u64 = [256, 512, 1024][rng.gen_range(0..3)];
+    // Small disks: an erase reads back 1% of each disk twice (before and after), so a
+    // fleet's teardowns verify in seconds; the files are sparse either way.
+    let disk_gib: u64 = [2, 4, 8][rng.gen_range(0..3)];
+    let disks = if rng.gen_bool(0.5) { vec![disk_gib << 30] } else { vec![disk_gib << 30; 2] };
+    let low = u8::try_from(index % 256).unwrap_or(0);
+    let high = u8::try_from((index / 256) % 256).unwrap_or(0);
+    Hardware {
+        cores,
+        memory_bytes: memory_gib << 30,
+        disks,
+        mac: format!("52:54:00:5e:{high:02x}:{low:02x}"),
+        serial: format!("SIM{index:05}"),
+        uuid: format!("5e5e5e5e-0000-4000-8000-{index:012}"),
+        bios_version: BIOS_VERSION.into(),
+    }
+}
+
+/// The loopback address of the `index`th BMC.
+fn bmc_address(index: usize) -> Ipv4Addr {
+    let third = u8::try_from(index / 250).unwrap_or(u8::MAX);
+    let fourth = u8::try_from(index % 250 + 1).unwrap_or(1);
+    Ipv4Addr::new(BMC_NET[0], BMC_NET[1], third, fourth)
+}
+
+/// Binds one listener per BMC on the same port of consecutive 127.77.x.y addresses.
+async fn bmc_listeners(count: usize) -> anyhow::Result<Vec<tokio::net::TcpListener>> {
+    'port: for _ in 0..20 {
+        let first = tokio::net::TcpListener::bind((bmc_address(1), 0)).await.context("binding the first BMC")?;
+        let port = first.local_addr()?.port();
+        let mut listeners = vec![first];
+        for index in 2..=count {
+            match tokio::net::TcpListener::bind((bmc_address(index), port)).await {
+                Ok(l) => listeners.push(l),
+                Err(_) => continue 'port,
+            }
+        }
+        return Ok(listeners);
+    }
+    bail!("could not find one port free on {count} BMC addresses")
+}
+
+/// A raw OS image of `size` bytes: an MBR with one Linux partition and the boot signature,
+/// a few MiB of content, and zeros.
+pub fn os_image(size: u64) -> Vec<u8> {
+    let mut image = vec![0u8; usize::try_from(size).unwrap_or(0)];
+    let sectors = u32::try_from(size / 512).unwrap_or(u32::MAX);
+    let entry = &mut image[446..462];
+    entry[4] = 0x83;
+    entry[8..12].copy_from_slice(&2048u32.to_le_bytes());
+    entry[12..16].copy_from_slice(&(sectors - 2048).to_le_bytes());
+    image[510] = 0x55;
+    image[511] = 0xaa;
+    let content = (1usize << 20)..(5usize << 20).min(image.len());
+    for (i, byte) in image[content].iter_mut().enumerate() {
+        *byte = u8::try_from((i * 31 + i / 4096) % 251).unwrap_or(0);
+    }
+    image
+}
+
+impl Site {
+    /// Installs the clock, starts the scheduler, the BMCs and the machines, and enrols every
+    /// machine into the pool (not commissioned yet: see [`Site::commission`]).
+    pub async fn start(options: &Options) -> anyhow::Result<Site> {
+        let clock = Arc::new(SimClock::new(SystemTime::now(), options.speed));
+        metal_clock::install(clock.clone()).context("the simulation needs the process clock")?;
+        let (data_dir, temporary) = match &options.data_dir {
+            Some(dir) => (dir.clone(), None),
+            None => {
+                let t = tempfile::Builder::new().prefix("metal-sim.").tempdir()?;
+                (t.path().to_owned(), Some(t))
+            }
+        };
+        std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+        let api_listener = tokio::net::TcpListener::bind(options.listen)
+            .await
+            .with_context(|| format!("binding {}", options.listen))?;
+        let boot_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let api_address = api_listener.local_addr()?;
+        let mut config = metal_scheduler::config::Config {
+            listen: api_address,
+            data_dir: data_dir.clone(),
+            // The periodic passes run on real time: often, so simulated time is not wasted.
+            reaper_interval: Duration::from_millis(200),
+            workflow_interval: Duration::from_millis(100),
+            ..Default::default()
+        };
+        config.boot.listen = Some(boot_listener.local_addr()?);
+        config.boot.site = "sim".into();
+        // Every simulated machine talks from 127.0.0.1: one address for the whole fleet.
+        config.boot.rate_per_minute = 1_000_000;
+        let app = metal_scheduler::app::start(config, Arc::new(metal_scheduler::clock::SystemClock))
+            .await
+            .context("starting the scheduler")?;
+        let listeners =
+            metal_scheduler::app::Listeners { api: api_listener, boot: Some(boot_listener), firmware: None };
+        tokio::spawn(metal_scheduler::app::serve(app.clone(), listeners));
+        let token = std::fs::read_to_string(data_dir.join(metal_scheduler::app::ADMIN_TOKEN_FILE))?.trim().to_owned();
+        let api_url = format!("http://{api_address}");
+        let admin = Api::new(&api_url, &token);
+
+        let files = data_dir.join("sim-files");
+        std::fs::create_dir_all(&files)?;
+        let control_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let control_url = format!("http://{}", control_listener.local_addr()?);
+
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(options.seed);
+        let listeners = bmc_listeners(options.nodes).await?;
+        let mut machines = Vec::new();
+        for (index, listener) in (1..=options.nodes).zip(listeners) {
+            let id = node_id(index);
+            let hardware = hardware(index, &mut rng);
+            let dir = data_dir.join("machines").join(&id);
+            std::fs::create_dir_all(dir.join("disks"))?;
+            let mut disk_files = Vec::new();
+            for (n, size) in hardware.disks.iter().enumerate() {
+                let file = dir.join("disks").join(format!("{}.img", crate::tree::disk_name(n)));
+                crate::disk::FileDisk::create(&file, *size)?;
+                disk_files.push(file);
+            }
+            let paths = crate::tree::write(&dir.join("root"), &hardware, &disk_files)?;
+            let password = format!("sim-{:016x}", rng.r#gen::<u64>());
+            let bmc_url = format!("http://{}", listener.local_addr()?);
+            let machine =
+                Arc::new(Machine::new(id.clone(), hardware, paths, disk_files, api_url.clone(), password.clone()));
+            for (_, fault) in options.faults.iter().filter(|(node, _)| *node == id) {
+                machine.faults.set(*fault, true);
+            }
+            tokio::spawn(crate::redfish::serve(machine.clone(), listener));
+            enrol(&admin, &machine, index, &bmc_url, &password).await?;
+            machines.push(machine);
+        }
+        for (node, _) in &options.faults {
+            if !machines.iter().any(|m| &m.id == node) {
+                bail!("--fault names {node}, which is not a machine of this site (n001 to {})", node_id(options.nodes));
+            }
+        }
+        let control = crate::control::Control { files, machines: machines.clone(), clock: clock.clone() };
+        tokio::spawn(crate::control::serve(Arc::new(control), control_listener));
+        Ok(Site { clock, app, admin, machines, control_url, data_dir, _temporary: temporary })
+    }
+
+    /// The machine with node id `id`.
+    pub fn machine(&self, id: &str) -> Option<&Arc<Machine>> {
+        self.machines.iter().find(|m| m.id == id)
+    }
+
+    /// Writes `bytes` as a file the site serves; its URL.
+    pub fn publish(&self, name: &str, bytes: &[u8]) -> anyhow::Result<String> {
+        std::fs::write(self.data_dir.join("sim-files").join(name), bytes)?;
+        Ok(format!("{}/files/{name}", self.control_url))
+    }
+
+    /// Boots every machine into commissioning through its BMC and waits until every node is
+    /// ready (or failed); the nodes that did not end ready.
+    pub async fn commission(&self) -> anyhow::Result<Vec<String>> {
+        for machine in &self.machines {
+            let path = format!("/v1/nodes/{}", machine.id);
+            self.admin.post(&format!("{path}/boot"), json!({"target": "pxe"})).await?;
+            self.admin.post(&format!("{path}/power"), json!({"action": "on"})).await?;
+        }
+        let ids: Vec<String> = self.machines.iter().map(|m| m.id.clone()).collect();
+        self.until("every node commissioned", Duration::from_secs(120), || async {
+            let mut settled = true;
+            for id in &ids {
+                let node = self.admin.get(&format!("/v1/nodes/{id}")).await?;
+                settled &= matches!(node["state"].as_str(), Some("ready" | "failed"));
+            }
+            Ok(settled)
+        })
+        .await?;
+        let mut failed = Vec::new();
+        for id in &ids {
+            if self.admin.get(&format!("/v1/nodes/{id}")).await?["state"] != "ready" {
+                failed.push(id.clone());
+            }
+        }
+        Ok(failed)
+    }
+
+    /// Polls `done` every 50 ms of real time until it holds; fails after `limit` of real time.
+    pub async fn until<F, Fut>(&self, what: &str, limit: Duration, done: F) -> anyhow::Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<bool>>,
+    {
+        let started = Instant::now();
+        loop {
+            if done().await? {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                bail!("{what}: still not the case after {} s", limit.as_secs());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+}
+
+/// Creates the node of `machine` in the pool, with its BMC.
+async fn enrol(admin: &Api, machine: &Machine, index: usize, bmc_url: &str, password: &str) -> anyhow::Result<()> {
+    if index == 1 {
+        admin
+            .post(
+                "/v1/pools",
+                json!({"id": POOL, "tenantId": "root", "siteId": "sim", "class": "metal-dedicated",
+                       "policy": {"tenantRoot": true,
+                                  "firmwareBaseline": {"bios": BIOS_VERSION}}}),
+            )
+            .await?;
+    }
+    let devices: Vec<Value> =
+        (0..GPUS).map(|g| json!({"id": format!("gpu{g}"), "class": "gpu", "healthy": true})).collect();
+    admin
+        .post(
+            "/v1/nodes",
+            json!({"id": machine.id, "bootMac": machine.hardware.mac, "devices": devices, "poolId": POOL,
+                   "labels": {"rack": format!("r{:02}", (index - 1) / 16 + 1)}}),
+        )
+        .await?;
+    admin
+        .call(
+            "PUT",
+            &format!("/v1/nodes/{}/bmc", machine.id),
+            &json!({"protocol": "redfish", "address": bmc_url, "username": crate::redfish::USER, "password": password}),
+        )
+        .await?;
+    Ok(())
+}
