@@ -8,11 +8,12 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
-use serde_json::{Value, json};
+use anyhow::Context as _;
+use serde_json::Value;
 
 use crate::fault::Fault;
-use crate::site::{GPUS, POOL, Site};
+use crate::lease::{PROFILE, TENANT, lease, prepare, reaches};
+use crate::site::Site;
 
 /// What the demo saw, for its caller (and the tests) to check.
 #[derive(Debug, Clone, Default)]
@@ -31,13 +32,8 @@ pub struct Outcome {
     pub text: String,
 }
 
-/// The tenant the demo leases to.
-pub const TENANT: &str = "acme";
-const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops@acme";
 /// How long each lease runs.
 pub const LEASE: Duration = Duration::from_secs(7 * 86_400);
-/// The longest the demo waits, in real time, for any one stage.
-const STAGE: Duration = Duration::from_secs(180);
 
 /// Runs the demo on a started site whose machines are commissioned; prints as it goes.
 pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
@@ -51,58 +47,11 @@ pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
     };
 
     say(&mut text, "== the tenant, the public image and the lessee's profile".into());
-    admin.post("/v1/tenants", json!({"id": TENANT})).await?;
-    admin.post(&format!("/v1/pools/{POOL}/offers"), json!({"tenantId": TENANT})).await?;
-    let image = crate::site::os_image(16 << 20);
-    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image));
-    let url = site.publish("sim-os.img", &image)?;
-    let imported = admin.post("/v1/images", json!({"name": "sim-os", "url": url, "checksum": digest})).await?;
-    let image_id = imported["id"].as_str().context("the import has no id")?.to_owned();
-    site.until("the image imported", STAGE, || async {
-        let image = admin.get(&format!("/v1/images/{image_id}")).await?;
-        if image["state"] == "failed" {
-            bail!("the import failed: {image}");
-        }
-        Ok(image["state"] == "ready")
-    })
-    .await?;
-    admin.post(&format!("/v1/images/{image_id}/promote"), Value::Null).await?;
-    admin
-        .post(
-            "/v1/profiles",
-            json!({"id": "acme-os", "tenantId": TENANT, "image": image_id, "adminUser": "ops", "role": "lessee",
-                   "sshAuthorizedKeys": [KEY]}),
-        )
-        .await?;
-    say(&mut text, format!("image {image_id} (sha256 {}) imported, promoted; profile acme-os:1", &digest[..16]));
+    let (image_id, digest) = prepare(site).await?;
+    say(&mut text, format!("image {image_id} (sha256 {}) imported, promoted; profile {PROFILE}:1", &digest[..16]));
 
     say(&mut text, "== two dedicated-root leases of 7 days".into());
-    let mut reservations = Vec::new();
-    for _ in 0..2 {
-        let r = admin
-            .post(
-                "/v1/reservations",
-                json!({"tenantId": TENANT, "poolId": POOL, "devices": [{"class": "gpu", "count": GPUS}],
-                       "duration": "7d", "binding": "node", "node": {"profileId": "acme-os", "profileVersion": 1}}),
-            )
-            .await?;
-        reservations.push(r["id"].as_str().context("a reservation without an id")?.to_owned());
-    }
-    for id in &reservations {
-        site.until("the lease bound (deployed)", STAGE, || async {
-            let r = admin.get(&format!("/v1/reservations/{id}")).await?;
-            if matches!(r["state"].as_str(), Some("failed" | "cancelled")) {
-                bail!("reservation {id} ended: {r}");
-            }
-            Ok(r["state"] == "active")
-        })
-        .await?;
-    }
-    let mut nodes = Vec::new();
-    for id in &reservations {
-        let r = admin.get(&format!("/v1/reservations/{id}")).await?;
-        nodes.push(r["nodes"][0].as_str().context("an active reservation without a node")?.to_owned());
-    }
+    let nodes: Vec<String> = lease(site, 2, "7d").await?.into_iter().map(|(_, node)| node).collect();
     out.clean = nodes[0].clone();
     out.recovered = nodes[1].clone();
     for node in &nodes {
@@ -196,56 +145,6 @@ pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
     say(&mut text, certificate);
     out.text = text;
     Ok(out)
-}
-
-/// Waits until `node` is in `state`; a node that fails on the way (when `state` is not
-/// `failed`), or a wait past the stage's limit, is an error that says where it stopped.
-async fn reaches(site: &Site, node: &str, state: &str) -> anyhow::Result<()> {
-    let reached = site
-        .until(&format!("{node} {state}"), STAGE, || async {
-            let n = site.admin.get(&format!("/v1/nodes/{node}")).await?;
-            if n["state"] == "failed" && state != "failed" {
-                bail!("{node} failed: {}", n["stateReason"]);
-            }
-            Ok(n["state"] == state)
-        })
-        .await;
-    match reached {
-        Ok(()) => Ok(()),
-        Err(e) => bail!("{e}\n{}", diagnose(site, node).await),
-    }
-}
-
-/// Where a node stands and what its machine said last: for an operator reading a failure.
-pub async fn diagnose(site: &Site, node: &str) -> String {
-    let mut text = String::new();
-    if let Ok(n) = site.admin.get(&format!("/v1/nodes/{node}")).await {
-        let _ = writeln!(
-            text,
-            "{node}: {} ({})",
-            n["state"].as_str().unwrap_or("?"),
-            n["stateReason"].as_str().unwrap_or("-")
-        );
-    }
-    if let Ok(runs) = site.admin.get(&format!("/v1/nodes/{node}/teardowns")).await
-        && let Some(run) = runs.as_array().and_then(|r| r.last())
-    {
-        let _ = writeln!(
-            text,
-            "teardown {}: step {} {}; last error: {}",
-            run["status"].as_str().unwrap_or("?"),
-            run["step"],
-            run["stepName"].as_str().unwrap_or(""),
-            run["lastError"].as_str().unwrap_or("-")
-        );
-    }
-    if let Some(machine) = site.machine(node) {
-        let _ = writeln!(text, "{node}'s machine: {:?}; console:", machine.state().activity);
-        for line in machine.console().iter().rev().take(40).rev() {
-            let _ = writeln!(text, "  {line}");
-        }
-    }
-    text
 }
 
 /// The node's events, one line each, timed from the first; a run of one kind at one time

@@ -13,6 +13,7 @@ pub mod control;
 pub mod demo;
 pub mod disk;
 pub mod fault;
+pub mod lease;
 pub mod machine;
 pub mod redfish;
 pub mod site;

@@ -1,0 +1,131 @@
+//! The tenant side of a simulated site, as a tenant and the platform drive it through the API:
+//! a tenant offered the pool, a public image imported from the simulator's file server and
+//! promoted, the lessee's profile, and node-binding reservations that run until they are
+//! bound (the lessee's OS deployed by the ramdisk). The demo and the tests share these.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use serde_json::{Value, json};
+
+use crate::site::{GPUS, POOL, Site};
+
+/// The tenant that leases.
+pub const TENANT: &str = "acme";
+/// The lessee's profile.
+pub const PROFILE: &str = "acme-os";
+const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops@acme";
+/// The longest a stage waits, in real time.
+pub const STAGE: Duration = Duration::from_secs(180);
+
+/// Creates the tenant, offers it the pool, imports and promotes an OS image and creates the
+/// lessee's profile on it; the image's id and SHA-256.
+pub async fn prepare(site: &Site) -> anyhow::Result<(String, String)> {
+    let admin = &site.admin;
+    admin.post("/v1/tenants", json!({"id": TENANT})).await?;
+    admin.post(&format!("/v1/pools/{POOL}/offers"), json!({"tenantId": TENANT})).await?;
+    let image = crate::site::os_image(16 << 20);
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image));
+    let url = site.publish("sim-os.img", &image)?;
+    let imported = admin.post("/v1/images", json!({"name": "sim-os", "url": url, "checksum": digest})).await?;
+    let image_id = imported["id"].as_str().context("the import has no id")?.to_owned();
+    site.until("the image imported", STAGE, || async {
+        let image = admin.get(&format!("/v1/images/{image_id}")).await?;
+        if image["state"] == "failed" {
+            bail!("the import failed: {image}");
+        }
+        Ok(image["state"] == "ready")
+    })
+    .await?;
+    admin.post(&format!("/v1/images/{image_id}/promote"), Value::Null).await?;
+    admin
+        .post(
+            "/v1/profiles",
+            json!({"id": PROFILE, "tenantId": TENANT, "image": image_id, "adminUser": "ops", "role": "lessee",
+                   "sshAuthorizedKeys": [KEY]}),
+        )
+        .await?;
+    Ok((image_id, digest))
+}
+
+/// Reserves `count` whole nodes for `duration` (e.g. `7d`) and waits until every lease is
+/// bound; each reservation's id and node, in the order they were made.
+pub async fn lease(site: &Site, count: usize, duration: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let admin = &site.admin;
+    let mut reservations = Vec::new();
+    for _ in 0..count {
+        let r = admin
+            .post(
+                "/v1/reservations",
+                json!({"tenantId": TENANT, "poolId": POOL, "devices": [{"class": "gpu", "count": GPUS}],
+                       "duration": duration, "binding": "node", "node": {"profileId": PROFILE, "profileVersion": 1}}),
+            )
+            .await?;
+        reservations.push(r["id"].as_str().context("a reservation without an id")?.to_owned());
+    }
+    let mut bound = Vec::new();
+    for id in reservations {
+        site.until("the lease bound (deployed)", STAGE, || async {
+            let r = admin.get(&format!("/v1/reservations/{id}")).await?;
+            if matches!(r["state"].as_str(), Some("failed" | "cancelled")) {
+                bail!("reservation {id} ended: {r}");
+            }
+            Ok(r["state"] == "active")
+        })
+        .await?;
+        let r = admin.get(&format!("/v1/reservations/{id}")).await?;
+        let node = r["nodes"][0].as_str().context("an active reservation without a node")?.to_owned();
+        bound.push((id, node));
+    }
+    Ok(bound)
+}
+
+/// Waits until `node` is in `state`; a node that fails on the way (when `state` is not
+/// `failed`), or a wait past [`STAGE`], is an error that says where it stopped.
+pub async fn reaches(site: &Site, node: &str, state: &str) -> anyhow::Result<()> {
+    let reached = site
+        .until(&format!("{node} {state}"), STAGE, || async {
+            let n = site.admin.get(&format!("/v1/nodes/{node}")).await?;
+            if n["state"] == "failed" && state != "failed" {
+                bail!("{node} failed: {}", n["stateReason"]);
+            }
+            Ok(n["state"] == state)
+        })
+        .await;
+    match reached {
+        Ok(()) => Ok(()),
+        Err(e) => bail!("{e}\n{}", diagnose(site, node).await),
+    }
+}
+
+/// Where a node stands, its last teardown, and what its machine said last: for an operator
+/// reading a failure.
+pub async fn diagnose(site: &Site, node: &str) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    if let Ok(n) = site.admin.get(&format!("/v1/nodes/{node}")).await {
+        let _ = writeln!(
+            text,
+            "{node}: {} ({})",
+            n["state"].as_str().unwrap_or("?"),
+            n["stateReason"].as_str().unwrap_or("-")
+        );
+    }
+    if let Ok(runs) = site.admin.get(&format!("/v1/nodes/{node}/teardowns")).await
+        && let Some(run) = runs.as_array().and_then(|r| r.last())
+    {
+        let _ = writeln!(
+            text,
+            "teardown {}: last error: {}",
+            run["status"].as_str().unwrap_or("?"),
+            run["lastError"].as_str().unwrap_or("-")
+        );
+    }
+    if let Some(machine) = site.machine(node) {
+        let _ = writeln!(text, "{node}'s machine: {:?}; console:", machine.state().activity);
+        for line in machine.console().iter().rev().take(40).rev() {
+            let _ = writeln!(text, "  {line}");
+        }
+    }
+    text
+}

@@ -1,0 +1,86 @@
+//! Faults at the end of a lease, one per machine, on one simulated site: firmware that
+//! drifted from the pool's baseline, a disk that acknowledges its sanitize and keeps the
+//! data, and a disk whose reads fail. Each machine is quarantined by the step that found
+//! its fault, with that step's evidence, and keeps the tenant's data off the ready pool;
+//! the machine without a fault comes back ready under a new identity generation. A BMC that
+//! answers 503 while the machine is leased is retried through, and nothing double-books.
+//!
+//! The simulation installs the process clock: one test per binary (nextest runs each test in
+//! its own process anyway).
+
+use std::os::unix::fs::FileExt as _;
+use std::time::Duration;
+
+use metal_sim::fault::Fault;
+use metal_sim::lease::{lease, prepare, reaches};
+use metal_sim::site::{Options, Site};
+
+/// Whether the first MiB of the machine's first disk still holds what the deploy wrote.
+fn tenant_data_left(site: &Site, node: &str) -> bool {
+    let machine = site.machine(node).unwrap();
+    let mut head = vec![0u8; 1 << 20];
+    std::fs::File::open(&machine.disk_files[0]).unwrap().read_exact_at(&mut head, 0).unwrap();
+    head[510..512] == [0x55, 0xaa]
+}
+
+#[test]
+fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let site = Site::start(&Options { nodes: 5, speed: 120.0, seed: 3, ..Options::default() }).await.unwrap();
+        assert!(site.commission().await.unwrap().is_empty());
+        prepare(&site).await.unwrap();
+        let leased: Vec<String> = lease(&site, 4, "2d").await.unwrap().into_iter().map(|(_, n)| n).collect();
+        let mut distinct = leased.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 4, "four leases, four nodes: {leased:?}");
+        for node in &leased {
+            assert!(tenant_data_left(&site, node), "{node}: the deploy wrote the lessee's image");
+        }
+        let [clean, drifted, keeps_data, unreadable] = [0, 1, 2, 3].map(|i| leased[i].clone());
+        site.machine(&drifted).unwrap().faults.set(Fault::FirmwareDrift, true);
+        site.machine(&keeps_data).unwrap().faults.set(Fault::IgnoreDiscard, true);
+        site.machine(&unreadable).unwrap().faults.set(Fault::ReadErrors, true);
+
+        // A BMC that is busy for a while: reads through the API fail with the BMC's word,
+        // and nothing is lost once it answers again.
+        let busy = site.machine(&clean).unwrap();
+        busy.faults.set(Fault::BmcUnavailable, true);
+        let refused = site.admin.get(&format!("/v1/nodes/{clean}/power")).await.unwrap_err().to_string();
+        assert!(refused.contains("502") && refused.contains("503"), "{refused}");
+        busy.faults.set(Fault::BmcUnavailable, false);
+        assert_eq!(site.admin.get(&format!("/v1/nodes/{clean}/power")).await.unwrap()["power"], "on");
+
+        site.clock.advance(Duration::from_secs(2 * 86_400));
+        reaches(&site, &clean, "ready").await.unwrap();
+        for node in [&drifted, &keeps_data, &unreadable] {
+            reaches(&site, node, "failed").await.unwrap();
+        }
+
+        let reason = |node: &str| {
+            let site = &site;
+            let node = node.to_owned();
+            async move {
+                let n = site.admin.get(&format!("/v1/nodes/{node}")).await.unwrap();
+                assert_eq!(n["maintenance"], true, "a quarantined node is in maintenance: {n}");
+                assert_eq!(n["tenantRoot"], true, "and still the tenant's until recovered: {n}");
+                n["stateReason"].as_str().unwrap().to_owned()
+            }
+        };
+        let drift = reason(&drifted).await;
+        assert!(drift.starts_with("firmware") && drift.contains("bios"), "{drift}");
+        let kept = reason(&keeps_data).await;
+        assert!(kept.contains("disk-failed") && kept.contains("read-back"), "{kept}");
+        assert!(tenant_data_left(&site, &keeps_data), "the sanitize was acknowledged and not done");
+        let unread = reason(&unreadable).await;
+        assert!(unread.contains("erase") && unread.contains("disk"), "{unread}");
+        assert!(tenant_data_left(&site, &drifted), "quarantined before the erase: nothing was erased");
+
+        let n = site.admin.get(&format!("/v1/nodes/{clean}")).await.unwrap();
+        assert_eq!((n["identityGeneration"].as_i64(), n["trust"].as_str()), (Some(3), Some("platform")), "{n}");
+        assert!(!tenant_data_left(&site, &clean));
+        let spare = site.machines.iter().find(|m| !leased.contains(&m.id)).unwrap();
+        assert_eq!(site.admin.get(&format!("/v1/nodes/{}", spare.id)).await.unwrap()["state"], "ready");
+    });
+}
