@@ -14,6 +14,7 @@ use metal_sim::site::{Options, Site};
 /// Everything runs in this one process: the scheduler's HTTP API and boot service (SQLite in
 /// the data directory), one BMC per machine on 127.77.X.Y, and the machines, which boot
 /// through the scheduler's iPXE script into the same metal-boot code a real ramdisk runs.
+/// METAL_DATABASE_URL (environment only, as for the scheduler) puts the store on PostgreSQL.
 #[derive(Parser, Debug)]
 #[command(name = "metal-sim", version, about, long_about)]
 struct Cli {
@@ -94,6 +95,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         speed: cli.speed,
         seed: cli.seed,
         data_dir: cli.data_dir,
+        database_url: std::env::var("METAL_DATABASE_URL").ok().filter(|u| !u.is_empty()),
         listen,
         faults: cli.faults,
     };

@@ -39,6 +39,8 @@ pub struct Options {
     pub seed: u64,
     /// Where the scheduler keeps its data (a temporary directory when absent).
     pub data_dir: Option<PathBuf>,
+    /// A PostgreSQL database instead of SQLite in the data directory.
+    pub database_url: Option<String>,
     /// The scheduler's API address (port 0: any free port).
     pub listen: SocketAddr,
     /// Faults the machines have from the start.
@@ -52,6 +54,7 @@ impl Default for Options {
             speed: 60.0,
             seed: 1,
             data_dir: None,
+            database_url: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             faults: Vec::new(),
         }
@@ -166,6 +169,7 @@ impl Site {
         let mut config = metal_scheduler::config::Config {
             listen: api_address,
             data_dir: data_dir.clone(),
+            database_url: options.database_url.clone(),
             // The periodic passes run on real time: often, so simulated time is not wasted.
             reaper_interval: Duration::from_millis(200),
             workflow_interval: Duration::from_millis(100),

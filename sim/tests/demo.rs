@@ -11,12 +11,15 @@ use std::os::unix::fs::FileExt as _;
 
 use metal_sim::machine::Activity;
 use metal_sim::site::{Options, Site};
+use metal_tests::scheduler::postgres_database;
 
 #[test]
 fn two_week_long_leases_end_clean_and_a_quarantined_machine_recovers() {
+    // The synchronous PostgreSQL client makes the database before the runtime runs.
+    let database_url = postgres_database();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let options = Options { nodes: 3, speed: 120.0, seed: 7, ..Options::default() };
+        let options = Options { nodes: 3, speed: 120.0, seed: 7, database_url, ..Options::default() };
         let site = Site::start(&options).await.unwrap();
         let failed = site.commission().await.unwrap();
         assert!(failed.is_empty(), "commissioning failed on {failed:?}");

@@ -14,6 +14,7 @@ use std::time::Duration;
 use metal_sim::fault::Fault;
 use metal_sim::lease::{lease, prepare, reaches};
 use metal_sim::site::{Options, Site};
+use metal_tests::scheduler::postgres_database;
 
 /// Whether the first MiB of the machine's first disk still holds what the deploy wrote.
 fn tenant_data_left(site: &Site, node: &str) -> bool {
@@ -25,9 +26,13 @@ fn tenant_data_left(site: &Site, node: &str) -> bool {
 
 #[test]
 fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
+    // The synchronous PostgreSQL client makes the database before the runtime runs.
+    let database_url = postgres_database();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let site = Site::start(&Options { nodes: 5, speed: 120.0, seed: 3, ..Options::default() }).await.unwrap();
+        let site = Site::start(&Options { nodes: 5, speed: 120.0, seed: 3, database_url, ..Options::default() })
+            .await
+            .unwrap();
         assert!(site.commission().await.unwrap().is_empty());
         prepare(&site).await.unwrap();
         let leased: Vec<String> = lease(&site, 4, "2d").await.unwrap().into_iter().map(|(_, n)| n).collect();

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 /// A new, empty PostgreSQL database when `METAL_TEST_POSTGRES` names a server's admin URL
 /// (scripts/test's second pass), else None: SQLite in the data directory.
-fn postgres_database() -> Option<String> {
+pub fn postgres_database() -> Option<String> {
     let admin = std::env::var("METAL_TEST_POSTGRES").ok()?;
     let name = format!("t_{}", uuid::Uuid::new_v4().simple());
     let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
