@@ -57,17 +57,8 @@ pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
     for node in &nodes {
         let n = admin.get(&format!("/v1/nodes/{node}")).await?;
         let machine = site.machine(node).context("a node without a machine")?;
-        say(
-            &mut text,
-            format!(
-                "{node}: {} under {} trust, identity generation {}, role {}; the machine runs {:?}",
-                n["state"].as_str().unwrap_or("?"),
-                n["trust"].as_str().unwrap_or("?"),
-                n["identityGeneration"],
-                n["labels"]["role"].as_str().unwrap_or("-"),
-                machine.state().activity
-            ),
-        );
+        let role = n["labels"]["role"].as_str().unwrap_or("-");
+        say(&mut text, format!("{}, role {role}; the machine runs {:?}", standing(&n), machine.state().activity));
     }
     out.generations.push(1);
     out.generations
@@ -100,16 +91,7 @@ pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
     out.generations.push(clean_node["identityGeneration"].as_i64().unwrap_or(0));
     for node in &nodes {
         let n = admin.get(&format!("/v1/nodes/{node}")).await?;
-        say(
-            &mut text,
-            format!(
-                "{node}: {} under {} trust, identity generation {}, tenant-root {}",
-                n["state"].as_str().unwrap_or("?"),
-                n["trust"].as_str().unwrap_or("?"),
-                n["identityGeneration"],
-                n["tenantRoot"]
-            ),
-        );
+        say(&mut text, format!("{}, tenant-root {}", standing(&n), n["tenantRoot"]));
     }
 
     say(&mut text, format!("== timeline of {clean} (simulated time)"));
@@ -145,6 +127,17 @@ pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
     say(&mut text, certificate);
     out.text = text;
     Ok(out)
+}
+
+/// A node's state, trust and identity generation, as the API shows them.
+fn standing(node: &Value) -> String {
+    format!(
+        "{}: {} under {} trust, identity generation {}",
+        node["id"].as_str().unwrap_or("?"),
+        node["state"].as_str().unwrap_or("?"),
+        node["trust"].as_str().unwrap_or("?"),
+        node["identityGeneration"]
+    )
 }
 
 /// The node's events, one line each, timed from the first; a run of one kind at one time

@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod certificate;
+pub mod chaos;
 pub mod clock;
 pub mod control;
 pub mod demo;

@@ -55,13 +55,27 @@ enum Command {
     /// return (one machine quarantined by a BMC fault and recovered), print the timeline,
     /// the meter records and the verified wipe certificate, and exit.
     Demo,
+    /// Run rounds of one-day leases with faults drawn from --seed (refused rotations,
+    /// firmware drift, disks that ignore their sanitize or fail reads), recover every
+    /// quarantined node, check the invariants after each round, and print the counts.
+    Chaos {
+        /// Rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Leases per round (at most the machines).
+        #[arg(long, default_value_t = 2)]
+        per_round: usize,
+        /// Chance that a leased machine gets a fault, 0 to 1.
+        #[arg(long, default_value_t = 0.3)]
+        fault_rate: f64,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_log = match cli.command {
         Command::Run { .. } => "info",
-        Command::Demo => "warn",
+        Command::Demo | Command::Chaos { .. } => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("METAL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log));
@@ -85,10 +99,14 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let listen = match cli.command {
         Command::Run { listen } => listen,
-        Command::Demo => SocketAddr::from(([127, 0, 0, 1], 0)),
+        Command::Demo | Command::Chaos { .. } => SocketAddr::from(([127, 0, 0, 1], 0)),
     };
-    if matches!(cli.command, Command::Demo) && cli.nodes < 2 {
-        anyhow::bail!("the demo leases two machines: --nodes must be at least 2");
+    match cli.command {
+        Command::Demo if cli.nodes < 2 => anyhow::bail!("the demo leases two machines: --nodes must be at least 2"),
+        Command::Chaos { per_round, .. } if per_round == 0 || per_round > usize::from(cli.nodes) => {
+            anyhow::bail!("--per-round must be from 1 to --nodes ({})", cli.nodes)
+        }
+        _ => {}
     }
     let options = Options {
         nodes: usize::from(cli.nodes),
@@ -108,12 +126,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         site.admin.base(),
         site.control_url
     );
+    let enrolled = started.elapsed();
     let failed = site.commission().await?;
     println!(
-        "metal-sim: commissioned {} of {} machines in {:.1} s{}",
-        site.machines.len() - failed.len(),
+        "metal-sim: {} machines enrolled in {:.1} s; commissioned {} of them in {:.1} s more{}",
         site.machines.len(),
-        started.elapsed().as_secs_f64(),
+        enrolled.as_secs_f64(),
+        site.machines.len() - failed.len(),
+        (started.elapsed() - enrolled).as_secs_f64(),
         if failed.is_empty() { String::new() } else { format!(" (failed: {})", failed.join(", ")) }
     );
     match cli.command {
@@ -121,12 +141,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             metal_sim::demo::run(&site).await?;
             println!("metal-sim: the demo took {:.1} s", started.elapsed().as_secs_f64());
         }
+        Command::Chaos { rounds, per_round, fault_rate } => {
+            metal_sim::lease::prepare(&site).await?;
+            let counts = metal_sim::chaos::run(&site, rounds, per_round, fault_rate, options.seed).await?;
+            println!("metal-sim: chaos: {counts} in {:.1} s", started.elapsed().as_secs_f64());
+        }
         Command::Run { .. } => {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (mut interrupt, mut terminate) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
             println!(
-                "metal-sim: admin token in {}; Ctrl-C stops the site",
+                "metal-sim: admin token in {}; Ctrl-C (or SIGTERM) stops the site",
                 site.data_dir().join(metal_scheduler::app::ADMIN_TOKEN_FILE).display()
             );
-            tokio::signal::ctrl_c().await?;
+            tokio::select! {
+                _ = interrupt.recv() => {},
+                _ = terminate.recv() => {},
+            }
         }
     }
     Ok(())

@@ -175,6 +175,10 @@ impl Site {
             workflow_interval: Duration::from_millis(100),
             ..Default::default()
         };
+        // BMC passwords sealed at rest under a key of this run (and no warning per node).
+        let master_key = hex::encode(rand::random::<[u8; 32]>());
+        config.master_key =
+            Some(metal_scheduler::secrets::MasterKey::from_hex(&master_key).map_err(anyhow::Error::msg)?);
         config.boot.listen = Some(boot_listener.local_addr()?);
         config.boot.site = "sim".into();
         // Every simulated machine talks from 127.0.0.1: one address for the whole fleet.
@@ -249,23 +253,24 @@ impl Site {
             self.admin.post(&format!("{path}/boot"), json!({"target": "pxe"})).await?;
             self.admin.post(&format!("{path}/power"), json!({"action": "on"})).await?;
         }
-        let ids: Vec<String> = self.machines.iter().map(|m| m.id.clone()).collect();
-        self.until("every node commissioned", Duration::from_secs(120), || async {
-            let mut settled = true;
-            for id in &ids {
-                let node = self.admin.get(&format!("/v1/nodes/{id}")).await?;
-                settled &= matches!(node["state"].as_str(), Some("ready" | "failed"));
-            }
-            Ok(settled)
+        let ids: std::collections::BTreeSet<String> = self.machines.iter().map(|m| m.id.clone()).collect();
+        // Two minutes, and a tenth of a second more per machine (a big fleet on two cores).
+        let limit =
+            Duration::from_secs(120) + Duration::from_millis(100) * u32::try_from(ids.len()).unwrap_or(u32::MAX);
+        let states = || async {
+            let nodes = self.admin.get("/v1/nodes").await?;
+            let ours =
+                nodes.as_array().into_iter().flatten().filter(|n| n["id"].as_str().is_some_and(|id| ids.contains(id)));
+            Ok::<Vec<(String, String)>, anyhow::Error>(
+                ours.map(|n| (n["id"].as_str().unwrap_or("").to_owned(), n["state"].as_str().unwrap_or("").to_owned()))
+                    .collect(),
+            )
+        };
+        self.until("every node commissioned", limit, || async {
+            Ok(states().await?.iter().all(|(_, state)| state == "ready" || state == "failed"))
         })
         .await?;
-        let mut failed = Vec::new();
-        for id in &ids {
-            if self.admin.get(&format!("/v1/nodes/{id}")).await?["state"] != "ready" {
-                failed.push(id.clone());
-            }
-        }
-        Ok(failed)
+        Ok(states().await?.into_iter().filter(|(_, state)| state != "ready").map(|(id, _)| id).collect())
     }
 
     /// Polls `done` every 50 ms of real time until it holds; fails after `limit` of real time.
