@@ -38,11 +38,6 @@ pub fn install(source: Arc<dyn Source>) -> Result<(), AlreadyInstalled> {
     SOURCE.set(source).map_err(|_| AlreadyInstalled)
 }
 
-/// Whether a clock other than the system's was installed.
-pub fn installed() -> bool {
-    SOURCE.get().is_some()
-}
-
 /// The current time: the installed source's, else the system's.
 pub fn now() -> SystemTime {
     SOURCE.get().map_or_else(SystemTime::now, |source| source.now())
@@ -87,7 +82,6 @@ mod tests {
         assert!(drift < Duration::from_secs(5), "the system clock before any install: {drift:?}");
         let later = SystemTime::now() + Duration::from_secs(86_400 * 30);
         install(Arc::new(Fixed(later))).unwrap();
-        assert!(installed());
         assert_eq!(now(), later);
         assert_eq!(now_utc(), OffsetDateTime::from(later));
         assert_eq!(install(Arc::new(Fixed(system))), Err(AlreadyInstalled));

@@ -31,11 +31,17 @@ pub enum ApiError {
 }
 
 /// An API client with one bearer token.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Api {
     base: String,
     token: String,
     http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api").field("base", &self.base).field("token", &"***").finish()
+    }
 }
 
 impl Api {
@@ -52,7 +58,21 @@ impl Api {
     /// Calls `method path` with `body` (JSON, when not null); the answer's JSON (null when
     /// empty).
     pub async fn call(&self, method: &str, path: &str, body: &Value) -> Result<Value, ApiError> {
-        let verb = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
+        let verb = match method {
+            "GET" => reqwest::Method::GET,
+            "POST" => reqwest::Method::POST,
+            "PUT" => reqwest::Method::PUT,
+            "PATCH" => reqwest::Method::PATCH,
+            "DELETE" => reqwest::Method::DELETE,
+            other => {
+                return Err(ApiError::Refused {
+                    method: other.to_owned(),
+                    path: path.to_owned(),
+                    status: 405,
+                    message: "not a method of the API".into(),
+                });
+            }
+        };
         let mut request = self.http.request(verb, format!("{}{path}", self.base)).bearer_auth(&self.token);
         if !body.is_null() {
             request = request.json(body);

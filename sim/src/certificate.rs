@@ -1,7 +1,8 @@
 //! A wipe report as a certificate of sanitization a person reads (NIST SP 800-88 Rev. 1,
 //! appendix G: the device, the method and its category, the verification, who signed it,
-//! the result), printed only after the report verified offline against the site CA: the
-//! same check `metal-erase verify` makes, independent of what the scheduler stored.
+//! the result), printed only after the envelope as it was posted verified offline against
+//! the site CA and the platform inventory's disks: the check `metal-erase verify` makes, not
+//! the scheduler's stored verdict.
 
 use std::fmt::Write as _;
 
@@ -31,7 +32,12 @@ pub async fn for_node(site: &Site, node: &str) -> anyhow::Result<(String, usize)
         .with_context(|| format!("wipe report {id} has no envelope"))?;
     let envelope = metal_protocol::dsse::Envelope::from_json(envelope.as_bytes())?;
     let boot = site.app.boot.as_ref().context("the boot service is off")?;
-    let report = match metal_erase::report::verify_offline(&envelope, boot.ca.certificate(), None) {
+    // Every disk the platform inventoried must be in the report, erased.
+    let inventory = site.admin.get(&format!("/v1/nodes/{node}/inventory")).await?;
+    let disks: Vec<metal_protocol::inventory::Disk> = serde_json::from_value(inventory["inventory"]["disks"].clone())
+        .with_context(|| format!("the platform inventory of {node}"))?;
+    let disks: Vec<_> = disks.into_iter().map(|d| d.identity).collect();
+    let report = match metal_erase::report::verify_offline(&envelope, boot.ca.certificate(), Some(&disks)) {
         Ok(report) => report,
         Err(refusal) => bail!("wipe report {id} does not verify offline: {refusal}"),
     };
@@ -41,8 +47,7 @@ pub async fn for_node(site: &Site, node: &str) -> anyhow::Result<(String, usize)
     let _ = writeln!(text, "  report       {id}, verified offline against site CA {}", boot.ca_fingerprint);
     let _ = writeln!(text, "  signed by    {signer}");
     let _ = writeln!(text, "  node         {}   policy {:?}", report.node_id, report.policy);
-    let rfc3339 =
-        |t: time::OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    use crate::clock::rfc3339;
     let _ = writeln!(text, "  period       {} .. {}", rfc3339(report.started_at), rfc3339(report.finished_at));
     for disk in &report.disks {
         let identity = &disk.identity;

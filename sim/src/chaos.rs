@@ -15,10 +15,9 @@ use anyhow::{Context as _, bail, ensure};
 use rand::{Rng as _, SeedableRng as _};
 use serde_json::Value;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::fault::Fault;
-use crate::lease::{lease, reaches};
+use crate::lease::{lease, reaches, recover};
 use crate::site::Site;
 
 /// Faults a round draws from: each ends in a quarantine the operator can recover from.
@@ -50,8 +49,7 @@ impl std::fmt::Display for Counts {
 }
 
 fn at(value: &Value) -> anyhow::Result<OffsetDateTime> {
-    let text = value.as_str().with_context(|| format!("not a time: {value}"))?;
-    Ok(OffsetDateTime::parse(text, &Rfc3339)?)
+    crate::clock::parse(value.as_str().with_context(|| format!("not a time: {value}"))?)
 }
 
 /// Runs `rounds` rounds of `per_round` one-day leases on a site whose machines are
@@ -80,11 +78,7 @@ pub async fn run(site: &Site, rounds: usize, per_round: usize, fault_rate: f64, 
                 for fault in machine.faults.active() {
                     machine.faults.set(fault, false);
                 }
-                site.admin.post(&format!("/v1/nodes/{node}/recover"), Value::Null).await?;
-                reaches(site, node, "ready").await?;
-                // A quarantine leaves the node in maintenance: the operator takes it out.
-                let back = serde_json::json!({"maintenance": false});
-                site.admin.call("PATCH", &format!("/v1/nodes/{node}"), &back).await?;
+                recover(site, node).await?;
                 counts.quarantined += 1;
             }
         }
@@ -94,18 +88,27 @@ pub async fn run(site: &Site, rounds: usize, per_round: usize, fault_rate: f64, 
     Ok(counts)
 }
 
-/// Checks every invariant over the whole site as the API shows it; how many checks held.
+/// Checks every invariant over the whole site as the API shows it (after a billing pass);
+/// how many checks held.
 pub async fn check(site: &Site) -> anyhow::Result<usize> {
+    metal_scheduler::app::bill_once(&site.app).await.map_err(|e| anyhow::anyhow!("billing: {e}"))?;
+    let now = crate::clock::now();
     let mut checked = 0;
     let reservations = site.admin.get("/v1/reservations").await?;
     let reservations = reservations.as_array().context("reservations: not a list")?;
 
-    // No node booked twice in overlapping windows.
+    // No node booked twice in overlapping windows; and when each node was last bound.
     let mut windows: BTreeMap<String, Vec<(OffsetDateTime, OffsetDateTime, String)>> = BTreeMap::new();
+    let mut bound: BTreeMap<(String, String), (OffsetDateTime, OffsetDateTime)> = BTreeMap::new();
+    let mut last_bound: BTreeMap<String, OffsetDateTime> = BTreeMap::new();
     for r in reservations.iter().filter(|r| !r["boundAt"].is_null()) {
+        let id = r["id"].as_str().unwrap_or("?").to_owned();
+        let (bound_at, end) = (at(&r["boundAt"])?, at(&r["end"])?);
         for node in r["nodes"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-            let id = r["id"].as_str().unwrap_or("?").to_owned();
-            windows.entry(node.to_owned()).or_default().push((at(&r["start"])?, at(&r["end"])?, id));
+            windows.entry(node.to_owned()).or_default().push((at(&r["start"])?, end, id.clone()));
+            bound.insert((id.clone(), node.to_owned()), (bound_at, end));
+            let last = last_bound.entry(node.to_owned()).or_insert(bound_at);
+            *last = (*last).max(bound_at);
         }
     }
     for (node, mut booked) in windows {
@@ -116,49 +119,77 @@ pub async fn check(site: &Site) -> anyhow::Result<usize> {
         }
     }
 
-    // No meter window missing or doubled: per reservation, node and meter, the hourly
-    // windows follow each other from the bind to the end, each once.
+    // No meter window missing or doubled: per lease (reservation and node) and meter, the
+    // hourly windows run from the hour of the bind to the lease's end, one after another;
+    // per node and meter, no two leases bill the same time.
     let usage = site.admin.get(&format!("/v1/usage?tenantId={}", crate::lease::TENANT)).await?;
-    let mut series: BTreeMap<(String, String), Vec<(OffsetDateTime, OffsetDateTime)>> = BTreeMap::new();
-    let mut ids = BTreeSet::new();
+    let mut series: BTreeMap<(String, String, String), Vec<(OffsetDateTime, OffsetDateTime)>> = BTreeMap::new();
     for record in usage["records"].as_array().into_iter().flatten() {
         let id = record["id"].as_str().context("a meter record without an id")?;
-        ensure!(ids.insert(id.to_owned()), "meter record {id} twice");
         let node = id.split('/').nth(1).unwrap_or_default().to_owned();
-        let key = (format!("{}/{node}", record["reservationId"].as_str().unwrap_or("?")), record["meter"].to_string());
-        series.entry(key).or_default().push((at(&record["windowStart"])?, at(&record["windowEnd"])?));
+        let reservation = record["reservationId"].as_str().unwrap_or("?").to_owned();
+        let meter = record["meter"].as_str().unwrap_or("?").to_owned();
+        series
+            .entry((reservation, node, meter))
+            .or_default()
+            .push((at(&record["windowStart"])?, at(&record["windowEnd"])?));
     }
-    for ((lease, meter), mut windows) in series {
-        windows.sort();
-        for pair in windows.windows(2) {
-            ensure!(pair[0].0 != pair[1].0, "{lease} {meter}: window {} billed twice", pair[0].0);
+    let mut per_node: BTreeMap<(String, String), Vec<(OffsetDateTime, OffsetDateTime)>> = BTreeMap::new();
+    for ((reservation, node, meter), mut billed) in series {
+        billed.sort();
+        let lease = format!("{reservation} on {node} ({meter})");
+        let (bound_at, end) = *bound
+            .get(&(reservation.clone(), node.clone()))
+            .with_context(|| format!("{lease}: billed, never bound"))?;
+        let (first, last) = (billed[0], billed[billed.len() - 1]);
+        ensure!(
+            first.0 <= bound_at && bound_at < first.0 + time::Duration::hours(1),
+            "{lease}: billing starts at {}, bound at {bound_at}",
+            first.0
+        );
+        if end <= now {
+            ensure!(last.1 == end, "{lease}: billed to {}, ended at {end}", last.1);
+        }
+        for pair in billed.windows(2) {
             ensure!(
                 pair[1].0 - pair[0].0 == time::Duration::hours(1),
-                "{lease} {meter}: no window between {} and {}",
+                "{lease}: windows {} and {} do not follow each other",
                 pair[0].0,
                 pair[1].0
             );
-            checked += 1;
         }
+        checked += 2;
+        // A window's record starts at its hour; what it bills starts at the bind at the earliest.
+        per_node.entry((node, meter)).or_default().extend(billed.iter().map(|(from, to)| ((*from).max(bound_at), *to)));
+    }
+    for ((node, meter), mut billed) in per_node {
+        billed.sort();
+        for pair in billed.windows(2) {
+            ensure!(pair[0].1 <= pair[1].0, "{node} ({meter}): {} billed twice", pair[1].0);
+        }
+        checked += 1;
     }
 
-    // No node ready after a lease without a complete teardown and an accepted wipe report;
-    // every step of every teardown with a deadline.
+    // No node ready after a lease without a teardown since, which succeeded with a done record
+    // of every step and a wipe report accepted since it began; every run with a deadline for
+    // the step it is on.
     let nodes = site.admin.get("/v1/nodes").await?;
     for node in nodes.as_array().into_iter().flatten() {
         let id = node["id"].as_str().unwrap_or("?");
         let runs = site.admin.get(&format!("/v1/nodes/{id}/teardowns")).await?;
         let runs = runs.as_array().cloned().unwrap_or_default();
         for run in &runs {
-            for step in run["steps"].as_array().into_iter().flatten() {
-                ensure!(step["deadlineMs"].as_i64().is_some_and(|d| d > 0), "{id}: a teardown step without a deadline");
-                checked += 1;
-            }
+            let (started, deadline) = (at(&run["stepStarted"])?, at(&run["stepDeadline"])?);
+            ensure!(deadline > started, "{id}: teardown {} has no deadline after its step began", run["id"]);
+            checked += 1;
         }
+        let Some(bound_at) = last_bound.get(id) else { continue };
         if node["state"] != "ready" {
             continue;
         }
-        let Some(last) = runs.last() else { continue };
+        let last = runs.last().with_context(|| format!("{id} is ready after a lease without a teardown"))?;
+        let began = at(&last["createdAt"])?;
+        ensure!(began >= *bound_at, "{id} is ready after a lease bound at {bound_at} without a teardown since");
         ensure!(last["status"] == "succeeded", "{id} is ready, and its last teardown {}", last["status"]);
         let done: BTreeSet<&str> = last["history"]
             .as_array()
@@ -170,17 +201,16 @@ pub async fn check(site: &Site) -> anyhow::Result<usize> {
         for step in last["steps"].as_array().into_iter().flatten().filter_map(|s| s["name"].as_str()) {
             ensure!(done.contains(step), "{id} is ready without a done record of {step}");
         }
-        let started = at(&last["createdAt"])?;
         let reports = site.admin.get(&format!("/v1/nodes/{id}/wipe-reports")).await?;
         let accepted = reports
             .as_array()
             .into_iter()
             .flatten()
-            .any(|r| r["accepted"] == true && at(&r["receivedAt"]).is_ok_and(|received| received >= started));
+            .any(|r| r["accepted"] == true && at(&r["receivedAt"]).is_ok_and(|received| received >= began));
         if !accepted {
             bail!("{id} is ready without a wipe report accepted in its last teardown");
         }
-        checked += 2;
+        checked += 3;
     }
     Ok(checked)
 }

@@ -67,21 +67,23 @@ async fn console(State(control): Shared, Path(id): Path<String>) -> Answer {
     Ok(Json(json!(machine(&control, &id)?.console())))
 }
 
-async fn set_fault(State(control): Shared, Path((id, name)): Path<(String, String)>) -> Answer {
-    let m = machine(&control, &id)?;
-    m.faults.set(fault(&name)?, true);
+fn switch_fault(control: &Control, id: &str, name: &str, on: bool) -> Answer {
+    let m = machine(control, id)?;
+    m.faults.set(fault(name)?, on);
     Ok(Json(describe(&m)))
 }
 
+async fn set_fault(State(control): Shared, Path((id, name)): Path<(String, String)>) -> Answer {
+    switch_fault(&control, &id, &name, true)
+}
+
 async fn clear_fault(State(control): Shared, Path((id, name)): Path<(String, String)>) -> Answer {
-    let m = machine(&control, &id)?;
-    m.faults.set(fault(&name)?, false);
-    Ok(Json(describe(&m)))
+    switch_fault(&control, &id, &name, false)
 }
 
 fn clock_view(clock: &SimClock) -> Value {
     let now = time::OffsetDateTime::from(metal_clock::Source::now(clock));
-    json!({"now": now.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(), "speed": clock.speed()})
+    json!({"now": crate::clock::rfc3339(now), "speed": clock.speed()})
 }
 
 async fn clock(State(control): Shared) -> Json<Value> {

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use crate::fault::Fault;
-use crate::lease::{PROFILE, TENANT, lease, prepare, reaches};
+use crate::lease::{PROFILE, TENANT, lease, prepare, reaches, recover};
 use crate::site::Site;
 
 /// What the demo saw, for its caller (and the tests) to check.
@@ -51,6 +51,10 @@ pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
     say(&mut text, format!("image {image_id} (sha256 {}) imported, promoted; profile {PROFILE}:1", &digest[..16]));
 
     say(&mut text, "== two dedicated-root leases of 7 days".into());
+    let mut before = std::collections::BTreeMap::new();
+    for n in admin.get("/v1/nodes").await?.as_array().into_iter().flatten() {
+        before.insert(n["id"].as_str().unwrap_or_default().to_owned(), n["identityGeneration"].as_i64().unwrap_or(0));
+    }
     let nodes: Vec<String> = lease(site, 2, "7d").await?.into_iter().map(|(_, node)| node).collect();
     out.clean = nodes[0].clone();
     out.recovered = nodes[1].clone();
@@ -60,7 +64,7 @@ pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
         let role = n["labels"]["role"].as_str().unwrap_or("-");
         say(&mut text, format!("{}, role {role}; the machine runs {:?}", standing(&n), machine.state().activity));
     }
-    out.generations.push(1);
+    out.generations.push(before.get(&nodes[0]).copied().unwrap_or(0));
     out.generations
         .push(admin.get(&format!("/v1/nodes/{}", out.clean)).await?["identityGeneration"].as_i64().unwrap_or(0));
 
@@ -84,9 +88,8 @@ pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
         ),
     );
     faulty.faults.set(Fault::RefuseRotation, false);
-    admin.post(&format!("/v1/nodes/{recovered}/recover"), Value::Null).await?;
     say(&mut text, format!("{recovered}: fault cleared, recover runs the teardown again"));
-    reaches(site, &recovered, "ready").await?;
+    recover(site, &recovered).await?;
     let clean_node = admin.get(&format!("/v1/nodes/{clean}")).await?;
     out.generations.push(clean_node["identityGeneration"].as_i64().unwrap_or(0));
     for node in &nodes {
@@ -155,8 +158,7 @@ async fn timeline(site: &Site, node: &str) -> anyhow::Result<String> {
         }
         after = page["next"].as_i64().unwrap_or(after);
         for e in events.iter().filter(|e| e["subject"] == subject.as_str() || e["data"]["node"] == node) {
-            let rfc3339 = &time::format_description::well_known::Rfc3339;
-            let Some(at) = e["at"].as_str().and_then(|t| time::OffsetDateTime::parse(t, rfc3339).ok()) else {
+            let Some(at) = e["at"].as_str().and_then(|t| crate::clock::parse(t).ok()) else {
                 continue;
             };
             let offset = (at - *first.get_or_insert(at)).whole_seconds();

@@ -3,15 +3,16 @@
 //! answers the admin commands the erase engine sends (Identify Controller with Sanitize
 //! crypto and block erase advertised, Sanitize, the Sanitize Status log). A sanitize or a
 //! discard punches a hole over the whole file (what a thin-provisioned device does), so a
-//! terabyte disk is erased in an instant and the read-back still reads every marker the
-//! engine left. Faults make it lie: erase commands acknowledged and ignored (only the
+//! disk is erased in an instant and the engine's read-back finds none of the markers it
+//! planted. The Sanitize Status log keeps "global data erased" set after a sanitize (the
+//! spec clears it on the next write; the engine does not read it). Faults make it lie: erase commands acknowledged and ignored (only the
 //! read-back can tell), or reads that fail.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::FileExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use metal_erase::io::Target;
@@ -32,7 +33,6 @@ const SANICAP: u32 = 0b011;
 /// A sparse file as an NVMe namespace.
 #[derive(Debug)]
 pub struct FileDisk {
-    path: PathBuf,
     file: File,
     size: u64,
     serial: String,
@@ -52,19 +52,7 @@ impl FileDisk {
     pub fn open(path: &Path, serial: &str, faults: Arc<Faults>) -> io::Result<FileDisk> {
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
         let size = file.metadata()?.len();
-        Ok(FileDisk {
-            path: path.to_owned(),
-            file,
-            size,
-            serial: serial.to_owned(),
-            faults,
-            sanitized: Mutex::new(None),
-        })
-    }
-
-    /// The backing file.
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(FileDisk { file, size, serial: serial.to_owned(), faults, sanitized: Mutex::new(None) })
     }
 
     /// Deallocates every block: they read zeros afterwards.

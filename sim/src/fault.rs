@@ -17,7 +17,7 @@ pub enum Fault {
     BmcLiesAboutPower,
     /// The BMC refuses a password change.
     RefuseRotation,
-    /// The BMC and BIOS firmware report versions other than the site's baseline.
+    /// The BIOS reports a version other than the pool's baseline, in band and out of band.
     FirmwareDrift,
     /// Discards and sanitize commands are acknowledged and not done.
     IgnoreDiscard,

@@ -98,6 +98,15 @@ pub async fn reaches(site: &Site, node: &str, state: &str) -> anyhow::Result<()>
     }
 }
 
+/// Recovers a quarantined node: `recover` runs its teardown again; once it is ready, the
+/// operator takes it out of maintenance (where the quarantine put it).
+pub async fn recover(site: &Site, node: &str) -> anyhow::Result<()> {
+    site.admin.post(&format!("/v1/nodes/{node}/recover"), Value::Null).await?;
+    reaches(site, node, "ready").await?;
+    site.admin.call("PATCH", &format!("/v1/nodes/{node}"), &json!({"maintenance": false})).await?;
+    Ok(())
+}
+
 /// Where a node stands, its last teardown, and what its machine said last: for an operator
 /// reading a failure.
 pub async fn diagnose(site: &Site, node: &str) -> String {

@@ -9,12 +9,14 @@
 //! first disk has a boot signature, and the machine then runs it (idles, powered on).
 //!
 //! A running task cannot be cut short: a power-off during one takes effect at once for
-//! the BMC, and what the task does after it is ignored by the machine (its reports still
-//! reach the scheduler, as a real machine's packets in flight might).
+//! the BMC, and what the task does after it is ignored by the machine. Its reports still
+//! reach the scheduler, and its writes still reach the disk files, which a real machine's
+//! would not: the teardown never cuts a ramdisk's power while it works, so no test meets it.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use metal_protocol::inventory::SystemPaths;
 
@@ -72,7 +74,7 @@ pub enum Activity {
 }
 
 /// The state a BMC reads and changes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct State {
     /// Powered on.
     pub power_on: bool,
@@ -91,6 +93,34 @@ pub struct State {
     /// Boots so far.
     pub boots: u64,
 }
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("power_on", &self.power_on)
+            .field("epoch", &self.epoch)
+            .field("boot_override", &self.boot_override)
+            .field("media", &self.media)
+            .field("activity", &self.activity)
+            .field("bmc_password", &"***")
+            .field("bmc_version", &self.bmc_version)
+            .field("boots", &self.boots)
+            .finish()
+    }
+}
+
+impl State {
+    /// Whether the boot of power-on `epoch` still runs the machine.
+    fn runs(&self, epoch: u64) -> bool {
+        self.power_on && self.epoch == epoch
+    }
+}
+
+/// A real machine's power-on self test, at least: no machine reboots in no time.
+const POST: Duration = Duration::from_millis(20);
+/// How often iPXE asks the scheduler for its script before it gives up and boots the disk
+/// (metal.ipxe retries every 10 s; the simulation every 200 ms of real time).
+const SCRIPT_ATTEMPTS: u32 = 5;
 
 /// One simulated machine.
 #[derive(Debug)]
@@ -188,8 +218,14 @@ impl Machine {
 
     /// Cuts the power.
     pub fn power_off(&self) {
+        self.power_off_if(None);
+    }
+
+    /// Cuts the power when it is on (and, with `epoch`, only while that boot still runs it:
+    /// a task that ends after a power cycle does not cut the next boot's power).
+    fn power_off_if(&self, epoch: Option<u64>) {
         let mut state = self.state();
-        if state.power_on {
+        if state.power_on && epoch.is_none_or(|e| state.epoch == e) {
             state.power_on = false;
             state.activity = Activity::Off;
             drop(state);
@@ -197,19 +233,16 @@ impl Machine {
         }
     }
 
-    /// Whether a boot of power-on `epoch` still runs the machine.
-    fn current(&self, epoch: u64) -> bool {
-        let state = self.state();
-        state.power_on && state.epoch == epoch
-    }
-
     /// Boots again and again (a reboot is a boot) until the machine settles in an OS, finds
     /// nothing to boot, or is powered off.
     fn boot(self: Arc<Self>, epoch: u64) {
-        loop {
+        for boot in 0.. {
+            if boot > 0 {
+                std::thread::sleep(POST);
+            }
             let source = {
                 let mut state = self.state();
-                if !(state.power_on && state.epoch == epoch) {
+                if !state.runs(epoch) {
                     return;
                 }
                 state.boots += 1;
@@ -236,13 +269,29 @@ impl Machine {
         }
     }
 
+    /// The scheduler's iPXE script, asked for a few times as iPXE does while it does not
+    /// answer.
+    fn script(&self) -> Result<String, String> {
+        let url = format!("{}/boot/ipxe?mac={}", self.api_url, self.hardware.mac);
+        let mut last = String::new();
+        for attempt in 0..SCRIPT_ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(POST * 10);
+            }
+            match reqwest::blocking::get(&url).and_then(reqwest::blocking::Response::error_for_status) {
+                Ok(answer) => return answer.text().map_err(|e| format!("{url}: {e}")),
+                Err(e) => last = format!("{url}: {e}"),
+            }
+        }
+        Err(last)
+    }
+
     /// iPXE's chain to the scheduler, then the ramdisk task; false when the machine reboots.
     fn network_boot(self: &Arc<Self>, epoch: u64) -> bool {
-        let url = format!("{}/boot/ipxe?mac={}", self.api_url, self.hardware.mac);
-        let script = match reqwest::blocking::get(&url).and_then(reqwest::blocking::Response::text) {
+        let script = match self.script() {
             Ok(script) => script,
             Err(e) => {
-                self.say(&format!("iPXE: {url}: {e}; booting the next device"));
+                self.say(&format!("iPXE: {e}; booting the next device"));
                 return self.disk_boot(epoch);
             }
         };
@@ -259,7 +308,12 @@ impl Machine {
             return true;
         }
         let task = format!("{:?}", params.task).to_lowercase();
-        self.set_activity(epoch, Activity::Ramdisk(task.clone()));
+        self.set_activity(epoch, Activity::Ramdisk(task));
+        // The BIOS reports its version in band through DMI: as it is now (drift included).
+        let bios = self.paths.sys.join("class/dmi/id/bios_version");
+        if let Err(e) = std::fs::write(&bios, format!("{}\n", self.bios_version())) {
+            self.say(&format!("cannot write {}: {e}", bios.display()));
+        }
         let console = |line: &str| self.say(line);
         let (faults, serial) = (self.faults.clone(), self.hardware.serial.clone());
         let open =
@@ -277,12 +331,12 @@ impl Machine {
             Ok(()) => self.say("metal-boot: task done"),
             Err(e) => self.say(&format!("metal-boot: FATAL: {e}")),
         }
-        if !self.current(epoch) {
+        if !self.state().runs(epoch) {
             return true;
         }
         match params.end {
             metal_boot::init::End::PowerOff => {
-                self.power_off();
+                self.power_off_if(Some(epoch));
                 true
             }
             metal_boot::init::End::Reboot => {
@@ -292,15 +346,17 @@ impl Machine {
         }
     }
 
+    /// The first `len` bytes of disk `index` (nvme0n1 is 0).
+    pub fn disk_head(&self, index: usize, len: usize) -> std::io::Result<Vec<u8>> {
+        let path = self.disk_files.get(index).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        let mut head = vec![0u8; len];
+        std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::open(path)?, &mut head, 0)?;
+        Ok(head)
+    }
+
     /// The first disk's boot sector: an OS when it carries the boot signature.
     fn disk_boot(&self, epoch: u64) -> bool {
-        let mut sector = [0u8; 512];
-        let bootable = self.disk_files.first().is_some_and(|path| {
-            std::fs::File::open(path)
-                .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut sector, 0))
-                .is_ok()
-                && sector[510..] == [0x55, 0xaa]
-        });
+        let bootable = self.disk_head(0, 512).is_ok_and(|sector| sector[510..] == [0x55, 0xaa]);
         if bootable {
             self.say("booting the OS on the first disk");
             self.set_activity(epoch, Activity::Os);
@@ -313,7 +369,7 @@ impl Machine {
 
     fn set_activity(&self, epoch: u64, activity: Activity) {
         let mut state = self.state();
-        if state.power_on && state.epoch == epoch {
+        if state.runs(epoch) {
             state.activity = activity;
         }
     }

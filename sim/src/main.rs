@@ -23,10 +23,10 @@ struct Cli {
     /// Machines in the site (n001, n002, ...).
     #[arg(long, global = true, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=5000))]
     nodes: u16,
-    /// Simulated seconds per real second.
-    #[arg(long, global = true, default_value_t = 60.0)]
+    /// Simulated seconds per real second (above 0, at most 100000).
+    #[arg(long, global = true, default_value_t = 60.0, value_parser = parse_speed)]
     speed: f64,
-    /// Seed of every random choice (machine sizes, BMC passwords).
+    /// Seed of the random choices: machine sizes, and the faults chaos draws (never secrets).
     #[arg(long, global = true, default_value_t = 1)]
     seed: u64,
     /// The scheduler's data directory [default: a temporary directory, removed at exit].
@@ -66,9 +66,23 @@ enum Command {
         #[arg(long, default_value_t = 2)]
         per_round: usize,
         /// Chance that a leased machine gets a fault, 0 to 1.
-        #[arg(long, default_value_t = 0.3)]
+        #[arg(long, default_value_t = 0.3, value_parser = parse_rate)]
         fault_rate: f64,
     },
+}
+
+fn parse_speed(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(speed) if speed > 0.0 && speed <= 100_000.0 => Ok(speed),
+        _ => Err(format!("{text:?}: a number above 0 and at most 100000")),
+    }
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if (0.0..=1.0).contains(&rate) => Ok(rate),
+        _ => Err(format!("{text:?}: a number from 0 to 1")),
+    }
 }
 
 fn main() -> ExitCode {

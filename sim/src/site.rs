@@ -35,7 +35,7 @@ pub struct Options {
     pub nodes: usize,
     /// Simulated seconds per real second.
     pub speed: f64,
-    /// Seeds every random choice (machine sizes, passwords).
+    /// Seeds every random choice but secrets (machine sizes; chaos draws its own).
     pub seed: u64,
     /// Where the scheduler keeps its data (a temporary directory when absent).
     pub data_dir: Option<PathBuf>,
@@ -78,6 +78,11 @@ pub struct Site {
     /// The scheduler's data directory.
     pub data_dir: PathBuf,
     _temporary: Option<tempfile::TempDir>,
+}
+
+/// A lease of `real` real time as the simulated clock running at `speed` counts it.
+fn lasting(real: Duration, speed: f64) -> Duration {
+    real.mul_f64(speed.max(1.0))
 }
 
 /// The node id of the `index`th machine (from 1).
@@ -166,6 +171,7 @@ impl Site {
             .with_context(|| format!("binding {}", options.listen))?;
         let boot_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let api_address = api_listener.local_addr()?;
+        let defaults = metal_scheduler::config::Config::default();
         let mut config = metal_scheduler::config::Config {
             listen: api_address,
             data_dir: data_dir.clone(),
@@ -173,12 +179,17 @@ impl Site {
             // The periodic passes run on real time: often, so simulated time is not wasted.
             reaper_interval: Duration::from_millis(200),
             workflow_interval: Duration::from_millis(100),
+            // A workflow step's claim and an image import's lease lapse on the simulated
+            // clock but are renewed on the real one (every third of them): each lasts as long
+            // in real time as it does in production, so no step or import runs twice.
+            workflow_claim: lasting(defaults.workflow_claim, options.speed),
             ..Default::default()
         };
         // BMC passwords sealed at rest under a key of this run (and no warning per node).
         let master_key = hex::encode(rand::random::<[u8; 32]>());
         config.master_key =
             Some(metal_scheduler::secrets::MasterKey::from_hex(&master_key).map_err(anyhow::Error::msg)?);
+        config.images.lease = lasting(defaults.images.lease, options.speed);
         config.boot.listen = Some(boot_listener.local_addr()?);
         config.boot.site = "sim".into();
         // Every simulated machine talks from 127.0.0.1: one address for the whole fleet.
@@ -213,7 +224,8 @@ impl Site {
                 disk_files.push(file);
             }
             let paths = crate::tree::write(&dir.join("root"), &hardware, &disk_files)?;
-            let password = format!("sim-{:016x}", rng.r#gen::<u64>());
+            // Not from the seed: a BMC password nobody can work out from the command line.
+            let password = format!("sim-{}", hex::encode(rand::random::<[u8; 16]>()));
             let bmc_url = format!("http://{}", listener.local_addr()?);
             let machine =
                 Arc::new(Machine::new(id.clone(), hardware, paths, disk_files, api_url.clone(), password.clone()));

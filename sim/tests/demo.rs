@@ -7,8 +7,6 @@
 //! The simulation installs the process clock, so each test of this crate runs in its own
 //! process (cargo nextest does; `cargo test` needs one test per binary).
 
-use std::os::unix::fs::FileExt as _;
-
 use metal_sim::machine::Activity;
 use metal_sim::site::{Options, Site};
 use metal_tests::scheduler::postgres_database;
@@ -47,9 +45,8 @@ fn two_week_long_leases_end_clean_and_a_quarantined_machine_recovers() {
             assert!(last["history"].as_array().unwrap().iter().any(|h| h["step"] == "erase" && h["result"] == "done"));
             // The tenant's image is gone from every disk: its first MiB was written by the
             // deploy (boot signature, partition table), and the erase left zeros.
-            for file in &machine.disk_files {
-                let mut head = vec![0u8; 1 << 20];
-                std::fs::File::open(file).unwrap().read_exact_at(&mut head, 0).unwrap();
+            for (index, file) in machine.disk_files.iter().enumerate() {
+                let head = machine.disk_head(index, 1 << 20).unwrap();
                 assert!(head.iter().all(|b| *b == 0), "{} still holds data after the teardown", file.display());
             }
             assert_ne!(machine.state().activity, Activity::Os, "nothing left to boot on {node}");

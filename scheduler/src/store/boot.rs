@@ -199,10 +199,14 @@ pub fn record_firmware_check(
     Ok(id)
 }
 
-/// What a releasing node still needs from a ramdisk: its firmware checked, its disks erased.
-/// Both are counted at the node's current (row) generation, which every lifecycle move
-/// bumps, so a new release (or a recovery) needs both again.
+/// What a releasing node still needs from a ramdisk: its firmware checked, its disks erased
+/// (nothing, for a node in any other state). Both are counted at the node's current (row)
+/// generation, which every lifecycle move bumps, so a new release (or a recovery) needs
+/// both again; so does a PATCH of the node's attributes, which bumps it too.
 pub fn due(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<crate::model::boot::Due> {
+    if node.state != crate::model::node::NodeState::Releasing {
+        return Ok(crate::model::boot::Due { firmware: false, erase: false });
+    }
     let erased = conn.query_opt(
         "SELECT id FROM wipe_reports WHERE node_id = $1 AND node_generation = $2 AND accepted = 1",
         &[&node.id, &node.generation],
