@@ -9,7 +9,7 @@ use metal_protocol::DeployPlan;
 use crate::api::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::model::boot::{NodeInventory, WipeReportRecord};
+use crate::model::boot::{NodeInventory, WipeReportDetail, WipeReportRecord};
 use crate::store;
 
 /// The node's platform inventory (its last commissioning report).
@@ -67,4 +67,81 @@ pub async fn put_deploy_plan(
     })
     .await?;
     Ok(axum::http::StatusCode::NO_CONTENT)
+}
+
+/// One wipe report: the server's verdict on receipt, the signed payload it judged and the
+/// certificate that signed it (what the console prints as a certificate of sanitization).
+#[utoipa::path(get, path = "/v1/nodes/{id}/wipe-reports/{report}",
+    params(("id" = String, Path, description = "node id"), ("report" = String, Path, description = "wipe report id")),
+    responses((status = 200, body = WipeReportDetail), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn get_wipe_report(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath((id, report)): ApiPath<(String, String)>,
+) -> ApiResult<ApiJson<WipeReportDetail>> {
+    let (record, envelope) = wipe_report_and_envelope(&app, &caller, id, report).await?;
+    let envelope = metal_protocol::dsse::Envelope::from_json(envelope.as_bytes()).ok();
+    let report = envelope
+        .as_ref()
+        .and_then(|e| e.payload_bytes().ok())
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+    let signer = envelope
+        .as_ref()
+        .and_then(|e| e.single_signature().ok())
+        .and_then(|s| s.certificate_ders().ok())
+        .and_then(|chain| chain.into_iter().next());
+    Ok(ApiJson(WipeReportDetail {
+        record,
+        payload_type: envelope.map(|e| e.payload_type).unwrap_or_default(),
+        report,
+        signer_fingerprint: signer.as_deref().map(|der| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(der))),
+        signer_certificate: signer.as_deref().map(certificate_pem),
+    }))
+}
+
+/// The wipe report's DSSE envelope exactly as the ramdisk posted it, as a download: what
+/// `metal-erase verify` (or any DSSE verifier) checks offline.
+#[utoipa::path(get, path = "/v1/nodes/{id}/wipe-reports/{report}/envelope",
+    params(("id" = String, Path, description = "node id"), ("report" = String, Path, description = "wipe report id")),
+    responses((status = 200, description = "the DSSE envelope (JSON)", content_type = "application/json", body = Object),
+        (status = 404, body = crate::error::ErrorBody)))]
+pub async fn get_wipe_envelope(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath((id, report)): ApiPath<(String, String)>,
+) -> ApiResult<axum::response::Response> {
+    use axum::http::header;
+    use axum::response::IntoResponse;
+    let (record, envelope) = wipe_report_and_envelope(&app, &caller, id, report).await?;
+    let disposition = format!("attachment; filename=\"{}.dsse.json\"", record.id);
+    Ok(([(header::CONTENT_TYPE, "application/json".to_owned()), (header::CONTENT_DISPOSITION, disposition)], envelope)
+        .into_response())
+}
+
+async fn wipe_report_and_envelope(
+    app: &AppState,
+    caller: &Caller,
+    node: String,
+    report: String,
+) -> ApiResult<(WipeReportRecord, String)> {
+    caller.admin(&format!("node {node}"))?;
+    let what = format!("wipe report {report} of node {node}");
+    app.store
+        .read(move |tx| {
+            let record = store::boot::wipe_reports(tx, &node)?.into_iter().find(|r| r.id == report);
+            let envelope = store::boot::wipe_envelope(tx, &node, &report)?;
+            match (record, envelope) {
+                (Some(record), Some(envelope)) => Ok((record, envelope)),
+                _ => Err(ApiError::NotFound(what)),
+            }
+        })
+        .await
+}
+
+/// A DER certificate as PEM.
+fn certificate_pem(der: &[u8]) -> String {
+    use base64::Engine as _;
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = body.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).unwrap_or_default()).collect();
+    format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n"))
 }

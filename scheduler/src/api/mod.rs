@@ -5,6 +5,7 @@ mod auth;
 mod bmc;
 mod body;
 mod boot;
+mod console;
 pub mod contract;
 mod events;
 mod health;
@@ -112,6 +113,7 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         tenants::create_credential,
         tenants::list_credentials,
         tenants::revoke_credential,
+        tenants::get_session,
         events::list_events,
         pools::create_pool,
         pools::offer_pool,
@@ -138,6 +140,8 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         bmc::console_sessions,
         boot::get_inventory,
         boot::list_wipe_reports,
+        boot::get_wipe_report,
+        boot::get_wipe_envelope,
         boot::put_deploy_plan,
         hosts::list_hosts,
         hosts::get_host,
@@ -218,6 +222,9 @@ fn firmware_routes() -> Router<AppState> {
 fn api_routes() -> Router<AppState> {
     Router::new()
         .route("/metrics", get(health::metrics))
+        .route("/console", get(console::index))
+        .route("/console/", get(console::index))
+        .route("/console/{*path}", get(console::path))
         .route("/v1/nodes", post(nodes::create_node).get(nodes::list_nodes))
         .route("/v1/nodes/import", post(nodes::import_nodes).layer(axum::extract::DefaultBodyLimit::max(IMPORT_LIMIT)))
         .route("/v1/nodes/{id}", get(nodes::get_node).patch(nodes::patch_node))
@@ -228,6 +235,7 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/tenants/{id}", get(tenants::get_tenant).delete(tenants::delete_tenant))
         .route("/v1/credentials", post(tenants::create_credential).get(tenants::list_credentials))
         .route("/v1/credentials/{id}", axum::routing::delete(tenants::revoke_credential))
+        .route("/v1/session", get(tenants::get_session))
         .route("/v1/pools", post(pools::create_pool).get(pools::list_pools))
         .route("/v1/pools/{id}", get(pools::get_pool))
         .route("/v1/pools/{id}/offers", post(pools::offer_pool))
@@ -247,6 +255,8 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/console/sessions", get(bmc::console_sessions))
         .route("/v1/nodes/{id}/inventory", get(boot::get_inventory))
         .route("/v1/nodes/{id}/wipe-reports", get(boot::list_wipe_reports))
+        .route("/v1/nodes/{id}/wipe-reports/{report}", get(boot::get_wipe_report))
+        .route("/v1/nodes/{id}/wipe-reports/{report}/envelope", get(boot::get_wipe_envelope))
         .route("/v1/nodes/{id}/deploy-plan", axum::routing::put(boot::put_deploy_plan))
         .route("/v1/hosts", get(hosts::list_hosts))
         .route("/v1/hosts/enrolments", post(hosts::create_enrolment))

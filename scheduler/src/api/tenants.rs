@@ -9,7 +9,9 @@ use axum::http::StatusCode;
 use super::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::model::tenant::{CredentialCreate, CredentialCreated, CredentialInfo, CredentialRole, Tenant, TenantCreate};
+use crate::model::tenant::{
+    CredentialCreate, CredentialCreated, CredentialInfo, CredentialRole, Session, Tenant, TenantCreate,
+};
 use crate::store;
 
 /// Create a tenant.
@@ -168,4 +170,12 @@ pub async fn revoke_credential(
     })
     .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Who the bearer token belongs to: its credential, role and tenant (what a client shows
+/// after signing in, and how it knows which views the API will answer).
+#[utoipa::path(get, path = "/v1/session", responses((status = 200, body = Session), (status = 401, body = crate::error::ErrorBody)))]
+pub async fn get_session(caller: Caller) -> ApiJson<Session> {
+    let Caller(credential) = caller;
+    ApiJson(Session { credential_id: credential.id, role: credential.role, tenant_id: credential.tenant_id })
 }

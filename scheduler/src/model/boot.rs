@@ -134,6 +134,28 @@ pub struct WipeReportRecord {
     pub received_at: time::OffsetDateTime,
 }
 
+/// One wipe report opened up for a person: the server's verdict on receipt, what the
+/// signed payload says, and the certificate that signed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WipeReportDetail {
+    /// The record: accepted, or refused with the rule it broke (the server's check on receipt).
+    pub record: WipeReportRecord,
+    /// The DSSE payload type of the envelope.
+    pub payload_type: String,
+    /// The signed `WipeReport` as posted (decoded from the envelope; absent when the payload
+    /// is not JSON, which a refusal then explains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub report: Option<serde_json::Value>,
+    /// The signing certificate (the first of the signature's chain) as PEM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer_certificate: Option<String>,
+    /// SHA-256 of that certificate's DER, hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer_fingerprint: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -88,3 +88,16 @@ pub struct CredentialInfo {
     /// Revoked: the token no longer authenticates.
     pub revoked: bool,
 }
+
+/// Who the caller's token says it is (`GET /v1/session`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    /// Credential id.
+    pub credential_id: String,
+    /// Role.
+    pub role: CredentialRole,
+    /// Tenant of a tenant member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+}

@@ -1,0 +1,259 @@
+// The console end to end against the simulated site sim/tests/console.rs starts.
+import AxeBuilder from "@axe-core/playwright";
+import { readFile } from "node:fs/promises";
+import { type Page, expect, test } from "@playwright/test";
+
+function env(name: string): string {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set: run this through sim/tests/console.rs`);
+  return value;
+}
+
+const admin = env("METAL_ADMIN_TOKEN");
+const tenantToken = env("METAL_TENANT_TOKEN");
+const otherToken = env("METAL_OTHER_TOKEN");
+const tenant = env("METAL_TENANT");
+const clean = env("METAL_CLEAN_NODE");
+const refused = env("METAL_REFUSED_NODE");
+const liveNode = env("METAL_LIVE_NODE");
+const powerNode = env("METAL_POWER_NODE");
+const simUrl = env("METAL_SIM_URL");
+const base = env("METAL_URL");
+const origin = new URL(base).origin;
+const secrets = [admin, tenantToken, otherToken];
+const screenshots = process.env.METAL_SCREENSHOTS;
+
+test.describe.configure({ mode: "serial" });
+
+/** Fails the test on any request that leaves the site or carries a token in its URL, and on
+ * any error the page logs. */
+function watch(page: Page) {
+  const problems: string[] = [];
+  page.on("request", (r) => {
+    const url = r.url();
+    if (!url.startsWith(origin) && !url.startsWith("data:") && !url.startsWith("blob:")) problems.push(`request outside the site: ${url}`);
+    if (secrets.some((s) => url.includes(s))) problems.push("a token in a request URL");
+  });
+  page.on("response", (r) => {
+    if (r.status() >= 400) problems.push(`${r.status()} from ${new URL(r.url()).pathname}`);
+  });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("console", (m) => {
+    // Failed loads are reported with their URL above.
+    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) problems.push(`console error: ${m.text()}`);
+  });
+  return problems;
+}
+
+async function signIn(page: Page, token: string) {
+  await page.goto("/console/");
+  await page.getByLabel("API token").fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("button", { name: "Sign out" })).toBeVisible();
+  await expect(page.getByRole("status", { name: "event stream live" })).toBeVisible();
+}
+
+async function accessible(page: Page, what: string) {
+  const result = await new AxeBuilder({ page }).withTags(["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]).analyze();
+  const found = result.violations.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join("; ")})`);
+  expect(found, `accessibility of ${what}`).toEqual([]);
+}
+
+async function shot(page: Page, name: string) {
+  if (screenshots) await page.screenshot({ path: `${screenshots}/${name}.png`, fullPage: true });
+}
+
+async function api(path: string, token: string, init: RequestInit = {}) {
+  const response = await fetch(base + path, {
+    ...init,
+    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json", ...(init.headers ?? {}) },
+  });
+  if (!response.ok) throw new Error(`${init.method ?? "GET"} ${path}: ${response.status} ${await response.text()}`);
+  const text = await response.text();
+  return text ? JSON.parse(text) : null;
+}
+
+test("sign-in takes a token, refuses a wrong one, and keeps it out of URLs and storage other than the tab's", async ({ page }) => {
+  const problems = watch(page);
+  await page.goto("/console/");
+  await accessible(page, "the sign-in page");
+  await page.getByLabel("API token").fill("not-a-token");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("alert")).toContainText("not accepted");
+  await signIn(page, admin);
+  await expect(page.getByRole("heading", { name: "Fleet", level: 1 })).toBeVisible();
+  await expect(page.getByTestId("who")).toContainText("platform admin");
+  expect(page.url()).not.toContain(admin);
+  expect(await page.evaluate(() => JSON.stringify(localStorage))).not.toContain(admin);
+  await expect(page.getByRole("list", { name: "nodes by state" })).toContainText("ready");
+  await accessible(page, "the fleet page");
+  await shot(page, "fleet");
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await expect(page.getByLabel("API token")).toBeVisible();
+  expect(await page.evaluate(() => sessionStorage.getItem("metal.token"))).toBeNull();
+  expect(problems).toEqual(["401 from /v1/session"]);
+});
+
+test("a tenant sees only its own leases and no node pages", async ({ page }) => {
+  const problems = watch(page);
+  const ours: { id: string; tenantId: string }[] = await api("/v1/reservations", admin);
+  const acme = ours.filter((r) => r.tenantId === tenant).map((r) => r.id);
+  expect(acme.length).toBeGreaterThan(0);
+
+  await signIn(page, tenantToken);
+  await expect(page.getByRole("heading", { name: "Leases", level: 1 })).toBeVisible();
+  await expect(page.getByRole("link", { name: "Nodes" })).toHaveCount(0);
+  for (const id of acme) await expect(page.locator(`[data-reservation="${id}"]`)).toBeVisible();
+  await accessible(page, "a tenant's leases");
+  await page.getByRole("link", { name: acme[0]! }).first().click();
+  await expect(page.getByRole("heading", { name: `Reservation ${acme[0]}` })).toBeVisible();
+  await expect(page.getByTestId("meter")).toContainText("node.metal.hours");
+  await page.getByRole("button", { name: "Sign out" }).click();
+
+  await signIn(page, otherToken);
+  await expect(page.getByText("No reservations.")).toBeVisible();
+  for (const id of acme) await expect(page.locator(`[data-reservation="${id}"]`)).toHaveCount(0);
+  await page.goto(`/console/nodes/${clean}`);
+  await expect(page.getByRole("heading", { name: "Not found" })).toBeVisible();
+  await page.goto(`/console/reservations/${acme[0]}`);
+  await expect(page.getByRole("alert")).toContainText("404");
+  expect(problems).toEqual([`404 from /v1/reservations/${acme[0]}`]);
+});
+
+test("the live stream moves a node's state on the open page without a reload", async ({ page }) => {
+  const problems = watch(page);
+  await signIn(page, admin);
+  await page.getByRole("link", { name: "Nodes" }).click();
+  const row = page.locator(`[data-node="${liveNode}"]`);
+  await expect(row.locator('[data-field="state"]')).toHaveText("ready");
+  await page.evaluate(() => ((window as unknown as { marker: number }).marker = 42));
+  const state = row.locator('[data-field="state"]');
+  const move = (from: string, to: string) =>
+    api(`/v1/nodes/${liveNode}/transitions`, admin, {
+      method: "POST",
+      body: JSON.stringify({ from, to, reason: "console test" }),
+    });
+  await move("ready", "retired");
+  await expect(state).toHaveText("retired");
+  await move("retired", "new");
+  await expect(state).toHaveText("new");
+  // Commissioned again through its BMC: the simulated machine network-boots the ramdisk,
+  // which reports to the boot service, and the row follows the node back to ready.
+  await api(`/v1/nodes/${liveNode}/boot`, admin, { method: "POST", body: JSON.stringify({ target: "pxe" }) });
+  await api(`/v1/nodes/${liveNode}/power`, admin, { method: "POST", body: JSON.stringify({ action: "cycle" }) });
+  await expect(state).toHaveText("ready", { timeout: 90_000 });
+  expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(42);
+  await accessible(page, "the nodes table");
+  await shot(page, "nodes");
+  expect(problems).toEqual([]);
+});
+
+async function simPower(node: string): Promise<string> {
+  const machines: { id: string; power: string }[] = await (await fetch(`${simUrl}/sim/machines`)).json();
+  return machines.find((m) => m.id === node)?.power ?? "missing";
+}
+
+test("a power action asks for a confirmation that names the node, and reaches the BMC", async ({ page }) => {
+  const problems = watch(page);
+  await signIn(page, admin);
+  await page.goto(`/console/nodes/${powerNode}`);
+  await expect(page.getByRole("heading", { name: `Node ${powerNode}` })).toBeVisible();
+  expect(await simPower(powerNode)).toBe("on");
+
+  await page.getByRole("button", { name: "Power off" }).click();
+  const dialog = page.getByRole("dialog", { name: `Power off ${powerNode}?` });
+  await expect(dialog).toBeVisible();
+  await accessible(page, "the confirmation");
+  await dialog.getByRole("button", { name: "Cancel" }).click();
+  await expect(dialog).toBeHidden();
+  expect(await simPower(powerNode), "cancel sends nothing").toBe("on");
+
+  await page.getByRole("button", { name: "Power off" }).click();
+  await page.keyboard.press("Escape");
+  await expect(dialog).toBeHidden();
+  expect(await simPower(powerNode), "escape sends nothing").toBe("on");
+
+  await page.getByRole("button", { name: "Power off" }).click();
+  await dialog.getByRole("button", { name: "Power off" }).click();
+  await expect(page.getByRole("status").filter({ hasText: `Power off: done on ${powerNode}` })).toBeVisible();
+  await expect.poll(() => simPower(powerNode)).toBe("off");
+  await expect(page.getByTestId("summary").locator('[data-field="power"]')).toHaveText("off");
+
+  await page.getByRole("button", { name: "Power on" }).click();
+  await page.getByRole("dialog", { name: `Power on ${powerNode}?` }).getByRole("button", { name: "Power on" }).click();
+  await expect.poll(() => simPower(powerNode)).toBe("on");
+  expect(problems).toEqual([]);
+});
+
+test("a wipe certificate renders verified, a refused report shows why, and the envelope downloads", async ({ page }) => {
+  const problems = watch(page);
+  await signIn(page, admin);
+  await page.goto(`/console/nodes/${clean}`);
+  const reports = page.getByRole("region", { name: "Wipe reports" });
+  await reports.getByRole("link").first().click();
+  await expect(page.getByRole("heading", { name: "Certificate of sanitization" })).toBeVisible();
+  await expect(page.getByTestId("verdict")).toContainText("Verified.");
+  const disks = page.locator("section.disk");
+  expect(await disks.count()).toBeGreaterThan(0);
+  for (const disk of await disks.all()) {
+    await expect(disk.locator('[data-field="result"]')).toHaveText("Pass");
+    await expect(disk.locator('[data-field="category"]')).toHaveText(/^(Purge|Clear)$/);
+    await expect(disk.locator('[data-field="verification"]')).toContainText("coverage");
+  }
+  await expect(page.getByText(`spiffe://`).first()).toBeVisible();
+  await accessible(page, "a certificate");
+  await shot(page, "certificate");
+
+  const download = page.waitForEvent("download");
+  await page.getByRole("button", { name: "Download the DSSE envelope" }).click();
+  const file = await (await download).path();
+  const envelope = JSON.parse(await readFile(file, "utf8"));
+  expect(envelope.payloadType).toBe("application/vnd.metal.wipe-report+json");
+  expect(envelope.signatures.length).toBe(1);
+  const payload = JSON.parse(Buffer.from(envelope.payload, "base64").toString("utf8"));
+  expect(payload.nodeId).toBe(clean);
+
+  await page.goto(`/console/nodes/${refused}`);
+  await expect(page.getByTestId("stopped")).toContainText("erase");
+  await accessible(page, "a quarantined node");
+  await shot(page, "node");
+  const refusedRow = page.getByRole("region", { name: "Wipe reports" }).locator("tr", { hasText: "refused" }).first();
+  await expect(refusedRow).toContainText("disk-failed");
+  await refusedRow.getByRole("link").click();
+  await expect(page.getByTestId("verdict")).toContainText("Refused: disk-failed.");
+  await expect(page.locator('[data-field="result"]').filter({ hasText: "Fail" }).first()).toBeVisible();
+  expect(problems).toEqual([]);
+});
+
+test("keyboard alone reaches every page, and the pages fit a narrow screen", async ({ page }) => {
+  const problems = watch(page);
+  await signIn(page, admin);
+  await page.keyboard.press("Tab");
+  await expect(page.getByRole("link", { name: "Skip to content" })).toBeFocused();
+  for (const [name, heading] of [
+    ["Nodes", "Nodes"],
+    ["Leases", "Leases"],
+    ["Usage", "Usage"],
+    ["Fleet", "Fleet"],
+  ]) {
+    await page.getByRole("link", { name: name!, exact: true }).focus();
+    await page.keyboard.press("Enter");
+    await expect(page.getByRole("heading", { name: heading!, level: 1 })).toBeVisible();
+  }
+  await page.goto("/console/leases");
+  await expect(page.getByRole("group", { name: /^timeline/ })).toBeVisible();
+  await accessible(page, "the leases page");
+  await shot(page, "leases");
+  await page.goto("/console/usage");
+  await expect(page.getByRole("list", { name: "totals" })).toContainText("node.metal.hours");
+  await accessible(page, "the usage page");
+
+  await page.setViewportSize({ width: 390, height: 844 });
+  for (const path of ["/console/", "/console/nodes", `/console/nodes/${clean}`, "/console/leases", "/console/usage"]) {
+    await page.goto(path);
+    await expect(page.locator("main h1")).toBeVisible();
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    expect(overflow, `${path} scrolls sideways at 390 px`).toBeLessThanOrEqual(0);
+  }
+  expect(problems).toEqual([]);
+});

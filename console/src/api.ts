@@ -1,0 +1,57 @@
+// The typed API client: openapi-fetch over the types openapi-typescript generates from
+// scheduler/openapi.json (src/api.d.ts), so an API change that breaks the console fails
+// `npm run build`. The token lives in sessionStorage only: never in a URL, never logged.
+import createClient from "openapi-fetch";
+import type { components, paths } from "./api.d";
+
+export type Schemas = components["schemas"];
+export type Node = Schemas["Node"];
+export type Reservation = Schemas["Reservation"];
+export type MetalEvent = Schemas["Event"];
+export type Session = Schemas["Session"];
+
+const TOKEN_KEY = "metal.token";
+
+export function token(): string | null {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+export function setToken(value: string | null) {
+  if (value === null) sessionStorage.removeItem(TOKEN_KEY);
+  else sessionStorage.setItem(TOKEN_KEY, value);
+}
+
+export function authorization(): Record<string, string> {
+  const t = token();
+  return t ? { Authorization: `Bearer ${t}` } : {};
+}
+
+export const api = createClient<paths>({ baseUrl: location.origin });
+api.use({
+  onRequest({ request }) {
+    for (const [name, value] of Object.entries(authorization())) request.headers.set(name, value);
+    return request;
+  },
+});
+
+/** An API answer that was not a success, with the server's own message. */
+export class ApiFailure extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+function messageOf(status: number, error: unknown): string {
+  const detail = (error as { error?: { message?: string } } | undefined)?.error;
+  return detail?.message ? `${status}: ${detail.message}` : `the API answered ${status}`;
+}
+
+/** The data of a successful answer; an `ApiFailure` with the server's message otherwise. */
+export async function must<T>(call: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> {
+  const { data, error, response } = await call;
+  if (!response.ok || data === undefined) throw new ApiFailure(response.status, messageOf(response.status, error));
+  return data;
+}

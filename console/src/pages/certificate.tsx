@@ -1,0 +1,151 @@
+// A wipe report as a certificate of sanitization a person reads and prints (NIST SP 800-88
+// Rev. 1, appendix G): the device, the method and its category, the verification and its
+// coverage, who signed it with which certificate, and the result. The verdict shown is the
+// scheduler's own check on receipt; the envelope it checked is a download away.
+import { api, authorization, must } from "../api";
+import { useLoad } from "../hooks";
+import { linkProps } from "../router";
+import { Badge, Show, duration, when } from "../ui";
+
+interface Identity {
+  serial?: string;
+  model?: string;
+  wwn?: string;
+  sizeBytes?: number;
+}
+interface DiskWipe {
+  device: string;
+  identity: Identity;
+  method?: string;
+  methodReason?: string;
+  startedAt: string;
+  finishedAt: string;
+  verification?: { mode: string; coveragePercent: number; bytesRead: number; expected: string };
+  result: "pass" | "fail";
+  failure?: string;
+  nistCategory?: "clear" | "purge";
+}
+interface WipeReport {
+  nodeId: string;
+  policy: string;
+  disks: DiskWipe[];
+  startedAt: string;
+  finishedAt: string;
+  tool: { name: string; version: string };
+}
+
+async function download(node: string, report: string) {
+  const response = await fetch(`/v1/nodes/${encodeURIComponent(node)}/wipe-reports/${encodeURIComponent(report)}/envelope`, {
+    headers: authorization(),
+  });
+  if (!response.ok) throw new Error(`the envelope answered ${response.status}`);
+  const url = URL.createObjectURL(await response.blob());
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = `${report}.dsse.json`;
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+const title = (s: string | undefined) => (s ? s[0]?.toUpperCase() + s.slice(1) : "none");
+
+export function Certificate({ node, report }: { node: string; report: string }) {
+  const loaded = useLoad(
+    () => must(api.GET("/v1/nodes/{id}/wipe-reports/{report}", { params: { path: { id: node, report } } })),
+    [node, report],
+  );
+  return (
+    <main id="main" class="certificate">
+      <p class="no-print">
+        <a {...linkProps(`/nodes/${node}`)}>← Node {node}</a>
+      </p>
+      <h1>Certificate of sanitization</h1>
+      <Show loaded={loaded}>
+        {(detail) => {
+          const record = detail.record;
+          const body = detail.report as WipeReport | undefined;
+          return (
+            <>
+              <div class={`verdict ${record.accepted ? "verdict-ok" : "verdict-refused"}`} role="status" data-testid="verdict">
+                {record.accepted ? (
+                  <p>
+                    <strong>Verified.</strong> metal-scheduler checked this report on receipt ({when(record.receivedAt)}): its
+                    signature chains to the site CA, the signer is this node's ramdisk, and every inventoried disk is erased
+                    and read back.
+                  </p>
+                ) : (
+                  <p>
+                    <strong>Refused: {record.code}.</strong> {record.reason}
+                  </p>
+                )}
+              </div>
+              <dl class="facts">
+                <dt>Report</dt>
+                <dd>{record.id}</dd>
+                <dt>Node</dt>
+                <dd>{body?.nodeId ?? record.nodeId}</dd>
+                <dt>Policy</dt>
+                <dd>{body?.policy ?? "—"}</dd>
+                <dt>Period</dt>
+                <dd>{body ? `${when(body.startedAt)} to ${when(body.finishedAt)}` : "—"}</dd>
+                <dt>Tool</dt>
+                <dd>{body ? `${body.tool.name} ${body.tool.version}` : "—"}</dd>
+                <dt>Signer</dt>
+                <dd>{record.signer ?? "unreadable"}</dd>
+                <dt>Signer certificate</dt>
+                <dd>
+                  SHA-256 <code class="wrap">{detail.signerFingerprint ?? "—"}</code>
+                  {detail.signerCertificate && (
+                    <details>
+                      <summary>PEM</summary>
+                      <pre>{detail.signerCertificate}</pre>
+                    </details>
+                  )}
+                </dd>
+              </dl>
+              {(body?.disks ?? []).map((d) => (
+                <section key={d.device} class="disk" aria-label={`device ${d.device}`}>
+                  <h2>
+                    {d.device} <Badge value={d.result === "pass" ? "pass" : "fail"} />
+                  </h2>
+                  <dl class="facts">
+                    <dt>Manufacturer and model</dt>
+                    <dd>{d.identity.model ?? "—"}</dd>
+                    <dt>Serial number</dt>
+                    <dd>{d.identity.serial ?? "—"}</dd>
+                    <dt>Size</dt>
+                    <dd>{d.identity.sizeBytes ?? 0} bytes</dd>
+                    <dt>Sanitization method</dt>
+                    <dd>
+                      {d.method ?? "none"} {d.methodReason ? `(${d.methodReason})` : ""}
+                    </dd>
+                    <dt>Category</dt>
+                    <dd data-field="category">{title(d.nistCategory)}</dd>
+                    <dt>Verification</dt>
+                    <dd data-field="verification">
+                      {d.verification
+                        ? `${d.verification.mode}, ${d.verification.coveragePercent.toFixed(3)}% coverage, ${d.verification.bytesRead} bytes read back, expected ${d.verification.expected}`
+                        : "none"}
+                    </dd>
+                    <dt>Took</dt>
+                    <dd>{duration(d.startedAt, d.finishedAt)}</dd>
+                    <dt>Result</dt>
+                    <dd data-field="result">{d.result === "pass" ? "Pass" : `Fail: ${d.failure ?? "no reason given"}`}</dd>
+                  </dl>
+                </section>
+              ))}
+              <p class="no-print">
+                <button type="button" onClick={() => void download(node, report)}>
+                  Download the DSSE envelope
+                </button>{" "}
+                <button type="button" onClick={() => print()}>
+                  Print
+                </button>
+              </p>
+            </>
+          );
+        }}
+      </Show>
+    </main>
+  );
+}

@@ -1,0 +1,138 @@
+// The fleet at a glance: nodes by state, by pool and by rack, and per pool how many nodes
+// are booked on each of the next seven days.
+import { type Node, type Reservation, type Schemas, api, must } from "../api";
+import { useLoad } from "../hooks";
+import { linkProps } from "../router";
+import { Badge, Section, Show } from "../ui";
+
+interface FleetData {
+  nodes: Node[];
+  pools: Schemas["Pool"][];
+  reservations: Reservation[];
+}
+
+const DAY = 86_400_000;
+const BOOKING: Reservation["state"][] = ["pending", "active"];
+
+/** Nodes each pool has booked on each of the next `days` days (UTC). */
+export function bookedByDay(pools: Schemas["Pool"][], reservations: Reservation[], days: number, now = Date.now()) {
+  const today = Math.floor(now / DAY) * DAY;
+  return pools.map((pool) => {
+    const booked = Array.from({ length: days }, (_, i) => {
+      const from = today + i * DAY;
+      const to = from + DAY;
+      return reservations
+        .filter((r) => r.poolId === pool.id && BOOKING.includes(r.state))
+        .filter((r) => new Date(r.start).getTime() < to && new Date(r.end).getTime() > from)
+        .reduce((sum, r) => sum + Math.max(r.nodes.length, 1), 0);
+    });
+    return { pool, booked, days: booked.map((_, i) => new Date(today + i * DAY)) };
+  });
+}
+
+function countBy<T>(items: T[], key: (t: T) => string): [string, number][] {
+  const counts = new Map<string, number>();
+  for (const item of items) counts.set(key(item), (counts.get(key(item)) ?? 0) + 1);
+  return [...counts.entries()].sort(([a], [b]) => a.localeCompare(b));
+}
+
+export function Fleet() {
+  const loaded = useLoad<FleetData>(
+    async () => ({
+      nodes: await must(api.GET("/v1/nodes", {})),
+      pools: await must(api.GET("/v1/pools")),
+      reservations: await must(api.GET("/v1/reservations")),
+    }),
+    [],
+    (e) => e.subject.startsWith("node/") || e.subject.startsWith("reservation/") || e.subject.startsWith("pool/"),
+  );
+  return (
+    <main id="main">
+      <h1>Fleet</h1>
+      <Show loaded={loaded}>
+        {({ nodes, pools, reservations }) => (
+          <>
+            <Section title="Nodes by state">
+              <ul class="counts" aria-label="nodes by state">
+                {countBy(nodes, (n) => n.state).map(([state, count]) => (
+                  <li key={state} data-state={state}>
+                    <Badge value={state} /> <strong>{count}</strong>
+                  </li>
+                ))}
+                <li>
+                  <span class="badge">maintenance</span> <strong>{nodes.filter((n) => n.maintenance).length}</strong>
+                </li>
+              </ul>
+            </Section>
+            <Section title="Pools">
+              <table>
+                <caption class="sr-only">Capacity per pool</caption>
+                <thead>
+                  <tr>
+                    <th scope="col">Pool</th>
+                    <th scope="col">Class</th>
+                    <th scope="col">Capacity</th>
+                    <th scope="col">Free</th>
+                    <th scope="col">Leased</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {pools.map((p) => (
+                    <tr key={p.id}>
+                      <th scope="row">{p.id}</th>
+                      <td>{p.class}</td>
+                      <td>{p.capacity?.capacity ?? "—"}</td>
+                      <td>{p.capacity?.free ?? "—"}</td>
+                      <td>{p.capacity?.leased ?? "—"}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </Section>
+            <Section title="Booked over the next 7 days">
+              {bookedByDay(pools, reservations, 7).map(({ pool, booked, days }) => {
+                const capacity = Math.max(pool.capacity?.capacity ?? 0, ...booked, 1);
+                return (
+                  <figure key={pool.id} class="week">
+                    <figcaption>
+                      Pool {pool.id}: nodes booked per day, of {pool.capacity?.capacity ?? "?"}
+                    </figcaption>
+                    <ol>
+                      {booked.map((n, i) => (
+                        <li key={i} aria-label={`${days[i]?.toISOString().slice(0, 10)}: ${n} booked`}>
+                          <span class="bar" style={{ height: `${(n / capacity) * 100}%` }} />
+                          <span class="day">{days[i]?.toISOString().slice(5, 10)}</span>
+                          <span class="value">{n}</span>
+                        </li>
+                      ))}
+                    </ol>
+                  </figure>
+                );
+              })}
+            </Section>
+            <Section title="Racks">
+              <div class="racks">
+                {countBy(nodes, (n) => n.labels.rack ?? "no rack").map(([rack]) => (
+                  <figure key={rack} class="rack">
+                    <figcaption>{rack}</figcaption>
+                    <ul>
+                      {nodes
+                        .filter((n) => (n.labels.rack ?? "no rack") === rack)
+                        .map((n) => (
+                          <li key={n.id}>
+                            <a {...linkProps(`/nodes/${n.id}`)} class={`cell badge-${n.state}`} title={`${n.id}: ${n.state}`}>
+                              {n.id}
+                            </a>
+                          </li>
+                        ))}
+                    </ul>
+                  </figure>
+                ))}
+              </div>
+            </Section>
+          </>
+        )}
+      </Show>
+    </main>
+  );
+}

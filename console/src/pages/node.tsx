@@ -1,0 +1,352 @@
+// One node: what it is, what it did, and the admin actions on it, each behind a
+// confirmation that names the node.
+import { useState } from "preact/hooks";
+import { type MetalEvent, type Node, type Schemas, api, must } from "../api";
+import { useLoad } from "../hooks";
+import { linkProps } from "../router";
+import { Badge, Confirm, Section, Show, duration, when } from "../ui";
+
+/** Every event about `subject`, oldest first (the log has no subject filter yet). */
+export async function eventsOf(subject: string): Promise<MetalEvent[]> {
+  const found: MetalEvent[] = [];
+  let after = 0;
+  for (;;) {
+    const page = await must(api.GET("/v1/events", { params: { query: { after } } }));
+    found.push(...page.events.filter((e) => e.subject === subject));
+    if (page.events.length === 0) return found;
+    after = page.next;
+  }
+}
+
+interface Action {
+  label: string;
+  title: string;
+  detail: string;
+  danger?: boolean;
+  run: () => Promise<unknown>;
+}
+
+function actionsFor(node: Node): Action[] {
+  const id = node.id;
+  const path = { params: { path: { id } } };
+  const power = (action: Schemas["PowerAction"], label: string, detail: string, danger = false): Action => ({
+    label,
+    title: `${label} ${id}?`,
+    detail,
+    danger,
+    run: () => must(api.POST("/v1/nodes/{id}/power", { ...path, body: { action } })),
+  });
+  const patch = (body: Schemas["NodePatch"]) =>
+    must(api.PATCH("/v1/nodes/{id}", { ...path, body: { ...body, generation: node.generation } }));
+  return [
+    power("on", "Power on", "The BMC powers the machine on and reads the state back."),
+    power("off", "Power off", "The BMC cuts power now; whatever runs on the machine stops.", true),
+    power("cycle", "Power cycle", "Off, then on again; whatever runs on the machine stops.", true),
+    {
+      label: "Boot from network",
+      title: `Boot ${id} from the network next time?`,
+      detail: "A one-time boot override to PXE.",
+      run: () => must(api.POST("/v1/nodes/{id}/boot", { ...path, body: { target: "pxe", persistent: false } })),
+    },
+    node.maintenance
+      ? { label: "End maintenance", title: `Take ${id} out of maintenance?`, detail: "", run: () => patch({ maintenance: false }) }
+      : {
+          label: "Maintenance",
+          title: `Put ${id} in maintenance?`,
+          detail: "It takes no new leases until taken out.",
+          run: () => patch({ maintenance: true }),
+        },
+    node.cordoned
+      ? { label: "Uncordon", title: `Uncordon ${id}?`, detail: "", run: () => patch({ cordoned: false }) }
+      : { label: "Cordon", title: `Cordon ${id}?`, detail: "No new placements; leases keep running.", run: () => patch({ cordoned: true }) },
+    ...(node.state === "failed"
+      ? [
+          {
+            label: "Recover",
+            title: `Recover ${id}?`,
+            detail: "Runs the teardown again from where it stopped; the node returns only if it ends clean.",
+            run: () => must(api.POST("/v1/nodes/{id}/recover", path)),
+          },
+        ]
+      : []),
+  ];
+}
+
+function Actions({ node, done }: { node: Node; done: () => void }) {
+  const [pending, setPending] = useState<Action | null>(null);
+  const [outcome, setOutcome] = useState<{ ok: boolean; text: string } | null>(null);
+  return (
+    <Section title="Actions">
+      <div class="buttons">
+        {actionsFor(node).map((a) => (
+          <button type="button" key={a.label} class={a.danger ? "danger" : undefined} onClick={() => setPending(a)}>
+            {a.label}
+          </button>
+        ))}
+      </div>
+      {outcome && (
+        <p class={outcome.ok ? "ok" : "error"} role={outcome.ok ? "status" : "alert"}>
+          {outcome.text}
+        </p>
+      )}
+      <Confirm
+        open={pending !== null}
+        title={pending?.title ?? ""}
+        detail={pending?.detail}
+        confirm={pending?.label ?? ""}
+        danger={pending?.danger}
+        onCancel={() => setPending(null)}
+        onConfirm={() => {
+          const action = pending;
+          setPending(null);
+          if (!action) return;
+          action.run().then(
+            () => {
+              setOutcome({ ok: true, text: `${action.label}: done on ${node.id}` });
+              done();
+            },
+            (e: unknown) => setOutcome({ ok: false, text: `${action.label} on ${node.id}: ${e instanceof Error ? e.message : e}` }),
+          );
+        }}
+      />
+    </Section>
+  );
+}
+
+function Inventory({ id }: { id: string }) {
+  const loaded = useLoad(() => must(api.GET("/v1/nodes/{id}/inventory", { params: { path: { id } } })), [id]);
+  return (
+    <Section title="Inventory">
+      <Show loaded={loaded}>
+        {(inv) => {
+          const report = inv.inventory as {
+            cpu?: { model?: string; threads?: number };
+            memory?: { totalBytes?: number };
+            disks?: { device?: string; identity?: { serial?: string; model?: string; sizeBytes?: number } }[];
+            nics?: { name?: string; mac?: string }[];
+            dmi?: Record<string, string | undefined>;
+          };
+          return (
+            <dl class="facts">
+              <dt>Reported</dt>
+              <dd>
+                {when(inv.reportedAt)} ({inv.passed ? "every test passed" : "a test failed"})
+              </dd>
+              <dt>CPU</dt>
+              <dd>
+                {report.cpu?.model ?? "?"}, {report.cpu?.threads ?? "?"} threads
+              </dd>
+              <dt>Memory</dt>
+              <dd>{report.memory?.totalBytes ? `${(report.memory.totalBytes / 2 ** 30).toFixed(1)} GiB` : "?"}</dd>
+              <dt>Disks</dt>
+              <dd>
+                <ul>
+                  {(report.disks ?? []).map((d) => (
+                    <li key={d.device}>
+                      {d.device}: {d.identity?.model ?? "?"} serial {d.identity?.serial ?? "?"},{" "}
+                      {((d.identity?.sizeBytes ?? 0) / 2 ** 30).toFixed(1)} GiB
+                    </li>
+                  ))}
+                </ul>
+              </dd>
+              <dt>NICs</dt>
+              <dd>{(report.nics ?? []).map((n) => `${n.name ?? "?"} ${n.mac ?? ""}`).join(", ") || "—"}</dd>
+              <dt>Firmware</dt>
+              <dd>
+                BIOS {report.dmi?.biosVersion ?? "?"} ({report.dmi?.systemVendor ?? "?"} {report.dmi?.productName ?? ""})
+              </dd>
+            </dl>
+          );
+        }}
+      </Show>
+    </Section>
+  );
+}
+
+function Readings({ id }: { id: string }) {
+  const loaded = useLoad(() => must(api.GET("/v1/nodes/{id}/bmc/readings", { params: { path: { id } } })), [id]);
+  return (
+    <Section title="BMC readings">
+      <Show loaded={loaded}>{(r) => <pre class="json">{JSON.stringify(r, null, 2)}</pre>}</Show>
+    </Section>
+  );
+}
+
+function WipeReports({ id }: { id: string }) {
+  const loaded = useLoad(
+    () => must(api.GET("/v1/nodes/{id}/wipe-reports", { params: { path: { id } } })),
+    [id],
+    (e) => e.subject === `node/${id}` && e.kind.startsWith("node.wipe"),
+  );
+  return (
+    <Section title="Wipe reports">
+      <Show loaded={loaded}>
+        {(reports) =>
+          reports.length === 0 ? (
+            <p class="muted">None yet.</p>
+          ) : (
+            <table>
+              <thead>
+                <tr>
+                  <th scope="col">Report</th>
+                  <th scope="col">Received</th>
+                  <th scope="col">Verdict</th>
+                  <th scope="col">Why</th>
+                </tr>
+              </thead>
+              <tbody>
+                {[...reports].reverse().map((r) => (
+                  <tr key={r.id}>
+                    <th scope="row">
+                      <a {...linkProps(`/nodes/${id}/wipe-reports/${r.id}`)}>{r.id}</a>
+                    </th>
+                    <td>{when(r.receivedAt)}</td>
+                    <td>
+                      <Badge value={r.accepted ? "accepted" : "refused"} />
+                    </td>
+                    <td>{r.accepted ? "—" : `${r.code ?? ""}: ${r.reason ?? ""}`}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          )
+        }
+      </Show>
+    </Section>
+  );
+}
+
+function Teardowns({ id }: { id: string }) {
+  const loaded = useLoad(
+    () => must(api.GET("/v1/nodes/{id}/teardowns", { params: { path: { id } } })),
+    [id],
+    (e) => e.subject === `node/${id}`,
+  );
+  return (
+    <Section title="Teardowns">
+      <Show loaded={loaded}>
+        {(runs) =>
+          runs.length === 0 ? (
+            <p class="muted">None yet.</p>
+          ) : (
+            <>
+              {[...runs].reverse().map((run) => {
+                const stopped = run.status === "failed" ? run.steps[run.stepIndex]?.name : undefined;
+                return (
+                  <article key={run.id} class="run" aria-label={`teardown ${run.id}`}>
+                    <h3>
+                      {run.id} <Badge value={run.status} />
+                    </h3>
+                    <p class="muted">
+                      {run.definition}, started {when(run.createdAt)}, {run.finishedAt ? `ended ${when(run.finishedAt)}` : "running"}
+                    </p>
+                    {stopped && (
+                      <p class="error" data-testid="stopped">
+                        Stopped at {stopped}: {run.lastError ?? "no reason recorded"}
+                      </p>
+                    )}
+                    <table>
+                      <thead>
+                        <tr>
+                          <th scope="col">Step</th>
+                          <th scope="col">Result</th>
+                          <th scope="col">Attempt</th>
+                          <th scope="col">Took</th>
+                          <th scope="col">Detail</th>
+                        </tr>
+                      </thead>
+                      <tbody>
+                        {run.history.map((h, i) => (
+                          <tr key={i}>
+                            <th scope="row">{h.step}</th>
+                            <td>
+                              <Badge value={h.result} />
+                            </td>
+                            <td>{h.attempt + 1}</td>
+                            <td>{duration(h.startedAt, h.finishedAt)}</td>
+                            <td class="detail">{JSON.stringify(h.detail)}</td>
+                          </tr>
+                        ))}
+                      </tbody>
+                    </table>
+                  </article>
+                );
+              })}
+            </>
+          )
+        }
+      </Show>
+    </Section>
+  );
+}
+
+function Timeline({ id }: { id: string }) {
+  const loaded = useLoad(() => eventsOf(`node/${id}`), [id], (e) => e.subject === `node/${id}`);
+  return (
+    <Section title="Events">
+      <Show loaded={loaded}>
+        {(events) => (
+          <ol class="timeline" data-testid="events">
+            {[...events].reverse().map((e) => (
+              <li key={e.seq}>
+                <time dateTime={e.at}>{when(e.at)}</time> <strong>{e.kind}</strong>{" "}
+                <span class="detail">{JSON.stringify(e.data)}</span>
+              </li>
+            ))}
+          </ol>
+        )}
+      </Show>
+    </Section>
+  );
+}
+
+export function NodePage({ id }: { id: string }) {
+  const loaded = useLoad(
+    () => must(api.GET("/v1/nodes/{id}", { params: { path: { id } } })),
+    [id],
+    (e) => e.subject === `node/${id}`,
+  );
+  return (
+    <main id="main">
+      <p>
+        <a {...linkProps("/nodes")}>← Nodes</a>
+      </p>
+      <h1>Node {id}</h1>
+      <Show loaded={loaded}>
+        {(node) => (
+          <>
+            <dl class="facts" data-testid="summary">
+              <dt>State</dt>
+              <dd data-field="state">
+                <Badge value={node.state} /> {node.stateReason ?? ""}
+              </dd>
+              <dt>Power</dt>
+              <dd data-field="power">{node.power}</dd>
+              <dt>Trust</dt>
+              <dd>
+                {node.trust}
+                {node.tenantRoot ? ", tenant root" : ""}
+              </dd>
+              <dt>Pool</dt>
+              <dd>{node.poolId ?? "—"}</dd>
+              <dt>Tenant</dt>
+              <dd>{node.owner ?? "—"}</dd>
+              <dt>Flags</dt>
+              <dd>{[node.maintenance && "maintenance", node.cordoned && "cordoned"].filter(Boolean).join(", ") || "—"}</dd>
+              <dt>Identity generation</dt>
+              <dd>{node.identityGeneration}</dd>
+              <dt>Devices</dt>
+              <dd>{node.devices.map((d) => `${d.id}${d.healthy ? "" : " (unhealthy)"}`).join(", ") || "—"}</dd>
+            </dl>
+            <Actions node={node} done={loaded.reload} />
+          </>
+        )}
+      </Show>
+      <Inventory id={id} />
+      <Readings id={id} />
+      <WipeReports id={id} />
+      <Teardowns id={id} />
+      <Timeline id={id} />
+    </main>
+  );
+}

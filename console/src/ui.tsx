@@ -1,0 +1,80 @@
+// Small pieces every page uses: loading and error states, badges, times, the confirmation
+// dialog that names what it acts on.
+import type { ComponentChildren } from "preact";
+import { useEffect, useRef } from "preact/hooks";
+import type { Loaded } from "./hooks";
+
+export function Show<T>({ loaded, children }: { loaded: Loaded<T>; children: (data: T) => ComponentChildren }) {
+  if (loaded.error !== undefined)
+    return (
+      <p class="error" role="alert">
+        {loaded.error}
+      </p>
+    );
+  if (loaded.data === undefined) return <p class="muted" aria-live="polite">Loading…</p>;
+  return <>{children(loaded.data)}</>;
+}
+
+export function Badge({ value, kind }: { value: string; kind?: string }) {
+  return <span class={`badge badge-${kind ?? value}`}>{value}</span>;
+}
+
+export function when(at: string | null | undefined): string {
+  if (!at) return "—";
+  const d = new Date(at);
+  return Number.isNaN(d.getTime()) ? at : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+export function duration(from: string, to: string | null | undefined): string {
+  if (!to) return "—";
+  const ms = new Date(to).getTime() - new Date(from).getTime();
+  if (!(ms >= 0)) return "—";
+  const s = ms / 1000;
+  if (s < 120) return `${s.toFixed(1)} s`;
+  if (s < 7200) return `${(s / 60).toFixed(1)} min`;
+  if (s < 172_800) return `${(s / 3600).toFixed(1)} h`;
+  return `${(s / 86_400).toFixed(1)} d`;
+}
+
+/** A modal confirmation: `title` names the action and its target, Escape or Cancel closes. */
+export function Confirm(props: {
+  open: boolean;
+  title: string;
+  detail?: string;
+  confirm: string;
+  danger?: boolean;
+  onConfirm: () => void;
+  onCancel: () => void;
+}) {
+  const dialog = useRef<HTMLDialogElement>(null);
+  useEffect(() => {
+    const d = dialog.current;
+    if (!d) return;
+    if (props.open && !d.open) d.showModal();
+    if (!props.open && d.open) d.close();
+  }, [props.open]);
+  return (
+    <dialog ref={dialog} aria-labelledby="confirm-title" onClose={props.onCancel} onCancel={props.onCancel}>
+      <h2 id="confirm-title">{props.title}</h2>
+      {props.detail && <p>{props.detail}</p>}
+      <div class="actions">
+        <button type="button" onClick={props.onCancel} autofocus>
+          Cancel
+        </button>
+        <button type="button" class={props.danger ? "danger" : "primary"} onClick={props.onConfirm}>
+          {props.confirm}
+        </button>
+      </div>
+    </dialog>
+  );
+}
+
+export function Section({ title, children }: { title: string; children: ComponentChildren }) {
+  const id = `section-${title.toLowerCase().replace(/[^a-z0-9]+/g, "-")}`;
+  return (
+    <section aria-labelledby={id}>
+      <h2 id={id}>{title}</h2>
+      {children}
+    </section>
+  );
+}
