@@ -12,6 +12,8 @@ const bundle = await build({
   bundle: true,
   minify: true,
   format: "esm",
+  splitting: true,
+  chunkNames: "[name]-[hash]",
   target: "es2022",
   jsx: "automatic",
   jsxImportSource: "preact",
@@ -19,11 +21,10 @@ const bundle = await build({
   write: false,
   logLevel: "warning",
 });
-const files = new Map([
-  ["index.html", await readFile("src/index.html")],
-  ["assets/app.css", await readFile("src/style.css")],
-  ...bundle.outputFiles.map((f) => [f.path.slice(f.path.indexOf("dist/") + 5), Buffer.from(f.contents)]),
-]);
+// The stylesheets the code imports (xterm.js's) come first, ours after them.
+const files = new Map(bundle.outputFiles.map((f) => [f.path.slice(f.path.indexOf("dist/") + 5), Buffer.from(f.contents)]));
+files.set("index.html", await readFile("src/index.html"));
+files.set("assets/app.css", Buffer.concat([files.get("assets/app.css") ?? Buffer.alloc(0), await readFile("src/style.css")]));
 
 async function existing(dir, prefix = "") {
   const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);

@@ -17,6 +17,7 @@ const clean = env("METAL_CLEAN_NODE");
 const refused = env("METAL_REFUSED_NODE");
 const liveNode = env("METAL_LIVE_NODE");
 const powerNode = env("METAL_POWER_NODE");
+const solNode = env("METAL_SOL_NODE");
 const simUrl = env("METAL_SIM_URL");
 const base = env("METAL_URL");
 const origin = new URL(base).origin;
@@ -39,6 +40,8 @@ function watch(page: Page) {
   });
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   page.on("console", (m) => {
+    // What the page logged goes into the test's output (shown when it fails).
+    console.log(`browser ${m.type()}: ${m.text()}`);
     // Failed loads are reported with their URL above.
     if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) problems.push(`console error: ${m.text()}`);
   });
@@ -223,6 +226,30 @@ test("a wipe certificate renders verified, a refused report shows why, and the e
   await expect(page.getByTestId("verdict")).toContainText("Refused: disk-failed.");
   await expect(page.locator('[data-field="result"]').filter({ hasText: "Fail" }).first()).toBeVisible();
   expect(problems).toEqual([]);
+});
+
+test("the serial console shows the machine's Serial-over-LAN stream, and the session is audited", async ({ page }) => {
+  const problems = watch(page);
+  const me: { credentialId: string } = await api("/v1/session", admin);
+  await signIn(page, admin);
+  await page.goto(`/console/nodes/${solNode}`);
+  await page.getByRole("button", { name: "Open the serial console" }).click();
+  await expect(page.getByTestId("console-status")).toContainText("connected");
+  const terminal = page.getByTestId("terminal");
+  // The machine answers "hi there" to "hello" on its serial line, through ipmi_sim's SOL.
+  await expect(async () => {
+    await terminal.click();
+    await page.keyboard.type("hello\r");
+    await expect(terminal).toContainText("hi there", { timeout: 2_000 });
+  }).toPass({ timeout: 30_000 });
+  await accessible(page, "the serial console");
+  await shot(page, "serial-console");
+  await page.getByRole("button", { name: "Close the console" }).click();
+  const audit = page.getByTestId("console-sessions");
+  await expect(audit).toContainText(me.credentialId);
+  await expect(audit.locator("tbody tr").first().locator("td").nth(2)).not.toHaveText("—");
+  // Never commissioned: it has no inventory to show.
+  expect(problems).toEqual([`404 from /v1/nodes/${solNode}/inventory`]);
 });
 
 test("keyboard alone reaches every page, and the pages fit a narrow screen", async ({ page }) => {

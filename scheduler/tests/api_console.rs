@@ -8,37 +8,14 @@ use std::time::{Duration, Instant};
 
 use common::Site;
 use futures::{SinkExt as _, StreamExt as _};
-use metal_tests::emulators::IpmiSim;
+use metal_tests::emulators::{IpmiSim, answer_on_serial_line};
 use serde_json::json;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest as _};
-
-/// Plays the machine: answers "hi there" to every "hello" on its serial line.
-async fn machine(port: u16) {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut line, _)) = listener.accept().await else { return };
-            let mut seen = Vec::new();
-            let mut buf = [0u8; 256];
-            while let Ok(n) = line.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                seen.extend_from_slice(&buf[..n]);
-                if seen.windows(5).any(|w| w == b"hello") {
-                    seen.clear();
-                    let _ = line.write_all(b"hi there\r\n").await;
-                }
-            }
-        }
-    });
-}
 
 #[tokio::test]
 async fn the_console_bridges_both_ways_for_admins_and_every_session_is_recorded() {
     let sim = IpmiSim::start();
-    machine(sim.serial_port).await;
+    answer_on_serial_line(sim.serial_port, b"hello", b"hi there\r\n").await;
     let site = Site::start().await;
     site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
     let spec = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"});
@@ -55,9 +32,25 @@ async fn the_console_bridges_both_ways_for_admins_and_every_session_is_recorded(
     let e = tokio_tungstenite::connect_async(request).await.unwrap_err().to_string();
     assert!(e.contains("404"), "{e}");
 
-    let mut request = url.as_str().into_client_request().unwrap();
-    request.headers_mut().insert("authorization", format!("Bearer {}", site.admin).parse().unwrap());
-    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    // A browser offers its token as a subprotocol (it cannot set Authorization on a
+    // WebSocket): a tenant's gets no console, garbage is unauthenticated, and the admin's
+    // opens it with `metal.console` answered back.
+    let offer = |token: &str| {
+        use base64::Engine as _;
+        let mut request = url.as_str().into_client_request().unwrap();
+        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token);
+        let protocols = format!("metal.console, metal.bearer.{encoded}");
+        request.headers_mut().insert("sec-websocket-protocol", protocols.parse().unwrap());
+        request
+    };
+    let e = tokio_tungstenite::connect_async(offer(&tenant)).await.unwrap_err().to_string();
+    assert!(e.contains("404"), "{e}");
+    let mut garbage = url.as_str().into_client_request().unwrap();
+    garbage.headers_mut().insert("sec-websocket-protocol", "metal.console, metal.bearer.%%%".parse().unwrap());
+    let e = tokio_tungstenite::connect_async(garbage).await.unwrap_err().to_string();
+    assert!(e.contains("401"), "{e}");
+    let (mut socket, response) = tokio_tungstenite::connect_async(offer(&site.admin)).await.unwrap();
+    assert_eq!(response.headers()["sec-websocket-protocol"], "metal.console");
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut received = Vec::new();
     while !String::from_utf8_lossy(&received).contains("hi there") {

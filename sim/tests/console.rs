@@ -2,7 +2,8 @@
 //! Playwright from console/e2e) against the real scheduler of a simulated site: sign-in, a
 //! tenant seeing only its own, the live stream moving a node's state on the page, a power
 //! action behind its confirmation reaching the Redfish BMC, wipe certificates accepted and
-//! refused, accessibility (axe-core) and narrow screens.
+//! refused, the serial console of a machine behind ipmi_sim in a terminal, accessibility
+//! (axe-core) and narrow screens.
 //!
 //! The site is set up here: four machines, two leases of a day run to their end, one of
 //! them on a disk that acknowledges its sanitize and keeps the data (a refused report, a
@@ -15,6 +16,7 @@ use std::time::Duration;
 use metal_sim::fault::Fault;
 use metal_sim::lease::{TENANT, lease, prepare, reaches};
 use metal_sim::site::{Options, Site};
+use metal_tests::emulators::{IpmiSim, answer_on_serial_line};
 use serde_json::json;
 
 fn console_dir() -> std::path::PathBuf {
@@ -48,6 +50,14 @@ fn the_console_in_a_real_browser_against_a_simulated_site() {
         site.admin.post("/v1/tenants", json!({"id": "globex"})).await.unwrap();
         let other_token = member("globex").await;
 
+        // One machine behind ipmi_sim, whose Serial-over-LAN line this test plays.
+        let ipmi = IpmiSim::start();
+        answer_on_serial_line(ipmi.serial_port, b"hello", b"hi there\r\n").await;
+        site.admin.post("/v1/nodes", json!({"id": "sol1"})).await.unwrap();
+        let spec = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", ipmi.port),
+                          "username": "admin", "password": "password"});
+        site.admin.call("PUT", "/v1/nodes/sol1/bmc", &spec).await.unwrap();
+
         let mut command = tokio::process::Command::new("npx");
         command
             .args(["--no-install", "playwright", "test"])
@@ -62,6 +72,7 @@ fn the_console_in_a_real_browser_against_a_simulated_site() {
             .env("METAL_REFUSED_NODE", &refused)
             .env("METAL_LIVE_NODE", &idle[0])
             .env("METAL_POWER_NODE", &idle[1])
+            .env("METAL_SOL_NODE", "sol1")
             .kill_on_drop(true);
         let output = tokio::time::timeout(Duration::from_secs(600), command.output())
             .await

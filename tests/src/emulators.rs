@@ -260,6 +260,30 @@ esac
 exit 0
 "#;
 
+/// Plays a machine on an ipmi_sim serial line (`IpmiSim::serial_port`): answers `answer`
+/// to every `question` that arrives, until the test's runtime ends.
+pub async fn answer_on_serial_line(port: u16, question: &'static [u8], answer: &'static [u8]) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut line, _)) = listener.accept().await else { return };
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 256];
+            while let Ok(n) = line.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                seen.extend_from_slice(&buf[..n]);
+                if seen.windows(question.len()).any(|w| w == question) {
+                    seen.clear();
+                    let _ = line.write_all(answer).await;
+                }
+            }
+        }
+    });
+}
+
 impl IpmiSim {
     /// A BMC whose chassis only keeps power and boot device in files.
     pub fn start() -> IpmiSim {

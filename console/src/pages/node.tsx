@@ -5,6 +5,7 @@ import { type MetalEvent, type Node, type Schemas, api, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, Confirm, Section, Show, duration, when } from "../ui";
+import { SerialConsole } from "./terminal";
 
 /** Every event about `subject`, oldest first (the log has no subject filter yet). */
 export async function eventsOf(subject: string): Promise<MetalEvent[]> {
@@ -346,6 +347,7 @@ export function NodePage({ id }: { id: string }) {
       <Readings id={id} />
       <WipeReports id={id} />
       <Teardowns id={id} />
+      <SerialConsole id={id} />
       <Timeline id={id} />
     </main>
   );

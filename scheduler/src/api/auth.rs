@@ -35,16 +35,17 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .ok_or_else(|| ApiError::Unauthenticated("missing Authorization: Bearer <token>".into()))?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .ok_or_else(|| ApiError::Unauthenticated("Authorization must be Bearer <token>".into()))?;
-        let token = token.trim().to_owned();
+        let token = match parts.headers.get(axum::http::header::AUTHORIZATION) {
+            Some(header) => header
+                .to_str()
+                .ok()
+                .and_then(|h| h.strip_prefix("Bearer "))
+                .ok_or_else(|| ApiError::Unauthenticated("Authorization must be Bearer <token>".into()))?
+                .trim()
+                .to_owned(),
+            None => websocket_token(&parts.headers)?
+                .ok_or_else(|| ApiError::Unauthenticated("missing Authorization: Bearer <token>".into()))?,
+        };
         let credential = state
             .store
             .read(move |conn| lookup(conn, &token))
@@ -52,4 +53,36 @@ impl FromRequestParts<AppState> for Caller {
             .ok_or_else(|| ApiError::Unauthenticated("unknown or revoked token".into()))?;
         Ok(Caller(credential))
     }
+}
+
+/// The subprotocol a browser's WebSocket offers its token in, as
+/// `metal.bearer.<base64url of the token>` beside [`CONSOLE_PROTOCOL`]: a browser cannot set
+/// an Authorization header on a WebSocket, and a token in the URL would end up in logs
+/// (Kubernetes carries its bearer tokens the same way).
+pub const BEARER_PROTOCOL_PREFIX: &str = "metal.bearer.";
+
+/// The subprotocol the serial console answers with when the client offers it.
+pub const CONSOLE_PROTOCOL: &str = "metal.console";
+
+/// The token of a WebSocket upgrade that offers it as a subprotocol; `None` without one.
+fn websocket_token(headers: &axum::http::HeaderMap) -> Result<Option<String>, ApiError> {
+    use base64::Engine as _;
+    let upgrade = headers.get(axum::http::header::UPGRADE).and_then(|v| v.to_str().ok());
+    if !upgrade.is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
+        return Ok(None);
+    }
+    let offered = headers.get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL).iter();
+    let Some(encoded) = offered
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix(BEARER_PROTOCOL_PREFIX))
+    else {
+        return Ok(None);
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded.trim_end_matches('='))
+        .map_err(|_| ApiError::Unauthenticated("the bearer subprotocol is not base64url".into()))?;
+    let token = String::from_utf8(bytes)
+        .map_err(|_| ApiError::Unauthenticated("the bearer subprotocol is not a token".into()))?;
+    Ok(Some(token.trim().to_owned()))
 }

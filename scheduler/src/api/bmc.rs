@@ -180,7 +180,9 @@ pub async fn discover(
 }
 
 /// The node's serial console as a WebSocket (IPMI Serial-over-LAN): binary messages both
-/// ways. Every session is recorded (who, which node, when, bytes each way).
+/// ways. Every session is recorded (who, which node, when, bytes each way). A browser, which
+/// cannot send an Authorization header here, offers the subprotocols `metal.console` and
+/// `metal.bearer.<base64url of its token>`.
 #[utoipa::path(get, path = "/v1/nodes/{id}/console", params(("id" = String, Path, description = "node id")),
     responses((status = 101, description = "switching to the WebSocket protocol"), (status = 502, body = crate::error::ErrorBody)))]
 pub async fn console(
@@ -195,6 +197,8 @@ pub async fn console(
     })?;
     let (child, session) = bmcs::open_console(&app, &id, &caller.0.id).await?;
     tracing::info!(node = %id, credential = %caller.0.id, %session, "console session opened");
+    // A browser offers its token as a subprotocol (auth.rs) and needs one answered back.
+    let upgrade = upgrade.protocols([super::auth::CONSOLE_PROTOCOL]);
     Ok(upgrade.on_upgrade(move |socket| crate::metal::console::bridge(app, socket, child, session)))
 }
 

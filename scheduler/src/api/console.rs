@@ -1,7 +1,8 @@
 //! The operator console's files (console/dist, embedded by build.rs) at `/console`. A path
 //! that is not a file answers index.html, since the console routes in the browser. Every
 //! answer carries a content security policy that lets the page load only this site's own
-//! scripts, styles and API: nothing from outside, no inline script, no framing.
+//! scripts, styles and API: nothing from outside, no inline script, no framing. Inline
+//! styles are allowed: xterm.js writes its terminal's theme into a `<style>` element.
 
 use axum::extract::Path;
 use axum::http::{StatusCode, header};
@@ -9,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 include!(concat!(env!("OUT_DIR"), "/console_assets.rs"));
 
-const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
     connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// `GET /console`: the console's page.
