@@ -18,6 +18,7 @@ const refused = env("METAL_REFUSED_NODE");
 const liveNode = env("METAL_LIVE_NODE");
 const powerNode = env("METAL_POWER_NODE");
 const solNode = env("METAL_SOL_NODE");
+const activeNode = env("METAL_ACTIVE_NODE");
 const simUrl = env("METAL_SIM_URL");
 const base = env("METAL_URL");
 const origin = new URL(base).origin;
@@ -252,6 +253,37 @@ test("the serial console shows the machine's Serial-over-LAN stream, and the ses
   expect(problems).toEqual([`404 from /v1/nodes/${solNode}/inventory`]);
 });
 
+test("images and profiles show the import, its digest and where each version is deployed; racks show what is free next week", async ({ page }) => {
+  const problems = watch(page);
+  const images: { id: string; servedSha256: string }[] = await api("/v1/images", admin);
+  expect(images.length).toBeGreaterThan(0);
+  await signIn(page, admin);
+  await page.getByRole("link", { name: "Images", exact: true }).click();
+  const table = page.getByTestId("images");
+  for (const image of images) {
+    const row = table.locator("tr", { hasText: image.id });
+    await expect(row).toContainText("ready");
+    await expect(row).toContainText(image.servedSha256);
+  }
+  await expect(page.getByTestId("deployed-acme-os-1")).toHaveText(activeNode);
+  await accessible(page, "the images page");
+  await shot(page, "images");
+
+  // Free all next week: ready, in no maintenance, cordoned by nobody and booked by nothing.
+  const nodes: { id: string; state: string; maintenance: boolean; cordoned: boolean; labels: Record<string, string> }[] =
+    await api("/v1/nodes", admin);
+  const reservations: { state: string; nodes: string[] }[] = await api("/v1/reservations", admin);
+  const booked = new Set(reservations.filter((r) => ["pending", "active"].includes(r.state)).flatMap((r) => r.nodes));
+  expect(booked.has(activeNode)).toBe(true);
+  await page.getByRole("link", { name: "Fleet", exact: true }).click();
+  for (const rack of new Set(nodes.map((n) => n.labels.rack ?? "no rack"))) {
+    const inRack = nodes.filter((n) => (n.labels.rack ?? "no rack") === rack);
+    const free = inRack.filter((n) => n.state === "ready" && !n.maintenance && !n.cordoned && !booked.has(n.id));
+    await expect(page.locator(`[data-rack="${rack}"] figcaption`)).toHaveText(`${rack}: ${free.length} of ${inRack.length} free all next week`);
+  }
+  expect(problems).toEqual([]);
+});
+
 test("keyboard alone reaches every page, and the pages fit a narrow screen", async ({ page }) => {
   const problems = watch(page);
   await signIn(page, admin);
@@ -276,7 +308,7 @@ test("keyboard alone reaches every page, and the pages fit a narrow screen", asy
   await accessible(page, "the usage page");
 
   await page.setViewportSize({ width: 390, height: 844 });
-  for (const path of ["/console/", "/console/nodes", `/console/nodes/${clean}`, "/console/leases", "/console/usage"]) {
+  for (const path of ["/console/", "/console/nodes", `/console/nodes/${clean}`, "/console/leases", "/console/usage", "/console/images"]) {
     await page.goto(path);
     await expect(page.locator("main h1")).toBeVisible();
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);

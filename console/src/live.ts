@@ -28,12 +28,7 @@ function announce(status: Status) {
 
 /** The sequence number of the newest event now (the stream starts after it). */
 async function newest(): Promise<number> {
-  let after = 0;
-  for (;;) {
-    const page = await must(api.GET("/v1/events", { params: { query: { after } } }));
-    if (page.events.length === 0) return after;
-    after = page.next;
-  }
+  return (await must(api.GET("/v1/events", { params: { query: { tail: true } } }))).next;
 }
 
 /** Starts the stream (once per sign-in); `stop` ends it. */

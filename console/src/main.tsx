@@ -5,6 +5,7 @@ import { ApiFailure, type Session, api, must, setToken, token } from "./api";
 import * as live from "./live";
 import { Certificate } from "./pages/certificate";
 import { Fleet } from "./pages/fleet";
+import { Images } from "./pages/images";
 import { Leases, ReservationPage } from "./pages/leases";
 import { NodePage } from "./pages/node";
 import { Nodes } from "./pages/nodes";
@@ -20,6 +21,7 @@ function Page({ path, session }: { path: string; session: Session }) {
   if (first === "leases" && parts.length === 1) return <Leases session={session} />;
   if (first === "reservations" && id) return <ReservationPage id={id} session={session} />;
   if (first === "usage") return <Usage session={session} />;
+  if (first === "images") return <Images />;
   if (admin && first === "nodes" && parts.length === 1) return <Nodes />;
   if (admin && first === "nodes" && id && !sub) return <NodePage id={id} />;
   if (admin && first === "nodes" && id && sub === "wipe-reports" && report) return <Certificate node={id} report={report} />;
@@ -108,6 +110,9 @@ function App() {
           </a>
           <a {...linkProps("/usage")} aria-current={current("/usage")}>
             Usage
+          </a>
+          <a {...linkProps("/images")} aria-current={current("/images")}>
+            Images
           </a>
         </nav>
         <div class="who">

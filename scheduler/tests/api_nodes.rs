@@ -293,6 +293,18 @@ async fn events_long_poll_wakes_on_a_new_event_and_sse_streams_them() {
         text.push_str(&String::from_utf8_lossy(&chunk));
     }
     assert!(text.contains("event: node.created") && text.contains(&format!("id: {}", after + 1)), "{text}");
+
+    // Only one subject's events, and the tail: where the log ends now, with nothing in it.
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "n2"}))).await;
+    site.admin("PATCH", "/v1/nodes/n1", Some(json!({"labels": {"rack": "r1"}}))).await;
+    let (_, page) = site.admin("GET", "/v1/events?after=0&subject=node/n1", None).await;
+    let subjects: Vec<&str> =
+        page["events"].as_array().unwrap().iter().map(|e| e["subject"].as_str().unwrap()).collect();
+    assert!(subjects.len() >= 2 && subjects.iter().all(|s| *s == "node/n1"), "{page}");
+    let (_, tail) = site.admin("GET", "/v1/events?tail=true", None).await;
+    let (_, all) = site.admin("GET", "/v1/events?after=0", None).await;
+    assert_eq!(tail["events"], json!([]));
+    assert_eq!(tail["next"], all["events"].as_array().unwrap().last().unwrap()["seq"], "{tail}");
 }
 
 #[tokio::test]

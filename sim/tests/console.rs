@@ -5,9 +5,10 @@
 //! refused, the serial console of a machine behind ipmi_sim in a terminal, accessibility
 //! (axe-core) and narrow screens.
 //!
-//! The site is set up here: four machines, two leases of a day run to their end, one of
+//! The site is set up here: five machines, two leases of a day run to their end, one of
 //! them on a disk that acknowledges its sanitize and keeps the data (a refused report, a
-//! quarantined node). `METAL_SCREENSHOTS=DIR` also saves the main pages as PNGs there
+//! quarantined node), then a week-long lease left running, and one more node behind
+//! ipmi_sim for the serial console. `METAL_SCREENSHOTS=DIR` also saves the main pages as PNGs there
 //! (scripts/console-screenshots).
 
 use std::path::Path;
@@ -27,7 +28,7 @@ fn console_dir() -> std::path::PathBuf {
 fn the_console_in_a_real_browser_against_a_simulated_site() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let site = Site::start(&Options { nodes: 4, speed: 120.0, seed: 11, ..Options::default() }).await.unwrap();
+        let site = Site::start(&Options { nodes: 5, speed: 120.0, seed: 11, ..Options::default() }).await.unwrap();
         assert!(site.commission().await.unwrap().is_empty());
         prepare(&site).await.unwrap();
         let leased = lease(&site, 2, "1d").await.unwrap();
@@ -36,8 +37,14 @@ fn the_console_in_a_real_browser_against_a_simulated_site() {
         site.clock.advance(Duration::from_secs(86_400));
         reaches(&site, &clean, "ready").await.unwrap();
         reaches(&site, &refused, "failed").await.unwrap();
-        let idle: Vec<String> =
-            site.machines.iter().map(|m| m.id.clone()).filter(|id| *id != clean && *id != refused).collect();
+        // A week-long lease that stays active: what the images page shows deployed.
+        let active = lease(&site, 1, "7d").await.unwrap()[0].1.clone();
+        let idle: Vec<String> = site
+            .machines
+            .iter()
+            .map(|m| m.id.clone())
+            .filter(|id| ![&clean, &refused, &active].contains(&id))
+            .collect();
 
         let admin_token =
             std::fs::read_to_string(site.data_dir().join(metal_scheduler::app::ADMIN_TOKEN_FILE)).unwrap();
@@ -73,6 +80,7 @@ fn the_console_in_a_real_browser_against_a_simulated_site() {
             .env("METAL_LIVE_NODE", &idle[0])
             .env("METAL_POWER_NODE", &idle[1])
             .env("METAL_SOL_NODE", "sol1")
+            .env("METAL_ACTIVE_NODE", &active)
             .kill_on_drop(true);
         let output = tokio::time::timeout(Duration::from_secs(600), command.output())
             .await

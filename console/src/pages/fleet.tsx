@@ -30,6 +30,16 @@ export function bookedByDay(pools: Schemas["Pool"][], reservations: Reservation[
   });
 }
 
+/** Nodes ready for a lease and booked by no reservation in the next seven days. */
+export function freeNextWeek(nodes: Node[], reservations: Reservation[], now = Date.now()): Node[] {
+  const booked = new Set(
+    reservations
+      .filter((r) => BOOKING.includes(r.state) && new Date(r.start).getTime() < now + 7 * DAY && new Date(r.end).getTime() > now)
+      .flatMap((r) => r.nodes),
+  );
+  return nodes.filter((n) => n.state === "ready" && !n.maintenance && !n.cordoned && !booked.has(n.id));
+}
+
 function countBy<T>(items: T[], key: (t: T) => string): [string, number][] {
   const counts = new Map<string, number>();
   for (const item of items) counts.set(key(item), (counts.get(key(item)) ?? 0) + 1);
@@ -112,9 +122,12 @@ export function Fleet() {
             </Section>
             <Section title="Racks">
               <div class="racks">
-                {countBy(nodes, (n) => n.labels.rack ?? "no rack").map(([rack]) => (
-                  <figure key={rack} class="rack">
-                    <figcaption>{rack}</figcaption>
+                {countBy(nodes, (n) => n.labels.rack ?? "no rack").map(([rack, count]) => (
+                  <figure key={rack} class="rack" data-rack={rack}>
+                    <figcaption>
+                      {rack}: {freeNextWeek(nodes, reservations).filter((n) => (n.labels.rack ?? "no rack") === rack).length} of {count}{" "}
+                      free all next week
+                    </figcaption>
                     <ul>
                       {nodes
                         .filter((n) => (n.labels.rack ?? "no rack") === rack)

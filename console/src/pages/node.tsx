@@ -7,14 +7,14 @@ import { linkProps } from "../router";
 import { Badge, Confirm, Section, Show, duration, when } from "../ui";
 import { SerialConsole } from "./terminal";
 
-/** Every event about `subject`, oldest first (the log has no subject filter yet). */
+/** Every event about `subject`, oldest first. */
 export async function eventsOf(subject: string): Promise<MetalEvent[]> {
   const found: MetalEvent[] = [];
   let after = 0;
   for (;;) {
-    const page = await must(api.GET("/v1/events", { params: { query: { after } } }));
-    found.push(...page.events.filter((e) => e.subject === subject));
+    const page = await must(api.GET("/v1/events", { params: { query: { after, subject } } }));
     if (page.events.length === 0) return found;
+    found.push(...page.events);
     after = page.next;
   }
 }

@@ -34,10 +34,29 @@ pub struct EventQuery {
     #[serde(default)]
     #[param(minimum = 0, maximum = 60)]
     pub wait: u64,
+    /// Only events about this subject (`node/n001`, `reservation/r-...`).
+    pub subject: Option<String>,
+    /// Start after the newest event now, whatever `after` says: a page answers at once with
+    /// no events and `next` at the newest, and a stream sends only what happens from now on.
+    #[serde(default)]
+    pub tail: bool,
 }
 
-async fn page_after(app: &AppState, after: i64, scope: Option<String>) -> ApiResult<Vec<crate::model::event::Event>> {
-    Ok(app.store.read(move |conn| store::events::after(conn, after, PAGE, scope.as_deref())).await?)
+async fn page_after(
+    app: &AppState,
+    after: i64,
+    scope: Option<String>,
+    subject: Option<String>,
+) -> ApiResult<Vec<crate::model::event::Event>> {
+    Ok(app
+        .store
+        .read(move |conn| store::events::after(conn, after, PAGE, scope.as_deref(), subject.as_deref()))
+        .await?)
+}
+
+/// Where a read starts: `after`, or the newest event now when the caller asks for the tail.
+async fn start(app: &AppState, query: &EventQuery) -> ApiResult<i64> {
+    if query.tail { Ok(app.store.read(store::events::last_seq).await?) } else { Ok(query.after) }
 }
 
 /// Events after a sequence number, waiting up to `wait` seconds for the first one.
@@ -50,18 +69,22 @@ pub async fn list_events(
     if query.wait > MAX_WAIT_SECS {
         return Err(ApiError::invalid("wait", format!("at most {MAX_WAIT_SECS} seconds")));
     }
+    let after = start(&app, &query).await?;
+    if query.tail {
+        return Ok(ApiJson(EventPage { events: Vec::new(), next: after }));
+    }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(query.wait);
+    let scope = caller.tenant_scope().map(str::to_owned);
     loop {
         // Register interest before reading, so an event committed in between still wakes us.
         let notified = app.events.notified();
-        let events = page_after(&app, query.after, caller.tenant_scope().map(str::to_owned)).await?;
+        let events = page_after(&app, after, scope.clone(), query.subject.clone()).await?;
         if !events.is_empty() || tokio::time::Instant::now() >= deadline {
-            let next = events.last().map_or(query.after, |e| e.seq);
+            let next = events.last().map_or(after, |e| e.seq);
             return Ok(ApiJson(EventPage { events, next }));
         }
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
-            let next = query.after;
-            return Ok(ApiJson(EventPage { events: Vec::new(), next }));
+            return Ok(ApiJson(EventPage { events: Vec::new(), next: after }));
         }
     }
 }
@@ -71,10 +94,12 @@ pub async fn stream_events(
     State(app): State<AppState>,
     caller: Caller,
     ApiQuery(query): ApiQuery<EventQuery>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let scope = caller.tenant_scope().map(str::to_owned);
-    let stream = futures::stream::unfold((app, query.after, Vec::new()), move |(app, mut after, mut pending)| {
-        let scope = scope.clone();
+    let after = start(&app, &query).await?;
+    let subject = query.subject;
+    let stream = futures::stream::unfold((app, after, Vec::new()), move |(app, mut after, mut pending)| {
+        let (scope, subject) = (scope.clone(), subject.clone());
         async move {
             loop {
                 if let Some(event) = pending.pop() {
@@ -87,7 +112,7 @@ pub async fn stream_events(
                     return Some((Ok(sse), (app, after, pending)));
                 }
                 let notified = app.events.notified();
-                match page_after(&app, after, scope.clone()).await {
+                match page_after(&app, after, scope.clone(), subject.clone()).await {
                     Ok(events) if !events.is_empty() => {
                         after = events.last().map_or(after, |e| e.seq);
                         pending = events.into_iter().rev().collect();
@@ -103,5 +128,5 @@ pub async fn stream_events(
             }
         }
     });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }

@@ -4,6 +4,7 @@ use time::OffsetDateTime;
 
 use crate::clock::{from_millis, to_millis};
 use crate::model::event::Event;
+use crate::store::db::ToValue;
 use crate::store::{Conn, DbResult};
 
 /// Appends an event in the caller's transaction and returns its sequence number. The
@@ -26,18 +27,26 @@ pub fn append(
     Ok(seq)
 }
 
-/// Events after `seq`, oldest first, at most `limit`; only `tenant`'s when given.
-pub fn after(conn: &mut dyn Conn, seq: i64, limit: i64, tenant: Option<&str>) -> DbResult<Vec<Event>> {
-    let rows = match tenant {
-        Some(t) => conn.query(
-            "SELECT seq, kind, subject, tenant_id, data, at FROM events WHERE seq > $1 AND tenant_id = $2 ORDER BY seq LIMIT $3",
-            &[&seq, &t, &limit],
-        )?,
-        None => conn.query(
-            "SELECT seq, kind, subject, tenant_id, data, at FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
-            &[&seq, &limit],
-        )?,
-    };
+/// Events after `seq`, oldest first, at most `limit`; only `tenant`'s and only those about
+/// `subject` when given.
+pub fn after(
+    conn: &mut dyn Conn,
+    seq: i64,
+    limit: i64,
+    tenant: Option<&str>,
+    subject: Option<&str>,
+) -> DbResult<Vec<Event>> {
+    let mut sql = String::from("SELECT seq, kind, subject, tenant_id, data, at FROM events WHERE seq > $1");
+    let mut params: Vec<&dyn ToValue> = vec![&seq];
+    for (column, value) in [("tenant_id", &tenant), ("subject", &subject)] {
+        if let Some(value) = value {
+            params.push(value);
+            sql.push_str(&format!(" AND {column} = ${}", params.len()));
+        }
+    }
+    params.push(&limit);
+    sql.push_str(&format!(" ORDER BY seq LIMIT ${}", params.len()));
+    let rows = conn.query(&sql, &params)?;
     rows.iter()
         .map(|row| {
             Ok(Event {
