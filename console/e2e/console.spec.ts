@@ -249,7 +249,9 @@ test("the serial console shows the machine's Serial-over-LAN stream, and the ses
   const audit = page.getByTestId("console-sessions");
   await expect(audit).toContainText(me.credentialId);
   await expect(audit.locator("tbody tr").first().locator("td").nth(2)).not.toHaveText("—");
-  // Never commissioned: it has no inventory to show.
+  // Never commissioned: it has no inventory to show, and says so.
+  await expect(page.getByText("Not commissioned yet: no inventory.")).toBeVisible();
+  await expect(page.getByTestId("readings")).toContainText("MontaVista");
   expect(problems).toEqual([`404 from /v1/nodes/${solNode}/inventory`]);
 });
 

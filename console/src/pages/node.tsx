@@ -1,7 +1,8 @@
 // One node: what it is, what it did, and the admin actions on it, each behind a
 // confirmation that names the node.
+import { Fragment } from "preact";
 import { useState } from "preact/hooks";
-import { type MetalEvent, type Node, type Schemas, api, must } from "../api";
+import { ApiFailure, type MetalEvent, type Node, type Schemas, api, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, Confirm, Section, Show, duration, when } from "../ui";
@@ -115,11 +116,19 @@ function Actions({ node, done }: { node: Node; done: () => void }) {
 }
 
 function Inventory({ id }: { id: string }) {
-  const loaded = useLoad(() => must(api.GET("/v1/nodes/{id}/inventory", { params: { path: { id } } })), [id]);
+  const loaded = useLoad(
+    () =>
+      must(api.GET("/v1/nodes/{id}/inventory", { params: { path: { id } } })).catch((e: unknown) => {
+        if (e instanceof ApiFailure && e.status === 404) return null;
+        throw e;
+      }),
+    [id],
+  );
   return (
     <Section title="Inventory">
       <Show loaded={loaded}>
         {(inv) => {
+          if (inv === null) return <p class="muted">Not commissioned yet: no inventory.</p>;
           const report = inv.inventory as {
             cpu?: { model?: string; threads?: number };
             memory?: { totalBytes?: number };
@@ -164,11 +173,42 @@ function Inventory({ id }: { id: string }) {
   );
 }
 
+/** One BMC reading as the API gives it: present with a value, or absent with why. */
+interface Reading {
+  status?: string;
+  value?: unknown;
+}
+
+/** A reading's value in one line: scalars as they are, objects as `key value` pairs. */
+function summary(value: unknown): string {
+  if (value === null || value === undefined) return "";
+  if (Array.isArray(value)) return value.length === 0 ? "none" : value.map(summary).join("; ");
+  if (typeof value === "object")
+    return Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== null && v !== undefined)
+      .map(([k, v]) => `${k} ${summary(v)}`)
+      .join(", ");
+  return String(value);
+}
+
 function Readings({ id }: { id: string }) {
   const loaded = useLoad(() => must(api.GET("/v1/nodes/{id}/bmc/readings", { params: { path: { id } } })), [id]);
   return (
     <Section title="BMC readings">
-      <Show loaded={loaded}>{(r) => <pre class="json">{JSON.stringify(r, null, 2)}</pre>}</Show>
+      <Show loaded={loaded}>
+        {(readings) => (
+          <dl class="facts" data-testid="readings">
+            {Object.entries(readings as Record<string, Reading>).map(([name, reading]) => (
+              <Fragment key={name}>
+                <dt>{name}</dt>
+                <dd>
+                  {reading?.status === "present" ? summary(reading.value) : <span class="muted">{summary(reading?.value) || "absent"}</span>}
+                </dd>
+              </Fragment>
+            ))}
+          </dl>
+        )}
+      </Show>
     </Section>
   );
 }
