@@ -49,6 +49,19 @@ async fn the_console_bridges_both_ways_for_admins_and_every_session_is_recorded(
     garbage.headers_mut().insert("sec-websocket-protocol", "metal.console, metal.bearer.%%%".parse().unwrap());
     let e = tokio_tungstenite::connect_async(garbage).await.unwrap_err().to_string();
     assert!(e.contains("401"), "{e}");
+    // No other route takes a token that way, whatever the request claims to be.
+    let smuggled = site
+        .http
+        .get(format!("{}/v1/nodes", site.url))
+        .header("upgrade", "websocket")
+        .header("connection", "upgrade")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-protocol", offer(&site.admin).headers()["sec-websocket-protocol"].clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(smuggled.status(), 401);
     let (mut socket, response) = tokio_tungstenite::connect_async(offer(&site.admin)).await.unwrap();
     assert_eq!(response.headers()["sec-websocket-protocol"], "metal.console");
     let deadline = Instant::now() + Duration::from_secs(20);

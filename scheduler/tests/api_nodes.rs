@@ -305,6 +305,31 @@ async fn events_long_poll_wakes_on_a_new_event_and_sse_streams_them() {
     let (_, all) = site.admin("GET", "/v1/events?after=0", None).await;
     assert_eq!(tail["events"], json!([]));
     assert_eq!(tail["next"], all["events"].as_array().unwrap().last().unwrap()["seq"], "{tail}");
+
+    // A tenant's subject filter stays inside the tenant's own events.
+    let acme = site.tenant("acme").await;
+    let (_, mine) = site.call(Some(&acme), "GET", "/v1/events?after=0&subject=tenant/acme", None).await;
+    let (_, theirs) = site.call(Some(&acme), "GET", "/v1/events?after=0&subject=node/n1", None).await;
+    assert_eq!(theirs["events"], json!([]), "a tenant reads no node's events: {theirs}");
+    let mine = mine["events"].as_array().unwrap();
+    assert!(!mine.is_empty() && mine.iter().all(|e| e["tenantId"] == "acme" && e["subject"] == "tenant/acme"));
+
+    // A stream from the tail sends only what happens after it opened.
+    let mut response = site
+        .http
+        .get(format!("{}/v1/events/stream?tail=true&subject=node/n2", site.url))
+        .bearer_auth(&site.admin)
+        .send()
+        .await
+        .unwrap();
+    site.admin("PATCH", "/v1/nodes/n1", Some(json!({"labels": {"rack": "r2"}}))).await;
+    site.admin("PATCH", "/v1/nodes/n2", Some(json!({"labels": {"rack": "r2"}}))).await;
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.unwrap().unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("node/n2") && !text.contains("node/n1") && !text.contains("node.created"), "{text}");
 }
 
 #[tokio::test]
@@ -366,4 +391,26 @@ async fn csv_imports_say_what_is_wrong_in_the_file_s_own_terms() {
     assert_eq!(response.status(), 200);
     let (_, node) = site.admin("GET", "/v1/nodes/q1", None).await;
     assert_eq!(node["labels"]["note"], "a,b", "{node}");
+}
+
+#[tokio::test]
+async fn the_console_is_served_with_a_strict_policy_and_routes_in_the_browser() {
+    let site = Site::start().await;
+    let get = |path: &str| site.http.get(format!("{}{path}", site.url)).send();
+    for path in ["/console", "/console/", "/console/nodes/n1", "/console/nodes/n1/wipe-reports/w"] {
+        let response = get(path).await.unwrap();
+        assert_eq!(response.status(), 200, "{path} (scripts/setup builds console/dist)");
+        let headers = response.headers().clone();
+        assert_eq!(headers["content-type"], "text/html; charset=utf-8", "{path}");
+        let policy = headers["content-security-policy"].to_str().unwrap();
+        assert!(policy.contains("default-src 'none'") && policy.contains("script-src 'self';"), "{policy}");
+        assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        assert!(response.text().await.unwrap().contains("/console/assets/app.js"), "{path}");
+    }
+    let script = get("/console/assets/app.js").await.unwrap();
+    assert_eq!(script.headers()["content-type"], "text/javascript; charset=utf-8");
+    assert_eq!(get("/console/assets/nope.js").await.unwrap().status(), 404);
+    // Files are looked up by their exact name among the embedded ones.
+    assert_eq!(get("/console/assets/index.html").await.unwrap().status(), 404);
 }

@@ -219,6 +219,60 @@ fn wipe_reports_pass_only_through_verify_wipe_report_and_refusals_are_stored() {
     assert_eq!(s.node("n1")["state"], "ready");
     let (_, records) = s.call("GET", "/v1/nodes/n1/wipe-reports", None);
     assert_eq!(records[2]["accepted"], true, "{records}");
+
+    // One report opened up: the verdict, the signed payload, and the signing certificate,
+    // whose fingerprint OpenSSL computes the same; the envelope downloads as it was posted.
+    let id = records[2]["id"].as_str().unwrap();
+    let (status, detail) = s.call("GET", &format!("/v1/nodes/n1/wipe-reports/{id}"), None);
+    assert_eq!(status, 200, "{detail}");
+    assert_eq!(detail["record"], records[2]);
+    assert_eq!(detail["payloadType"], WipeReport::PAYLOAD_TYPE);
+    assert_eq!(detail["report"]["nodeId"], "n1");
+    assert_eq!(detail["report"]["disks"].as_array().unwrap().len(), wipe("n1").disks.len());
+    let pem = detail["signerCertificate"].as_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("signer.pem"), pem).unwrap();
+    let openssl = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(dir.path().join("signer.pem"))
+        .output()
+        .unwrap();
+    assert!(openssl.status.success(), "{}", String::from_utf8_lossy(&openssl.stderr));
+    let fingerprint = String::from_utf8_lossy(&openssl.stdout).split('=').nth(1).unwrap().trim().replace(':', "");
+    assert_eq!(fingerprint.to_lowercase(), detail["signerFingerprint"].as_str().unwrap());
+    let response = reqwest::blocking::Client::new()
+        .get(format!("{}/v1/nodes/n1/wipe-reports/{id}/envelope", s.url))
+        .bearer_auth(&s.admin)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-disposition"], format!("attachment; filename=\"{id}.dsse.json\""));
+    let envelope = metal_protocol::dsse::Envelope::from_json(&response.bytes().unwrap()).unwrap();
+    let payload: serde_json::Value = serde_json::from_slice(&envelope.payload_bytes().unwrap()).unwrap();
+    assert_eq!(payload, detail["report"]);
+    // A refused report opens up too, with its reason; unknown ids and other nodes' are 404.
+    let refused = records[1]["id"].as_str().unwrap();
+    let (_, detail) = s.call("GET", &format!("/v1/nodes/n1/wipe-reports/{refused}"), None);
+    assert_eq!(detail["record"]["code"], "missing-disk", "{detail}");
+    for path in ["/v1/nodes/n1/wipe-reports/wipe-nope", "/v1/nodes/n1/wipe-reports/wipe-nope/envelope"] {
+        assert_eq!(s.call("GET", path, None).0, 404, "{path}");
+    }
+    s.call("POST", "/v1/nodes", Some(serde_json::json!({"id": "n2"})));
+    assert_eq!(s.call("GET", &format!("/v1/nodes/n2/wipe-reports/{id}"), None).0, 404, "another node's report");
+    // Admin only, like the list: a tenant member cannot tell that it exists.
+    s.call("POST", "/v1/tenants", Some(serde_json::json!({"id": "acme"})));
+    let (_, created) = s.call(
+        "POST",
+        "/v1/credentials",
+        Some(serde_json::json!({"role": "tenant-member", "tenantId": "acme", "name": "acme"})),
+    );
+    let tenant = created["token"].as_str().unwrap();
+    for path in [format!("/v1/nodes/n1/wipe-reports/{id}"), format!("/v1/nodes/n1/wipe-reports/{id}/envelope")] {
+        assert_eq!(s.call_as(tenant, "GET", &path, None).0, 404, "{path}");
+    }
+    let (_, session) = s.call_as(tenant, "GET", "/v1/session", None);
+    assert_eq!(session["role"], "tenant-member", "{session}");
+    assert_eq!(session["tenantId"], "acme", "{session}");
 }
 
 #[test]

@@ -35,23 +35,45 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let token = match parts.headers.get(axum::http::header::AUTHORIZATION) {
-            Some(header) => header
-                .to_str()
-                .ok()
-                .and_then(|h| h.strip_prefix("Bearer "))
-                .ok_or_else(|| ApiError::Unauthenticated("Authorization must be Bearer <token>".into()))?
-                .trim()
-                .to_owned(),
-            None => websocket_token(&parts.headers)?
-                .ok_or_else(|| ApiError::Unauthenticated("missing Authorization: Bearer <token>".into()))?,
-        };
-        let credential = state
-            .store
-            .read(move |conn| lookup(conn, &token))
-            .await?
-            .ok_or_else(|| ApiError::Unauthenticated("unknown or revoked token".into()))?;
-        Ok(Caller(credential))
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .ok_or_else(|| ApiError::Unauthenticated("missing Authorization: Bearer <token>".into()))?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .ok_or_else(|| ApiError::Unauthenticated("Authorization must be Bearer <token>".into()))?;
+        authenticate(state, token.trim().to_owned()).await
+    }
+}
+
+async fn authenticate(state: &AppState, token: String) -> Result<Caller, ApiError> {
+    let credential = state
+        .store
+        .read(move |conn| lookup(conn, &token))
+        .await?
+        .ok_or_else(|| ApiError::Unauthenticated("unknown or revoked token".into()))?;
+    Ok(Caller(credential))
+}
+
+/// The caller of a WebSocket route (the serial console): the Authorization header as
+/// everywhere, or else a token a browser offered as a subprotocol. Only WebSocket handlers
+/// take this extractor, so no other route accepts a token that way.
+#[derive(Debug, Clone)]
+pub struct SocketCaller(pub Caller);
+
+impl FromRequestParts<AppState> for SocketCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        if parts.headers.contains_key(axum::http::header::AUTHORIZATION) || parts.method != axum::http::Method::GET {
+            return Caller::from_request_parts(parts, state).await.map(SocketCaller);
+        }
+        match websocket_token(&parts.headers)? {
+            Some(token) => authenticate(state, token).await.map(SocketCaller),
+            None => Caller::from_request_parts(parts, state).await.map(SocketCaller),
+        }
     }
 }
 

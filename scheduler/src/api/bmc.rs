@@ -187,7 +187,7 @@ pub async fn discover(
     responses((status = 101, description = "switching to the WebSocket protocol"), (status = 502, body = crate::error::ErrorBody)))]
 pub async fn console(
     State(app): State<AppState>,
-    caller: Caller,
+    super::auth::SocketCaller(caller): super::auth::SocketCaller,
     ApiPath(id): ApiPath<String>,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {

@@ -20,6 +20,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (10, "workflows", include_str!("../../migrations/0010_workflows.sql")),
     (11, "hosts", include_str!("../../migrations/0011_hosts.sql")),
     (12, "wipe-generation", include_str!("../../migrations/0012_wipe_generation.sql")),
+    (13, "event-filters", include_str!("../../migrations/0013_event_filters.sql")),
 ];
 
 /// Brings the schema up to date.
