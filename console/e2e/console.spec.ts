@@ -22,7 +22,8 @@ const activeNode = env("METAL_ACTIVE_NODE");
 const simUrl = env("METAL_SIM_URL");
 const base = env("METAL_URL");
 const origin = new URL(base).origin;
-const secrets = [admin, tenantToken, otherToken];
+const base64url = (t: string) => Buffer.from(t).toString("base64url");
+const secrets = [admin, tenantToken, otherToken, ...[admin, tenantToken, otherToken].map(base64url)];
 const screenshots = process.env.METAL_SCREENSHOTS;
 
 test.describe.configure({ mode: "serial" });
@@ -35,6 +36,10 @@ function watch(page: Page) {
     const url = r.url();
     if (!url.startsWith(origin) && !url.startsWith("data:") && !url.startsWith("blob:")) problems.push(`request outside the site: ${url}`);
     if (secrets.some((s) => url.includes(s))) problems.push("a token in a request URL");
+  });
+  page.on("websocket", (ws) => {
+    if (!ws.url().startsWith(origin.replace(/^http/, "ws"))) problems.push(`websocket outside the site: ${ws.url()}`);
+    if (secrets.some((s) => ws.url().includes(s))) problems.push("a token in a WebSocket URL");
   });
   page.on("response", (r) => {
     if (r.status() >= 400) problems.push(`${r.status()} from ${new URL(r.url()).pathname}`);
@@ -167,9 +172,13 @@ test("a power action asks for a confirmation that names the node, and reaches th
   await page.getByRole("button", { name: "Power off" }).click();
   const dialog = page.getByRole("dialog", { name: `Power off ${powerNode}?` });
   await expect(dialog).toBeVisible();
+  await expect(dialog).toHaveAccessibleDescription(/cuts power now/);
+  // The safe choice has the focus, and focus comes back to the button that opened it.
+  await expect(dialog.getByRole("button", { name: "Cancel" })).toBeFocused();
   await accessible(page, "the confirmation");
   await dialog.getByRole("button", { name: "Cancel" }).click();
   await expect(dialog).toBeHidden();
+  await expect(page.getByRole("button", { name: "Power off" })).toBeFocused();
   expect(await simPower(powerNode), "cancel sends nothing").toBe("on");
 
   await page.getByRole("button", { name: "Power off" }).click();
@@ -245,7 +254,11 @@ test("the serial console shows the machine's Serial-over-LAN stream, and the ses
   }).toPass({ timeout: 30_000 });
   await accessible(page, "the serial console");
   await shot(page, "serial-console");
-  await page.getByRole("button", { name: "Close the console" }).click();
+  // The terminal takes Tab and Escape for the machine; Ctrl+] leaves it for the page.
+  await page.keyboard.press("Control+BracketRight");
+  await expect(page.getByRole("button", { name: "Close the console" })).toBeFocused();
+  await page.keyboard.press("Enter");
+  await expect(page.getByRole("button", { name: "Open the serial console" })).toBeFocused();
   const audit = page.getByTestId("console-sessions");
   await expect(audit).toContainText(me.credentialId);
   await expect(audit.locator("tbody tr").first().locator("td").nth(2)).not.toHaveText("—");
@@ -291,15 +304,19 @@ test("keyboard alone reaches every page, and the pages fit a narrow screen", asy
   await signIn(page, admin);
   await page.keyboard.press("Tab");
   await expect(page.getByRole("link", { name: "Skip to content" })).toBeFocused();
-  for (const [name, heading] of [
-    ["Nodes", "Nodes"],
-    ["Leases", "Leases"],
-    ["Usage", "Usage"],
-    ["Fleet", "Fleet"],
-  ]) {
-    await page.getByRole("link", { name: name!, exact: true }).focus();
+  // Tab walks the navigation in order; Enter opens the page and its heading takes the focus.
+  for (const name of ["Nodes", "Leases", "Usage", "Images", "Fleet"]) {
+    for (let i = 0; i < 8; i++) {
+      if (await page.getByRole("link", { name, exact: true }).evaluate((e) => e === document.activeElement)) break;
+      await page.keyboard.press("Tab");
+    }
+    await expect(page.getByRole("link", { name, exact: true })).toBeFocused();
     await page.keyboard.press("Enter");
-    await expect(page.getByRole("heading", { name: heading!, level: 1 })).toBeVisible();
+    const heading = page.getByRole("heading", { name: name === "Images" ? "Images and profiles" : name, level: 1 });
+    await expect(heading).toBeFocused();
+    expect(await page.title()).toContain(name === "Images" ? "Images and profiles" : name);
+    // From the heading, back up to the navigation's start.
+    await page.getByRole("link", { name: "Skip to content" }).focus();
   }
   await page.goto("/console/leases");
   await expect(page.getByRole("group", { name: /^timeline/ })).toBeVisible();

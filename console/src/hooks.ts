@@ -9,29 +9,50 @@ export interface Loaded<T> {
   reload: () => void;
 }
 
-/** Runs `load` now, whenever `deps` change, and after events that `touches` picks (at most
- * one reload per 250 ms while events keep coming). */
+/** Runs `load` now, whenever `deps` change, and after events that `touches` picks. One load
+ * runs at a time: what asks for a reload while one runs gets one more load after it (never
+ * a load thrown away for a newer one, which under a steady stream of events would never
+ * finish). */
 export function useLoad<T>(load: () => Promise<T>, deps: unknown[], touches?: (e: MetalEvent) => boolean): Loaded<T> {
   const [data, setData] = useState<T | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
-  const generation = useRef(0);
+  const state = useRef({ running: false, again: false, current: 0 });
   const reload = useCallback(() => {
-    const mine = ++generation.current;
+    const s = state.current;
+    if (s.running) {
+      s.again = true;
+      return;
+    }
+    s.running = true;
+    const mine = s.current;
+    const done = () => {
+      s.running = false;
+      if (s.again && s === state.current) {
+        s.again = false;
+        reload();
+      }
+    };
     load().then(
       (d) => {
-        if (mine !== generation.current) return;
-        setData(d);
-        setError(undefined);
+        if (mine === s.current) {
+          setData(d);
+          setError(undefined);
+        }
+        done();
       },
       (e: unknown) => {
-        if (mine !== generation.current) return;
-        setError(e instanceof Error ? e.message : String(e));
+        if (mine === s.current) setError(e instanceof Error ? e.message : String(e));
+        done();
       },
     );
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, deps);
   useEffect(() => {
+    // New deps: what was shown belonged to the old ones, and a load still running for them
+    // is not shown when it ends.
+    state.current = { running: false, again: false, current: state.current.current + 1 };
     setData(undefined);
+    setError(undefined);
     reload();
   }, [reload]);
   useEffect(() => {

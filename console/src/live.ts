@@ -1,10 +1,11 @@
 // The live event stream: GET /v1/events/stream (Server-Sent Events) read through fetch, so
 // the token travels in the Authorization header as for every other call (EventSource
-// cannot send one). Reconnects after a drop from the last event seen.
-import { type MetalEvent, authorization, api, must } from "./api";
+// cannot send one). Reconnects after a drop from the last event seen; a token the API no
+// longer accepts ends the stream and the session.
+import { ApiFailure, type MetalEvent, api, authorization, must } from "./api";
 
 type Listener = (event: MetalEvent) => void;
-type Status = "connecting" | "live" | "reconnecting";
+type Status = "connecting" | "live" | "reconnecting" | "signed out";
 
 const listeners = new Set<Listener>();
 const statusListeners = new Set<(s: Status) => void>();
@@ -26,9 +27,14 @@ function announce(status: Status) {
   for (const l of statusListeners) l(status);
 }
 
-/** The sequence number of the newest event now (the stream starts after it). */
-async function newest(): Promise<number> {
-  return (await must(api.GET("/v1/events", { params: { query: { tail: true } } }))).next;
+function deliver(event: MetalEvent) {
+  for (const l of listeners) {
+    try {
+      l(event);
+    } catch (e) {
+      console.warn("an event listener failed:", e);
+    }
+  }
 }
 
 /** Starts the stream (once per sign-in); `stop` ends it. */
@@ -44,44 +50,64 @@ export function stop() {
   started = null;
 }
 
+/** Splits Server-Sent Events text into the data of each complete event, and the rest (an
+ * event not yet ended) for the next chunk. Lines may end in CRLF, LF or CR. */
+export function parseEvents(buffer: string): { data: string[]; rest: string } {
+  // A trailing CR may be the first half of a CRLF: keep it for the next chunk.
+  const pending = buffer.endsWith("\r") ? "\r" : "";
+  const text = (pending ? buffer.slice(0, -1) : buffer).replace(/\r\n|\r/g, "\n");
+  const blocks = text.split("\n\n");
+  const rest = blocks.pop() ?? "";
+  const data = blocks
+    .map((block) =>
+      block
+        .split("\n")
+        .filter((line) => line.startsWith("data:"))
+        .map((line) => line.slice(5).replace(/^ /, ""))
+        .join("\n"),
+    )
+    .filter((d) => d !== "");
+  return { data, rest: rest + pending };
+}
+
 async function run(signal: AbortSignal) {
   let after: number | null = null;
   let delay = 500;
   while (!signal.aborted) {
+    let reader: ReadableStreamDefaultReader<string> | undefined;
     try {
       announce(after === null ? "connecting" : "reconnecting");
-      if (after === null) after = await newest();
+      if (after === null) after = (await must(api.GET("/v1/events", { params: { query: { tail: true } } }))).next;
       const response = await fetch(`/v1/events/stream?after=${after}`, {
         headers: { ...authorization(), Accept: "text/event-stream" },
         signal,
       });
-      if (!response.ok || !response.body) throw new Error(`stream answered ${response.status}`);
+      if (!response.ok || !response.body) throw new ApiFailure(response.status, `the stream answered ${response.status}`);
       announce("live");
       delay = 500;
-      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = "";
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
-        buffer += value;
-        let end: number;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          const data = block
-            .split("\n")
-            .filter((line) => line.startsWith("data:"))
-            .map((line) => line.slice(5).trimStart())
-            .join("\n");
-          if (!data) continue;
+        const parsed = parseEvents(buffer + value);
+        buffer = parsed.rest;
+        for (const data of parsed.data) {
           const event = JSON.parse(data) as MetalEvent;
           after = Math.max(after ?? 0, event.seq);
-          for (const l of listeners) l(event);
+          deliver(event);
         }
       }
     } catch (e) {
       if (signal.aborted) return;
+      if (e instanceof ApiFailure && e.status === 401) {
+        announce("signed out");
+        stop();
+        return;
+      }
       console.warn("event stream:", e instanceof Error ? e.message : e);
+    } finally {
+      reader?.cancel().catch(() => {});
     }
     announce("reconnecting");
     await new Promise((r) => setTimeout(r, delay));

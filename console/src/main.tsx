@@ -1,6 +1,6 @@
 // The console's shell: sign-in, the session, the navigation and the page for the path.
-import { render } from "preact";
-import { useEffect, useState } from "preact/hooks";
+import { Component, type ComponentChildren, render } from "preact";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiFailure, type Session, api, must, setToken, token } from "./api";
 import * as live from "./live";
 import { Certificate } from "./pages/certificate";
@@ -15,7 +15,12 @@ import { linkProps, navigate, usePath } from "./router";
 
 function Page({ path, session }: { path: string; session: Session }) {
   const admin = session.role === "platform-admin";
-  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  let parts: string[];
+  try {
+    parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  } catch {
+    parts = ["not found"];
+  }
   const [first, id, sub, report] = parts;
   if (parts.length === 0) return admin ? <Fleet /> : <Leases session={session} />;
   if (first === "leases" && parts.length === 1) return <Leases session={session} />;
@@ -23,7 +28,7 @@ function Page({ path, session }: { path: string; session: Session }) {
   if (first === "usage") return <Usage session={session} />;
   if (first === "images") return <Images />;
   if (admin && first === "nodes" && parts.length === 1) return <Nodes />;
-  if (admin && first === "nodes" && id && !sub) return <NodePage id={id} />;
+  if (admin && first === "nodes" && id && !sub) return <NodePage key={id} id={id} />;
   if (admin && first === "nodes" && id && sub === "wipe-reports" && report) return <Certificate node={id} report={report} />;
   return (
     <main id="main">
@@ -31,6 +36,25 @@ function Page({ path, session }: { path: string; session: Session }) {
       <p>Nothing here for this sign-in.</p>
     </main>
   );
+}
+
+/** Keeps one page's failure (an answer of an unexpected shape) from blanking the console. */
+class Boundary extends Component<{ children: ComponentChildren }, { failed: string | null }> {
+  state = { failed: null as string | null };
+  static getDerivedStateFromError(e: unknown) {
+    return { failed: e instanceof Error ? e.message : String(e) };
+  }
+  render() {
+    if (this.state.failed === null) return this.props.children;
+    return (
+      <main id="main">
+        <h1>This page failed</h1>
+        <p class="error" role="alert">
+          {this.state.failed}
+        </p>
+      </main>
+    );
+  }
 }
 
 function LiveStatus() {
@@ -43,8 +67,27 @@ function LiveStatus() {
   );
 }
 
+/** After a move inside the console: the page's title and focus on its heading, so a screen
+ * reader says where it is now. */
+function useAnnouncePage(path: string) {
+  const first = useRef(true);
+  useEffect(() => {
+    const h1 = document.querySelector<HTMLElement>("main h1");
+    document.title = h1 ? `${h1.textContent} · metal console` : "metal console";
+    if (first.current) {
+      first.current = false;
+      return;
+    }
+    if (h1) {
+      h1.tabIndex = -1;
+      h1.focus();
+    }
+  }, [path]);
+}
+
 function App() {
   const path = usePath();
+  useAnnouncePage(path);
   const [signedIn, setSignedIn] = useState(token() !== null);
   const [session, setSession] = useState<Session | null>(null);
   const [problem, setProblem] = useState<string | null>(null);
@@ -56,6 +99,18 @@ function App() {
     setSignedIn(false);
     navigate("/");
   };
+
+  useEffect(
+    () =>
+      live.onStatus((status) => {
+        if (status !== "signed out") return;
+        setToken(null);
+        setSession(null);
+        setSignedIn(false);
+        setProblem("The API no longer accepts this token: sign in again.");
+      }),
+    [],
+  );
 
   useEffect(() => {
     if (!signedIn) return;
@@ -125,7 +180,9 @@ function App() {
           </button>
         </div>
       </header>
-      <Page path={path} session={session} />
+      <Boundary key={path}>
+        <Page path={path} session={session} />
+      </Boundary>
     </>
   );
 }

@@ -54,9 +54,18 @@ export function Confirm(props: {
     if (!props.open && d.open) d.close();
   }, [props.open]);
   return (
-    <dialog ref={dialog} aria-labelledby="confirm-title" onClose={props.onCancel} onCancel={props.onCancel}>
+    <dialog
+      ref={dialog}
+      aria-labelledby="confirm-title"
+      aria-describedby={props.detail ? "confirm-detail" : undefined}
+      onCancel={(e) => {
+        // Escape: close through our state, as Cancel does.
+        e.preventDefault();
+        props.onCancel();
+      }}
+    >
       <h2 id="confirm-title">{props.title}</h2>
-      {props.detail && <p>{props.detail}</p>}
+      {props.detail && <p id="confirm-detail">{props.detail}</p>}
       <div class="actions">
         <button type="button" onClick={props.onCancel} autofocus>
           Cancel

@@ -2,6 +2,7 @@
 // Rev. 1, appendix G): the device, the method and its category, the verification and its
 // coverage, who signed it with which certificate, and the result. The verdict shown is the
 // scheduler's own check on receipt; the envelope it checked is a download away.
+import { useState } from "preact/hooks";
 import { api, authorization, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
@@ -13,25 +14,27 @@ interface Identity {
   wwn?: string;
   sizeBytes?: number;
 }
+// The payload as posted: a refused report need not have this shape, so every field is read
+// as possibly missing.
 interface DiskWipe {
-  device: string;
-  identity: Identity;
+  device?: string;
+  identity?: Identity;
   method?: string;
   methodReason?: string;
-  startedAt: string;
-  finishedAt: string;
-  verification?: { mode: string; coveragePercent: number; bytesRead: number; expected: string };
-  result: "pass" | "fail";
+  startedAt?: string;
+  finishedAt?: string;
+  verification?: { mode?: string; coveragePercent?: number; bytesRead?: number; expected?: string };
+  result?: string;
   failure?: string;
   nistCategory?: "clear" | "purge";
 }
 interface WipeReport {
-  nodeId: string;
-  policy: string;
-  disks: DiskWipe[];
-  startedAt: string;
-  finishedAt: string;
-  tool: { name: string; version: string };
+  nodeId?: string;
+  policy?: string;
+  disks?: DiskWipe[];
+  startedAt?: string;
+  finishedAt?: string;
+  tool?: { name?: string; version?: string };
 }
 
 async function download(node: string, report: string) {
@@ -50,6 +53,7 @@ async function download(node: string, report: string) {
 const title = (s: string | undefined) => (s ? s[0]?.toUpperCase() + s.slice(1) : "none");
 
 export function Certificate({ node, report }: { node: string; report: string }) {
+  const [problem, setProblem] = useState<string | null>(null);
   const loaded = useLoad(
     () => must(api.GET("/v1/nodes/{id}/wipe-reports/{report}", { params: { path: { id: node, report } } })),
     [node, report],
@@ -89,7 +93,7 @@ export function Certificate({ node, report }: { node: string; report: string }) 
                 <dt>Period</dt>
                 <dd>{body ? `${when(body.startedAt)} to ${when(body.finishedAt)}` : "—"}</dd>
                 <dt>Tool</dt>
-                <dd>{body ? `${body.tool.name} ${body.tool.version}` : "—"}</dd>
+                <dd>{body?.tool ? `${body.tool.name ?? "?"} ${body.tool.version ?? ""}` : "—"}</dd>
                 <dt>Signer</dt>
                 <dd>{record.signer ?? "unreadable"}</dd>
                 <dt>Signer certificate</dt>
@@ -103,18 +107,18 @@ export function Certificate({ node, report }: { node: string; report: string }) 
                   )}
                 </dd>
               </dl>
-              {(body?.disks ?? []).map((d) => (
-                <section key={d.device} class="disk" aria-label={`device ${d.device}`}>
+              {(Array.isArray(body?.disks) ? body.disks : []).map((d, i) => (
+                <section key={i} class="disk" aria-label={`device ${d.device ?? i}`}>
                   <h2>
                     {d.device} <Badge value={d.result === "pass" ? "pass" : "fail"} />
                   </h2>
                   <dl class="facts">
                     <dt>Manufacturer and model</dt>
-                    <dd>{d.identity.model ?? "—"}</dd>
+                    <dd>{d.identity?.model ?? "—"}</dd>
                     <dt>Serial number</dt>
-                    <dd>{d.identity.serial ?? "—"}</dd>
+                    <dd>{d.identity?.serial ?? "—"}</dd>
                     <dt>Size</dt>
-                    <dd>{d.identity.sizeBytes ?? 0} bytes</dd>
+                    <dd>{d.identity?.sizeBytes ?? "?"} bytes</dd>
                     <dt>Sanitization method</dt>
                     <dd>
                       {d.method ?? "none"} {d.methodReason ? `(${d.methodReason})` : ""}
@@ -124,24 +128,32 @@ export function Certificate({ node, report }: { node: string; report: string }) 
                     <dt>Verification</dt>
                     <dd data-field="verification">
                       {d.verification
-                        ? `${d.verification.mode}, ${d.verification.coveragePercent.toFixed(3)}% coverage, ${d.verification.bytesRead} bytes read back, expected ${d.verification.expected}`
+                        ? `${d.verification.mode ?? "?"}, ${Number(d.verification.coveragePercent).toFixed(3)}% coverage, ${d.verification.bytesRead ?? "?"} bytes read back, expected ${d.verification.expected ?? "?"}`
                         : "none"}
                     </dd>
                     <dt>Took</dt>
-                    <dd>{duration(d.startedAt, d.finishedAt)}</dd>
+                    <dd>{d.startedAt ? duration(d.startedAt, d.finishedAt) : "—"}</dd>
                     <dt>Result</dt>
                     <dd data-field="result">{d.result === "pass" ? "Pass" : `Fail: ${d.failure ?? "no reason given"}`}</dd>
                   </dl>
                 </section>
               ))}
               <p class="no-print">
-                <button type="button" onClick={() => void download(node, report)}>
+                <button
+                  type="button"
+                  onClick={() => download(node, report).then(() => setProblem(null), (e: unknown) => setProblem(String(e)))}
+                >
                   Download the DSSE envelope
                 </button>{" "}
                 <button type="button" onClick={() => print()}>
                   Print
                 </button>
               </p>
+              {problem && (
+                <p class="error" role="alert">
+                  {problem}
+                </p>
+              )}
             </>
           );
         }}

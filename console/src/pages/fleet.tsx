@@ -24,7 +24,7 @@ export function bookedByDay(pools: Schemas["Pool"][], reservations: Reservation[
       return reservations
         .filter((r) => r.poolId === pool.id && BOOKING.includes(r.state))
         .filter((r) => new Date(r.start).getTime() < to && new Date(r.end).getTime() > from)
-        .reduce((sum, r) => sum + Math.max(r.nodes.length, 1), 0);
+        .reduce((sum, r) => sum + (r.nodes.length || r.request.gang?.count || 1), 0);
     });
     return { pool, booked, days: booked.map((_, i) => new Date(today + i * DAY)) };
   });

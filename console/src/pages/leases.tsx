@@ -38,20 +38,27 @@ export function ganttRows(reservations: Reservation[], teardowns: Map<string, Sc
   return [...rows.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([name, bars]) => ({ name, bars }));
 }
 
+/** The Gantt's window: a week back to two weeks ahead, so old leases do not squeeze it. */
+const BEFORE = 7 * 86_400_000;
+const AHEAD = 14 * 86_400_000;
+
 function Gantt({ rows, now }: { rows: Row[]; now: number }) {
-  const all = rows.flatMap((r) => r.bars);
-  if (all.length === 0) return <p class="muted">Nothing booked.</p>;
-  const from = Math.min(...all.map((b) => b.from), now);
-  const to = Math.max(...all.map((b) => b.to), now + 3_600_000);
-  const x = (t: number) => `${(((t - from) / (to - from)) * 100).toFixed(3)}%`;
-  const w = (b: Bar) => `${Math.max(((b.to - b.from) / (to - from)) * 100, 0.4).toFixed(3)}%`;
+  const from = now - BEFORE;
+  const to = now + AHEAD;
+  const shown = rows
+    .map((r) => ({ ...r, bars: r.bars.filter((b) => b.to > from && b.from < to) }))
+    .filter((r) => r.bars.length > 0);
+  if (shown.length === 0) return <p class="muted">Nothing booked from a week ago to two weeks ahead.</p>;
+  const clip = (t: number) => Math.min(Math.max(t, from), to);
+  const x = (t: number) => `${(((clip(t) - from) / (to - from)) * 100).toFixed(3)}%`;
+  const w = (b: Bar) => `${Math.max(((clip(b.to) - clip(b.from)) / (to - from)) * 100, 0.4).toFixed(3)}%`;
   return (
     <div class="gantt" role="group" aria-label={`timeline from ${new Date(from).toISOString()} to ${new Date(to).toISOString()}`}>
       <div class="gantt-axis">
         <span>{when(new Date(from).toISOString())}</span>
         <span>{when(new Date(to).toISOString())}</span>
       </div>
-      {rows.map((row) => (
+      {shown.map((row) => (
         <div class="gantt-row" key={row.name}>
           <span class="gantt-name">{row.name}</span>
           <span class="gantt-track">

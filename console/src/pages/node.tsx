@@ -1,7 +1,7 @@
 // One node: what it is, what it did, and the admin actions on it, each behind a
 // confirmation that names the node.
 import { Fragment } from "preact";
-import { useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 import { ApiFailure, type MetalEvent, type Node, type Schemas, api, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
@@ -21,6 +21,8 @@ export async function eventsOf(subject: string): Promise<MetalEvent[]> {
 }
 
 interface Action {
+  /** Stable across label changes (Maintenance / End maintenance), so focus can return. */
+  key: string;
   label: string;
   title: string;
   detail: string;
@@ -32,6 +34,7 @@ function actionsFor(node: Node): Action[] {
   const id = node.id;
   const path = { params: { path: { id } } };
   const power = (action: Schemas["PowerAction"], label: string, detail: string, danger = false): Action => ({
+    key: `power-${action}`,
     label,
     title: `${label} ${id}?`,
     detail,
@@ -45,25 +48,28 @@ function actionsFor(node: Node): Action[] {
     power("off", "Power off", "The BMC cuts power now; whatever runs on the machine stops.", true),
     power("cycle", "Power cycle", "Off, then on again; whatever runs on the machine stops.", true),
     {
+      key: "boot",
       label: "Boot from network",
       title: `Boot ${id} from the network next time?`,
       detail: "A one-time boot override to PXE.",
       run: () => must(api.POST("/v1/nodes/{id}/boot", { ...path, body: { target: "pxe", persistent: false } })),
     },
     node.maintenance
-      ? { label: "End maintenance", title: `Take ${id} out of maintenance?`, detail: "", run: () => patch({ maintenance: false }) }
+      ? { key: "maintenance", label: "End maintenance", title: `Take ${id} out of maintenance?`, detail: "", run: () => patch({ maintenance: false }) }
       : {
+          key: "maintenance",
           label: "Maintenance",
           title: `Put ${id} in maintenance?`,
           detail: "It takes no new leases until taken out.",
           run: () => patch({ maintenance: true }),
         },
     node.cordoned
-      ? { label: "Uncordon", title: `Uncordon ${id}?`, detail: "", run: () => patch({ cordoned: false }) }
-      : { label: "Cordon", title: `Cordon ${id}?`, detail: "No new placements; leases keep running.", run: () => patch({ cordoned: true }) },
+      ? { key: "cordon", label: "Uncordon", title: `Uncordon ${id}?`, detail: "", run: () => patch({ cordoned: false }) }
+      : { key: "cordon", label: "Cordon", title: `Cordon ${id}?`, detail: "No new placements; leases keep running.", run: () => patch({ cordoned: true }) },
     ...(node.state === "failed"
       ? [
           {
+            key: "recover",
             label: "Recover",
             title: `Recover ${id}?`,
             detail: "Runs the teardown again from where it stopped; the node returns only if it ends clean.",
@@ -77,11 +83,23 @@ function actionsFor(node: Node): Action[] {
 function Actions({ node, done }: { node: Node; done: () => void }) {
   const [pending, setPending] = useState<Action | null>(null);
   const [outcome, setOutcome] = useState<{ ok: boolean; text: string } | null>(null);
+  const buttons = useRef<HTMLDivElement>(null);
+  const back = (action: Action | null) => {
+    setPending(null);
+    // The dialog gave focus back to nothing: put it on the button that opened it.
+    if (action) setTimeout(() => buttons.current?.querySelector<HTMLButtonElement>(`[data-action="${action.key}"]`)?.focus());
+  };
   return (
     <Section title="Actions">
-      <div class="buttons">
+      <div class="buttons" ref={buttons}>
         {actionsFor(node).map((a) => (
-          <button type="button" key={a.label} class={a.danger ? "danger" : undefined} onClick={() => setPending(a)}>
+          <button
+            type="button"
+            key={a.key}
+            data-action={a.key}
+            class={a.danger ? "danger" : undefined}
+            onClick={() => setPending(a)}
+          >
             {a.label}
           </button>
         ))}
@@ -97,10 +115,10 @@ function Actions({ node, done }: { node: Node; done: () => void }) {
         detail={pending?.detail}
         confirm={pending?.label ?? ""}
         danger={pending?.danger}
-        onCancel={() => setPending(null)}
+        onCancel={() => back(pending)}
         onConfirm={() => {
           const action = pending;
-          setPending(null);
+          back(action);
           if (!action) return;
           action.run().then(
             () => {

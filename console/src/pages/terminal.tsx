@@ -15,27 +15,43 @@ function base64url(text: string): string {
   return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
+/** Ctrl+] leaves the terminal for the page (xterm.js takes Tab and Escape for the machine). */
+const LEAVE = "Ctrl+]";
+
 function Terminal({ id, onClose }: { id: string; onClose: () => void }) {
   const element = useRef<HTMLDivElement>(null);
+  const close = useRef<HTMLButtonElement>(null);
   const [status, setStatus] = useState("connecting");
   useEffect(() => {
-    let stop = () => {};
+    let stop: (() => void) | null = null;
+    let cancelled = false;
     // xterm.js is most of the console's code: it loads only when a terminal opens.
     import("@xterm/xterm")
       .then((module) => {
         // xterm.js is CommonJS: its exports arrive as the default of a dynamic import.
         const { Terminal } = (module as unknown as { default?: typeof module }).default ?? module;
-        if (element.current) stop = connect(element.current, new Terminal({ fontSize: 13, rows: 24, cols: 80, screenReaderMode: true }));
+        if (cancelled || !element.current) return;
+        stop = connect(element.current, new Terminal({ fontSize: 13, rows: 24, cols: 80, screenReaderMode: true }));
       })
       .catch((e: unknown) => {
         console.error("opening the terminal:", e);
         setStatus("failed to open the terminal");
       });
-    return () => stop();
+    return () => {
+      cancelled = true;
+      stop?.();
+    };
   }, [id]);
 
   function connect(into: HTMLDivElement, term: XTerm): () => void {
     term.open(into);
+    term.attachCustomKeyEventHandler((e) => {
+      if (e.type === "keydown" && e.ctrlKey && e.key === "]") {
+        close.current?.focus();
+        return false;
+      }
+      return true;
+    });
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const socket = new WebSocket(`${scheme}://${location.host}/v1/nodes/${encodeURIComponent(id)}/console`, [
       "metal.console",
@@ -60,8 +76,8 @@ function Terminal({ id, onClose }: { id: string; onClose: () => void }) {
   return (
     <div class="terminal">
       <p role="status" data-testid="console-status">
-        Serial console of {id}: {status}{" "}
-        <button type="button" onClick={onClose}>
+        Serial console of {id}: {status}. {LEAVE} leaves the terminal.{" "}
+        <button type="button" ref={close} onClick={onClose}>
           Close the console
         </button>
       </p>
@@ -78,6 +94,12 @@ export function SerialConsole({ id }: { id: string }) {
     (e) => e.subject === `node/${id}` && e.kind.startsWith("node.console"),
   );
   const [open, setOpen] = useState(false);
+  const opener = useRef<HTMLButtonElement>(null);
+  const closed = useRef(false);
+  useEffect(() => {
+    // Back on the button that opened it once the terminal closes.
+    if (!open && closed.current) opener.current?.focus();
+  }, [open]);
   return (
     <Section title="Serial console">
       <Show loaded={bmc}>
@@ -85,9 +107,15 @@ export function SerialConsole({ id }: { id: string }) {
           info.protocol !== "ipmi" ? (
             <p class="muted">The serial console needs an IPMI BMC (Serial-over-LAN); this node's BMC speaks {info.protocol}.</p>
           ) : open ? (
-            <Terminal id={id} onClose={() => setOpen(false)} />
+            <Terminal
+              id={id}
+              onClose={() => {
+                closed.current = true;
+                setOpen(false);
+              }}
+            />
           ) : (
-            <button type="button" onClick={() => setOpen(true)}>
+            <button type="button" ref={opener} onClick={() => setOpen(true)}>
               Open the serial console
             </button>
           )
