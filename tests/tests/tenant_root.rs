@@ -88,6 +88,9 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
     assert_eq!(r["state"], "active", "{r}");
     assert_eq!(s.events("node.tenant-root.bound").len(), 1);
+    // Under the tenant's control the node is still the pool's: leased, not gone.
+    let pool = ok(&s, "GET", "/v1/pools/p1", Value::Null);
+    assert_eq!(pool["capacity"], json!({"capacity": 1, "free": 0, "leased": 1}), "{pool}");
 
     // While the tenant has root, what the node reports is advisory: kept, changing nothing.
     let platform = ok(&s, "GET", "/v1/nodes/n1/inventory", Value::Null);

@@ -106,12 +106,18 @@ pub fn capacity(conn: &mut dyn Conn, pool: &str, now: OffsetDateTime) -> DbResul
     let nodes = candidates(conn, pool)?;
     let at = to_millis(now);
     let mut rollup = PoolCapacity::default();
-    for n in nodes.iter().filter(|n| n.trust == crate::model::node::Trust::Platform) {
+    // Every node of the pool but the retired counts: a dedicated-root lease hands its node to
+    // the tenant (tenant-controlled trust) and it is still the pool's, leased.
+    for n in nodes.iter().filter(|n| n.state != crate::model::node::NodeState::Retired) {
         rollup.capacity += 1;
         let leased = n.bookings.iter().any(|&(s, e)| s <= at && at < e);
         if leased {
             rollup.leased += 1;
-        } else if n.state == crate::model::node::NodeState::Ready && !n.maintenance && !n.cordoned {
+        } else if n.trust == crate::model::node::Trust::Platform
+            && n.state == crate::model::node::NodeState::Ready
+            && !n.maintenance
+            && !n.cordoned
+        {
             rollup.free += 1;
         }
     }
