@@ -291,6 +291,17 @@ test("images and profiles show the import, its digest and where each version is 
   const booked = new Set(reservations.filter((r) => ["pending", "active"].includes(r.state)).flatMap((r) => r.nodes));
   expect(booked.has(activeNode)).toBe(true);
   await page.getByRole("link", { name: "Fleet", exact: true }).click();
+  // Today by the scheduler's clock (the simulated site's runs ahead of the browser's): the
+  // pool's bar counts the week-long lease booked now.
+  const session: { now: string } = await api("/v1/session", admin);
+  const today = session.now.slice(0, 10);
+  const dayStart = Date.parse(`${today}T00:00:00Z`);
+  const heldToday = (reservations as { state: string; nodes: string[]; start: string; end: string; poolId: string }[]).filter(
+    (r) => ["pending", "active", "ended"].includes(r.state) && Date.parse(r.start) < dayStart + 86_400_000 && Date.parse(r.end) > dayStart,
+  );
+  expect(heldToday.length).toBeGreaterThan(0);
+  const todayBar = page.locator('[data-pool="gpu"] li.today');
+  await expect(todayBar).toHaveAttribute("aria-label", new RegExp(`^${today}: ${heldToday.reduce((n, r) => n + r.nodes.length, 0)} booked`));
   for (const rack of new Set(nodes.map((n) => n.labels.rack ?? "no rack"))) {
     const inRack = nodes.filter((n) => (n.labels.rack ?? "no rack") === rack);
     const free = inRack.filter((n) => n.state === "ready" && !n.maintenance && !n.cordoned && !booked.has(n.id));

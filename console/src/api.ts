@@ -55,3 +55,17 @@ export async function must<T>(call: Promise<{ data?: T; error?: unknown; respons
   if (!response.ok || data === undefined) throw new ApiFailure(response.status, messageOf(response.status, error));
   return data;
 }
+
+/** How far the scheduler's clock is ahead of this browser's (set at sign-in). */
+let offset = 0;
+
+/** Takes the scheduler's `now` from the session, so pages measure against its clock. */
+export function syncClock(session: Session) {
+  const server = new Date(session.now).getTime();
+  if (!Number.isNaN(server)) offset = server - Date.now();
+}
+
+/** The scheduler's clock now, in milliseconds since the epoch. */
+export function serverNow(): number {
+  return Date.now() + offset;
+}

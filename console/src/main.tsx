@@ -1,7 +1,7 @@
 // The console's shell: sign-in, the session, the navigation and the page for the path.
 import { Component, type ComponentChildren, render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
-import { ApiFailure, type Session, api, must, setToken, token } from "./api";
+import { ApiFailure, type Session, api, must, setToken, syncClock, token } from "./api";
 import * as live from "./live";
 import { Certificate } from "./pages/certificate";
 import { Fleet } from "./pages/fleet";
@@ -116,6 +116,7 @@ function App() {
     if (!signedIn) return;
     must(api.GET("/v1/session")).then(
       (s) => {
+        syncClock(s);
         setSession(s);
         live.start();
       },

@@ -1,6 +1,6 @@
 // The fleet at a glance: nodes by state, by pool and by rack, and per pool how many nodes
 // are booked on each of the next seven days.
-import { type Node, type Reservation, type Schemas, api, must } from "../api";
+import { type Node, type Reservation, type Schemas, api, must, serverNow } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, Section, Show } from "../ui";
@@ -13,25 +13,28 @@ interface FleetData {
 
 const DAY = 86_400_000;
 const BOOKING: Reservation["state"][] = ["pending", "active"];
+/** What held nodes on a day: bookings to come or running, and leases that ran and ended. */
+const HELD: Reservation["state"][] = ["pending", "active", "ended"];
 
-/** Nodes each pool has booked on each of the next `days` days (UTC). */
-export function bookedByDay(pools: Schemas["Pool"][], reservations: Reservation[], days: number, now = Date.now()) {
+/** Nodes each pool had or has booked on each day from `back` days ago to `ahead` days on (UTC). */
+export function bookedByDay(pools: Schemas["Pool"][], reservations: Reservation[], back: number, ahead: number, now = serverNow()) {
   const today = Math.floor(now / DAY) * DAY;
+  const days = Array.from({ length: back + ahead + 1 }, (_, i) => new Date(today + (i - back) * DAY));
   return pools.map((pool) => {
-    const booked = Array.from({ length: days }, (_, i) => {
-      const from = today + i * DAY;
+    const booked = days.map((day) => {
+      const from = day.getTime();
       const to = from + DAY;
       return reservations
-        .filter((r) => r.poolId === pool.id && BOOKING.includes(r.state))
+        .filter((r) => r.poolId === pool.id && HELD.includes(r.state))
         .filter((r) => new Date(r.start).getTime() < to && new Date(r.end).getTime() > from)
         .reduce((sum, r) => sum + (r.nodes.length || r.request.gang?.count || 1), 0);
     });
-    return { pool, booked, days: booked.map((_, i) => new Date(today + i * DAY)) };
+    return { pool, booked, days, today: back };
   });
 }
 
 /** Nodes ready for a lease and booked by no reservation in the next seven days. */
-export function freeNextWeek(nodes: Node[], reservations: Reservation[], now = Date.now()): Node[] {
+export function freeNextWeek(nodes: Node[], reservations: Reservation[], now = serverNow()): Node[] {
   const booked = new Set(
     reservations
       .filter((r) => BOOKING.includes(r.state) && new Date(r.start).getTime() < now + 7 * DAY && new Date(r.end).getTime() > now)
@@ -99,17 +102,17 @@ export function Fleet() {
                 </tbody>
               </table>
             </Section>
-            <Section title="Booked over the next 7 days">
-              {bookedByDay(pools, reservations, 7).map(({ pool, booked, days }) => {
+            <Section title="Booked per day, a week back to a week ahead">
+              {bookedByDay(pools, reservations, 7, 7).map(({ pool, booked, days, today }) => {
                 const capacity = Math.max(pool.capacity?.capacity ?? 0, ...booked, 1);
                 return (
-                  <figure key={pool.id} class="week">
+                  <figure key={pool.id} class="week" data-pool={pool.id}>
                     <figcaption>
-                      Pool {pool.id}: nodes booked per day, of {pool.capacity?.capacity ?? "?"}
+                      Pool {pool.id}: nodes booked per day, of {pool.capacity?.capacity ?? "?"} (today marked)
                     </figcaption>
                     <ol>
                       {booked.map((n, i) => (
-                        <li key={i} aria-label={`${days[i]?.toISOString().slice(0, 10)}: ${n} booked`}>
+                        <li key={i} class={i === today ? "today" : undefined} aria-label={`${days[i]?.toISOString().slice(0, 10)}: ${n} booked, ${Math.max((pool.capacity?.capacity ?? 0) - n, 0)} free`}>
                           <span class="bar" style={{ height: `${(n / capacity) * 100}%` }} />
                           <span class="day">{days[i]?.toISOString().slice(5, 10)}</span>
                           <span class="value">{n}</span>

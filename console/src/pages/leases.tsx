@@ -1,7 +1,7 @@
 // Leases: a Gantt per node of reservations, teardowns and maintenance, the reservations
 // list, and one reservation with its events and meter records. A tenant member sees only
 // its own reservations (the API shows it nothing else).
-import { type Node, type Reservation, type Schemas, type Session, api, must } from "../api";
+import { type Node, type Reservation, type Schemas, type Session, api, must, serverNow } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, Section, Show, when } from "../ui";
@@ -96,7 +96,7 @@ export function Leases({ session }: { session: Session }) {
     [admin],
     (e) => e.subject.startsWith("reservation/") || e.subject.startsWith("node/"),
   );
-  const now = Date.now();
+  const now = serverNow();
   return (
     <main id="main">
       <h1>Leases</h1>

@@ -175,7 +175,8 @@ pub async fn revoke_credential(
 /// Who the bearer token belongs to: its credential, role and tenant (what a client shows
 /// after signing in, and how it knows which views the API will answer).
 #[utoipa::path(get, path = "/v1/session", responses((status = 200, body = Session), (status = 401, body = crate::error::ErrorBody)))]
-pub async fn get_session(caller: Caller) -> ApiJson<Session> {
+pub async fn get_session(State(app): State<AppState>, caller: Caller) -> ApiJson<Session> {
     let Caller(credential) = caller;
-    ApiJson(Session { credential_id: credential.id, role: credential.role, tenant_id: credential.tenant_id })
+    let now = app.clock.now();
+    ApiJson(Session { credential_id: credential.id, role: credential.role, tenant_id: credential.tenant_id, now })
 }

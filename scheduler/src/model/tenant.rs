@@ -100,4 +100,8 @@ pub struct Session {
     /// Tenant of a tenant member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_id: Option<String>,
+    /// The scheduler's clock now: what a client measures leases and windows against (a
+    /// browser's own clock may be off, and a simulated site's runs ahead).
+    #[serde(with = "time::serde::rfc3339")]
+    pub now: time::OffsetDateTime,
 }
