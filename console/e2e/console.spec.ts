@@ -182,6 +182,7 @@ test("a power action asks for a confirmation that names the node, and reaches th
   expect(await simPower(powerNode), "cancel sends nothing").toBe("on");
 
   await page.getByRole("button", { name: "Power off" }).click();
+  await expect(dialog).toBeVisible();
   await page.keyboard.press("Escape");
   await expect(dialog).toBeHidden();
   expect(await simPower(powerNode), "escape sends nothing").toBe("on");

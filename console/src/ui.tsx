@@ -1,7 +1,7 @@
 // Small pieces every page uses: loading and error states, badges, times, the confirmation
 // dialog that names what it acts on.
 import type { ComponentChildren } from "preact";
-import { useEffect, useRef } from "preact/hooks";
+import { useLayoutEffect, useRef } from "preact/hooks";
 import type { Loaded } from "./hooks";
 
 export function Show<T>({ loaded, children }: { loaded: Loaded<T>; children: (data: T) => ComponentChildren }) {
@@ -47,7 +47,8 @@ export function Confirm(props: {
   onCancel: () => void;
 }) {
   const dialog = useRef<HTMLDialogElement>(null);
-  useEffect(() => {
+  // Opened as soon as it renders: no keypress lands on the page between the click and it.
+  useLayoutEffect(() => {
     const d = dialog.current;
     if (!d) return;
     if (props.open && !d.open) d.showModal();
