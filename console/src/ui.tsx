@@ -2,6 +2,7 @@
 // dialog that names what it acts on.
 import type { ComponentChildren } from "preact";
 import { useLayoutEffect, useRef } from "preact/hooks";
+import type { MetalEvent } from "./api";
 import type { Loaded } from "./hooks";
 
 export function Show<T>({ loaded, children }: { loaded: Loaded<T>; children: (data: T) => ComponentChildren }) {
@@ -86,5 +87,33 @@ export function Section({ title, children }: { title: string; children: Componen
       <h2 id={id}>{title}</h2>
       {children}
     </section>
+  );
+}
+
+/** A table's header row: one column header per name. */
+export function Head({ columns }: { columns: string[] }) {
+  return (
+    <thead>
+      <tr>
+        {columns.map((c) => (
+          <th scope="col" key={c}>
+            {c}
+          </th>
+        ))}
+      </tr>
+    </thead>
+  );
+}
+
+/** Events newest first, each with its time, kind and data. */
+export function EventList({ events, testId }: { events: MetalEvent[]; testId?: string }) {
+  return (
+    <ol class="timeline" data-testid={testId}>
+      {[...events].reverse().map((e) => (
+        <li key={e.seq}>
+          <time dateTime={e.at}>{when(e.at)}</time> <strong>{e.kind}</strong> <span class="detail">{JSON.stringify(e.data)}</span>
+        </li>
+      ))}
+    </ol>
   );
 }

@@ -255,6 +255,16 @@ async fn credentials_are_shown_once_and_validated() {
     assert!(!page.to_string().contains(&token), "a token leaked into an event");
 }
 
+/// The stream's text up to the end of its first event.
+async fn first_sse_event(response: &mut reqwest::Response) -> String {
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.unwrap().unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    text
+}
+
 #[tokio::test]
 async fn events_long_poll_wakes_on_a_new_event_and_sse_streams_them() {
     let site = std::sync::Arc::new(Site::start().await);
@@ -287,11 +297,7 @@ async fn events_long_poll_wakes_on_a_new_event_and_sse_streams_them() {
         .await
         .unwrap();
     assert_eq!(response.headers()["content-type"], "text/event-stream");
-    let mut text = String::new();
-    while !text.contains("\n\n") {
-        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.unwrap().unwrap().unwrap();
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let text = first_sse_event(&mut response).await;
     assert!(text.contains("event: node.created") && text.contains(&format!("id: {}", after + 1)), "{text}");
 
     // Only one subject's events, and the tail: where the log ends now, with nothing in it.
@@ -324,11 +330,7 @@ async fn events_long_poll_wakes_on_a_new_event_and_sse_streams_them() {
         .unwrap();
     site.admin("PATCH", "/v1/nodes/n1", Some(json!({"labels": {"rack": "r2"}}))).await;
     site.admin("PATCH", "/v1/nodes/n2", Some(json!({"labels": {"rack": "r2"}}))).await;
-    let mut text = String::new();
-    while !text.contains("\n\n") {
-        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.unwrap().unwrap().unwrap();
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let text = first_sse_event(&mut response).await;
     assert!(text.contains("node/n2") && !text.contains("node/n1") && !text.contains("node.created"), "{text}");
 }
 

@@ -3,7 +3,7 @@
 import { type Node, type Reservation, type Schemas, api, must, serverNow } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
-import { Badge, Section, Show } from "../ui";
+import { Badge, Section, Show, Head } from "../ui";
 
 interface FleetData {
   nodes: Node[];
@@ -80,15 +80,7 @@ export function Fleet() {
             <Section title="Pools">
               <table>
                 <caption class="sr-only">Capacity per pool</caption>
-                <thead>
-                  <tr>
-                    <th scope="col">Pool</th>
-                    <th scope="col">Class</th>
-                    <th scope="col">Capacity</th>
-                    <th scope="col">Free</th>
-                    <th scope="col">Leased</th>
-                  </tr>
-                </thead>
+                <Head columns={["Pool", "Class", "Capacity", "Free", "Leased"]} />
                 <tbody>
                   {pools.map((p) => (
                     <tr key={p.id}>

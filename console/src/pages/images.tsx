@@ -3,7 +3,7 @@
 // active reservations that asked for it).
 import { type Reservation, api, must } from "../api";
 import { useLoad } from "../hooks";
-import { Badge, Section, Show, when } from "../ui";
+import { Badge, Section, Show, when, Head } from "../ui";
 
 function size(bytes: number | null | undefined): string {
   if (bytes === null || bytes === undefined) return "—";
@@ -42,17 +42,7 @@ export function Images() {
               ) : (
                 <div class="scroll">
                   <table data-testid="images">
-                    <thead>
-                      <tr>
-                        <th scope="col">Image</th>
-                        <th scope="col">Name</th>
-                        <th scope="col">Tenant</th>
-                        <th scope="col">State</th>
-                        <th scope="col">Progress</th>
-                        <th scope="col">Served</th>
-                        <th scope="col">SHA-256</th>
-                      </tr>
-                    </thead>
+                    <Head columns={["Image", "Name", "Tenant", "State", "Progress", "Served", "SHA-256"]} />
                     <tbody>
                       {images.map((i) => (
                         <tr key={i.id}>
@@ -95,14 +85,7 @@ export function Images() {
                         {p.id} <span class="muted">({p.public ? "public" : p.tenantId}, latest v{p.latestVersion})</span>
                       </h3>
                       <table>
-                        <thead>
-                          <tr>
-                            <th scope="col">Version</th>
-                            <th scope="col">Image</th>
-                            <th scope="col">Created</th>
-                            <th scope="col">Deployed on</th>
-                          </tr>
-                        </thead>
+                        <Head columns={["Version", "Image", "Created", "Deployed on"]} />
                         <tbody>
                           {p.versions.map((v) => (
                             <tr key={v.version}>

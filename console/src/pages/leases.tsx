@@ -4,7 +4,7 @@
 import { type Node, type Reservation, type Schemas, type Session, api, must, serverNow } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
-import { Badge, Section, Show, when } from "../ui";
+import { Badge, Section, Show, when, Head, EventList } from "../ui";
 import { eventsOf } from "./node";
 
 interface Bar {
@@ -112,17 +112,7 @@ export function Leases({ session }: { session: Session }) {
               ) : (
                 <div class="scroll">
                   <table data-testid="reservations">
-                    <thead>
-                      <tr>
-                        <th scope="col">Reservation</th>
-                        <th scope="col">Tenant</th>
-                        <th scope="col">State</th>
-                        <th scope="col">Pool</th>
-                        <th scope="col">Nodes</th>
-                        <th scope="col">Start</th>
-                        <th scope="col">End</th>
-                      </tr>
-                    </thead>
+                    <Head columns={["Reservation", "Tenant", "State", "Pool", "Nodes", "Start", "End"]} />
                     <tbody>
                       {[...reservations].reverse().map((r) => (
                         <tr key={r.id} data-reservation={r.id}>
@@ -205,13 +195,7 @@ export function ReservationPage({ id, session }: { id: string; session: Session 
                 <p class="muted">None yet.</p>
               ) : (
                 <table data-testid="meter">
-                  <thead>
-                    <tr>
-                      <th scope="col">Meter</th>
-                      <th scope="col">Window</th>
-                      <th scope="col">Quantity</th>
-                    </tr>
-                  </thead>
+                  <Head columns={["Meter", "Window", "Quantity"]} />
                   <tbody>
                     {records.map((m) => (
                       <tr key={m.id}>
@@ -227,14 +211,7 @@ export function ReservationPage({ id, session }: { id: string; session: Session 
               )}
             </Section>
             <Section title="Events">
-              <ol class="timeline">
-                {[...events].reverse().map((e) => (
-                  <li key={e.seq}>
-                    <time dateTime={e.at}>{when(e.at)}</time> <strong>{e.kind}</strong>{" "}
-                    <span class="detail">{JSON.stringify(e.data)}</span>
-                  </li>
-                ))}
-              </ol>
+              <EventList events={events} />
             </Section>
           </>
         )}

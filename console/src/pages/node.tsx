@@ -5,7 +5,7 @@ import { useRef, useState } from "preact/hooks";
 import { ApiFailure, type MetalEvent, type Node, type Schemas, api, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
-import { Badge, Confirm, Section, Show, duration, when } from "../ui";
+import { Badge, Confirm, Section, Show, duration, when, Head, EventList } from "../ui";
 import { SerialConsole } from "./terminal";
 
 /** Every event about `subject`, oldest first. */
@@ -245,14 +245,7 @@ function WipeReports({ id }: { id: string }) {
             <p class="muted">None yet.</p>
           ) : (
             <table>
-              <thead>
-                <tr>
-                  <th scope="col">Report</th>
-                  <th scope="col">Received</th>
-                  <th scope="col">Verdict</th>
-                  <th scope="col">Why</th>
-                </tr>
-              </thead>
+              <Head columns={["Report", "Received", "Verdict", "Why"]} />
               <tbody>
                 {[...reports].reverse().map((r) => (
                   <tr key={r.id}>
@@ -305,15 +298,7 @@ function Teardowns({ id }: { id: string }) {
                       </p>
                     )}
                     <table>
-                      <thead>
-                        <tr>
-                          <th scope="col">Step</th>
-                          <th scope="col">Result</th>
-                          <th scope="col">Attempt</th>
-                          <th scope="col">Took</th>
-                          <th scope="col">Detail</th>
-                        </tr>
-                      </thead>
+                      <Head columns={["Step", "Result", "Attempt", "Took", "Detail"]} />
                       <tbody>
                         {run.history.map((h, i) => (
                           <tr key={i}>
@@ -345,14 +330,7 @@ function Timeline({ id }: { id: string }) {
     <Section title="Events">
       <Show loaded={loaded}>
         {(events) => (
-          <ol class="timeline" data-testid="events">
-            {[...events].reverse().map((e) => (
-              <li key={e.seq}>
-                <time dateTime={e.at}>{when(e.at)}</time> <strong>{e.kind}</strong>{" "}
-                <span class="detail">{JSON.stringify(e.data)}</span>
-              </li>
-            ))}
-          </ol>
+          <EventList events={events} testId="events" />
         )}
       </Show>
     </Section>

@@ -3,7 +3,7 @@ import { useState } from "preact/hooks";
 import { type Node, api, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
-import { Badge, Show } from "../ui";
+import { Badge, Show, Head } from "../ui";
 
 function health(n: Node): string {
   if (n.state === "failed") return "failed";
@@ -70,19 +70,7 @@ export function Nodes() {
               <div class="scroll">
                 <table class="nodes">
                   <caption class="sr-only">Nodes</caption>
-                  <thead>
-                    <tr>
-                      <th scope="col">Node</th>
-                      <th scope="col">State</th>
-                      <th scope="col">Power</th>
-                      <th scope="col">Trust</th>
-                      <th scope="col">Tenant root</th>
-                      <th scope="col">Health</th>
-                      <th scope="col">Pool</th>
-                      <th scope="col">Rack</th>
-                      <th scope="col">Labels</th>
-                    </tr>
-                  </thead>
+                  <Head columns={["Node", "State", "Power", "Trust", "Tenant root", "Health", "Pool", "Rack", "Labels"]} />
                   <tbody>
                     {shown.map((n) => (
                       <tr key={n.id} data-node={n.id}>

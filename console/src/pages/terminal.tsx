@@ -6,7 +6,7 @@ import "@xterm/xterm/css/xterm.css";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { api, must, token } from "../api";
 import { useLoad } from "../hooks";
-import { Section, Show, when } from "../ui";
+import { Section, Show, when, Head } from "../ui";
 
 function base64url(text: string): string {
   const bytes = new TextEncoder().encode(text);
@@ -128,15 +128,7 @@ export function SerialConsole({ id }: { id: string }) {
           ) : (
             <table data-testid="console-sessions">
               <caption>Console sessions (audit)</caption>
-              <thead>
-                <tr>
-                  <th scope="col">Session</th>
-                  <th scope="col">Credential</th>
-                  <th scope="col">Opened</th>
-                  <th scope="col">Closed</th>
-                  <th scope="col">Bytes in / out</th>
-                </tr>
-              </thead>
+              <Head columns={["Session", "Credential", "Opened", "Closed", "Bytes in / out"]} />
               <tbody>
                 {list.map((s) => (
                   <tr key={s.id}>
