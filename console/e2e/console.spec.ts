@@ -203,6 +203,8 @@ test("a wipe certificate renders verified, a refused report shows why, and the e
   const problems = watch(page);
   await signIn(page, admin);
   await page.goto(`/console/nodes/${clean}`);
+  // The teardown checked its firmware in band against the pool's baseline first.
+  await expect(page.getByTestId("firmware-checks").locator("tbody tr").first()).toContainText(/compliant.*bios 2\.1\.0/);
   const reports = page.getByRole("region", { name: "Wipe reports" });
   await reports.getByRole("link").first().click();
   await expect(page.getByRole("heading", { name: "Certificate of sanitization" })).toBeVisible();

@@ -257,15 +257,12 @@ fn wipe_reports_pass_only_through_verify_wipe_report_and_refusals_are_stored() {
     for path in ["/v1/nodes/n1/wipe-reports/wipe-nope", "/v1/nodes/n1/wipe-reports/wipe-nope/envelope"] {
         assert_eq!(s.call("GET", path, None).0, 404, "{path}");
     }
-    s.call("POST", "/v1/nodes", Some(serde_json::json!({"id": "n2"})));
+    s.call("POST", "/v1/nodes", Some(json!({"id": "n2"})));
     assert_eq!(s.call("GET", &format!("/v1/nodes/n2/wipe-reports/{id}"), None).0, 404, "another node's report");
     // Admin only, like the list: a tenant member cannot tell that it exists.
-    s.call("POST", "/v1/tenants", Some(serde_json::json!({"id": "acme"})));
-    let (_, created) = s.call(
-        "POST",
-        "/v1/credentials",
-        Some(serde_json::json!({"role": "tenant-member", "tenantId": "acme", "name": "acme"})),
-    );
+    s.call("POST", "/v1/tenants", Some(json!({"id": "acme"})));
+    let (_, created) =
+        s.call("POST", "/v1/credentials", Some(json!({"role": "tenant-member", "tenantId": "acme", "name": "acme"})));
     let tenant = created["token"].as_str().unwrap();
     for path in [format!("/v1/nodes/n1/wipe-reports/{id}"), format!("/v1/nodes/n1/wipe-reports/{id}/envelope")] {
         assert_eq!(s.call_as(tenant, "GET", &path, None).0, 404, "{path}");
@@ -393,4 +390,16 @@ fn firmware_drift_found_in_band_fails_the_releasing_node() {
     let node = s.node("n1");
     assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
     assert!(node["stateReason"].as_str().unwrap().starts_with("FIRMWARE_DRIFT"), "{node}");
+    // The check is kept as evidence: the verdict and the comparison, per component.
+    let (status, checks) = s.call("GET", "/v1/nodes/n1/firmware-checks", None);
+    assert_eq!(status, 200, "{checks}");
+    assert_eq!(checks.as_array().unwrap().len(), 1, "{checks}");
+    assert_eq!(checks[0]["compliant"], false);
+    assert_eq!(checks[0]["nodeGeneration"], node["generation"].as_i64().unwrap() - 1, "checked while releasing");
+    let bios = &checks[0]["report"]["components"][0];
+    assert_eq!(
+        (&bios["component"], &bios["expected"], &bios["found"]),
+        (&json!("bios"), &json!("2.0"), &json!("1.16.3"))
+    );
+    assert_eq!(s.call("GET", "/v1/nodes/nope/firmware-checks", None).0, 404);
 }

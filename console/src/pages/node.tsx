@@ -231,6 +231,59 @@ function Readings({ id }: { id: string }) {
   );
 }
 
+interface ComponentCheck {
+  component?: string;
+  expected?: string;
+  found?: string | null;
+  drift?: boolean;
+}
+
+function FirmwareChecks({ id }: { id: string }) {
+  const loaded = useLoad(
+    () => must(api.GET("/v1/nodes/{id}/firmware-checks", { params: { path: { id } } })),
+    [id],
+    (e) => e.subject === `node/${id}` && e.kind.startsWith("node.firmware"),
+  );
+  return (
+    <Section title="Firmware checks">
+      <Show loaded={loaded}>
+        {(checks) =>
+          checks.length === 0 ? (
+            <p class="muted">None yet (a release in a pool with a firmware baseline checks it).</p>
+          ) : (
+            <table data-testid="firmware-checks">
+              <Head columns={["Checked", "Generation", "Verdict", "Components"]} />
+              <tbody>
+                {[...checks].reverse().map((c) => {
+                  const components = (c.report as { components?: ComponentCheck[] }).components ?? [];
+                  return (
+                    <tr key={c.id}>
+                      <th scope="row">{when(c.receivedAt)}</th>
+                      <td>{c.nodeGeneration}</td>
+                      <td>
+                        <Badge value={c.compliant ? "compliant" : "drift"} kind={c.compliant ? "pass" : "fail"} />
+                      </td>
+                      <td>
+                        {components
+                          .map((k) =>
+                            k.drift
+                              ? `${k.component}: expected ${k.expected}, found ${k.found ?? "nothing"}`
+                              : `${k.component} ${k.found ?? k.expected}`,
+                          )
+                          .join("; ")}
+                      </td>
+                    </tr>
+                  );
+                })}
+              </tbody>
+            </table>
+          )
+        }
+      </Show>
+    </Section>
+  );
+}
+
 function WipeReports({ id }: { id: string }) {
   const loaded = useLoad(
     () => must(api.GET("/v1/nodes/{id}/wipe-reports", { params: { path: { id } } })),
@@ -381,6 +434,7 @@ export function NodePage({ id }: { id: string }) {
       </Show>
       <Inventory id={id} />
       <Readings id={id} />
+      <FirmwareChecks id={id} />
       <WipeReports id={id} />
       <Teardowns id={id} />
       <SerialConsole id={id} />

@@ -9,7 +9,7 @@ use metal_protocol::DeployPlan;
 use crate::api::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::model::boot::{NodeInventory, WipeReportDetail, WipeReportRecord};
+use crate::model::boot::{FirmwareCheckRecord, NodeInventory, WipeReportDetail, WipeReportRecord};
 use crate::store;
 
 /// The node's platform inventory (its last commissioning report).
@@ -67,6 +67,27 @@ pub async fn put_deploy_plan(
     })
     .await?;
     Ok(axum::http::StatusCode::NO_CONTENT)
+}
+
+/// Every in-band firmware check of the node against its pool's baseline (the teardown's
+/// firmware step), compliant or with its drift.
+#[utoipa::path(get, path = "/v1/nodes/{id}/firmware-checks", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = Vec<FirmwareCheckRecord>), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn list_firmware_checks(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<ApiJson<Vec<FirmwareCheckRecord>>> {
+    caller.admin(&format!("node {id}"))?;
+    let what = format!("node {id}");
+    let checks = app
+        .store
+        .read(move |tx| {
+            store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
+            Ok::<_, ApiError>(store::boot::firmware_checks(tx, &id)?)
+        })
+        .await?;
+    Ok(ApiJson(checks))
 }
 
 /// One wipe report: the server's verdict on receipt, the signed payload it judged and the

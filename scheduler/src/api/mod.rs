@@ -140,6 +140,7 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         bmc::console_sessions,
         boot::get_inventory,
         boot::list_wipe_reports,
+        boot::list_firmware_checks,
         boot::get_wipe_report,
         boot::get_wipe_envelope,
         boot::put_deploy_plan,
@@ -255,6 +256,7 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/console/sessions", get(bmc::console_sessions))
         .route("/v1/nodes/{id}/inventory", get(boot::get_inventory))
         .route("/v1/nodes/{id}/wipe-reports", get(boot::list_wipe_reports))
+        .route("/v1/nodes/{id}/firmware-checks", get(boot::list_firmware_checks))
         .route("/v1/nodes/{id}/wipe-reports/{report}", get(boot::get_wipe_report))
         .route("/v1/nodes/{id}/wipe-reports/{report}/envelope", get(boot::get_wipe_envelope))
         .route("/v1/nodes/{id}/deploy-plan", axum::routing::put(boot::put_deploy_plan))

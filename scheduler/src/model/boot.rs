@@ -134,6 +134,27 @@ pub struct WipeReportRecord {
     pub received_at: time::OffsetDateTime,
 }
 
+/// One in-band firmware check of a releasing node against its pool's baseline (the
+/// teardown's firmware step): the verdict and the comparison it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FirmwareCheckRecord {
+    /// Id of this check.
+    pub id: String,
+    /// The node checked.
+    pub node_id: String,
+    /// The node's row generation when it was checked (a new release checks again).
+    pub node_generation: i64,
+    /// Whether every baseline component matched.
+    pub compliant: bool,
+    /// When the ramdisk's report arrived.
+    #[serde(with = "time::serde::rfc3339")]
+    pub received_at: time::OffsetDateTime,
+    /// The `FirmwareReport`: the baseline, and per component what was expected and found.
+    #[schema(value_type = Object)]
+    pub report: serde_json::Value,
+}
+
 /// One wipe report opened up for a person: the server's verdict on receipt, what the
 /// signed payload says, and the certificate that signed it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 
 use crate::clock::{from_millis, to_millis};
 use crate::error::ApiError;
-use crate::model::boot::{BootTask, NodeInventory, WipeReportRecord};
+use crate::model::boot::{BootTask, FirmwareCheckRecord, NodeInventory, WipeReportRecord};
 use crate::store::auth::{hash, new_secret};
 use crate::store::{Conn, DbResult, Row};
 
@@ -197,6 +197,27 @@ pub fn record_firmware_check(
         &[&id, &node_id, &node_generation, &i64::from(compliant), &report, &to_millis(now)],
     )?;
     Ok(id)
+}
+
+/// Every firmware check of the node, oldest first.
+pub fn firmware_checks(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<FirmwareCheckRecord>> {
+    conn.query(
+        "SELECT id, node_id, node_generation, compliant, report, received_at FROM firmware_checks \
+         WHERE node_id = $1 ORDER BY received_at, id",
+        &[&node_id],
+    )?
+    .iter()
+    .map(|row| {
+        Ok(FirmwareCheckRecord {
+            id: row.get("id")?,
+            node_id: row.get("node_id")?,
+            node_generation: row.get("node_generation")?,
+            compliant: row.flag("compliant")?,
+            received_at: from_millis(row.get("received_at")?),
+            report: row.json("report")?,
+        })
+    })
+    .collect()
 }
 
 /// What a releasing node still needs from a ramdisk: its firmware checked, its disks erased
