@@ -88,6 +88,9 @@ fn schemathesis_finds_nothing_with_every_check_on_every_operation() {
         .filter(|(path, _)| *path != "/v1/nodes/{id}/console")
         .map(|(_, item)| item.as_object().unwrap().keys().filter(|k| *k != "parameters").count())
         .sum();
-    assert!(summary.contains(&format!("Tested: {operations}")), "every operation but the console was tested:\n{summary}");
+    assert!(
+        summary.contains(&format!("Tested: {operations}")),
+        "every operation but the console was tested:\n{summary}"
+    );
     eprintln!("schemathesis:{summary}");
 }
