@@ -34,16 +34,24 @@ pub async fn list_wipe_reports(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Vec<WipeReportRecord>>> {
+    Ok(ApiJson(node_rows(&app, &caller, id, store::boot::wipe_reports).await?))
+}
+
+/// An admin read of one node's rows: NOT_FOUND for a tenant member and for an unknown node.
+async fn node_rows<T: Send + 'static>(
+    app: &AppState,
+    caller: &Caller,
+    id: String,
+    rows: fn(&mut dyn store::Conn, &str) -> store::DbResult<Vec<T>>,
+) -> ApiResult<Vec<T>> {
     caller.admin(&format!("node {id}"))?;
     let what = format!("node {id}");
-    let reports = app
-        .store
+    app.store
         .read(move |tx| {
             store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
-            Ok::<_, ApiError>(store::boot::wipe_reports(tx, &id)?)
+            Ok::<_, ApiError>(rows(tx, &id)?)
         })
-        .await?;
-    Ok(ApiJson(reports))
+        .await
 }
 
 /// Sets the plan the node's ramdisk fetches when it next deploys (a `DeployPlan`, checked).
@@ -78,16 +86,7 @@ pub async fn list_firmware_checks(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Vec<FirmwareCheckRecord>>> {
-    caller.admin(&format!("node {id}"))?;
-    let what = format!("node {id}");
-    let checks = app
-        .store
-        .read(move |tx| {
-            store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
-            Ok::<_, ApiError>(store::boot::firmware_checks(tx, &id)?)
-        })
-        .await?;
-    Ok(ApiJson(checks))
+    Ok(ApiJson(node_rows(&app, &caller, id, store::boot::firmware_checks).await?))
 }
 
 /// One wipe report: the server's verdict on receipt, the signed payload it judged and the
