@@ -513,6 +513,19 @@ impl LibvirtDomain {
     pub fn state(&self) -> String {
         String::from_utf8_lossy(&virsh(&["domstate", &self.name]).stdout).trim().to_owned()
     }
+
+    /// Waits up to `limit` for the domain to reach `wanted` (a guest that powers itself
+    /// off passes through `in shutdown`), returning the last state seen.
+    pub fn settle(&self, wanted: &str, limit: std::time::Duration) -> String {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let state = self.state();
+            if state == wanted || std::time::Instant::now() > deadline {
+                return state;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
 }
 
 impl Drop for LibvirtDomain {
