@@ -30,12 +30,17 @@ pub enum ApiError {
     },
 }
 
+/// How long a call keeps trying to reach a scheduler that is not there (one being started
+/// again after a kill), in real time.
+const UNREACHABLE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// An API client with one bearer token.
 #[derive(Clone)]
 pub struct Api {
     base: String,
     token: String,
     http: reqwest::Client,
+    writes: std::sync::Arc<tokio::sync::RwLock<()>>,
 }
 
 impl std::fmt::Debug for Api {
@@ -47,7 +52,19 @@ impl std::fmt::Debug for Api {
 impl Api {
     /// A client of the API at `base` (e.g. `http://127.0.0.1:7450`) with `token`.
     pub fn new(base: &str, token: &str) -> Api {
-        Api { base: base.trim_end_matches('/').to_owned(), token: token.to_owned(), http: reqwest::Client::new() }
+        Api {
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            http: reqwest::Client::new(),
+            writes: std::sync::Arc::default(),
+        }
+    }
+
+    /// Holds every write of this client (and its clones) back until the guard drops: chaos
+    /// kills the scheduler only between writes, so each write the client made was either
+    /// acknowledged or never sent.
+    pub async fn hold_writes(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.writes.write().await
     }
 
     /// The API's base URL.
@@ -73,14 +90,28 @@ impl Api {
                 });
             }
         };
-        let mut request = self.http.request(verb, format!("{}{path}", self.base)).bearer_auth(&self.token);
-        if !body.is_null() {
-            request = request.json(body);
-        }
+        let _writing = if verb == reqwest::Method::GET { None } else { Some(self.writes.read().await) };
         let transport = |source| ApiError::Transport { method: method.to_owned(), path: path.to_owned(), source };
-        let answer = request.send().await.map_err(transport)?;
-        let status = answer.status();
-        let text = answer.text().await.map_err(transport)?;
+        let started = std::time::Instant::now();
+        let (status, text) = loop {
+            let mut request = self.http.request(verb.clone(), format!("{}{path}", self.base)).bearer_auth(&self.token);
+            if !body.is_null() {
+                request = request.json(body);
+            }
+            let answered = async {
+                let answer = request.send().await?;
+                let status = answer.status();
+                Ok::<_, reqwest::Error>((status, answer.text().await?))
+            };
+            match answered.await {
+                Ok(answer) => break answer,
+                // A read is asked again; a write only when it was never sent (no connection).
+                Err(e) if (verb == reqwest::Method::GET || e.is_connect()) && started.elapsed() < UNREACHABLE => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(transport(e)),
+            }
+        };
         let json: Value =
             if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
         if status.is_success() {

@@ -23,15 +23,15 @@ pub async fn for_node(site: &Site, node: &str) -> anyhow::Result<(String, usize)
         .with_context(|| format!("{node} has no accepted wipe report"))?;
     let id = record["id"].as_str().context("a wipe report without an id")?.to_owned();
     let (owner, report_id) = (node.to_owned(), id.clone());
-    let envelope = site
-        .app
+    let app = site.app()?;
+    let envelope = app
         .store
         .read(move |conn| metal_scheduler::store::boot::wipe_envelope(conn, &owner, &report_id))
         .await
         .map_err(|e| anyhow::anyhow!("reading wipe report {id}: {e}"))?
         .with_context(|| format!("wipe report {id} has no envelope"))?;
     let envelope = metal_protocol::dsse::Envelope::from_json(envelope.as_bytes())?;
-    let boot = site.app.boot.as_ref().context("the boot service is off")?;
+    let boot = app.boot.as_ref().context("the boot service is off")?;
     // Every disk the platform inventoried must be in the report, erased.
     let inventory = site.admin.get(&format!("/v1/nodes/{node}/inventory")).await?;
     let disks: Vec<metal_protocol::inventory::Disk> = serde_json::from_value(inventory["inventory"]["disks"].clone())

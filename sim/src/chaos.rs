@@ -5,10 +5,14 @@
 //! nodes have their faults cleared, are recovered and taken out of maintenance before the
 //! next round. The counts say what was run and checked.
 //!
-//! Not here yet: `kill -9` of the scheduler and of one of two replicas (the scheduler runs in
-//! this process).
+//! With kills, the scheduler runs as replicas in processes of their own (one on SQLite, two
+//! at once on PostgreSQL), and a monkey `kill -9`s one at random moments and starts it again:
+//! whatever the scheduler was doing (a teardown step, a ramdisk's report, a billing pass),
+//! the invariants hold, and every write the API acknowledged is still there after each kill.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
@@ -17,7 +21,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::fault::Fault;
-use crate::lease::{lease, reaches, recover};
+use crate::lease::{bound, reaches, recover, reserve};
 use crate::site::Site;
 
 /// Faults a round draws from: each ends in a quarantine the operator can recover from.
@@ -36,14 +40,25 @@ pub struct Counts {
     pub quarantined: usize,
     /// Invariant checks that held.
     pub invariants_checked: usize,
+    /// Scheduler replicas killed with SIGKILL (and started again).
+    pub kills: usize,
+    /// Acknowledged writes found again after a kill.
+    pub writes_survived: usize,
 }
 
 impl std::fmt::Display for Counts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} rounds, {} leases, {} faults injected, {} nodes quarantined and recovered, {} invariant checks held",
-            self.rounds, self.leases, self.faults, self.quarantined, self.invariants_checked
+            "{} rounds, {} leases, {} faults injected, {} nodes quarantined and recovered, {} invariant checks held, \
+             {} kills -9 ({} acknowledged writes found after them)",
+            self.rounds,
+            self.leases,
+            self.faults,
+            self.quarantined,
+            self.invariants_checked,
+            self.kills,
+            self.writes_survived
         )
     }
 }
@@ -52,17 +67,89 @@ fn at(value: &Value) -> anyhow::Result<OffsetDateTime> {
     crate::clock::parse(value.as_str().with_context(|| format!("not a time: {value}"))?)
 }
 
-/// Runs `rounds` rounds of `per_round` one-day leases on a site whose machines are
-/// commissioned and whose tenant is prepared (`lease::prepare`); each leased machine gets
-/// one of the drawn faults with probability `fault_rate`.
-pub async fn run(site: &Site, rounds: usize, per_round: usize, fault_rate: f64, seed: u64) -> anyhow::Result<Counts> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+/// What a chaos run does.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Rounds.
+    pub rounds: usize,
+    /// One-day leases per round.
+    pub per_round: usize,
+    /// The chance a leased machine gets one of the drawn faults.
+    pub fault_rate: f64,
+    /// The mean real time between kills of a replica (none when `None`, or when the
+    /// scheduler runs in this process).
+    pub kill_every: Option<Duration>,
+    /// Seeds the faults and the kills.
+    pub seed: u64,
+}
+
+/// Runs the plan's rounds on a site whose machines are commissioned and whose tenant is
+/// prepared (`lease::prepare`), with the monkey killing replicas meanwhile.
+pub async fn run(site: &Site, plan: &Plan) -> anyhow::Result<Counts> {
+    let acknowledged = Mutex::new(Vec::new());
+    let (kills, survived) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let rounds = rounds(site, plan, &acknowledged);
+    let mut counts = match plan.kill_every {
+        Some(every) if !site.replicas().is_empty() => tokio::select! {
+            counts = rounds => counts?,
+            failed = monkey(site, every, plan.seed, &acknowledged, &kills, &survived) => return Err(failed.unwrap_err()),
+        },
+        _ => rounds.await?,
+    };
+    counts.kills = kills.load(Ordering::SeqCst);
+    counts.writes_survived = survived.load(Ordering::SeqCst);
+    Ok(counts)
+}
+
+/// Kills a random replica at random moments (`every` on average) between the client's
+/// writes and starts it again; then every reservation the API acknowledged must still be
+/// there. Returns only when something failed.
+async fn monkey(
+    site: &Site,
+    every: Duration,
+    seed: u64,
+    acknowledged: &Mutex<Vec<String>>,
+    kills: &AtomicUsize,
+    survived: &AtomicUsize,
+) -> anyhow::Result<std::convert::Infallible> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed.wrapping_add(0x6b69_6c6c));
+    let replicas = site.replicas();
+    loop {
+        tokio::time::sleep(every.mul_f64(rng.gen_range(0.2..1.8))).await;
+        let replica = &replicas[rng.gen_range(0..replicas.len())];
+        {
+            let _held = site.admin.hold_writes().await;
+            tracing::info!(replica = %replica.name, "kill -9");
+            replica.kill();
+            replica.start().await.with_context(|| format!("starting {} again after its kill", replica.name))?;
+        }
+        kills.fetch_add(1, Ordering::SeqCst);
+        let written = acknowledged.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        survived.fetch_add(find_acknowledged(site, &written).await?, Ordering::SeqCst);
+    }
+}
+
+/// Finds every reservation in `ids` through the API (each one it acknowledged); how many.
+pub async fn find_acknowledged(site: &Site, ids: &[String]) -> anyhow::Result<usize> {
+    for id in ids {
+        site.admin
+            .get(&format!("/v1/reservations/{id}"))
+            .await
+            .with_context(|| format!("reservation {id} was acknowledged, and is gone after a kill -9"))?;
+    }
+    Ok(ids.len())
+}
+
+async fn rounds(site: &Site, plan: &Plan, acknowledged: &Mutex<Vec<String>>) -> anyhow::Result<Counts> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(plan.seed);
     let mut counts = Counts::default();
-    for _ in 0..rounds {
-        let leased = lease(site, per_round, "1d").await?;
+    for _ in 0..plan.rounds {
+        let reserved = reserve(site, plan.per_round, "1d").await?;
+        acknowledged.lock().unwrap_or_else(|p| p.into_inner()).extend(reserved.iter().cloned());
+        let leased = bound(site, reserved).await?;
         counts.leases += leased.len();
         for (_, node) in &leased {
-            if rng.gen_bool(fault_rate.clamp(0.0, 1.0)) {
+            if rng.gen_bool(plan.fault_rate.clamp(0.0, 1.0)) {
                 let fault = DRAWN[rng.gen_range(0..DRAWN.len())];
                 site.machine(node).context("a node without a machine")?.faults.set(fault, true);
                 counts.faults += 1;
@@ -91,8 +178,7 @@ pub async fn run(site: &Site, rounds: usize, per_round: usize, fault_rate: f64, 
 /// Checks every invariant over the whole site as the API shows it (after a billing pass);
 /// how many checks held.
 pub async fn check(site: &Site) -> anyhow::Result<usize> {
-    metal_scheduler::app::bill_once(&site.app).await.map_err(|e| anyhow::anyhow!("billing: {e}"))?;
-    let now = crate::clock::now();
+    let now = site.bill().await?;
     let mut checked = 0;
     let reservations = site.admin.get("/v1/reservations").await?;
     let reservations = reservations.as_array().context("reservations: not a list")?;

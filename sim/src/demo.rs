@@ -111,7 +111,7 @@ pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
     say(&mut text, format!("{} {}:\n{}", run["definition"].as_str().unwrap_or("?"), run["status"], steps.trim_end()));
 
     say(&mut text, format!("== meter records of {TENANT}"));
-    metal_scheduler::app::bill_once(&site.app).await.map_err(|e| anyhow::anyhow!("billing: {e}"))?;
+    site.bill().await?;
     let usage = admin.get(&format!("/v1/usage?tenantId={TENANT}")).await?;
     out.metal_hours = usage["totals"]["node.metal.hours"].as_f64().unwrap_or(0.0);
     let records = usage["records"].as_array().map_or(0, Vec::len);

@@ -51,6 +51,13 @@ pub async fn prepare(site: &Site) -> anyhow::Result<(String, String)> {
 /// Reserves `count` whole nodes for `duration` (e.g. `7d`) and waits until every lease is
 /// bound; each reservation's id and node, in the order they were made.
 pub async fn lease(site: &Site, count: usize, duration: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let reservations = reserve(site, count, duration).await?;
+    bound(site, reservations).await
+}
+
+/// Reserves `count` whole nodes for `duration` (e.g. `7d`), each with the lessee's profile;
+/// the reservations' ids, as the API acknowledged them.
+pub async fn reserve(site: &Site, count: usize, duration: &str) -> anyhow::Result<Vec<String>> {
     let admin = &site.admin;
     let mut reservations = Vec::new();
     for _ in 0..count {
@@ -63,6 +70,12 @@ pub async fn lease(site: &Site, count: usize, duration: &str) -> anyhow::Result<
             .await?;
         reservations.push(r["id"].as_str().context("a reservation without an id")?.to_owned());
     }
+    Ok(reservations)
+}
+
+/// Waits until every reservation is bound (its lessee's OS deployed); each one's id and node.
+pub async fn bound(site: &Site, reservations: Vec<String>) -> anyhow::Result<Vec<(String, String)>> {
+    let admin = &site.admin;
     let mut bound = Vec::new();
     for id in reservations {
         site.until("the lease bound (deployed)", STAGE, || async {

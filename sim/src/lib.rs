@@ -17,5 +17,6 @@ pub mod fault;
 pub mod lease;
 pub mod machine;
 pub mod redfish;
+pub mod replica;
 pub mod site;
 pub mod tree;

@@ -4,9 +4,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use metal_sim::fault::{Fault, parse_assignment};
-use metal_sim::site::{Options, Site};
+use metal_sim::site::{Options, Replicas, Site};
 
 /// A simulated metal site: the real scheduler, Redfish BMCs and machines running the real
 /// ramdisk code on sparse files, under a clock that runs as fast as you like.
@@ -68,7 +69,42 @@ enum Command {
         /// Chance that a leased machine gets a fault, 0 to 1.
         #[arg(long, default_value_t = 0.3, value_parser = parse_rate)]
         fault_rate: f64,
+        /// Run the scheduler as replicas in processes of their own and `kill -9` one at
+        /// random, this many seconds apart on average (real time), starting it again each
+        /// time; every write the API acknowledged must survive.
+        #[arg(long, value_parser = parse_seconds)]
+        kill_every: Option<std::time::Duration>,
+        /// Scheduler replicas with --kill-every (two or more need METAL_DATABASE_URL:
+        /// PostgreSQL).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=4))]
+        replicas: u8,
     },
+    /// Run one scheduler replica of a site whose data directory (--data-dir, required) holds
+    /// the site's clock; what `chaos --kill-every` starts and kills. The BMC master key comes
+    /// in METAL_MASTER_KEY, the store in METAL_DATABASE_URL (SQLite in the data directory
+    /// when unset).
+    Scheduler {
+        /// The API's address.
+        #[arg(long)]
+        listen: SocketAddr,
+        /// The boot service's address.
+        #[arg(long)]
+        boot_listen: SocketAddr,
+        /// The URL ramdisks reach the boot service at [default: https://BOOT_LISTEN].
+        #[arg(long)]
+        controller_url: Option<String>,
+        /// How long, in real milliseconds, a workflow claim of this replica holds its run
+        /// after the replica dies.
+        #[arg(long, default_value_t = 3000)]
+        workflow_claim_ms: u64,
+    },
+}
+
+fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds > 0.0 && seconds <= 3600.0 => Ok(std::time::Duration::from_secs_f64(seconds)),
+        _ => Err(format!("{text:?}: seconds, above 0 and at most 3600")),
+    }
 }
 
 fn parse_speed(text: &str) -> Result<f64, String> {
@@ -89,7 +125,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_log = match cli.command {
         Command::Run { .. } => "info",
-        Command::Demo | Command::Chaos { .. } => "warn",
+        Command::Demo | Command::Chaos { .. } | Command::Scheduler { .. } => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("METAL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log));
@@ -111,14 +147,28 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Scheduler { listen, boot_listen, controller_url, workflow_claim_ms } = cli.command {
+        let data_dir = cli.data_dir.context("the scheduler replica needs --data-dir (the site's)")?;
+        let claim = std::time::Duration::from_millis(workflow_claim_ms);
+        return metal_sim::replica::serve(&data_dir, listen, boot_listen, controller_url, claim).await;
+    }
     let listen = match cli.command {
         Command::Run { listen } => listen,
-        Command::Demo | Command::Chaos { .. } => SocketAddr::from(([127, 0, 0, 1], 0)),
+        _ => SocketAddr::from(([127, 0, 0, 1], 0)),
     };
+    let database_url = std::env::var("METAL_DATABASE_URL").ok().filter(|u| !u.is_empty());
+    let mut replicas = None;
     match cli.command {
         Command::Demo if cli.nodes < 2 => anyhow::bail!("the demo leases two machines: --nodes must be at least 2"),
         Command::Chaos { per_round, .. } if per_round == 0 || per_round > usize::from(cli.nodes) => {
             anyhow::bail!("--per-round must be from 1 to --nodes ({})", cli.nodes)
+        }
+        Command::Chaos { kill_every: Some(_), replicas: count, .. } => {
+            if count > 1 && database_url.is_none() {
+                anyhow::bail!("--replicas {count} share one store: set METAL_DATABASE_URL to a PostgreSQL database");
+            }
+            let program = std::env::current_exe().context("finding this program to start the replicas")?;
+            replicas = Some(Replicas { count: usize::from(count), program, claim: std::time::Duration::from_secs(3) });
         }
         _ => {}
     }
@@ -127,9 +177,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         speed: cli.speed,
         seed: cli.seed,
         data_dir: cli.data_dir,
-        database_url: std::env::var("METAL_DATABASE_URL").ok().filter(|u| !u.is_empty()),
+        database_url,
         listen,
         faults: cli.faults,
+        replicas,
     };
     let started = std::time::Instant::now();
     let site = Site::start(&options).await?;
@@ -155,11 +206,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             metal_sim::demo::run(&site).await?;
             println!("metal-sim: the demo took {:.1} s", started.elapsed().as_secs_f64());
         }
-        Command::Chaos { rounds, per_round, fault_rate } => {
+        Command::Chaos { rounds, per_round, fault_rate, kill_every, .. } => {
             metal_sim::lease::prepare(&site).await?;
-            let counts = metal_sim::chaos::run(&site, rounds, per_round, fault_rate, options.seed).await?;
+            let plan = metal_sim::chaos::Plan { rounds, per_round, fault_rate, kill_every, seed: options.seed };
+            let counts = metal_sim::chaos::run(&site, &plan).await?;
             println!("metal-sim: chaos: {counts} in {:.1} s", started.elapsed().as_secs_f64());
         }
+        Command::Scheduler { .. } => {}
         Command::Run { .. } => {
             use tokio::signal::unix::{SignalKind, signal};
             let (mut interrupt, mut terminate) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);

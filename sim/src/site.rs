@@ -45,6 +45,20 @@ pub struct Options {
     pub listen: SocketAddr,
     /// Faults the machines have from the start.
     pub faults: Vec<(String, Fault)>,
+    /// The scheduler as replicas in processes of their own, which chaos can kill; `None`:
+    /// in this process.
+    pub replicas: Option<Replicas>,
+}
+
+/// Scheduler replicas in processes of their own (`metal-sim scheduler`).
+#[derive(Debug, Clone)]
+pub struct Replicas {
+    /// How many (more than one takes PostgreSQL).
+    pub count: usize,
+    /// The `metal-sim` executable.
+    pub program: PathBuf,
+    /// How long, in real time, a killed replica's workflow claims hold the runs it had.
+    pub claim: Duration,
 }
 
 impl Default for Options {
@@ -57,8 +71,18 @@ impl Default for Options {
             database_url: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             faults: Vec::new(),
+            replicas: None,
         }
     }
+}
+
+/// Where the site's scheduler runs.
+#[derive(Debug)]
+pub enum Scheduler {
+    /// In this process.
+    InProcess(metal_scheduler::app::AppState),
+    /// In processes of their own; the machines and the site's client use the first.
+    Replicas(Vec<Arc<crate::replica::Replica>>),
 }
 
 /// A running simulated site.
@@ -67,7 +91,7 @@ pub struct Site {
     /// The clock everything reads.
     pub clock: Arc<SimClock>,
     /// The scheduler.
-    pub app: metal_scheduler::app::AppState,
+    pub scheduler: Scheduler,
     /// The platform admin's API client.
     pub admin: Api,
     /// The machines, in node id order.
@@ -78,6 +102,38 @@ pub struct Site {
     /// The scheduler's data directory.
     pub data_dir: PathBuf,
     _temporary: Option<tempfile::TempDir>,
+}
+
+/// How often the scheduler's periodic pass (reaper, reservations, billing) runs, in real time.
+const REAPER: Duration = Duration::from_millis(200);
+
+/// The scheduler's configuration on a simulated site: `listen` and `boot` its addresses, the
+/// store in `data_dir` (SQLite, unless a database URL is set after), its periodic passes
+/// frequent in real time, so simulated time is not wasted.
+pub fn scheduler_config(
+    data_dir: &Path,
+    listen: SocketAddr,
+    boot: SocketAddr,
+    speed: f64,
+) -> metal_scheduler::config::Config {
+    let defaults = metal_scheduler::config::Config::default();
+    let mut config = metal_scheduler::config::Config {
+        listen,
+        data_dir: data_dir.to_owned(),
+        reaper_interval: REAPER,
+        workflow_interval: Duration::from_millis(100),
+        // A workflow step's claim and an image import's lease lapse on the simulated
+        // clock but are renewed on the real one (every third of them): each lasts as long
+        // in real time as it does in production, so no step or import runs twice.
+        workflow_claim: lasting(defaults.workflow_claim, speed),
+        ..Default::default()
+    };
+    config.images.lease = lasting(defaults.images.lease, speed);
+    config.boot.listen = Some(boot);
+    config.boot.site = "sim".into();
+    // Every simulated machine talks from 127.0.0.1: one address for the whole fleet.
+    config.boot.rate_per_minute = 1_000_000;
+    config
 }
 
 /// A lease of `real` real time as the simulated clock running at `speed` counts it.
@@ -156,8 +212,6 @@ impl Site {
     /// Installs the clock, starts the scheduler, the BMCs and the machines, and enrols every
     /// machine into the pool (not commissioned yet: see [`Site::commission`]).
     pub async fn start(options: &Options) -> anyhow::Result<Site> {
-        let clock = Arc::new(SimClock::new(SystemTime::now(), options.speed));
-        metal_clock::install(clock.clone()).context("the simulation needs the process clock")?;
         let (data_dir, temporary) = match &options.data_dir {
             Some(dir) => (dir.clone(), None),
             None => {
@@ -166,42 +220,45 @@ impl Site {
             }
         };
         std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
-        let api_listener = tokio::net::TcpListener::bind(options.listen)
-            .await
-            .with_context(|| format!("binding {}", options.listen))?;
-        let boot_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let api_address = api_listener.local_addr()?;
-        let defaults = metal_scheduler::config::Config::default();
-        let mut config = metal_scheduler::config::Config {
-            listen: api_address,
-            data_dir: data_dir.clone(),
-            database_url: options.database_url.clone(),
-            // The periodic passes run on real time: often, so simulated time is not wasted.
-            reaper_interval: Duration::from_millis(200),
-            workflow_interval: Duration::from_millis(100),
-            // A workflow step's claim and an image import's lease lapse on the simulated
-            // clock but are renewed on the real one (every third of them): each lasts as long
-            // in real time as it does in production, so no step or import runs twice.
-            workflow_claim: lasting(defaults.workflow_claim, options.speed),
-            ..Default::default()
+        let clock_file = data_dir.join(crate::replica::CLOCK_FILE);
+        let clock = Arc::new(SimClock::create(&clock_file, SystemTime::now(), options.speed)?);
+        metal_clock::install(clock.clone()).context("the simulation needs the process clock")?;
+        let (scheduler, api_url) = match &options.replicas {
+            None => {
+                let api_listener = tokio::net::TcpListener::bind(options.listen)
+                    .await
+                    .with_context(|| format!("binding {}", options.listen))?;
+                let boot_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+                let api_address = api_listener.local_addr()?;
+                let mut config = scheduler_config(&data_dir, api_address, boot_listener.local_addr()?, options.speed);
+                config.database_url.clone_from(&options.database_url);
+                // BMC passwords sealed at rest under a key of this run (and no warning per node).
+                let master_key = hex::encode(rand::random::<[u8; 32]>());
+                config.master_key =
+                    Some(metal_scheduler::secrets::MasterKey::from_hex(&master_key).map_err(anyhow::Error::msg)?);
+                let app = metal_scheduler::app::start(config, Arc::new(metal_scheduler::clock::SystemClock))
+                    .await
+                    .context("starting the scheduler")?;
+                let listeners =
+                    metal_scheduler::app::Listeners { api: api_listener, boot: Some(boot_listener), firmware: None };
+                tokio::spawn(metal_scheduler::app::serve(app.clone(), listeners));
+                (Scheduler::InProcess(app), format!("http://{api_address}"))
+            }
+            Some(replicas) => {
+                let database_url = options.database_url.as_deref();
+                let started = crate::replica::start_all(
+                    replicas.count,
+                    &replicas.program,
+                    &data_dir,
+                    database_url,
+                    replicas.claim,
+                )
+                .await?;
+                let url = started.first().context("no replica")?.url();
+                (Scheduler::Replicas(started), url)
+            }
         };
-        // BMC passwords sealed at rest under a key of this run (and no warning per node).
-        let master_key = hex::encode(rand::random::<[u8; 32]>());
-        config.master_key =
-            Some(metal_scheduler::secrets::MasterKey::from_hex(&master_key).map_err(anyhow::Error::msg)?);
-        config.images.lease = lasting(defaults.images.lease, options.speed);
-        config.boot.listen = Some(boot_listener.local_addr()?);
-        config.boot.site = "sim".into();
-        // Every simulated machine talks from 127.0.0.1: one address for the whole fleet.
-        config.boot.rate_per_minute = 1_000_000;
-        let app = metal_scheduler::app::start(config, Arc::new(metal_scheduler::clock::SystemClock))
-            .await
-            .context("starting the scheduler")?;
-        let listeners =
-            metal_scheduler::app::Listeners { api: api_listener, boot: Some(boot_listener), firmware: None };
-        tokio::spawn(metal_scheduler::app::serve(app.clone(), listeners));
         let token = std::fs::read_to_string(data_dir.join(metal_scheduler::app::ADMIN_TOKEN_FILE))?.trim().to_owned();
-        let api_url = format!("http://{api_address}");
         let admin = Api::new(&api_url, &token);
 
         let files = data_dir.join("sim-files");
@@ -243,7 +300,37 @@ impl Site {
         }
         let control = crate::control::Control { files, machines: machines.clone(), clock: clock.clone() };
         tokio::spawn(crate::control::serve(Arc::new(control), control_listener));
-        Ok(Site { clock, app, admin, machines, control_url, data_dir, _temporary: temporary })
+        Ok(Site { clock, scheduler, admin, machines, control_url, data_dir, _temporary: temporary })
+    }
+
+    /// The scheduler, when it runs in this process.
+    pub fn app(&self) -> anyhow::Result<&metal_scheduler::app::AppState> {
+        match &self.scheduler {
+            Scheduler::InProcess(app) => Ok(app),
+            Scheduler::Replicas(_) => bail!("the site's scheduler runs in processes of its own"),
+        }
+    }
+
+    /// The scheduler's replicas in processes of their own (none when it runs in this one).
+    pub fn replicas(&self) -> &[Arc<crate::replica::Replica>] {
+        match &self.scheduler {
+            Scheduler::InProcess(_) => &[],
+            Scheduler::Replicas(replicas) => replicas,
+        }
+    }
+
+    /// Every meter record due is written; the time they are written up to. In this process
+    /// a billing pass runs now; replicas bill on their own pass (every 200 ms of real time),
+    /// so this waits for a few of them.
+    pub async fn bill(&self) -> anyhow::Result<time::OffsetDateTime> {
+        let now = crate::clock::now();
+        match &self.scheduler {
+            Scheduler::InProcess(app) => {
+                metal_scheduler::app::bill_once(app).await.map_err(|e| anyhow::anyhow!("billing: {e}"))?;
+            }
+            Scheduler::Replicas(_) => tokio::time::sleep(REAPER * 5).await,
+        }
+        Ok(now)
     }
 
     /// The machine with node id `id`.

@@ -19,7 +19,8 @@ fn leases_with_random_faults_keep_every_invariant() {
         let site = Site::start(&options).await.unwrap();
         assert!(site.commission().await.unwrap().is_empty());
         prepare(&site).await.unwrap();
-        let counts = chaos::run(&site, 3, 3, 0.5, 11).await.unwrap();
+        let plan = chaos::Plan { rounds: 3, per_round: 3, fault_rate: 0.5, kill_every: None, seed: 11 };
+        let counts = chaos::run(&site, &plan).await.unwrap();
         println!("{counts}");
         assert_eq!((counts.rounds, counts.leases), (3, 9), "{counts}");
         assert!(counts.faults > 0 && counts.quarantined == counts.faults, "{counts}");
@@ -36,7 +37,8 @@ fn leases_with_random_faults_keep_every_invariant() {
         }
         let leased = leased.expect("a ready node that was leased and torn down");
         let node = leased.clone();
-        site.app
+        site.app()
+            .unwrap()
             .store
             .write(move |tx| tx.execute("DELETE FROM wipe_reports WHERE node_id = $1", &[&node]))
             .await

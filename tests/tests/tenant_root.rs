@@ -420,6 +420,12 @@ fn a_disk_that_fails_its_read_back_quarantines_the_node() {
     lied.disks[0].first_bad_offset = Some(4096);
     let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &lied).unwrap();
     assert!(!receipt.accepted && receipt.reason.as_deref().unwrap().starts_with("disk-failed"), "{receipt:?}");
+    // Then the ramdisk says its task failed, as the real one does. The teardown owns the
+    // verdict: the node stays releasing until the run fails and quarantines it in one
+    // transaction (failed first here, it was `failed` while its run still ran, and `recover`
+    // was refused: metal-sim's chaos found it).
+    joined.report_task("erase", false, "0 of 1 disks erased and verified".into()).unwrap();
+    assert_eq!(s.node("n1")["state"], "releasing");
     later(&s);
     let node = s.node("n1");
     assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
@@ -428,6 +434,7 @@ fn a_disk_that_fails_its_read_back_quarantines_the_node() {
     assert_eq!(run["status"], "failed", "{run}");
     assert!(run["lastError"].as_str().unwrap().contains("disk-failed"), "{run}");
     assert_eq!(s.events("node.tenant-root.quarantined").len(), 1);
+    ok(&s, "POST", "/v1/nodes/n1/recover", Value::Null);
 }
 
 #[test]

@@ -407,11 +407,16 @@ fn task_report(
     let (node, report) = ramdisk_payload(tx, identity, key, envelope, |r: &TaskReport| &r.node_id)?;
     let data = json!({"node": node.id, "task": report.task, "ok": report.ok, "detail": report.detail});
     store::events::append(tx, "node.task.reported", &format!("node/{}", node.id), None, &data, now)?;
+    // A teardown workflow owns a releasing node's verdict: it quarantines on its own, in the
+    // transaction that ends its run (a node failed here first would be `failed` while its run
+    // still runs, and `recover` refused).
+    let teardown = node.state == NodeState::Releasing && store::workflows::running_for(tx, &node.id)?.is_some();
     let outcome = match (report.task.as_str(), report.ok, node.state) {
         ("deploy", true, NodeState::Deploying) => Some(NodeState::Deployed),
-        ("deploy", false, NodeState::Deploying)
-        | ("erase" | "firmware", false, NodeState::Releasing)
-        | ("commission", false, NodeState::Commissioning) => Some(NodeState::Failed),
+        ("erase" | "firmware", false, NodeState::Releasing) if !teardown => Some(NodeState::Failed),
+        ("deploy", false, NodeState::Deploying) | ("commission", false, NodeState::Commissioning) => {
+            Some(NodeState::Failed)
+        }
         _ => None,
     };
     if let Some(to) = outcome {
