@@ -18,5 +18,6 @@ pub mod lease;
 pub mod machine;
 pub mod redfish;
 pub mod replica;
+pub mod scale;
 pub mod site;
 pub mod tree;

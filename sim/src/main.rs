@@ -79,6 +79,18 @@ enum Command {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=4))]
         replicas: u8,
     },
+    /// The scale benchmark: commission the fleet, lease --teardowns machines, read every BMC
+    /// once at rest, then end every lease at once and keep reading every BMC while the
+    /// teardowns run; print how long the fleet took to come back, where the time went per
+    /// teardown step, and the readings' latencies. Use a release build (scripts/bench-sim-scale).
+    Scale {
+        /// Leases that end at the same moment.
+        #[arg(long, default_value_t = 100)]
+        teardowns: usize,
+        /// Clients reading BMCs at the same time.
+        #[arg(long, default_value_t = 16)]
+        pollers: usize,
+    },
     /// Run one scheduler replica of a site whose data directory (--data-dir, required) holds
     /// the site's clock; what `chaos --kill-every` starts and kills. The BMC master key comes
     /// in METAL_MASTER_KEY, the store in METAL_DATABASE_URL (SQLite in the data directory
@@ -125,7 +137,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_log = match cli.command {
         Command::Run { .. } => "info",
-        Command::Demo | Command::Chaos { .. } | Command::Scheduler { .. } => "warn",
+        Command::Demo | Command::Chaos { .. } | Command::Scheduler { .. } | Command::Scale { .. } => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("METAL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log));
@@ -160,6 +172,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut replicas = None;
     match cli.command {
         Command::Demo if cli.nodes < 2 => anyhow::bail!("the demo leases two machines: --nodes must be at least 2"),
+        Command::Scale { teardowns, .. } if teardowns == 0 || teardowns > usize::from(cli.nodes) => {
+            anyhow::bail!("--teardowns must be from 1 to --nodes ({})", cli.nodes)
+        }
         Command::Chaos { per_round, .. } if per_round == 0 || per_round > usize::from(cli.nodes) => {
             anyhow::bail!("--per-round must be from 1 to --nodes ({})", cli.nodes)
         }
@@ -211,6 +226,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let plan = metal_sim::chaos::Plan { rounds, per_round, fault_rate, kill_every, seed: options.seed };
             let counts = metal_sim::chaos::run(&site, &plan).await?;
             println!("metal-sim: chaos: {counts} in {:.1} s", started.elapsed().as_secs_f64());
+        }
+        Command::Scale { teardowns, pollers } => {
+            let plan = metal_sim::scale::Plan { teardowns, pollers };
+            print!("{}", metal_sim::scale::run(&site, &plan).await?);
         }
         Command::Scheduler { .. } => {}
         Command::Run { .. } => {

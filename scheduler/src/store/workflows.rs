@@ -87,6 +87,18 @@ pub fn running_for(conn: &mut dyn Conn, node: &str) -> DbResult<Option<WorkflowR
         .transpose()
 }
 
+/// Makes a node's running workflow due now (a report it waits for has come): the next pass
+/// claims it instead of waiting out its poll. Its claim and fence are untouched. Whether one
+/// was woken.
+pub fn wake(conn: &mut dyn Conn, node: &str, now: OffsetDateTime) -> DbResult<bool> {
+    let at = to_millis(now);
+    let woken = conn.execute(
+        "UPDATE workflow_runs SET not_before = $1 WHERE node_id = $2 AND status = 'running' AND not_before > $1",
+        &[&at, &node],
+    )?;
+    Ok(woken > 0)
+}
+
 /// A node's runs of definitions starting with `prefix`, oldest first, each with its history.
 pub fn for_node(conn: &mut dyn Conn, node: &str, prefix: &str) -> DbResult<Vec<WorkflowRun>> {
     let rows = conn.query(

@@ -444,12 +444,17 @@ pub async fn reports(
     let who = identity.to_uri();
     let ca = service.ca.clone();
     let receipt = app
-        .change(move |tx| match envelope.payload_type.as_str() {
-            InventoryReport::PAYLOAD_TYPE => inventory_report(tx, &identity, &key, &envelope, &deadlines, now),
-            WipeReport::PAYLOAD_TYPE => wipe_report(tx, &ca, &identity, &envelope, &deadlines, now),
-            TaskReport::PAYLOAD_TYPE => task_report(tx, &identity, &key, &envelope, &deadlines, now),
-            HostSetupReport::PAYLOAD_TYPE => super::hosts::setup_report(tx, &identity, &key, &envelope, now),
-            other => Err(ApiError::invalid("payloadType", format!("unknown report type {other:?}"))),
+        .change(move |tx| {
+            let receipt = match envelope.payload_type.as_str() {
+                InventoryReport::PAYLOAD_TYPE => inventory_report(tx, &identity, &key, &envelope, &deadlines, now),
+                WipeReport::PAYLOAD_TYPE => wipe_report(tx, &ca, &identity, &envelope, &deadlines, now),
+                TaskReport::PAYLOAD_TYPE => task_report(tx, &identity, &key, &envelope, &deadlines, now),
+                HostSetupReport::PAYLOAD_TYPE => super::hosts::setup_report(tx, &identity, &key, &envelope, now),
+                other => Err(ApiError::invalid("payloadType", format!("unknown report type {other:?}"))),
+            }?;
+            // A workflow waiting on this node reads the report at its next pass, not its next poll.
+            store::workflows::wake(tx, &identity.node, now)?;
+            Ok(receipt)
         })
         .await?;
     match &receipt.reason {

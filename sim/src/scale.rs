@@ -1,0 +1,232 @@
+//! The scale benchmark (`metal-sim scale`): one scheduler managing every simulated Redfish BMC
+//! of a big site while readings are polled across all of them and a thousand dedicated-root
+//! leases end at the same moment. It reports how long the fleet took to come back (every
+//! teardown: fence, rotation, firmware, erase with its signed report, a new identity), where
+//! that time went step by step, and how reading every BMC behaved at rest and under the
+//! teardowns' load.
+
+// Statistics of a benchmark: float conversions of counts and durations are intended.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use serde_json::Value;
+
+use crate::lease::{bound, prepare, reserve};
+use crate::site::Site;
+
+/// What the benchmark does.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Leases that end at once (each a teardown).
+    pub teardowns: usize,
+    /// Clients reading BMCs at the same time.
+    pub pollers: usize,
+}
+
+/// Latencies of one kind of call.
+#[derive(Debug, Default, Clone)]
+pub struct Latencies(Vec<Duration>);
+
+impl Latencies {
+    fn percentile(&self, p: f64) -> Duration {
+        let mut sorted = self.0.clone();
+        sorted.sort();
+        sorted.get(((sorted.len().max(1) - 1) as f64 * p) as usize).copied().unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for Latencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "{} calls, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            self.0.len(),
+            ms(self.percentile(0.5)),
+            ms(self.percentile(0.99)),
+            ms(self.percentile(1.0))
+        )
+    }
+}
+
+/// What the benchmark measured.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// BMCs (nodes) in the site.
+    pub bmcs: usize,
+    /// Leases bound (deployed) before they ended, and how long that took.
+    pub leases: usize,
+    /// Real time from the first reservation to the last lease bound.
+    pub deployed_in: Duration,
+    /// One sweep reading every BMC, before the teardowns.
+    pub sweep_at_rest: Duration,
+    /// Its reads.
+    pub reads_at_rest: Latencies,
+    /// Real time from the leases' end to the first node and the last node ready.
+    pub first_back: Duration,
+    /// As above, the last.
+    pub all_back: Duration,
+    /// Nodes that ended failed instead of ready.
+    pub failed: Vec<String>,
+    /// Reads while the teardowns ran, and the sweeps they completed.
+    pub reads_under_load: Latencies,
+    /// Sweeps of every BMC completed while the teardowns ran.
+    pub sweeps_under_load: usize,
+    /// Per teardown step, in real time: how long the step took in each run.
+    pub steps: BTreeMap<String, Latencies>,
+    /// How long each run waited from its lease's end to its first step.
+    pub queued: Latencies,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{} BMCs; {} leases deployed in {:.1} s", self.bmcs, self.leases, self.deployed_in.as_secs_f64())?;
+        writeln!(
+            f,
+            "readings, one sweep of every BMC at rest: {:.1} s ({})",
+            self.sweep_at_rest.as_secs_f64(),
+            self.reads_at_rest
+        )?;
+        writeln!(
+            f,
+            "{} teardowns at once: first node ready after {:.1} s, all {} after {:.1} s{}",
+            self.leases,
+            self.first_back.as_secs_f64(),
+            self.leases - self.failed.len(),
+            self.all_back.as_secs_f64(),
+            if self.failed.is_empty() { String::new() } else { format!(" (failed: {})", self.failed.join(", ")) }
+        )?;
+        writeln!(f, "readings meanwhile: {} full sweeps ({})", self.sweeps_under_load, self.reads_under_load)?;
+        writeln!(f, "where the teardown time went (real time per run):")?;
+        writeln!(f, "  {:<20} {}", "queued", self.queued)?;
+        for (step, spans) in &self.steps {
+            writeln!(f, "  {step:<20} {spans}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads the BMC of every node in `ids`, `pollers` at a time, until `stop` (after one sweep
+/// when `stop` is `None`); each read's latency, and the sweeps completed.
+async fn poll(
+    site: &Site,
+    ids: &[String],
+    pollers: usize,
+    stop: Option<&AtomicBool>,
+) -> anyhow::Result<(Latencies, usize)> {
+    let latencies = Mutex::new(Vec::new());
+    let sweeps = AtomicUsize::new(0);
+    loop {
+        let next = AtomicUsize::new(0);
+        let worker = || async {
+            while let Some(id) = ids.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let started = Instant::now();
+                site.admin.get(&format!("/v1/nodes/{id}/bmc/readings")).await?;
+                latencies.lock().unwrap_or_else(|p| p.into_inner()).push(started.elapsed());
+            }
+            Ok::<(), anyhow::Error>(())
+        };
+        let workers: Vec<_> = (0..pollers.max(1)).map(|_| worker()).collect();
+        futures::future::try_join_all(workers).await?;
+        sweeps.fetch_add(1, Ordering::Relaxed);
+        if stop.is_none_or(|s| s.load(Ordering::SeqCst)) {
+            break;
+        }
+    }
+    let latencies = latencies.into_inner().unwrap_or_else(|p| p.into_inner());
+    Ok((Latencies(latencies), sweeps.into_inner()))
+}
+
+/// The states of the nodes in `ids`.
+async fn states(site: &Site, ids: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    let nodes = site.admin.get("/v1/nodes").await?;
+    Ok(nodes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| Some((n["id"].as_str()?.to_owned(), n["state"].as_str()?.to_owned())))
+        .filter(|(id, _)| ids.contains(id))
+        .collect())
+}
+
+fn at(value: &Value) -> anyhow::Result<time::OffsetDateTime> {
+    crate::clock::parse(value.as_str().with_context(|| format!("not a time: {value}"))?)
+}
+
+/// Runs the plan on a commissioned site: leases, a sweep at rest, then every lease ends at
+/// once while the pollers keep reading.
+pub async fn run(site: &Site, plan: &Plan) -> anyhow::Result<Report> {
+    if plan.teardowns == 0 || plan.teardowns > site.machines.len() {
+        bail!("--teardowns must be from 1 to the machines ({})", site.machines.len());
+    }
+    let all: Vec<String> = site.machines.iter().map(|m| m.id.clone()).collect();
+    let mut report = Report { bmcs: all.len(), ..Report::default() };
+    prepare(site).await?;
+    let started = Instant::now();
+    let reserved = reserve(site, plan.teardowns, "1d").await?;
+    let leased: Vec<String> = bound(site, reserved).await?.into_iter().map(|(_, node)| node).collect();
+    report.leases = leased.len();
+    report.deployed_in = started.elapsed();
+
+    let started = Instant::now();
+    (report.reads_at_rest, _) = poll(site, &all, plan.pollers, None).await?;
+    report.sweep_at_rest = started.elapsed();
+
+    // Every lease ends now (a day and a minute later).
+    site.clock.advance(Duration::from_secs(86_400 + 60));
+    let ended = crate::clock::now();
+    let started = Instant::now();
+    let stop = AtomicBool::new(false);
+    let back = async {
+        let mut first = None;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = states(site, &leased).await?;
+            let settled = now.values().filter(|s| *s == "ready" || *s == "failed").count();
+            if settled > 0 && first.is_none() {
+                first = Some(started.elapsed());
+            }
+            if settled == leased.len() {
+                stop.store(true, Ordering::SeqCst);
+                let failed = now.into_iter().filter(|(_, s)| s == "failed").map(|(id, _)| id).collect();
+                return Ok::<_, anyhow::Error>((first.unwrap_or_default(), started.elapsed(), failed));
+            }
+            if started.elapsed() > Duration::from_secs(3600) {
+                stop.store(true, Ordering::SeqCst);
+                bail!("the teardowns did not end within an hour: {now:?}");
+            }
+        }
+    };
+    let (returned, polled) = tokio::join!(back, poll(site, &all, plan.pollers, Some(&stop)));
+    (report.first_back, report.all_back, report.failed) = returned?;
+    (report.reads_under_load, report.sweeps_under_load) = polled?;
+
+    let speed = site.clock.speed().max(f64::MIN_POSITIVE);
+    let real = |span: time::Duration| Duration::from_secs_f64((span.as_seconds_f64() / speed).max(0.0));
+    let mut steps: BTreeMap<String, Vec<Duration>> = BTreeMap::new();
+    let mut queued = Vec::new();
+    for node in &leased {
+        let runs = site.admin.get(&format!("/v1/nodes/{node}/teardowns")).await?;
+        let Some(run) = runs.as_array().and_then(|r| r.last()) else { continue };
+        let history = run["history"].as_array().cloned().unwrap_or_default();
+        if let Some(first) = history.first() {
+            queued.push(real(at(&first["startedAt"])? - ended));
+        }
+        let mut began: BTreeMap<String, time::OffsetDateTime> = BTreeMap::new();
+        for record in &history {
+            let step = record["step"].as_str().unwrap_or("?").to_owned();
+            let start = *began.entry(step.clone()).or_insert(at(&record["startedAt"])?);
+            if record["result"] == "done" {
+                steps.entry(step).or_default().push(real(at(&record["finishedAt"])? - start));
+            }
+        }
+    }
+    report.steps = steps.into_iter().map(|(step, spans)| (step, Latencies(spans))).collect();
+    report.queued = Latencies(queued);
+    Ok(report)
+}
