@@ -1,7 +1,8 @@
 //! Faults a simulated machine can be told to have, by flag (`--fault n3=refuse-rotation`) or
 //! over the simulator's API, each on or off at any moment: a BMC that times out, answers 5xx,
 //! lies about power or refuses a password rotation; firmware that drifted from the baseline;
-//! a disk that ignores discards (and sanitize commands) or fails reads.
+//! a disk that ignores discards (and sanitize commands) or fails reads; a network that loses
+//! the ramdisk's reports.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -23,11 +24,13 @@ pub enum Fault {
     IgnoreDiscard,
     /// Every disk read fails with EIO.
     ReadErrors,
+    /// The ramdisk joins, and every report it sends after is lost on the network.
+    ReportLost,
 }
 
 impl Fault {
     /// Every fault, in a fixed order.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::BmcTimeout,
         Fault::BmcUnavailable,
         Fault::BmcLiesAboutPower,
@@ -35,6 +38,7 @@ impl Fault {
         Fault::FirmwareDrift,
         Fault::IgnoreDiscard,
         Fault::ReadErrors,
+        Fault::ReportLost,
     ];
 
     /// The fault's name on the command line and in the API.
@@ -47,6 +51,7 @@ impl Fault {
             Fault::FirmwareDrift => "firmware-drift",
             Fault::IgnoreDiscard => "ignore-discard",
             Fault::ReadErrors => "read-errors",
+            Fault::ReportLost => "report-lost",
         }
     }
 

@@ -16,6 +16,7 @@ pub mod disk;
 pub mod fault;
 pub mod lease;
 pub mod machine;
+pub mod network;
 pub mod redfish;
 pub mod replica;
 pub mod scale;

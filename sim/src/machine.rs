@@ -22,6 +22,7 @@ use metal_protocol::inventory::SystemPaths;
 
 use crate::disk::FileDisk;
 use crate::fault::{Fault, Faults};
+use crate::network::LossyRelay;
 use crate::tree::Hardware;
 
 /// Lines of console output kept per machine.
@@ -301,7 +302,14 @@ impl Machine {
         let Some(kernel) = script.lines().find(|l| l.starts_with("kernel ")) else {
             return self.disk_boot(epoch);
         };
-        let params = metal_boot::init::parse_cmdline(kernel);
+        let mut params = metal_boot::init::parse_cmdline(kernel);
+        let _network = match self.lossy_network(&mut params) {
+            Ok(relay) => relay,
+            Err(e) => {
+                self.say(&format!("network: {e}"));
+                None
+            }
+        };
         if params.controller.is_none() {
             self.say("the script boots an installer, which the simulation does not run");
             self.set_activity(epoch, Activity::NoBootDevice);
@@ -344,6 +352,27 @@ impl Machine {
                 false
             }
         }
+    }
+
+    /// With the `report-lost` fault, the ramdisk reaches the controller through a relay that
+    /// carries its join and loses the rest; the relay lasts as long as the value.
+    fn lossy_network(&self, params: &mut metal_boot::init::Params) -> Result<Option<LossyRelay>, String> {
+        if !self.faults.has(Fault::ReportLost) {
+            return Ok(None);
+        }
+        let Some(controller) = params.controller.as_deref() else { return Ok(None) };
+        let mut url = reqwest::Url::parse(controller).map_err(|e| format!("{controller}: {e}"))?;
+        let target = url
+            .socket_addrs(|| None)
+            .map_err(|e| format!("{controller}: {e}"))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("{controller}: no address"))?;
+        let relay = LossyRelay::start(target).map_err(|e| format!("starting the lossy relay: {e}"))?;
+        url.set_port(Some(relay.address().port())).map_err(|()| format!("{controller}: cannot set a port"))?;
+        params.controller = Some(url.as_str().trim_end_matches('/').to_owned());
+        self.say("network: the ramdisk's reports will be lost");
+        Ok(Some(relay))
     }
 
     /// The first `len` bytes of disk `index` (nvme0n1 is 0).

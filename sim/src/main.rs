@@ -35,7 +35,7 @@ struct Cli {
     data_dir: Option<PathBuf>,
     /// A fault a machine has from the start, as NODE=FAULT (repeatable). Faults: bmc-timeout,
     /// bmc-unavailable, bmc-lies-about-power, refuse-rotation, firmware-drift, ignore-discard,
-    /// read-errors.
+    /// read-errors, report-lost.
     #[arg(long = "fault", global = true, value_parser = parse_assignment)]
     faults: Vec<(String, Fault)>,
 }
