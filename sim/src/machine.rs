@@ -93,6 +93,8 @@ pub struct State {
     pub bmc_version: String,
     /// Boots so far.
     pub boots: u64,
+    /// When the power last changed (a lagging BMC reads the old state for a while after).
+    pub power_changed: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for State {
@@ -106,6 +108,7 @@ impl std::fmt::Debug for State {
             .field("bmc_password", &"***")
             .field("bmc_version", &self.bmc_version)
             .field("boots", &self.boots)
+            .field("power_changed", &self.power_changed)
             .finish()
     }
 }
@@ -138,6 +141,8 @@ pub struct Machine {
     pub faults: Arc<Faults>,
     /// The scheduler's API (where iPXE chains to).
     pub api_url: String,
+    /// How its BMC speaks Redfish.
+    pub flavor: crate::redfish::Flavor,
     state: Mutex<State>,
     console: Mutex<VecDeque<String>>,
 }
@@ -159,6 +164,7 @@ impl Machine {
             disk_files,
             faults: Arc::default(),
             api_url,
+            flavor: crate::redfish::Flavor::default(),
             state: Mutex::new(State {
                 power_on: false,
                 epoch: 0,
@@ -168,6 +174,7 @@ impl Machine {
                 bmc_password,
                 bmc_version: crate::redfish::BMC_VERSION.into(),
                 boots: 0,
+                power_changed: None,
             }),
             console: Mutex::new(VecDeque::new()),
         }
@@ -210,6 +217,7 @@ impl Machine {
                 return;
             }
             state.power_on = true;
+            state.power_changed = Some(std::time::Instant::now());
             state.epoch += 1;
             state.epoch
         };
@@ -228,6 +236,7 @@ impl Machine {
         let mut state = self.state();
         if state.power_on && epoch.is_none_or(|e| state.epoch == e) {
             state.power_on = false;
+            state.power_changed = Some(std::time::Instant::now());
             state.activity = Activity::Off;
             drop(state);
             self.say("power off");

@@ -38,6 +38,11 @@ struct Cli {
     /// read-errors, report-lost.
     #[arg(long = "fault", global = true, value_parser = parse_assignment)]
     faults: Vec<(String, Fault)>,
+    /// Every Nth machine's BMC has the quirks sushy-tools showed: no PowerCycle, a Once boot
+    /// override kept as Continuous, the virtual CD under the system, a power state that reads
+    /// the old value for 1.5 s after a reset (0: none).
+    #[arg(long, global = true, default_value_t = 0)]
+    sushy_quirks_every: usize,
 }
 
 #[derive(Subcommand, Debug)]
@@ -196,6 +201,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         listen,
         faults: cli.faults,
         replicas,
+        sushy_every: cli.sushy_quirks_every,
     };
     let started = std::time::Instant::now();
     let site = Site::start(&options).await?;

@@ -6,6 +6,11 @@
 //! fetches the image URI; a metal-sim firmware image says which component and version it
 //! carries), and an AccountService whose password can be changed. Basic authentication on
 //! everything but the root, as sushy-tools does. Faults change what it answers.
+//!
+//! A BMC of the `sushy-tools` flavor has the quirks sushy-tools 2.2.0 showed on these
+//! machines (the emulator notes): no `PowerCycle` among its reset types, a boot override
+//! asked `Once` stored and reported `Continuous`, the virtual CD under the system instead of
+//! the manager, and a power state that reads the old value for a while after a reset.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +33,40 @@ pub const USER: &str = "admin";
 pub const FIRMWARE_MAGIC: &str = "metal-sim-firmware";
 
 const RESET_TYPES: [&str; 5] = ["On", "ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle"];
+/// sushy-tools' (libvirt driver) reset types.
+const SUSHY_RESET_TYPES: [&str; 7] =
+    ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "Nmi", "ForceOn"];
+/// How long a sushy-flavored BMC reads the old power state after a reset (sushy's fake
+/// driver took 1 to 11 s).
+pub const SUSHY_POWER_LAG: Duration = Duration::from_millis(1500);
+
+/// How a BMC speaks Redfish.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Flavor {
+    /// As the DMTF schema reads.
+    #[default]
+    Standard,
+    /// With sushy-tools' quirks.
+    SushyTools,
+}
+
+impl Flavor {
+    fn reset_types(self) -> &'static [&'static str] {
+        match self {
+            Flavor::Standard => &RESET_TYPES,
+            Flavor::SushyTools => &SUSHY_RESET_TYPES,
+        }
+    }
+
+    /// Where the virtual CD collection is.
+    fn media_collection(self) -> &'static str {
+        match self {
+            Flavor::Standard => "/redfish/v1/Managers/1/VirtualMedia",
+            Flavor::SushyTools => "/redfish/v1/Systems/1/VirtualMedia",
+        }
+    }
+}
 
 /// Serves `machine`'s BMC on `listener` until the runtime ends.
 pub async fn serve(machine: Arc<Machine>, listener: tokio::net::TcpListener) {
@@ -80,6 +119,9 @@ async fn handle(
             Err(e) => return error(StatusCode::BAD_REQUEST, &format!("the body is not JSON: {e}")),
         }
     };
+    if let Some(rest) = path.strip_prefix(machine.flavor.media_collection()) {
+        return virtual_media(&machine, &method, rest, &body);
+    }
     match (method, path) {
         (Method::GET, "/redfish/v1/Systems") => collection("/redfish/v1/Systems", &["1"]),
         (Method::GET, "/redfish/v1/Systems/1") => axum::Json(system(&machine)).into_response(),
@@ -87,23 +129,6 @@ async fn handle(
         (Method::POST, "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset") => reset(&machine, &body),
         (Method::GET, "/redfish/v1/Managers") => collection("/redfish/v1/Managers", &["1"]),
         (Method::GET, "/redfish/v1/Managers/1") => axum::Json(manager(&machine)).into_response(),
-        (Method::GET, "/redfish/v1/Managers/1/VirtualMedia") => {
-            collection("/redfish/v1/Managers/1/VirtualMedia", &["Cd"])
-        }
-        (Method::GET, "/redfish/v1/Managers/1/VirtualMedia/Cd") => axum::Json(cd(&machine)).into_response(),
-        (Method::POST, "/redfish/v1/Managers/1/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia") => {
-            match body["Image"].as_str() {
-                Some(image) if !image.is_empty() => {
-                    machine.state().media = Some(image.to_owned());
-                    StatusCode::NO_CONTENT.into_response()
-                }
-                _ => error(StatusCode::BAD_REQUEST, "InsertMedia needs an Image"),
-            }
-        }
-        (Method::POST, "/redfish/v1/Managers/1/VirtualMedia/Cd/Actions/VirtualMedia.EjectMedia") => {
-            machine.state().media = None;
-            StatusCode::NO_CONTENT.into_response()
-        }
         (Method::GET, "/redfish/v1/Chassis") => collection("/redfish/v1/Chassis", &["1"]),
         (Method::GET, "/redfish/v1/Chassis/1") => axum::Json(chassis()).into_response(),
         (Method::GET, "/redfish/v1/Chassis/1/Thermal") => axum::Json(thermal(&machine)).into_response(),
@@ -141,6 +166,27 @@ async fn handle(
     }
 }
 
+/// The virtual CD's resources under the flavor's collection (`rest` is what follows it).
+fn virtual_media(machine: &Machine, method: &Method, rest: &str, body: &Value) -> Response {
+    let at = machine.flavor.media_collection();
+    match (method, rest) {
+        (&Method::GET, "") => collection(at, &["Cd"]),
+        (&Method::GET, "/Cd") => axum::Json(cd(machine)).into_response(),
+        (&Method::POST, "/Cd/Actions/VirtualMedia.InsertMedia") => match body["Image"].as_str() {
+            Some(image) if !image.is_empty() => {
+                machine.state().media = Some(image.to_owned());
+                StatusCode::NO_CONTENT.into_response()
+            }
+            _ => error(StatusCode::BAD_REQUEST, "InsertMedia needs an Image"),
+        },
+        (&Method::POST, "/Cd/Actions/VirtualMedia.EjectMedia") => {
+            machine.state().media = None;
+            StatusCode::NO_CONTENT.into_response()
+        }
+        _ => error(StatusCode::NOT_FOUND, &format!("no resource {at}{rest}")),
+    }
+}
+
 fn root() -> Value {
     json!({
         "@odata.id": "/redfish/v1", "Id": "RootService", "Name": "metal-sim BMC", "RedfishVersion": "1.15.0",
@@ -159,13 +205,15 @@ fn collection(at: &str, ids: &[&str]) -> Response {
 
 fn system(machine: &Machine) -> Value {
     let state = machine.state().clone();
-    let on = state.power_on != machine.faults.has(Fault::BmcLiesAboutPower);
+    let lagging =
+        machine.flavor == Flavor::SushyTools && state.power_changed.is_some_and(|at| at.elapsed() < SUSHY_POWER_LAG);
+    let on = (state.power_on != machine.faults.has(Fault::BmcLiesAboutPower)) != lagging;
     let (target, enabled) = match state.boot_override {
         Some((source, true)) => (source.redfish(), "Once"),
         Some((source, false)) => (source.redfish(), "Continuous"),
         None => ("None", "Disabled"),
     };
-    json!({
+    let mut system = json!({
         "@odata.id": "/redfish/v1/Systems/1", "Id": "1", "Name": machine.id,
         "Manufacturer": "metal-sim", "Model": "Simulated Server", "SerialNumber": machine.hardware.serial,
         "UUID": machine.hardware.uuid, "BiosVersion": machine.bios_version(),
@@ -179,10 +227,14 @@ fn system(machine: &Machine) -> Value {
         },
         "Actions": {"#ComputerSystem.Reset": {
             "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
-            "ResetType@Redfish.AllowableValues": RESET_TYPES
+            "ResetType@Redfish.AllowableValues": machine.flavor.reset_types()
         }},
         "Links": {"ManagedBy": [{"@odata.id": "/redfish/v1/Managers/1"}], "Chassis": [{"@odata.id": "/redfish/v1/Chassis/1"}]}
-    })
+    });
+    if machine.flavor == Flavor::SushyTools {
+        system["VirtualMedia"] = json!({"@odata.id": Flavor::SushyTools.media_collection()});
+    }
+    system
 }
 
 fn set_boot(machine: &Machine, body: &Value) -> Response {
@@ -191,7 +243,8 @@ fn set_boot(machine: &Machine, body: &Value) -> Response {
     let (current_target, current_once) = state.boot_override.map_or((None, true), |(s, once)| (Some(s), once));
     let once = match boot["BootSourceOverrideEnabled"].as_str() {
         None => current_once,
-        Some("Once") => true,
+        // sushy-tools stores (and reports) a Once override as Continuous.
+        Some("Once") => machine.flavor == Flavor::Standard,
         Some("Continuous") => false,
         Some("Disabled") => {
             state.boot_override = None;
@@ -212,13 +265,14 @@ fn set_boot(machine: &Machine, body: &Value) -> Response {
 }
 
 fn reset(machine: &Arc<Machine>, body: &Value) -> Response {
-    let Some(kind) = body["ResetType"].as_str().filter(|k| RESET_TYPES.contains(k)) else {
+    let Some(kind) = body["ResetType"].as_str().filter(|k| machine.flavor.reset_types().contains(k)) else {
         return error(StatusCode::BAD_REQUEST, &format!("ResetType {} is not allowed", body["ResetType"]));
     };
     machine.say(&format!("BMC: reset {kind}"));
     match kind {
-        "On" => machine.power_on(),
+        "On" | "ForceOn" => machine.power_on(),
         "ForceOff" | "GracefulShutdown" => machine.power_off(),
+        "Nmi" => {}
         _ => {
             machine.power_off();
             machine.power_on();
@@ -228,21 +282,25 @@ fn reset(machine: &Arc<Machine>, body: &Value) -> Response {
 }
 
 fn manager(machine: &Machine) -> Value {
-    json!({
+    let mut manager = json!({
         "@odata.id": "/redfish/v1/Managers/1", "Id": "1", "Name": "metal-sim BMC",
-        "FirmwareVersion": machine.state().bmc_version, "Status": {"State": "Enabled", "Health": "OK"},
-        "VirtualMedia": {"@odata.id": "/redfish/v1/Managers/1/VirtualMedia"}
-    })
+        "FirmwareVersion": machine.state().bmc_version, "Status": {"State": "Enabled", "Health": "OK"}
+    });
+    if machine.flavor == Flavor::Standard {
+        manager["VirtualMedia"] = json!({"@odata.id": Flavor::Standard.media_collection()});
+    }
+    manager
 }
 
 fn cd(machine: &Machine) -> Value {
     let media = machine.state().media.clone();
+    let at = format!("{}/Cd", machine.flavor.media_collection());
     json!({
-        "@odata.id": "/redfish/v1/Managers/1/VirtualMedia/Cd", "Id": "Cd", "Name": "Virtual CD",
+        "@odata.id": at, "Id": "Cd", "Name": "Virtual CD",
         "MediaTypes": ["CD", "DVD"], "Inserted": media.is_some(), "Image": media, "WriteProtected": true,
         "Actions": {
-            "#VirtualMedia.InsertMedia": {"target": "/redfish/v1/Managers/1/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia"},
-            "#VirtualMedia.EjectMedia": {"target": "/redfish/v1/Managers/1/VirtualMedia/Cd/Actions/VirtualMedia.EjectMedia"}
+            "#VirtualMedia.InsertMedia": {"target": format!("{at}/Actions/VirtualMedia.InsertMedia")},
+            "#VirtualMedia.EjectMedia": {"target": format!("{at}/Actions/VirtualMedia.EjectMedia")}
         }
     })
 }

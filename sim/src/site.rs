@@ -48,6 +48,8 @@ pub struct Options {
     /// The scheduler as replicas in processes of their own, which chaos can kill; `None`:
     /// in this process.
     pub replicas: Option<Replicas>,
+    /// Every how many machines one has a BMC with sushy-tools' quirks (0: none).
+    pub sushy_every: usize,
 }
 
 /// Scheduler replicas in processes of their own (`metal-sim scheduler`).
@@ -72,6 +74,7 @@ impl Default for Options {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             faults: Vec::new(),
             replicas: None,
+            sushy_every: 0,
         }
     }
 }
@@ -284,8 +287,11 @@ impl Site {
             // Not from the seed: a BMC password nobody can work out from the command line.
             let password = format!("sim-{}", hex::encode(rand::random::<[u8; 16]>()));
             let bmc_url = format!("http://{}", listener.local_addr()?);
-            let machine =
-                Arc::new(Machine::new(id.clone(), hardware, paths, disk_files, api_url.clone(), password.clone()));
+            let mut machine = Machine::new(id.clone(), hardware, paths, disk_files, api_url.clone(), password.clone());
+            if options.sushy_every > 0 && index % options.sushy_every == 0 {
+                machine.flavor = crate::redfish::Flavor::SushyTools;
+            }
+            let machine = Arc::new(machine);
             for (_, fault) in options.faults.iter().filter(|(node, _)| *node == id) {
                 machine.faults.set(*fault, true);
             }

@@ -3,7 +3,9 @@
 //! invariants hold (no double booking, no meter window missing or doubled, no node ready
 //! without a complete teardown and an accepted wipe report, deadlines on every step). Then a
 //! forged gap (a ready node's wipe reports deleted behind the API's back) is caught, so the
-//! check is not one that cannot fail.
+//! check is not one that cannot fail. Every second machine's BMC has sushy-tools' quirks (no
+//! PowerCycle, Once kept as Continuous, the virtual CD under the system, power read back
+//! late): their leases and teardowns end as the others' do.
 
 use metal_sim::chaos;
 use metal_sim::lease::prepare;
@@ -15,7 +17,7 @@ fn leases_with_random_faults_keep_every_invariant() {
     let database_url = postgres_database();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let options = Options { nodes: 6, speed: 120.0, seed: 11, database_url, ..Options::default() };
+        let options = Options { nodes: 6, speed: 120.0, seed: 11, database_url, sushy_every: 2, ..Options::default() };
         let site = Site::start(&options).await.unwrap();
         assert!(site.commission().await.unwrap().is_empty());
         prepare(&site).await.unwrap();

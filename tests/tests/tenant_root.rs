@@ -439,6 +439,40 @@ fn a_disk_that_fails_its_read_back_quarantines_the_node() {
 }
 
 #[test]
+fn a_wipe_report_from_before_the_erase_step_neither_counts_nor_stops_the_erase_being_served() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, ipmi(&sim), json!({}));
+    let reservation = leased_and_deployed(&s);
+    ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
+    // The teardown is created (the node releasing), not yet run.
+    s.block_on(capacity::leases::tick(&s.app)).unwrap();
+    s.block_on(metal::work::drain_once(&s.app)).unwrap();
+    // Before its first step, a ramdisk (one still running from an earlier boot,
+    // as metal-sim's chaos met it) checks the firmware and reports a wipe: accepted, at
+    // this generation, before the erase step began.
+    let early = ramdisk(&s, "firmware");
+    early.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
+    assert!(early.post_report(WipeReport::PAYLOAD_TYPE, &wipe_report()).unwrap().accepted);
+    s.clock.advance(Duration::from_secs(1));
+    pass(&s);
+    assert_eq!(s.node("n1")["state"], "releasing", "the early report is not the erase step's");
+    // The erase step booted the ramdisk, and the boot service serves it the erase.
+    let joined = ramdisk(&s, "erase");
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &wipe_report()).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    later(&s);
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!(node["state"], "ready", "{node}");
+    let (_, reports) = s.call("GET", "/v1/nodes/n1/wipe-reports", None);
+    let run = &teardowns(&s)[0];
+    let erase = run["history"].as_array().unwrap().iter().find(|h| h["step"] == "erase" && h["result"] == "done");
+    let counted = &erase.unwrap_or_else(|| panic!("{run}"))["detail"]["wipeReport"];
+    assert_eq!(counted, &reports.as_array().unwrap().last().unwrap()["id"], "the step's own report: {reports}");
+}
+
+#[test]
 fn drift_found_in_band_by_the_teardowns_ramdisk_quarantines_with_the_drift() {
     let sim = IpmiSim::start();
     let s = TestScheduler::start(|_| {});

@@ -223,16 +223,36 @@ pub fn firmware_checks(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<Firmw
 /// What a releasing node still needs from a ramdisk: its firmware checked, its disks erased
 /// (nothing, for a node in any other state). Both are counted at the node's current (row)
 /// generation, which every lifecycle move bumps, so a new release (or a recovery) needs
-/// both again; so does a PATCH of the node's attributes, which bumps it too.
+/// both again; so does a PATCH of the node's attributes, which bumps it too. Under a running
+/// teardown with an erase step, the erase is the step's to judge, by the step's own rule: due
+/// until the step has a report accepted since it began (so a report from a ramdisk of an
+/// earlier boot, arriving before the step, neither counts for it nor stops the erase being
+/// served), and not due once the run is past it.
 pub fn due(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<crate::model::boot::Due> {
     if node.state != crate::model::node::NodeState::Releasing {
         return Ok(crate::model::boot::Due { firmware: false, erase: false });
     }
-    let erased = conn.query_opt(
-        "SELECT id FROM wipe_reports WHERE node_id = $1 AND node_generation = $2 AND accepted = 1",
-        &[&node.id, &node.generation],
-    )?;
-    Ok(crate::model::boot::Due { firmware: firmware_due(conn, node)?, erase: erased.is_none() })
+    let erase_step = crate::store::workflows::running_for(conn, &node.id)?.and_then(|run| {
+        let at = run.steps.iter().position(|s| s.name == "erase")?;
+        Some((usize::try_from(run.step_index).unwrap_or(usize::MAX).cmp(&at), run.step_started))
+    });
+    let erase = match erase_step {
+        Some((std::cmp::Ordering::Less, _)) => true,
+        Some((std::cmp::Ordering::Greater, _)) => false,
+        Some((std::cmp::Ordering::Equal, began)) => conn
+            .query_opt(
+                "SELECT id FROM wipe_reports WHERE node_id = $1 AND accepted = 1 AND received_at >= $2",
+                &[&node.id, &to_millis(began)],
+            )?
+            .is_none(),
+        None => conn
+            .query_opt(
+                "SELECT id FROM wipe_reports WHERE node_id = $1 AND node_generation = $2 AND accepted = 1",
+                &[&node.id, &node.generation],
+            )?
+            .is_none(),
+    };
+    Ok(crate::model::boot::Due { firmware: firmware_due(conn, node)?, erase })
 }
 
 /// Whether a releasing node still needs its firmware checked: its pool has a baseline and
