@@ -309,6 +309,19 @@ impl Site {
         Ok(Site { clock, scheduler, admin, machines, control_url, data_dir, _temporary: temporary })
     }
 
+    /// A site whose every machine commissioned and whose tenant is prepared
+    /// (`lease::prepare`): where a lease starts from. A machine that fails to commission is
+    /// an error.
+    pub async fn prepared(options: &Options) -> anyhow::Result<Site> {
+        let site = Site::start(options).await?;
+        let failed = site.commission().await?;
+        if !failed.is_empty() {
+            bail!("machines failed to commission: {}", failed.join(", "));
+        }
+        crate::lease::prepare(&site).await?;
+        Ok(site)
+    }
+
     /// The scheduler, when it runs in this process.
     pub fn app(&self) -> anyhow::Result<&metal_scheduler::app::AppState> {
         match &self.scheduler {

@@ -10,7 +10,6 @@
 use std::time::Duration;
 
 use metal_sim::chaos;
-use metal_sim::lease::prepare;
 use metal_sim::site::{Options, Replicas, Site};
 use metal_tests::scheduler::postgres_database;
 
@@ -24,11 +23,9 @@ fn killed_scheduler_replicas_lose_no_acknowledged_write_and_keep_every_invariant
             Replicas { count, program: env!("CARGO_BIN_EXE_metal-sim").into(), claim: Duration::from_secs(3) };
         let options =
             Options { nodes: 5, speed: 120.0, seed: 21, database_url, replicas: Some(replicas), ..Options::default() };
-        let site = Site::start(&options).await.unwrap();
+        let site = Site::prepared(&options).await.unwrap();
         assert_eq!(site.replicas().len(), count);
         assert!(site.app().is_err(), "the scheduler is not in this process");
-        assert!(site.commission().await.unwrap().is_empty());
-        prepare(&site).await.unwrap();
         let plan = chaos::Plan {
             rounds: 3,
             per_round: 3,

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use metal_sim::fault::Fault;
-use metal_sim::lease::{lease, prepare, reaches};
+use metal_sim::lease::{lease, reaches};
 use metal_sim::site::{Options, Site};
 use metal_tests::scheduler::postgres_database;
 
@@ -27,11 +27,9 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
     let database_url = postgres_database();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let site = Site::start(&Options { nodes: 5, speed: 120.0, seed: 3, database_url, ..Options::default() })
+        let site = Site::prepared(&Options { nodes: 5, speed: 120.0, seed: 3, database_url, ..Options::default() })
             .await
             .unwrap();
-        assert!(site.commission().await.unwrap().is_empty());
-        prepare(&site).await.unwrap();
         let leased: Vec<String> = lease(&site, 4, "2d").await.unwrap().into_iter().map(|(_, n)| n).collect();
         let mut distinct = leased.clone();
         distinct.sort();
