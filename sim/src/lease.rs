@@ -18,13 +18,22 @@ const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsab
 /// The longest a stage waits, in real time.
 pub const STAGE: Duration = Duration::from_secs(180);
 
+/// The lessee's OS image: 16 MiB.
+pub const IMAGE_BYTES: u64 = 16 << 20;
+
 /// Creates the tenant, offers it the pool, imports and promotes an OS image and creates the
 /// lessee's profile on it; the image's id and SHA-256.
 pub async fn prepare(site: &Site) -> anyhow::Result<(String, String)> {
+    prepare_with(site, IMAGE_BYTES).await
+}
+
+/// [`prepare`] with an image of `image_bytes` (at least 1 MiB; a fleet's worth of deploys
+/// writes it to every leased machine's disk file).
+pub async fn prepare_with(site: &Site, image_bytes: u64) -> anyhow::Result<(String, String)> {
     let admin = &site.admin;
     admin.post("/v1/tenants", json!({"id": TENANT})).await?;
     admin.post(&format!("/v1/pools/{POOL}/offers"), json!({"tenantId": TENANT})).await?;
-    let image = crate::site::os_image(16 << 20);
+    let image = crate::site::os_image(image_bytes.max(1 << 20));
     let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image));
     let url = site.publish("sim-os.img", &image)?;
     let imported = admin.post("/v1/images", json!({"name": "sim-os", "url": url, "checksum": digest})).await?;

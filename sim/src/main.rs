@@ -235,7 +235,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Scale { teardowns, pollers } => {
             let plan = metal_sim::scale::Plan { teardowns, pollers };
-            print!("{}", metal_sim::scale::run(&site, &plan).await?);
+            let report = metal_sim::scale::run(&site, &plan, &|line| println!("metal-sim: {line}")).await?;
+            print!("{report}");
         }
         Command::Scheduler { .. } => {}
         Command::Run { .. } => {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use crate::lease::{bound, prepare, reserve};
+use crate::lease::{bound, prepare_with, reserve};
 use crate::site::Site;
 
 /// What the benchmark does.
@@ -159,23 +159,32 @@ fn at(value: &Value) -> anyhow::Result<time::OffsetDateTime> {
 }
 
 /// Runs the plan on a commissioned site: leases, a sweep at rest, then every lease ends at
-/// once while the pollers keep reading.
-pub async fn run(site: &Site, plan: &Plan) -> anyhow::Result<Report> {
+/// once while the pollers keep reading. `say` hears each phase as it ends (a run cut short
+/// keeps what it measured).
+pub async fn run(site: &Site, plan: &Plan, say: &dyn Fn(String)) -> anyhow::Result<Report> {
     if plan.teardowns == 0 || plan.teardowns > site.machines.len() {
         bail!("--teardowns must be from 1 to the machines ({})", site.machines.len());
     }
     let all: Vec<String> = site.machines.iter().map(|m| m.id.clone()).collect();
     let mut report = Report { bmcs: all.len(), ..Report::default() };
-    prepare(site).await?;
+    // A 2 MiB image: a thousand deploys of the usual 16 MiB fill too much of a test
+    // machine's disk, and the deploy is not what is measured.
+    prepare_with(site, 2 << 20).await?;
     let started = Instant::now();
     let reserved = reserve(site, plan.teardowns, "1d").await?;
     let leased: Vec<String> = bound(site, reserved).await?.into_iter().map(|(_, node)| node).collect();
     report.leases = leased.len();
     report.deployed_in = started.elapsed();
+    say(format!("{} leases deployed in {:.1} s", report.leases, report.deployed_in.as_secs_f64()));
 
     let started = Instant::now();
     (report.reads_at_rest, _) = poll(site, &all, plan.pollers, None).await?;
     report.sweep_at_rest = started.elapsed();
+    say(format!(
+        "one sweep of every BMC at rest: {:.1} s ({})",
+        report.sweep_at_rest.as_secs_f64(),
+        report.reads_at_rest
+    ));
 
     // Every lease ends now (a day and a minute later).
     site.clock.advance(Duration::from_secs(86_400 + 60));
@@ -183,13 +192,21 @@ pub async fn run(site: &Site, plan: &Plan) -> anyhow::Result<Report> {
     let started = Instant::now();
     let stop = AtomicBool::new(false);
     let back = async {
-        let mut first = None;
+        let (mut first, mut polls) = (None, 0u32);
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let now = states(site, &leased).await?;
             let settled = now.values().filter(|s| *s == "ready" || *s == "failed").count();
             if settled > 0 && first.is_none() {
                 first = Some(started.elapsed());
+            }
+            polls += 1;
+            if polls.is_multiple_of(60) {
+                say(format!(
+                    "{:.0} s after the leases ended: {settled} of {} back",
+                    started.elapsed().as_secs_f64(),
+                    leased.len()
+                ));
             }
             if settled == leased.len() {
                 stop.store(true, Ordering::SeqCst);
