@@ -28,6 +28,10 @@ pub struct Config {
     /// How long a workflow claim lasts unless renewed (renewed every third of it): how soon
     /// another replica takes over the runs of one that died.
     pub workflow_claim: Duration,
+    /// How often a held claim is renewed, in real time; `None`: every third of
+    /// `workflow_claim`. Only a clock that runs faster than real time (metal-sim's) needs
+    /// another: its claims last `workflow_claim` on that clock.
+    pub workflow_renew: Option<Duration>,
     /// Test hook (`METAL_TEST_CRASH_AT`, environment only): `STEP:before|after,...` aborts
     /// the process there, as `kill -9` would. Unset in production.
     pub test_crash_at: Option<String>,
@@ -197,6 +201,7 @@ impl Default for Config {
             reaper_interval: Duration::from_secs(30),
             workflow_interval: Duration::from_secs(2),
             workflow_claim: Duration::from_secs(60),
+            workflow_renew: None,
             test_crash_at: None,
             master_key: None,
             boot: BootConfig::default(),

@@ -67,6 +67,12 @@ impl Api {
         self.writes.write().await
     }
 
+    /// Holds [`Api::hold_writes`] (and so chaos' kills) off until the guard drops: for a
+    /// check that needs the scheduler's own periodic passes to run meanwhile.
+    pub async fn hold_off_kills(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.writes.read().await
+    }
+
     /// The API's base URL.
     pub fn base(&self) -> &str {
         &self.base

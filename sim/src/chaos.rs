@@ -178,6 +178,8 @@ async fn rounds(site: &Site, plan: &Plan, acknowledged: &Mutex<Vec<String>>) -> 
 /// Checks every invariant over the whole site as the API shows it (after a billing pass);
 /// how many checks held.
 pub async fn check(site: &Site) -> anyhow::Result<usize> {
+    // No kill while replicas bill on their own pass and the API is read.
+    let _calm = site.admin.hold_off_kills().await;
     let now = site.bill().await?;
     let mut checked = 0;
     let reservations = site.admin.get("/v1/reservations").await?;

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, ensure};
 
-/// The file's fields, each a little-endian `u64` word.
+/// The file's fields, each a native-endian `u64` word (the file never leaves this machine).
 const START_NANOS: usize = 0;
 const SPEED_BITS: usize = 1;
 const MONOTONIC_START: usize = 2;
@@ -37,7 +37,7 @@ unsafe impl Sync for SimClock {}
 
 impl Drop for SimClock {
     fn drop(&mut self) {
-        // SAFETY: `map` is the LEN-byte mapping made in `map`, not used after this.
+        // SAFETY: `map` is the LEN-byte mapping `open` made, not used after this.
         unsafe { libc::munmap(self.map.cast(), LEN) };
     }
 }
@@ -63,7 +63,7 @@ impl SimClock {
         words[START_NANOS] = nanos(since_epoch);
         words[SPEED_BITS] = speed.max(0.0).to_bits();
         words[MONOTONIC_START] = monotonic_nanos();
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
@@ -95,7 +95,8 @@ impl SimClock {
     }
 
     fn word(&self, index: usize) -> &AtomicU64 {
-        // SAFETY: index < WORDS, the mapping is LEN bytes, page-aligned (so 8-byte aligned),
+        assert!(index < WORDS, "word {index} of a {WORDS}-word clock");
+        // SAFETY: index < WORDS (asserted), the mapping is LEN bytes, page-aligned (so 8-byte aligned),
         // and lives as long as `self`.
         unsafe { &*self.map.add(index) }
     }

@@ -93,8 +93,9 @@ pub struct State {
     pub bmc_version: String,
     /// Boots so far.
     pub boots: u64,
-    /// When the power last changed (a lagging BMC reads the old state for a while after).
-    pub power_changed: Option<std::time::Instant>,
+    /// When the power last changed, and what it was before the first of the changes that
+    /// followed each other within a lagging BMC's lag (what such a BMC still reads).
+    pub power_changed: Option<(std::time::Instant, bool)>,
 }
 
 impl std::fmt::Debug for State {
@@ -114,6 +115,24 @@ impl std::fmt::Debug for State {
 }
 
 impl State {
+    /// Records a power change about to be made: a lagging BMC keeps reading the state from
+    /// before the first change of a burst (an off and on again reads on throughout).
+    fn note_power_change(&mut self) {
+        let before = match self.power_changed {
+            Some((at, before)) if at.elapsed() < crate::redfish::SUSHY_POWER_LAG => before,
+            _ => self.power_on,
+        };
+        self.power_changed = Some((std::time::Instant::now(), before));
+    }
+
+    /// The power state a BMC that lags by `lag` reads now.
+    pub fn power_read_with_lag(&self, lag: std::time::Duration) -> bool {
+        match self.power_changed {
+            Some((at, before)) if at.elapsed() < lag => before,
+            _ => self.power_on,
+        }
+    }
+
     /// Whether the boot of power-on `epoch` still runs the machine.
     fn runs(&self, epoch: u64) -> bool {
         self.power_on && self.epoch == epoch
@@ -216,8 +235,8 @@ impl Machine {
             if state.power_on {
                 return;
             }
+            state.note_power_change();
             state.power_on = true;
-            state.power_changed = Some(std::time::Instant::now());
             state.epoch += 1;
             state.epoch
         };
@@ -235,8 +254,8 @@ impl Machine {
     fn power_off_if(&self, epoch: Option<u64>) {
         let mut state = self.state();
         if state.power_on && epoch.is_none_or(|e| state.epoch == e) {
+            state.note_power_change();
             state.power_on = false;
-            state.power_changed = Some(std::time::Instant::now());
             state.activity = Activity::Off;
             drop(state);
             self.say("power off");

@@ -46,9 +46,10 @@ impl LossyRelay {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 }
-                carried = true;
+                // A connection that could not be relayed (the boot service away) is not the join.
                 let Ok(server) = TcpStream::connect(target) else { continue };
                 let (Ok(client_in), Ok(server_in)) = (client.try_clone(), server.try_clone()) else { continue };
+                carried = true;
                 std::thread::spawn(move || pipe(client_in, server));
                 std::thread::spawn(move || pipe(server_in, client));
             }

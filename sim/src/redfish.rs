@@ -205,9 +205,12 @@ fn collection(at: &str, ids: &[&str]) -> Response {
 
 fn system(machine: &Machine) -> Value {
     let state = machine.state().clone();
-    let lagging =
-        machine.flavor == Flavor::SushyTools && state.power_changed.is_some_and(|at| at.elapsed() < SUSHY_POWER_LAG);
-    let on = (state.power_on != machine.faults.has(Fault::BmcLiesAboutPower)) != lagging;
+    // The BMC's word, in real time as a BMC's is (metal-bmc waits for it in real time).
+    let read = match machine.flavor {
+        Flavor::Standard => state.power_on,
+        Flavor::SushyTools => state.power_read_with_lag(SUSHY_POWER_LAG),
+    };
+    let on = read != machine.faults.has(Fault::BmcLiesAboutPower);
     let (target, enabled) = match state.boot_override {
         Some((source, true)) => (source.redfish(), "Once"),
         Some((source, false)) => (source.redfish(), "Continuous"),

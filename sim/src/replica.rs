@@ -39,9 +39,11 @@ pub struct Replica {
     child: Mutex<Option<Child>>,
 }
 
-/// A loopback port free now (the replica binds it, and binds it again after a kill).
-fn free_port() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+/// Two distinct loopback ports free now (the replica binds them, and binds them again after
+/// a kill; one the system hands out meanwhile for an outgoing connection fails that restart).
+fn free_ports() -> anyhow::Result<(SocketAddr, SocketAddr)> {
+    let (api, boot) = (std::net::TcpListener::bind("127.0.0.1:0")?, std::net::TcpListener::bind("127.0.0.1:0")?);
+    Ok((api.local_addr()?, boot.local_addr()?))
 }
 
 impl Replica {
@@ -56,10 +58,10 @@ impl Replica {
         claim: Duration,
         controller: Option<&str>,
     ) -> anyhow::Result<Replica> {
-        let boot = free_port()?;
+        let (api, boot) = free_ports()?;
         Ok(Replica {
             name: format!("replica-{index}"),
-            api: free_port()?,
+            api,
             boot,
             controller: controller.map_or_else(|| format!("https://{boot}"), str::to_owned),
             program: program.to_owned(),
@@ -178,8 +180,9 @@ pub async fn serve(
     let clock = Arc::new(SimClock::open(&data_dir.join(CLOCK_FILE))?);
     metal_clock::install(clock.clone()).context("the replica needs the process clock")?;
     let mut config = crate::site::scheduler_config(data_dir, listen, boot_listen, clock.speed());
-    // A claim lapses on the simulated clock: `claim` of real time.
+    // A claim lapses on the simulated clock: `claim` of real time, renewed every third of it.
     config.workflow_claim = claim.mul_f64(clock.speed().max(1.0));
+    config.workflow_renew = Some(claim / 3);
     config.boot.controller_url = controller_url;
     config.database_url = std::env::var("METAL_DATABASE_URL").ok().filter(|u| !u.is_empty());
     let key = std::env::var("METAL_MASTER_KEY").context("METAL_MASTER_KEY (the site's BMC master key) is not set")?;

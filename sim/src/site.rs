@@ -125,10 +125,13 @@ pub fn scheduler_config(
         data_dir: data_dir.to_owned(),
         reaper_interval: REAPER,
         workflow_interval: Duration::from_millis(100),
-        // A workflow step's claim and an image import's lease lapse on the simulated
-        // clock but are renewed on the real one (every third of them): each lasts as long
-        // in real time as it does in production, so no step or import runs twice.
+        // A workflow step's claim lapses on the simulated clock and is renewed on the real
+        // one: it lasts as long in real time as in production and is renewed every third of
+        // that, so no step runs twice. (An image import's lease is stretched the same way
+        // but renewed only every third of its stretched length: imports here take seconds,
+        // well inside one lease.)
         workflow_claim: lasting(defaults.workflow_claim, speed),
+        workflow_renew: Some(defaults.workflow_claim / 3),
         ..Default::default()
     };
     config.images.lease = lasting(defaults.images.lease, speed);

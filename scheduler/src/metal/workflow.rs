@@ -139,8 +139,9 @@ pub async fn work(app: AppState, mut run: WorkflowRun) {
         let (app, id, fence) = (app.clone(), run.id.clone(), run.fence);
         tokio::spawn(async move {
             let claim = app.config.workflow_claim;
+            let every = app.config.workflow_renew.unwrap_or(claim / 3);
             loop {
-                tokio::time::sleep(claim / 3).await;
+                tokio::time::sleep(every).await;
                 let (id, until) = (id.clone(), app.clock.now() + claim);
                 match app.store.write(move |tx| store::workflows::renew(tx, &id, fence, until)).await {
                     Ok(true) => {}

@@ -88,8 +88,10 @@ pub fn running_for(conn: &mut dyn Conn, node: &str) -> DbResult<Option<WorkflowR
 }
 
 /// Makes a node's running workflow due now (a report it waits for has come): the next pass
-/// claims it instead of waiting out its poll. Its claim and fence are untouched. Whether one
-/// was woken.
+/// claims it instead of waiting out its poll (or a retry's backoff). Its claim and fence are
+/// untouched, so a run being worked at that moment keeps the `not_before` its verdict
+/// writes: that wake is lost and the run waits one poll, as it did before wakes. Whether
+/// one was woken.
 pub fn wake(conn: &mut dyn Conn, node: &str, now: OffsetDateTime) -> DbResult<bool> {
     let at = to_millis(now);
     let woken = conn.execute(
