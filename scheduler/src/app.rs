@@ -74,8 +74,16 @@ impl App {
             let (id, now, handle) = (item.id.clone(), self.clock.now(), handle.clone());
             let outcome = self
                 .change(move |tx| {
+                    // Taken first: a row another replica took meanwhile is left alone. (Handled
+                    // first, a replica that lost the take still committed what it did: on
+                    // PostgreSQL a lease start another replica had begun was refused, and its
+                    // reservation failed. metal-sim's chaos with two replicas found it.)
+                    if !store::work::take(tx, side, &item.id, now)? {
+                        return Ok(None);
+                    }
                     let result = handle(tx, &item, now)?;
-                    Ok(store::work::take(tx, side, &item.id, &result, now)?.then_some(result))
+                    store::work::set_result(tx, side, &item.id, &result)?;
+                    Ok(Some(result))
                 })
                 .await;
             match outcome {

@@ -84,15 +84,20 @@ pub fn queued(conn: &mut dyn Conn, side: Side, limit: i64) -> DbResult<Vec<WorkI
     .collect()
 }
 
-/// Takes a queued row: marks it done with `result`. False when someone took it first (the
-/// caller's transaction then does nothing with it).
-pub fn take(conn: &mut dyn Conn, side: Side, id: &str, result: &str, now: OffsetDateTime) -> DbResult<bool> {
+/// Takes a queued row: marks it done, before anything acts on it. False when someone took it
+/// first: the caller must then do nothing with it. On PostgreSQL the row stays locked by the
+/// caller's transaction until it commits (another replica's take waits, then finds it done),
+/// and a transaction that fails after the take leaves it queued.
+pub fn take(conn: &mut dyn Conn, side: Side, id: &str, now: OffsetDateTime) -> DbResult<bool> {
     let n = conn.execute(
-        &format!(
-            "UPDATE {} SET state = 'done', result = $1, done_at = $2 WHERE id = $3 AND state = 'queued'",
-            side.table()
-        ),
-        &[&result, &to_millis(now), &id],
+        &format!("UPDATE {} SET state = 'done', done_at = $1 WHERE id = $2 AND state = 'queued'", side.table()),
+        &[&to_millis(now), &id],
     )?;
     Ok(n == 1)
+}
+
+/// Records what handling a taken row did.
+pub fn set_result(conn: &mut dyn Conn, side: Side, id: &str, result: &str) -> DbResult<()> {
+    conn.execute(&format!("UPDATE {} SET result = $1 WHERE id = $2", side.table()), &[&result, &id])?;
+    Ok(())
 }
