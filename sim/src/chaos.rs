@@ -20,6 +20,7 @@ use rand::{Rng as _, SeedableRng as _};
 use serde_json::Value;
 use time::OffsetDateTime;
 
+use crate::clock::at;
 use crate::fault::Fault;
 use crate::lease::{bound, reaches, recover, reserve};
 use crate::site::Site;
@@ -61,10 +62,6 @@ impl std::fmt::Display for Counts {
             self.writes_survived
         )
     }
-}
-
-fn at(value: &Value) -> anyhow::Result<OffsetDateTime> {
-    crate::clock::parse(value.as_str().with_context(|| format!("not a time: {value}"))?)
 }
 
 /// What a chaos run does.

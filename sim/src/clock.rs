@@ -133,6 +133,11 @@ pub fn rfc3339(t: time::OffsetDateTime) -> String {
     t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
 }
 
+/// A JSON value holding RFC 3339 text (as the API writes times) as a time.
+pub fn at(value: &serde_json::Value) -> anyhow::Result<time::OffsetDateTime> {
+    parse(value.as_str().with_context(|| format!("not a time: {value}"))?)
+}
+
 /// RFC 3339 text as a time.
 pub fn parse(text: &str) -> anyhow::Result<time::OffsetDateTime> {
     Ok(time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)?)

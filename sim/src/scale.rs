@@ -13,9 +13,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
-use serde_json::Value;
+use anyhow::bail;
 
+use crate::clock::at;
 use crate::lease::{bound, prepare_with, reserve};
 use crate::site::Site;
 
@@ -142,22 +142,6 @@ async fn poll(
     Ok((Latencies(latencies), sweeps.into_inner()))
 }
 
-/// The states of the nodes in `ids`.
-async fn states(site: &Site, ids: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
-    let nodes = site.admin.get("/v1/nodes").await?;
-    Ok(nodes
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|n| Some((n["id"].as_str()?.to_owned(), n["state"].as_str()?.to_owned())))
-        .filter(|(id, _)| ids.contains(id))
-        .collect())
-}
-
-fn at(value: &Value) -> anyhow::Result<time::OffsetDateTime> {
-    crate::clock::parse(value.as_str().with_context(|| format!("not a time: {value}"))?)
-}
-
 /// Runs the plan on a commissioned site: leases, a sweep at rest, then every lease ends at
 /// once while the pollers keep reading. `say` hears each phase as it ends (a run cut short
 /// keeps what it measured).
@@ -190,12 +174,13 @@ pub async fn run(site: &Site, plan: &Plan, say: &dyn Fn(String)) -> anyhow::Resu
     site.clock.advance(Duration::from_secs(86_400 + 60));
     let ended = crate::clock::now();
     let started = Instant::now();
+    let leased_set: std::collections::BTreeSet<String> = leased.iter().cloned().collect();
     let stop = AtomicBool::new(false);
     let back = async {
         let (mut first, mut polls) = (None, 0u32);
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let now = states(site, &leased).await?;
+            let now = site.node_states(&leased_set).await?;
             let settled = now.values().filter(|s| *s == "ready" || *s == "failed").count();
             if settled > 0 && first.is_none() {
                 first = Some(started.elapsed());

@@ -378,20 +378,26 @@ impl Site {
         // Two minutes, and a tenth of a second more per machine (a big fleet on two cores).
         let limit =
             Duration::from_secs(120) + Duration::from_millis(100) * u32::try_from(ids.len()).unwrap_or(u32::MAX);
-        let states = || async {
-            let nodes = self.admin.get("/v1/nodes").await?;
-            let ours =
-                nodes.as_array().into_iter().flatten().filter(|n| n["id"].as_str().is_some_and(|id| ids.contains(id)));
-            Ok::<Vec<(String, String)>, anyhow::Error>(
-                ours.map(|n| (n["id"].as_str().unwrap_or("").to_owned(), n["state"].as_str().unwrap_or("").to_owned()))
-                    .collect(),
-            )
-        };
         self.until("every node commissioned", limit, || async {
-            Ok(states().await?.iter().all(|(_, state)| state == "ready" || state == "failed"))
+            Ok(self.node_states(&ids).await?.values().all(|state| state == "ready" || state == "failed"))
         })
         .await?;
-        Ok(states().await?.into_iter().filter(|(_, state)| state != "ready").map(|(id, _)| id).collect())
+        Ok(self.node_states(&ids).await?.into_iter().filter(|(_, state)| state != "ready").map(|(id, _)| id).collect())
+    }
+
+    /// The state of each node in `ids`, as the API lists them.
+    pub async fn node_states(
+        &self,
+        ids: &std::collections::BTreeSet<String>,
+    ) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+        let nodes = self.admin.get("/v1/nodes").await?;
+        Ok(nodes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| Some((n["id"].as_str()?.to_owned(), n["state"].as_str()?.to_owned())))
+            .filter(|(id, _)| ids.contains(id))
+            .collect())
     }
 
     /// Polls `done` every 50 ms of real time until it holds; fails after `limit` of real time.
