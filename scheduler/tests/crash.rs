@@ -22,6 +22,17 @@ use serde_json::{Value, json};
 /// `metal-scheduler serve` on `dir` (and `database`), polling its workflows every
 /// `interval`, aborting at `crash_at` when given.
 fn start(dir: &Path, database: Option<&str>, crash_at: Option<&str>, interval: &str) -> ServedAdmin {
+    start_claiming(dir, database, crash_at, interval, "2s")
+}
+
+/// [`start`], its workflow claims lasting `claim`.
+fn start_claiming(
+    dir: &Path,
+    database: Option<&str>,
+    crash_at: Option<&str>,
+    interval: &str,
+    claim: &str,
+) -> ServedAdmin {
     let make = |boot: u16| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
         command
@@ -29,7 +40,7 @@ fn start(dir: &Path, database: Option<&str>, crash_at: Option<&str>, interval: &
             .arg(dir)
             .env("METAL_LOG", "info")
             .env("METAL_WORKFLOW_INTERVAL", interval)
-            .env("METAL_WORKFLOW_CLAIM", "2s")
+            .env("METAL_WORKFLOW_CLAIM", claim)
             .env("METAL_REAPER_INTERVAL", "200ms")
             .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"))
             .env("METAL_BOOT_CONTROLLER_URL", format!("https://127.0.0.1:{boot}"))
@@ -141,13 +152,20 @@ fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_wo
     let sim = IpmiSim::start();
     let (dir, database, reservation, _) = prepared(&sim, agentless());
     for point in POINTS {
-        let service = start(dir.path(), database.as_deref(), Some(point), "100ms");
+        let in_rotation = point == "rotate-credential:acted";
+        // Inside the rotation the dead process's claim holds the run a while, long enough to
+        // call the BMC in the window where it has the new password and the store the old.
+        let claim = if in_rotation { "8s" } else { "2s" };
+        let service = start_claiming(dir.path(), database.as_deref(), Some(point), "100ms", claim);
         match point {
             "await-deploy:after" => deploy(&service),
             "power-off:before" => release_when_bound(&service, &reservation),
             _ => {}
         }
         crashed(service, point);
+        if in_rotation {
+            a_call_in_the_rotation_window_logs_in_with_the_pending_secret(dir.path(), database.as_deref());
+        }
     }
     let service = start(dir.path(), database.as_deref(), None, "100ms");
     ended_as_it_would_have(&service, &reservation, &AGENTLESS_STEPS);
@@ -157,6 +175,18 @@ fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_wo
         rotation["recovered"], "a rotation was in flight; the new credential logs in",
         "not rotated twice: {rotation}"
     );
+}
+
+/// While the BMC has the new password and the store still the old one as current (the new
+/// one pending, the run held by a dead process's claim), an operator's power read still
+/// logs in: it finds the pending secret when the BMC refuses the current one.
+fn a_call_in_the_rotation_window_logs_in_with_the_pending_secret(dir: &Path, database: Option<&str>) {
+    let service = start(dir, database, None, "1h");
+    let (_, bmc) = service.call("GET", "/v1/nodes/n1/bmc", None);
+    let (status, power) = service.call("GET", "/v1/nodes/n1/power", None);
+    let (_, after) = service.call("GET", "/v1/nodes/n1/bmc", None);
+    assert_eq!((&bmc["generation"], &after["generation"]), (&json!(1), &json!(1)), "still inside the window");
+    assert_eq!(status, 200, "the pending secret logs in: {power}");
 }
 
 #[test]

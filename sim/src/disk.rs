@@ -5,8 +5,11 @@
 //! discard punches a hole over the whole file (what a thin-provisioned device does), so a
 //! disk is erased in an instant and the engine's read-back finds none of the markers it
 //! planted. The Sanitize Status log keeps "global data erased" set after a sanitize (the
-//! spec clears it on the next write; the engine does not read it). Faults make it lie: erase commands acknowledged and ignored (only the
-//! read-back can tell), or reads that fail.
+//! spec clears it on the next write; the engine does not read it). A read that falls wholly
+//! in a hole is answered with zeros without touching the file, as a thin-provisioned device
+//! answers one of deallocated blocks: a thousand read-backs at once of mostly erased disks
+//! would otherwise churn the host's page cache with zero pages. Faults make it lie: erase
+//! commands acknowledged and ignored (only the read-back can tell), or reads that fail.
 
 use std::fs::File;
 use std::io;
@@ -70,6 +73,19 @@ impl FileDisk {
         if done == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
     }
 
+    /// Whether `offset..offset + len` holds no data (it lies in a hole, or past the data).
+    fn is_hole(&self, offset: u64, len: usize) -> bool {
+        let Ok(start) = libc::off_t::try_from(offset) else { return false };
+        // SAFETY: lseek on a file descriptor this struct owns; it moves only the descriptor's
+        // offset, which no read or write here uses (they are positioned).
+        let data = unsafe { libc::lseek(self.file.as_raw_fd(), start, libc::SEEK_DATA) };
+        if data < 0 {
+            // ENXIO: no data at or after `offset`; any other error: read the file.
+            return io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+        }
+        u64::try_from(data).is_ok_and(|data| data >= offset + len as u64)
+    }
+
     fn identify_controller(&self, data: &mut [u8]) -> u16 {
         let Some(page) = data.get_mut(..4096) else { return INVALID_FIELD };
         page.fill(0);
@@ -122,6 +138,13 @@ impl Target for FileDisk {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if self.faults.disk_read_errors() {
             return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        if offset + buf.len() as u64 > self.size {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+        }
+        if self.is_hole(offset, buf.len()) {
+            buf.fill(0);
+            return Ok(());
         }
         self.file.read_exact_at(buf, offset)
     }
@@ -185,6 +208,24 @@ mod tests {
         disk.nvme_admin(&nvme::identify_controller(), &mut page).unwrap();
         let id = nvme::IdentifyController::parse(&page).unwrap();
         assert_eq!((id.serial.as_str(), id.tnvmcap), ("SIM00001-nvme0n1", 4 << 20));
+    }
+
+    #[test]
+    fn reads_of_holes_are_zeros_and_reads_of_data_are_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = disk(dir.path(), Arc::default());
+        disk.write_at(&[0xa5; 4096], 1 << 20).unwrap();
+        disk.sync().unwrap();
+        let mut back = vec![1u8; 64 << 10];
+        disk.read_at(&mut back, 2 << 20).unwrap();
+        assert!(back.iter().all(|b| *b == 0), "a hole reads zeros");
+        back.fill(1);
+        disk.read_at(&mut back, (1 << 20) - 8192).unwrap();
+        assert!(back[..8192].iter().all(|b| *b == 0), "the hole before the data");
+        assert!(back[8192..8192 + 4096].iter().all(|b| *b == 0xa5), "the data");
+        assert!(back[8192 + 4096..].iter().all(|b| *b == 0), "the hole after it");
+        let past = disk.read_at(&mut back, (4 << 20) - 4096).unwrap_err();
+        assert_eq!(past.kind(), io::ErrorKind::UnexpectedEof, "a read past the end fails");
     }
 
     #[test]

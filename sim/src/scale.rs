@@ -73,6 +73,8 @@ pub struct Report {
     pub all_back: Duration,
     /// Nodes that ended failed instead of ready.
     pub failed: Vec<String>,
+    /// Why, for each: the node, its failed step and what the step saw.
+    pub failures: Vec<String>,
     /// Reads while the teardowns ran, and the sweeps they completed.
     pub reads_under_load: Latencies,
     /// Sweeps of every BMC completed while the teardowns ran.
@@ -102,6 +104,9 @@ impl std::fmt::Display for Report {
             if self.failed.is_empty() { String::new() } else { format!(" (failed: {})", self.failed.join(", ")) }
         )?;
         writeln!(f, "readings meanwhile: {} full sweeps ({})", self.sweeps_under_load, self.reads_under_load)?;
+        for failure in &self.failures {
+            writeln!(f, "  failed: {failure}")?;
+        }
         writeln!(f, "where the teardown time went (real time per run):")?;
         writeln!(f, "  {:<20} {}", "queued", self.queued)?;
         for (step, spans) in &self.steps {
@@ -216,6 +221,9 @@ pub async fn run(site: &Site, plan: &Plan, say: &dyn Fn(String)) -> anyhow::Resu
         let runs = site.admin.get(&format!("/v1/nodes/{node}/teardowns")).await?;
         let Some(run) = runs.as_array().and_then(|r| r.last()) else { continue };
         let history = run["history"].as_array().cloned().unwrap_or_default();
+        if let Some(failed) = history.iter().rev().find(|r| r["result"] == "failed") {
+            report.failures.push(format!("{node} in {}: {}", failed["step"], failed["detail"]));
+        }
         if let Some(first) = history.first() {
             queued.push(real(at(&first["startedAt"])? - ended));
         }

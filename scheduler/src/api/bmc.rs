@@ -109,8 +109,7 @@ pub async fn get_media(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<MediaInfo>> {
     caller.admin(&format!("node {id}"))?;
-    let bmc = bmcs::client(&app, &id).await?;
-    Ok(ApiJson(bmcs::media_status(bmc.as_ref()).await?))
+    Ok(ApiJson(bmcs::media_status(&app, &id).await?))
 }
 
 /// Insert an ISO by URL as the virtual CD.

@@ -2,9 +2,10 @@
 //! the unsealed credential, carries out power, boot, virtual media, read-model and password
 //! rotation requests, and records what the BMC reported (power, health) with events.
 
+use futures::future::BoxFuture;
 use metal_bmc::ipmi::{IpmiBmc, IpmiConfig};
 use metal_bmc::redfish::{RedfishBmc, RedfishConfig, Timing};
-use metal_bmc::{Bmc, Credential, Secret};
+use metal_bmc::{Bmc, BmcError, BmcResult, Credential, Secret};
 
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
@@ -65,6 +66,12 @@ pub async fn client(app: &App, node: &str) -> ApiResult<Box<dyn Bmc>> {
 
 /// Connects to a BMC described by `info` with `password`.
 pub async fn connect(info: &BmcInfo, password: Secret) -> ApiResult<Box<dyn Bmc>> {
+    Ok(open(info, password).await??)
+}
+
+/// Connects to a BMC: the outer error is the row's (a TLS pin or an address that cannot be
+/// used), the inner one the BMC's.
+async fn open(info: &BmcInfo, password: Secret) -> ApiResult<BmcResult<Box<dyn Bmc>>> {
     let credential = Credential { user: info.username.clone(), password };
     Ok(match info.protocol {
         BmcProtocol::Redfish => {
@@ -79,10 +86,62 @@ pub async fn connect(info: &BmcInfo, password: Secret) -> ApiResult<Box<dyn Bmc>
                 system: info.system_id.clone(),
                 timing: Timing::default(),
             };
-            Box::new(RedfishBmc::connect(config).await?)
+            RedfishBmc::connect(config).await.map(|bmc| Box::new(bmc) as Box<dyn Bmc>)
         }
-        BmcProtocol::Ipmi => Box::new(ipmi(info, credential)?),
+        BmcProtocol::Ipmi => Ok(Box::new(ipmi(info, credential)?)),
     })
+}
+
+/// Runs `op` on the node's BMC. When the BMC refuses the stored credential because a rotation
+/// changed it meanwhile (the new secret is pending, or already current), `op` runs once more
+/// with the new one: a call that meets a rotation half way is not failed by it.
+async fn on_bmc<T>(
+    app: &App,
+    node: &str,
+    op: impl for<'b> Fn(&'b dyn Bmc) -> BoxFuture<'b, BmcResult<T>>,
+) -> ApiResult<T> {
+    Ok(try_on_bmc(app, node, op).await??)
+}
+
+/// [`on_bmc`], with the BMC's own error kept apart from the row's.
+async fn try_on_bmc<T>(
+    app: &App,
+    node: &str,
+    op: impl for<'b> Fn(&'b dyn Bmc) -> BoxFuture<'b, BmcResult<T>>,
+) -> ApiResult<BmcResult<T>> {
+    let attempt = async |info: &BmcInfo, password: Secret| -> ApiResult<BmcResult<T>> {
+        Ok(match open(info, password).await? {
+            Ok(bmc) => op(bmc.as_ref()).await,
+            Err(e) => Err(e),
+        })
+    };
+    let (info, password) = stored(app, node).await?;
+    let refused = match attempt(&info, password.clone()).await? {
+        Err(refused @ BmcError::Unauthorized { .. }) => refused,
+        other => return Ok(other),
+    };
+    for newer in rotated(app, node, &password).await? {
+        match attempt(&info, newer).await? {
+            Err(BmcError::Unauthorized { .. }) => {}
+            other => return Ok(other),
+        }
+    }
+    Ok(Err(refused))
+}
+
+/// The secrets a rotation may have put in place of `used`, freshly read: the pending one,
+/// then the current one, each when it differs.
+async fn rotated(app: &App, node: &str, used: &Secret) -> ApiResult<Vec<Secret>> {
+    let id = node.to_owned();
+    let Some(row) = app.store.read(move |c| store::bmcs::get(c, &id)).await? else { return Ok(Vec::new()) };
+    let mut newer = Vec::new();
+    for sealed in row.pending.iter().chain([&row.secret]) {
+        let secret = crate::secrets::open(app.config.master_key.as_ref(), node, sealed)?;
+        if secret != *used && !newer.contains(&secret) {
+            newer.push(secret);
+        }
+    }
+    Ok(newer)
 }
 
 fn ipmi(info: &BmcInfo, credential: Credential) -> ApiResult<IpmiBmc> {
@@ -117,14 +176,14 @@ async fn record_power(app: &App, node: &str, power: metal_bmc::PowerState) -> Ap
 
 /// The node's power as its BMC reports it now (and recorded on the node).
 pub async fn power_status(app: &App, node: &str) -> ApiResult<String> {
-    let state = client(app, node).await?.power_state().await?;
+    let state = on_bmc(app, node, |bmc| bmc.power_state()).await?;
     record_power(app, node, state).await?;
     Ok(power_text(state).to_owned())
 }
 
 /// Carries out a power action, read back, and records the result.
 pub async fn power(app: &App, node: &str, action: metal_bmc::PowerAction) -> ApiResult<PowerResult> {
-    let outcome = client(app, node).await?.power(action).await?;
+    let outcome = on_bmc(app, node, |bmc| bmc.power(action)).await?;
     record_power(app, node, outcome.after).await?;
     Ok(PowerResult {
         before: power_text(outcome.before).into(),
@@ -137,35 +196,44 @@ pub async fn power(app: &App, node: &str, action: metal_bmc::PowerAction) -> Api
 pub async fn boot(app: &App, node: &str, request: &BootRequest) -> ApiResult<()> {
     let persistence =
         if request.persistent { metal_bmc::BootPersistence::Persistent } else { metal_bmc::BootPersistence::Once };
-    Ok(client(app, node).await?.set_boot(request.target, persistence).await?)
+    on_bmc(app, node, |bmc| bmc.set_boot(request.target, persistence)).await
 }
 
 /// Inserts (`Some(url)`) or ejects (`None`) the virtual CD, then reports what it holds.
 pub async fn media(app: &App, node: &str, insert: Option<&str>) -> ApiResult<MediaInfo> {
-    let bmc = client(app, node).await?;
-    match insert {
-        Some(url) => {
-            let parsed = reqwest::Url::parse(url).map_err(|_| ApiError::invalid("url", "must be an http(s) URL"))?;
-            if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(ApiError::invalid("url", "must be an http(s) URL"));
-            }
-            bmc.insert_media(url).await?;
+    if let Some(url) = insert {
+        let parsed = reqwest::Url::parse(url).map_err(|_| ApiError::invalid("url", "must be an http(s) URL"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(ApiError::invalid("url", "must be an http(s) URL"));
         }
-        None => bmc.eject_media().await?,
     }
-    media_status(bmc.as_ref()).await
+    on_bmc(app, node, |bmc| {
+        let insert = insert.map(str::to_owned);
+        Box::pin(async move {
+            match insert.as_deref() {
+                Some(url) => bmc.insert_media(url).await?,
+                None => bmc.eject_media().await?,
+            }
+            bmc.media_status().await
+        })
+    })
+    .await
+    .map(media_info)
 }
 
-/// What the virtual CD holds.
-pub async fn media_status(bmc: &dyn Bmc) -> ApiResult<MediaInfo> {
-    let status = bmc.media_status().await?;
-    Ok(MediaInfo { inserted: status.inserted, image: status.image })
+/// What the node's virtual CD holds.
+pub async fn media_status(app: &App, node: &str) -> ApiResult<MediaInfo> {
+    on_bmc(app, node, |bmc| bmc.media_status()).await.map(media_info)
+}
+
+fn media_info(status: metal_bmc::MediaStatus) -> MediaInfo {
+    MediaInfo { inserted: status.inserted, image: status.image }
 }
 
 /// Everything the BMC reports; power and health are recorded on the node (a health other
 /// than OK raises an event).
 pub async fn read_model(app: &App, node: &str) -> ApiResult<serde_json::Value> {
-    let model = client(app, node).await?.read_model().await?;
+    let model = on_bmc(app, node, |bmc| bmc.read_model()).await?;
     if let Some(power) = model.power.present() {
         record_power(app, node, *power).await?;
     }
@@ -176,19 +244,39 @@ pub async fn read_model(app: &App, node: &str) -> ApiResult<serde_json::Value> {
     serde_json::to_value(&model).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-/// Rotates the password of the BMC user the service logs in as; the new one is stored only
-/// after the BMC took it and a login with it worked.
+/// Rotates the password of the BMC user the service logs in as. The new secret is recorded
+/// as pending before the BMC is asked (a crash, or a call made meanwhile, still finds it) and
+/// made current only after the BMC took it and a login with it worked; a refusal drops it.
 pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
-    let bmc = client(app, node).await?;
     let user = info(app, node.to_owned()).await?.username;
-    bmc.rotate_password(&user, &new).await.map_err(|e| match e {
-        // The BMC works and refused the rotation (its password policy, or the account's
-        // privilege): the caller's to change, not a failed gateway.
-        refused @ metal_bmc::BmcError::Refused { .. } => ApiError::invalid("bmc", refused.to_string()),
-        other => other.into(),
-    })?;
     let sealed = crate::secrets::seal(app.config.master_key.as_ref(), node, &new);
+    let pending = |sealed: Option<String>| {
+        let (id, now) = (node.to_owned(), app.clock.now());
+        app.store.write(move |tx| store::bmcs::set_pending(tx, &id, sealed.as_deref(), now))
+    };
+    pending(Some(sealed)).await?;
+    let rotation = try_on_bmc(app, node, |bmc| {
+        let (user, new) = (user.clone(), new.clone());
+        Box::pin(async move { bmc.rotate_password(&user, &new).await })
+    });
+    match rotation.await? {
+        Ok(()) => {}
+        Err(refused @ BmcError::Refused { .. }) => {
+            // The BMC works and refused it (its password policy, or the account's privilege):
+            // the caller's to change, not a failed gateway; the old secret stays current.
+            pending(None).await?;
+            return Err(ApiError::invalid("bmc", refused.to_string()));
+        }
+        // Whether the BMC took it is unknown: the pending secret stays for the next call
+        // (or a teardown's rotation) to try.
+        Err(other) => return Err(other.into()),
+    }
     let (id, now) = (node.to_owned(), app.clock.now());
-    app.change(move |tx| Ok(store::bmcs::set_secret(tx, &id, &sealed, now)?)).await?;
+    let promoted = app.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, now)?)).await?;
+    if !promoted {
+        return Err(ApiError::Conflict(format!(
+            "node {node}: another rotation replaced this one while it ran; the BMC's password is the last one set"
+        )));
+    }
     info(app, node.to_owned()).await
 }
