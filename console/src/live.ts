@@ -10,6 +10,7 @@ type Status = "connecting" | "live" | "reconnecting" | "signed out";
 const listeners = new Set<Listener>();
 const statusListeners = new Set<(s: Status) => void>();
 let started: AbortController | null = null;
+let current: Status = "connecting";
 
 /** Calls `listener` with every event from now on; returns the unsubscribe. */
 export function onEvent(listener: Listener): () => void {
@@ -17,13 +18,17 @@ export function onEvent(listener: Listener): () => void {
   return () => listeners.delete(listener);
 }
 
-/** Calls `listener` whenever the stream's status changes; returns the unsubscribe. */
+/** Calls `listener` with the stream's status now and whenever it changes; returns the
+ * unsubscribe. (A component mounted after the stream went live still shows it live: its
+ * effect, which subscribes, may run well after the stream connected.) */
 export function onStatus(listener: (s: Status) => void): () => void {
   statusListeners.add(listener);
+  listener(current);
   return () => statusListeners.delete(listener);
 }
 
 function announce(status: Status) {
+  current = status;
   for (const l of statusListeners) l(status);
 }
 
@@ -42,6 +47,7 @@ export function start() {
   if (started) return;
   const controller = new AbortController();
   started = controller;
+  announce("connecting");
   void run(controller.signal);
 }
 

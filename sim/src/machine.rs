@@ -241,7 +241,13 @@ impl Machine {
             state.epoch
         };
         let machine = self.clone();
-        std::thread::spawn(move || machine.boot(epoch));
+        // Named for the host's tools (top -H, perf): a machine's own work is told apart from
+        // the scheduler's and the BMCs' on the runtime threads.
+        let spawned =
+            std::thread::Builder::new().name(format!("machine-{}", self.id)).spawn(move || machine.boot(epoch));
+        if let Err(e) = spawned {
+            self.say(&format!("cannot start the boot: {e}"));
+        }
     }
 
     /// Cuts the power.

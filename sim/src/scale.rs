@@ -54,6 +54,27 @@ impl std::fmt::Display for Latencies {
     }
 }
 
+/// Readings of BMCs through the API: the latencies of those that answered, and the failures.
+#[derive(Debug, Default)]
+pub struct Reads {
+    /// Latencies of the reads that answered.
+    pub answered: Latencies,
+    /// Reads that failed, and the first failure's message.
+    pub failed: usize,
+    /// What the first failed read said.
+    pub first_failure: Option<String>,
+}
+
+impl std::fmt::Display for Reads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.answered)?;
+        if let Some(first) = &self.first_failure {
+            write!(f, "; {} failed, the first: {first}", self.failed)?;
+        }
+        Ok(())
+    }
+}
+
 /// What the benchmark measured.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -66,7 +87,7 @@ pub struct Report {
     /// One sweep reading every BMC, before the teardowns.
     pub sweep_at_rest: Duration,
     /// Its reads.
-    pub reads_at_rest: Latencies,
+    pub reads_at_rest: Reads,
     /// Real time from the leases' end to the first node and the last node ready.
     pub first_back: Duration,
     /// As above, the last.
@@ -76,7 +97,7 @@ pub struct Report {
     /// Why, for each: the node, its failed step and what the step saw.
     pub failures: Vec<String>,
     /// Reads while the teardowns ran, and the sweeps they completed.
-    pub reads_under_load: Latencies,
+    pub reads_under_load: Reads,
     /// Sweeps of every BMC completed while the teardowns ran.
     pub sweeps_under_load: usize,
     /// Per teardown step, in real time: how long the step took in each run.
@@ -117,34 +138,33 @@ impl std::fmt::Display for Report {
 }
 
 /// Reads the BMC of every node in `ids`, `pollers` at a time, until `stop` (after one sweep
-/// when `stop` is `None`); each read's latency, and the sweeps completed.
-async fn poll(
-    site: &Site,
-    ids: &[String],
-    pollers: usize,
-    stop: Option<&AtomicBool>,
-) -> anyhow::Result<(Latencies, usize)> {
-    let latencies = Mutex::new(Vec::new());
+/// when `stop` is `None`); the reads, and the sweeps completed.
+async fn poll(site: &Site, ids: &[String], pollers: usize, stop: Option<&AtomicBool>) -> (Reads, usize) {
+    let reads = Mutex::new(Reads::default());
     let sweeps = AtomicUsize::new(0);
     loop {
         let next = AtomicUsize::new(0);
         let worker = || async {
             while let Some(id) = ids.get(next.fetch_add(1, Ordering::Relaxed)) {
                 let started = Instant::now();
-                site.admin.get(&format!("/v1/nodes/{id}/bmc/readings")).await?;
-                latencies.lock().unwrap_or_else(|p| p.into_inner()).push(started.elapsed());
+                let read = site.admin.get(&format!("/v1/nodes/{id}/bmc/readings")).await;
+                let mut reads = reads.lock().unwrap_or_else(|p| p.into_inner());
+                match read {
+                    Ok(_) => reads.answered.0.push(started.elapsed()),
+                    Err(e) => {
+                        reads.failed += 1;
+                        reads.first_failure.get_or_insert_with(|| format!("{e:#}"));
+                    }
+                }
             }
-            Ok::<(), anyhow::Error>(())
         };
-        let workers: Vec<_> = (0..pollers.max(1)).map(|_| worker()).collect();
-        futures::future::try_join_all(workers).await?;
+        futures::future::join_all((0..pollers.max(1)).map(|_| worker())).await;
         sweeps.fetch_add(1, Ordering::Relaxed);
         if stop.is_none_or(|s| s.load(Ordering::SeqCst)) {
             break;
         }
     }
-    let latencies = latencies.into_inner().unwrap_or_else(|p| p.into_inner());
-    Ok((Latencies(latencies), sweeps.into_inner()))
+    (reads.into_inner().unwrap_or_else(|p| p.into_inner()), sweeps.into_inner())
 }
 
 /// Runs the plan on a commissioned site: leases, a sweep at rest, then every lease ends at
@@ -167,7 +187,7 @@ pub async fn run(site: &Site, plan: &Plan, say: &dyn Fn(String)) -> anyhow::Resu
     say(format!("{} leases deployed in {:.1} s", report.leases, report.deployed_in.as_secs_f64()));
 
     let started = Instant::now();
-    (report.reads_at_rest, _) = poll(site, &all, plan.pollers, None).await?;
+    (report.reads_at_rest, _) = poll(site, &all, plan.pollers, None).await;
     report.sweep_at_rest = started.elapsed();
     say(format!(
         "one sweep of every BMC at rest: {:.1} s ({})",
@@ -211,7 +231,7 @@ pub async fn run(site: &Site, plan: &Plan, say: &dyn Fn(String)) -> anyhow::Resu
     };
     let (returned, polled) = tokio::join!(back, poll(site, &all, plan.pollers, Some(&stop)));
     (report.first_back, report.all_back, report.failed) = returned?;
-    (report.reads_under_load, report.sweeps_under_load) = polled?;
+    (report.reads_under_load, report.sweeps_under_load) = polled;
 
     let speed = site.clock.speed().max(f64::MIN_POSITIVE);
     let real = |span: time::Duration| Duration::from_secs_f64((span.as_seconds_f64() / speed).max(0.0));
@@ -222,7 +242,15 @@ pub async fn run(site: &Site, plan: &Plan, say: &dyn Fn(String)) -> anyhow::Resu
         let Some(run) = runs.as_array().and_then(|r| r.last()) else { continue };
         let history = run["history"].as_array().cloned().unwrap_or_default();
         if let Some(failed) = history.iter().rev().find(|r| r["result"] == "failed") {
-            report.failures.push(format!("{node} in {}: {}", failed["step"], failed["detail"]));
+            let mut why = failed["detail"].to_string();
+            if let Some(wipe) = failed["detail"]["wipeReport"].as_str() {
+                let wipe = site.admin.get(&format!("/v1/nodes/{node}/wipe-reports/{wipe}")).await?;
+                let disks = wipe.pointer("/report/disks").and_then(|d| d.as_array());
+                for disk in disks.into_iter().flatten().filter(|d| !d["failure"].is_null()) {
+                    why.push_str(&format!("; {}: {}", disk["device"], disk["failure"]));
+                }
+            }
+            report.failures.push(format!("{node} in {}: {why}", failed["step"]));
         }
         if let Some(first) = history.first() {
             queued.push(real(at(&first["startedAt"])? - ended));

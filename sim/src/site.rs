@@ -39,6 +39,8 @@ pub struct Options {
     pub seed: u64,
     /// Where the scheduler keeps its data (a temporary directory when absent).
     pub data_dir: Option<PathBuf>,
+    /// Where the machines' trees and disk files go (`DATA_DIR/machines` when absent).
+    pub machines_dir: Option<PathBuf>,
     /// A PostgreSQL database instead of SQLite in the data directory.
     pub database_url: Option<String>,
     /// The scheduler's API address (port 0: any free port).
@@ -70,6 +72,7 @@ impl Default for Options {
             speed: 60.0,
             seed: 1,
             data_dir: None,
+            machines_dir: None,
             database_url: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             faults: Vec::new(),
@@ -274,11 +277,12 @@ impl Site {
 
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(options.seed);
         let listeners = bmc_listeners(options.nodes).await?;
+        let machines_dir = options.machines_dir.clone().unwrap_or_else(|| data_dir.join("machines"));
         let mut machines = Vec::new();
         for (index, listener) in (1..=options.nodes).zip(listeners) {
             let id = node_id(index);
             let hardware = hardware(index, &mut rng);
-            let dir = data_dir.join("machines").join(&id);
+            let dir = machines_dir.join(&id);
             std::fs::create_dir_all(dir.join("disks"))?;
             let mut disk_files = Vec::new();
             for (n, size) in hardware.disks.iter().enumerate() {

@@ -481,15 +481,23 @@ fn drift_found_in_band_by_the_teardowns_ramdisk_quarantines_with_the_drift() {
     release(&s, &reservation);
     // Out of band the BMC reads the baseline; in band the machine says otherwise.
     let joined = ramdisk(&s, "firmware");
-    joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", "9.07")])).unwrap();
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", "9.07")])).unwrap();
+    assert_eq!(receipt.reason.as_deref(), Some("FIRMWARE_DRIFT: bmc: expected 9.08, found 9.07"), "{receipt:?}");
+    // The teardown owns the verdict: the node stays releasing until its erase step reads the
+    // check and the run quarantines it, in one transaction.
+    assert_eq!(s.node("n1")["state"], "releasing");
     later(&s);
     let node = s.node("n1");
     assert_eq!((node["state"].as_str(), node["maintenance"].as_bool()), (Some("failed"), Some(true)), "{node}");
-    assert_eq!(node["stateReason"], "FIRMWARE_DRIFT: bmc: expected 9.08, found 9.07", "{node}");
+    assert_eq!(node["stateReason"], "erase: FIRMWARE_DRIFT: bmc: expected 9.08, found 9.07", "{node}");
     let run = &teardowns(&s)[0];
-    let error = run["lastError"].as_str().unwrap();
-    assert!(error.starts_with("node n1 is failed, not releasing: FIRMWARE_DRIFT"), "{run}");
+    assert_eq!(
+        (run["status"].as_str(), run["lastError"].as_str()),
+        (Some("failed"), Some("FIRMWARE_DRIFT: bmc: expected 9.08, found 9.07")),
+        "{run}"
+    );
     assert_eq!(s.events("node.tenant-root.quarantined").len(), 1);
+    ok(&s, "POST", "/v1/nodes/n1/recover", Value::Null);
 }
 
 #[test]

@@ -386,14 +386,25 @@ impl Steps<'_> {
 
     /// Boots the ramdisk to erase every disk and waits for its wipe report: only a report
     /// the boot service accepted (signed by a ramdisk identity of the current generation,
-    /// every disk passing read-back) after this step began lets the run go on.
+    /// every disk passing read-back) after this step began lets the run go on; an in-band
+    /// firmware check from its ramdisk that found drift quarantines.
     async fn erase(&self) -> Outcome {
         let id = self.node.id.clone();
-        let reports = match self.app.store.read(move |tx| store::boot::wipe_reports(tx, &id)).await {
-            Ok(reports) => reports,
+        let read = self.app.store.read(move |tx| {
+            Ok::<_, store::DbError>((store::boot::wipe_reports(tx, &id)?, store::boot::firmware_checks(tx, &id)?))
+        });
+        let (reports, checks) = match read.await {
+            Ok(read) => read,
             Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
         };
         let since = self.run.step_started;
+        // The ramdisk this step booted checks the firmware in band before it erases.
+        if let Some(drifted) = checks.iter().find(|c| !c.compliant && c.received_at >= since) {
+            let drift = serde_json::from_value(drifted.report.clone())
+                .map(|report| metal_firmware::baseline::drift_lines(&report).join("; "))
+                .unwrap_or_else(|e| format!("check {} unreadable: {e}", drifted.id));
+            return Outcome::Failed(format!("FIRMWARE_DRIFT: {drift}"), json!({"firmwareCheck": drifted.id}));
+        }
         if let Some(report) = reports.iter().find(|r| r.accepted && r.received_at >= since) {
             return Outcome::done(json!({"wipeReport": report.id, "signer": report.signer,
                                         "receivedAt": report.received_at.unix_timestamp()}));

@@ -293,7 +293,12 @@ fn firmware_check(
         return Ok(ReportReceipt { accepted: true, reason: None });
     }
     let reason = format!("FIRMWARE_DRIFT: {}", drift.join("; "));
-    move_node(tx, node, NodeState::Failed, reason.clone(), deadlines, now)?;
+    // A running teardown owns a releasing node's verdict: its erase step finds the check
+    // and quarantines, in the transaction that ends its run.
+    let teardown = node.state == NodeState::Releasing && store::workflows::running_for(tx, &node.id)?.is_some();
+    if !teardown {
+        move_node(tx, node, NodeState::Failed, reason.clone(), deadlines, now)?;
+    }
     Ok(ReportReceipt { accepted: true, reason: Some(reason) })
 }
 
