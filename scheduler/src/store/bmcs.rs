@@ -101,16 +101,6 @@ pub fn put(
     Ok(get(conn, node)?.ok_or(DbError::NoRow)?.info)
 }
 
-/// Replaces the stored secret after a verified rotation.
-pub fn set_secret(conn: &mut dyn Conn, node: &str, sealed: &str, now: OffsetDateTime) -> DbResult<()> {
-    conn.execute(
-        "UPDATE bmcs SET secret = $1, generation = generation + 1, updated_at = $2 WHERE node_id = $3",
-        &[&sealed, &to_millis(now), &node],
-    )?;
-    events::append(conn, "node.bmc.credential.rotated", &format!("node/{node}"), None, &json!({"node": node}), now)?;
-    Ok(())
-}
-
 /// Records (`Some`) or drops (`None`) the secret of a rotation in flight.
 pub fn set_pending(conn: &mut dyn Conn, node: &str, sealed: Option<&str>, now: OffsetDateTime) -> DbResult<()> {
     conn.execute(

@@ -274,6 +274,13 @@ fn inventory_snapshot(
 /// The teardown's firmware step: the versions the ramdisk read in band against the pool's
 /// baseline (the ramdisk reports versions; the verdict is the scheduler's). Drift fails the
 /// node (quarantine); a compliant check at this generation moves the boot service to the erase.
+/// Whether a running teardown owns the node's verdict: it quarantines on its own, in the
+/// transaction that ends its run (a node failed by a ramdisk report first would be `failed`
+/// while its run still runs, and `recover` refused).
+fn under_teardown(tx: &mut dyn Conn, node: &Node) -> ApiResult<bool> {
+    Ok(node.state == NodeState::Releasing && store::workflows::running_for(tx, &node.id)?.is_some())
+}
+
 fn firmware_check(
     tx: &mut dyn Conn,
     node: &Node,
@@ -293,10 +300,8 @@ fn firmware_check(
         return Ok(ReportReceipt { accepted: true, reason: None });
     }
     let reason = format!("FIRMWARE_DRIFT: {}", drift.join("; "));
-    // A running teardown owns a releasing node's verdict: its erase step finds the check
-    // and quarantines, in the transaction that ends its run.
-    let teardown = node.state == NodeState::Releasing && store::workflows::running_for(tx, &node.id)?.is_some();
-    if !teardown {
+    // Its erase step finds the check and quarantines, in the transaction that ends its run.
+    if !under_teardown(tx, node)? {
         move_node(tx, node, NodeState::Failed, reason.clone(), deadlines, now)?;
     }
     Ok(ReportReceipt { accepted: true, reason: Some(reason) })
@@ -412,10 +417,7 @@ fn task_report(
     let (node, report) = ramdisk_payload(tx, identity, key, envelope, |r: &TaskReport| &r.node_id)?;
     let data = json!({"node": node.id, "task": report.task, "ok": report.ok, "detail": report.detail});
     store::events::append(tx, "node.task.reported", &format!("node/{}", node.id), None, &data, now)?;
-    // A teardown workflow owns a releasing node's verdict: it quarantines on its own, in the
-    // transaction that ends its run (a node failed here first would be `failed` while its run
-    // still runs, and `recover` refused).
-    let teardown = node.state == NodeState::Releasing && store::workflows::running_for(tx, &node.id)?.is_some();
+    let teardown = under_teardown(tx, &node)?;
     let outcome = match (report.task.as_str(), report.ok, node.state) {
         ("deploy", true, NodeState::Deploying) => Some(NodeState::Deployed),
         ("erase" | "firmware", false, NodeState::Releasing) if !teardown => Some(NodeState::Failed),
