@@ -8,7 +8,9 @@
 //! spec clears it on the next write; the engine does not read it). A read that falls wholly
 //! in a hole is answered with zeros without touching the file, as a thin-provisioned device
 //! answers one of deallocated blocks: a thousand read-backs at once of mostly erased disks
-//! would otherwise churn the host's page cache with zero pages. Faults make it lie: erase
+//! would otherwise churn the host's page cache with zero pages; likewise a write of zeros
+//! over a hole is not stored (a deploy zeroes each disk's head and tail, which on a tmpfs
+//! would otherwise allocate memory for every leased machine's zeros). Faults make it lie: erase
 //! commands acknowledged and ignored (only the read-back can tell), or reads that fail.
 
 use std::fs::File;
@@ -132,6 +134,14 @@ impl Target for FileDisk {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if offset + buf.len() as u64 > self.size {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        if buf.iter().all(|b| *b == 0) && self.is_hole(offset, buf.len()) {
+            // Zeros over a hole change nothing a read can see: left unwritten, as a
+            // thin-provisioned device leaves them unallocated.
+            return Ok(());
+        }
         self.file.write_all_at(buf, offset)
     }
 
@@ -226,6 +236,32 @@ mod tests {
         assert!(back[8192 + 4096..].iter().all(|b| *b == 0), "the hole after it");
         let past = disk.read_at(&mut back, (4 << 20) - 4096).unwrap_err();
         assert_eq!(past.kind(), io::ErrorKind::UnexpectedEof, "a read past the end fails");
+    }
+
+    /// The bytes of `disk`'s file actually allocated.
+    fn allocated(disk: &FileDisk) -> u64 {
+        use std::os::unix::fs::MetadataExt as _;
+        disk.file.metadata().unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn zeros_written_over_a_hole_allocate_nothing_and_zeros_over_data_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = disk(dir.path(), Arc::default());
+        let before = allocated(&disk);
+        disk.write_at(&[0; 1 << 20], 0).unwrap();
+        disk.write_at(&[0; 1 << 20], 3 << 20).unwrap();
+        disk.sync().unwrap();
+        assert_eq!(allocated(&disk), before, "zeros over holes are not stored");
+
+        disk.write_at(&[0xa5; 8192], 1 << 20).unwrap();
+        disk.write_at(&[0; 4096], 1 << 20).unwrap();
+        let mut back = [1u8; 8192];
+        disk.read_at(&mut back, 1 << 20).unwrap();
+        assert!(back[..4096].iter().all(|b| *b == 0), "zeros over data overwrite it");
+        assert!(back[4096..].iter().all(|b| *b == 0xa5), "and only the range written");
+        let past = disk.write_at(&[0; 4096], (4 << 20) - 2048).unwrap_err();
+        assert_eq!(past.raw_os_error(), Some(libc::ENOSPC), "a write past the end fails");
     }
 
     #[test]

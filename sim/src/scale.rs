@@ -242,7 +242,10 @@ pub async fn run(site: &Site, plan: &Plan, say: &dyn Fn(String)) -> anyhow::Resu
         let Some(run) = runs.as_array().and_then(|r| r.last()) else { continue };
         let history = run["history"].as_array().cloned().unwrap_or_default();
         if let Some(failed) = history.iter().rev().find(|r| r["result"] == "failed") {
-            let mut why = failed["detail"].to_string();
+            let mut why = match run["lastError"].as_str() {
+                Some(error) => format!("{error} ({})", failed["detail"]),
+                None => failed["detail"].to_string(),
+            };
             if let Some(wipe) = failed["detail"]["wipeReport"].as_str() {
                 let wipe = site.admin.get(&format!("/v1/nodes/{node}/wipe-reports/{wipe}")).await?;
                 let disks = wipe.pointer("/report/disks").and_then(|d| d.as_array());
