@@ -146,6 +146,7 @@ fn parse_rate(text: &str) -> Result<f64, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    metal_sim::return_freed_buffers();
     let default_log = match cli.command {
         Command::Run { .. } => "info",
         Command::Demo | Command::Chaos { .. } | Command::Scheduler { .. } | Command::Scale { .. } => "warn",
