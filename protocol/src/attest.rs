@@ -50,13 +50,24 @@ pub enum WipeRefusal {
     #[error("disk {0} of the platform inventory is missing from the report")]
     MissingDisk(String),
     /// A disk in the report did not pass its erase and read-back.
-    #[error("disk {disk} did not pass read-back{}", first_bad_offset.map(|o| format!(" (first bad byte at offset {o})")).unwrap_or_default())]
+    #[error("disk {disk} {}", disk_failure(*first_bad_offset, failure.as_deref()))]
     DiskFailed {
         /// The disk's label.
         disk: String,
         /// Offset of the first bad byte, when a mismatch was found.
         first_bad_offset: Option<u64>,
+        /// What the ramdisk said went wrong, when the erase stopped before its read-back.
+        failure: Option<String>,
     },
+}
+
+/// How a failed disk failed: the read-back's first bad byte, else the ramdisk's words.
+fn disk_failure(first_bad_offset: Option<u64>, failure: Option<&str>) -> String {
+    match (first_bad_offset, failure) {
+        (Some(offset), _) => format!("did not pass read-back (first bad byte at offset {offset})"),
+        (None, Some(failure)) => format!("failed: {failure}"),
+        (None, None) => "did not pass read-back".to_owned(),
+    }
 }
 
 impl WipeRefusal {
@@ -159,6 +170,7 @@ pub fn verify_wipe_report(
         return Err(WipeRefusal::DiskFailed {
             disk: failed.identity.label(),
             first_bad_offset: failed.first_bad_offset,
+            failure: failed.failure.clone(),
         });
     }
     Ok(report)

@@ -128,8 +128,25 @@ fn refusal_disk_failed_read_back() {
     report.disks[0].first_bad_offset = Some(4096 * 3 + 17);
     let env = signed(&ca, &report, NODE, GENERATION, Role::Ramdisk);
     let err = check(&ca, &env).unwrap_err();
-    assert_eq!(err, WipeRefusal::DiskFailed { disk: common::nvme_disk().label(), first_bad_offset: Some(12305) });
-    assert!(err.to_string().contains("12305"), "{err}");
+    let disk = common::nvme_disk().label();
+    assert_eq!(err, WipeRefusal::DiskFailed { disk: disk.clone(), first_bad_offset: Some(12305), failure: None });
+    assert_eq!(err.to_string(), format!("disk {disk} did not pass read-back (first bad byte at offset 12305)"));
+}
+
+#[test]
+fn refusal_disk_failed_before_its_read_back_says_why() {
+    let ca = site("site-a");
+    let mut report = wipe_report(NODE);
+    report.disks[0].result = WipeResult::Fail;
+    report.disks[0].verification = None;
+    report.disks[0].failure = Some("could not erase: planting markers: No space left on device".into());
+    let env = signed(&ca, &report, NODE, GENERATION, Role::Ramdisk);
+    let err = check(&ca, &env).unwrap_err();
+    let disk = common::nvme_disk().label();
+    assert_eq!(
+        err.to_string(),
+        format!("disk {disk} failed: could not erase: planting markers: No space left on device")
+    );
 }
 
 #[test]
