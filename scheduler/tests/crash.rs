@@ -179,14 +179,22 @@ fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_wo
 
 /// While the BMC has the new password and the store still the old one as current (the new
 /// one pending, the run held by a dead process's claim), an operator's power read still
-/// logs in: it finds the pending secret when the BMC refuses the current one.
+/// logs in: it finds the pending secret when the BMC refuses the current one. An operator's
+/// rotation is refused: the run's pending secret is the BMC's password, and a second rotation
+/// would replace it in the store.
 fn a_call_in_the_rotation_window_logs_in_with_the_pending_secret(dir: &Path, database: Option<&str>) {
     let service = start(dir, database, None, "1h");
     let (_, bmc) = service.call("GET", "/v1/nodes/n1/bmc", None);
     let (status, power) = service.call("GET", "/v1/nodes/n1/power", None);
+    let rotate = json!({"password": "Operator-Rotated-1"});
+    let (refused, why) = service.call("POST", "/v1/nodes/n1/bmc/rotate", Some(rotate));
     let (_, after) = service.call("GET", "/v1/nodes/n1/bmc", None);
     assert_eq!((&bmc["generation"], &after["generation"]), (&json!(1), &json!(1)), "still inside the window");
     assert_eq!(status, 200, "the pending secret logs in: {power}");
+    assert_eq!(refused, 409, "{why}");
+    assert!(why["error"]["message"].as_str().is_some_and(|m| m.contains("rotate it after the run ends")), "{why}");
+    let (status, power) = service.call("GET", "/v1/nodes/n1/power", None);
+    assert_eq!(status, 200, "the run's pending secret is still the one that logs in: {power}");
 }
 
 #[test]

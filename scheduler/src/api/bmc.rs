@@ -150,10 +150,12 @@ pub async fn get_readings(
     Ok(ApiJson(bmcs::read_model(&app, &id).await?))
 }
 
-/// Rotate the BMC password the service uses (stored only once the BMC took it and a login
-/// with it worked).
+/// Rotate the BMC password the service uses (stored only once the BMC took it). Refused with
+/// 409 while a workflow (a teardown, which rotates the credential itself) runs on the node,
+/// and with 422 when the BMC refuses the password.
 #[utoipa::path(post, path = "/v1/nodes/{id}/bmc/rotate", params(("id" = String, Path, description = "node id")), request_body = RotateRequest,
-    responses((status = 200, body = BmcInfo), (status = 502, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = BmcInfo), (status = 409, body = crate::error::ErrorBody),
+        (status = 422, body = crate::error::ErrorBody), (status = 502, body = crate::error::ErrorBody)))]
 pub async fn rotate_bmc(
     State(app): State<AppState>,
     caller: Caller,

@@ -246,15 +246,26 @@ pub async fn read_model(app: &App, node: &str) -> ApiResult<serde_json::Value> {
 
 /// Rotates the password of the BMC user the service logs in as. The new secret is recorded
 /// as pending before the BMC is asked (a crash, or a call made meanwhile, still finds it) and
-/// made current only after the BMC took it and a login with it worked; a refusal drops it.
+/// made current only after the BMC took it, and only if it is still the pending one; a
+/// refusal drops it. Refused while a teardown runs on the node: its rotation owns the
+/// credential until the run ends (two rotations at once would leave the BMC with one
+/// password and the store with the other).
 pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
     let user = info(app, node.to_owned()).await?.username;
     let sealed = crate::secrets::seal(app.config.master_key.as_ref(), node, &new);
-    let pending = |sealed: Option<String>| {
-        let (id, now) = (node.to_owned(), app.clock.now());
-        app.store.write(move |tx| store::bmcs::set_pending(tx, &id, sealed.as_deref(), now))
-    };
-    pending(Some(sealed)).await?;
+    let (id, now, ours) = (node.to_owned(), app.clock.now(), sealed.clone());
+    app.store
+        .write(move |tx| {
+            if let Some(run) = store::workflows::running_for(tx, &id)? {
+                return Err(ApiError::Conflict(format!(
+                    "node {id}: run {} ({}) is running and may rotate the BMC credential itself; \
+                     rotate it after the run ends",
+                    run.id, run.definition
+                )));
+            }
+            Ok(store::bmcs::set_pending(tx, &id, Some(&ours), now)?)
+        })
+        .await?;
     let rotation = try_on_bmc(app, node, |bmc| {
         let (user, new) = (user.clone(), new.clone());
         Box::pin(async move { bmc.rotate_password(&user, &new).await })
@@ -264,7 +275,8 @@ pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
         Err(refused @ BmcError::Refused { .. }) => {
             // The BMC works and refused it (its password policy, or the account's privilege):
             // the caller's to change, not a failed gateway; the old secret stays current.
-            pending(None).await?;
+            let (id, now) = (node.to_owned(), app.clock.now());
+            app.store.write(move |tx| store::bmcs::drop_pending(tx, &id, &sealed, now)).await?;
             return Err(ApiError::invalid("bmc", refused.to_string()));
         }
         // Whether the BMC took it is unknown: the pending secret stays for the next call
@@ -272,7 +284,7 @@ pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
         Err(other) => return Err(other.into()),
     }
     let (id, now) = (node.to_owned(), app.clock.now());
-    let promoted = app.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, now)?)).await?;
+    let promoted = app.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, &sealed, now)?)).await?;
     if !promoted {
         return Err(ApiError::Conflict(format!(
             "node {node}: another rotation replaced this one while it ran; the BMC's password is the last one set"

@@ -239,11 +239,12 @@ impl Steps<'_> {
         bmc.power_state().await.map(|_| ()).map_err(|e| e.to_string())
     }
 
-    fn promote(&self, detail: Value) -> Outcome {
+    /// Makes `sealed`, the pending secret the BMC took, current.
+    fn promote(&self, sealed: String, detail: Value) -> Outcome {
         let now = self.app.clock.now();
         let effects: Effects = Box::new(move |tx, run| {
-            if !store::bmcs::promote_pending(tx, &run.node_id, now)? {
-                return Err(ApiError::Conflict("no rotation is pending".into()));
+            if !store::bmcs::promote_pending(tx, &run.node_id, &sealed, now)? {
+                return Err(ApiError::Conflict("the rotation's pending secret was replaced".into()));
             }
             Ok(())
         });
@@ -264,12 +265,13 @@ impl Steps<'_> {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(format!("the BMC credential cannot be opened: {e}"), Value::Null),
         };
-        if let Some(pending) = &stored.pending {
-            let Ok(pending) = open(pending) else {
+        if let Some(sealed) = &stored.pending {
+            let Ok(pending) = open(sealed) else {
                 return Outcome::Failed("the pending BMC credential cannot be opened".into(), Value::Null);
             };
             if self.logs_in(&stored.info, pending).await.is_ok() {
-                return self.promote(json!({"recovered": "a rotation was in flight; the new credential logs in"}));
+                let detail = json!({"recovered": "a rotation was in flight; the new credential logs in"});
+                return self.promote(sealed.clone(), detail);
             }
             if let Err(e) = self.logs_in(&stored.info, current.clone()).await {
                 return Outcome::Retry(
@@ -283,7 +285,7 @@ impl Steps<'_> {
         }
         let new = new_password();
         let sealed = crate::secrets::seal(key.as_ref(), &self.node.id, &new);
-        if let Err(outcome) = self.set_pending(Some(sealed)).await {
+        if let Err(outcome) = self.set_pending(Some(sealed.clone())).await {
             return outcome;
         }
         let bmc = match crate::metal::bmcs::connect(&stored.info, current.clone()).await {
@@ -302,7 +304,7 @@ impl Steps<'_> {
         }
         super::workflow::crash_point(self.app, "rotate-credential", "acted");
         match self.logs_in(&stored.info, new).await {
-            Ok(()) => self.promote(json!({"rotated": true, "user": stored.info.username, "provedBy": "login"})),
+            Ok(()) => self.promote(sealed, json!({"rotated": true, "user": stored.info.username, "provedBy": "login"})),
             Err(e) => Outcome::Retry(format!("the new BMC credential does not log in: {e}"), Value::Null),
         }
     }

@@ -110,12 +110,22 @@ pub fn set_pending(conn: &mut dyn Conn, node: &str, sealed: Option<&str>, now: O
     Ok(())
 }
 
-/// Makes the pending secret the current one (after a login with it worked).
-pub fn promote_pending(conn: &mut dyn Conn, node: &str, now: OffsetDateTime) -> DbResult<bool> {
+/// Drops the pending secret if it is still `sealed` (a refused rotation's own).
+pub fn drop_pending(conn: &mut dyn Conn, node: &str, sealed: &str, now: OffsetDateTime) -> DbResult<()> {
+    conn.execute(
+        "UPDATE bmcs SET pending_secret = NULL, updated_at = $1 WHERE node_id = $2 AND pending_secret = $3",
+        &[&to_millis(now), &node, &sealed],
+    )?;
+    Ok(())
+}
+
+/// Makes the pending secret the current one (after the BMC took it), if it is still `sealed`:
+/// a rotation that ran alongside and recorded its own secret is not promoted by this one.
+pub fn promote_pending(conn: &mut dyn Conn, node: &str, sealed: &str, now: OffsetDateTime) -> DbResult<bool> {
     let n = conn.execute(
         "UPDATE bmcs SET secret = pending_secret, pending_secret = NULL, generation = generation + 1, updated_at = $1 \
-         WHERE node_id = $2 AND pending_secret IS NOT NULL",
-        &[&to_millis(now), &node],
+         WHERE node_id = $2 AND pending_secret = $3",
+        &[&to_millis(now), &node, &sealed],
     )?;
     if n == 1 {
         events::append(
