@@ -335,6 +335,37 @@ async fn events_long_poll_wakes_on_a_new_event_and_sse_streams_them() {
 }
 
 #[tokio::test]
+async fn responses_are_gzipped_for_a_client_that_accepts_it_and_the_event_stream_is_not() {
+    use std::io::Read as _;
+    let site = Site::start().await;
+    for i in 0..40 {
+        site.admin("POST", "/v1/nodes", Some(json!({"id": format!("n{i:03}"), "labels": {"rack": "r1"}}))).await;
+    }
+    let (_, plain) = site.admin("GET", "/v1/nodes", None).await;
+    let get = |path: &str| {
+        site.http.get(format!("{}{path}", site.url)).bearer_auth(&site.admin).header("accept-encoding", "gzip").send()
+    };
+    let response = get("/v1/nodes").await.unwrap();
+    assert_eq!(response.headers().get("content-encoding").map(|v| v.to_str().unwrap()), Some("gzip"));
+    let gzipped = response.bytes().await.unwrap();
+    let mut json = String::new();
+    flate2::read::GzDecoder::new(&gzipped[..]).read_to_string(&mut json).unwrap();
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap(), plain);
+    assert!(gzipped.len() * 4 < json.len(), "{} bytes gzipped from {}", gzipped.len(), json.len());
+
+    // Without the header: plain JSON, as before.
+    let response = site.http.get(format!("{}/v1/nodes", site.url)).bearer_auth(&site.admin).send().await.unwrap();
+    assert!(response.headers().get("content-encoding").is_none());
+
+    // The stream is sent as it happens, never held back by a compressor.
+    let mut stream = get("/v1/events/stream?tail=true&subject=node/n001").await.unwrap();
+    assert!(stream.headers().get("content-encoding").is_none(), "{:?}", stream.headers());
+    site.admin("PATCH", "/v1/nodes/n001", Some(json!({"labels": {"rack": "r2"}}))).await;
+    let text = first_sse_event(&mut stream).await;
+    assert!(text.contains("node/n001"), "{text}");
+}
+
+#[tokio::test]
 async fn metrics_count_requests_and_nodes() {
     let site = Site::start().await;
     site.admin("POST", "/v1/nodes", Some(json!({"id": "n1"}))).await;
