@@ -271,9 +271,6 @@ fn inventory_snapshot(
     Ok(id)
 }
 
-/// The teardown's firmware step: the versions the ramdisk read in band against the pool's
-/// baseline (the ramdisk reports versions; the verdict is the scheduler's). Drift fails the
-/// node (quarantine); a compliant check at this generation moves the boot service to the erase.
 /// Whether a running teardown owns the node's verdict: it quarantines on its own, in the
 /// transaction that ends its run (a node failed by a ramdisk report first would be `failed`
 /// while its run still runs, and `recover` refused).
@@ -281,6 +278,9 @@ fn under_teardown(tx: &mut dyn Conn, node: &Node) -> ApiResult<bool> {
     Ok(node.state == NodeState::Releasing && store::workflows::running_for(tx, &node.id)?.is_some())
 }
 
+/// The teardown's firmware step: the versions the ramdisk read in band against the pool's
+/// baseline (the ramdisk reports versions; the verdict is the scheduler's). Drift fails the
+/// node (quarantine); a compliant check at this generation moves the boot service to the erase.
 fn firmware_check(
     tx: &mut dyn Conn,
     node: &Node,
