@@ -256,6 +256,9 @@ pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
     let (id, now, ours) = (node.to_owned(), app.clock.now(), sealed.clone());
     app.store
         .write(move |tx| {
+            // A run starts in a transaction that moves the node: with its row locked, one
+            // starting meanwhile is either seen here or starts after this secret is pending.
+            store::nodes::lock(tx, &id)?;
             if let Some(run) = store::workflows::running_for(tx, &id)? {
                 return Err(ApiError::Conflict(format!(
                     "node {id}: run {} ({}) is running and may rotate the BMC credential itself; \
