@@ -4,7 +4,11 @@
 //! zstd frame per chunk) takes the parallel path instead: the reader cuts the stream into
 //! frames, decompressing threads turn each into exactly its chunk and verify it, and writer
 //! threads put chunks at their offsets with several writes in flight. A manifest zero chunk
-//! is verified by checking it is all zero (`validate` tied the flag to its digest).
+//! is verified by checking it is all zero (`validate` tied the flag to its digest); on the
+//! frames path its frame is not even decoded, since what goes to the disk is the manifest's
+//! zeros, not the served bytes. Nor is the served file's digest recomputed there: the SHA-256
+//! of every raw chunk already covers each byte written, and the served file is only an
+//! encoding of them (its size is still checked, so a stream that is too long fails).
 //!
 //! The first MiB (partition table, boot sector) is held back and written last, after every
 //! chunk and the whole-image digest checked out; before anything is written the first and
@@ -263,15 +267,21 @@ fn check_format(input: &mut impl BufRead, plan: &DeployPlan) -> Result<ImageForm
 /// Reads the rest of the served stream and checks its size and whole-file digest.
 fn check_served<R: Read>(served: HashingReader<R>, plan: &DeployPlan) -> Result<(), DeployError> {
     let (digest, size) = served.finish().map_err(DeployError::Source)?;
+    check_served_size(size, plan)?;
+    if digest != plan.image.digest {
+        return Err(DeployError::Image { what: "digest", expected: plan.image.digest.hex.clone(), found: digest.hex });
+    }
+    Ok(())
+}
+
+/// Checks the served stream's size against the plan.
+fn check_served_size(size: u64, plan: &DeployPlan) -> Result<(), DeployError> {
     if size != plan.image.size_bytes {
         return Err(DeployError::Image {
             what: "size",
             expected: plan.image.size_bytes.to_string(),
             found: size.to_string(),
         });
-    }
-    if digest != plan.image.digest {
-        return Err(DeployError::Image { what: "digest", expected: plan.image.digest.hex.clone(), found: digest.hex });
     }
     Ok(())
 }
@@ -461,14 +471,16 @@ struct Frame {
     bytes: Vec<u8>,
 }
 
-/// A verified chunk, decompressed into an aligned buffer, on its way to the disk.
+/// A verified chunk on its way to the disk.
 struct Ready {
     index: u64,
     /// Raw length.
     len: usize,
     /// Leading bytes held back (the head).
     cut: usize,
-    buf: AlignedBuf,
+    /// The decompressed chunk, or none for a manifest zero chunk (written from the shared
+    /// zeros).
+    buf: Option<AlignedBuf>,
 }
 
 /// What the threads of the frames path share: the first failure (which stops them all),
@@ -480,6 +492,8 @@ struct Framed<'a> {
     failure: Mutex<Option<DeployError>>,
     failed: AtomicBool,
     held: Mutex<Vec<u8>>,
+    /// One chunk of zeros, block-padded: what a manifest zero chunk writes.
+    zeros: AlignedBuf,
     written: AtomicU64,
     skipped: AtomicU64,
     /// Chunks verified and written or skipped.
@@ -499,7 +513,7 @@ impl Framed<'_> {
     }
 
     /// Reads the stream, cuts it into the plan's frames and hands them on; then checks the
-    /// whole file's size and digest.
+    /// whole file's size.
     fn read(&self, stream: Box<dyn Read + Send>, frames: SyncSender<Frame>, free: Receiver<Vec<u8>>) {
         if let Err(e) = self.read_frames(stream, frames, free) {
             self.fail(e);
@@ -513,8 +527,7 @@ impl Framed<'_> {
         free: Receiver<Vec<u8>>,
     ) -> Result<(), DeployError> {
         let plan = self.plan;
-        let mut served = HashingReader::new(stream, plan.image.digest.algorithm);
-        let mut input = BufReader::with_capacity(1 << 20, &mut served);
+        let mut input = BufReader::with_capacity(1 << 20, stream);
         check_format(&mut input, plan)?;
         let mut start = 0u64;
         for (index, &size) in (0u64..).zip(&plan.image.frames) {
@@ -539,8 +552,8 @@ impl Framed<'_> {
             }
             start = end;
         }
-        drop(input);
-        check_served(served, plan)
+        let rest = io::copy(&mut input, &mut io::sink()).map_err(DeployError::Source)?;
+        check_served_size(start + rest, plan)
     }
 
     /// Decompresses frames into chunks, verifies them, keeps the head back and hands the
@@ -560,9 +573,19 @@ impl Framed<'_> {
         };
         while !self.failed() {
             let Ok(Ok(frame)) = frames.lock().map(|rx| rx.recv()) else { return };
-            let Ok(Ok(mut buf)) = pool.lock().map(|rx| rx.recv()) else { return };
             let (index, start) = (frame.index, frame.start);
             let len = usize::try_from(manifest.chunk_len(index)).unwrap_or(0);
+            if manifest.zero_chunks.binary_search(&index).is_ok() {
+                let _ = recycle.send(frame.bytes);
+                // The held-back head starts zeroed, so only its length matters here.
+                let cut =
+                    usize::try_from(HELD_BACK.saturating_sub(index * manifest.chunk_size)).map_or(len, |c| c.min(len));
+                if !self.pass_on(Ready { index, len, cut, buf: None }, &back, &ready) {
+                    return;
+                }
+                continue;
+            }
+            let Ok(Ok(mut buf)) = pool.lock().map(|rx| rx.recv()) else { return };
             let decoded = decoder.decode(&frame.bytes, &mut buf[..len]);
             let end = start + frame.bytes.len() as u64;
             let _ = recycle.send(frame.bytes);
@@ -586,17 +609,31 @@ impl Framed<'_> {
                 Ok(mut held) => hold_back(&mut held, offset, &buf[..len]),
                 Err(_) => return self.fail(DeployError::Source(io::Error::other("a deploy thread panicked"))),
             };
-            let rest = &buf[cut..len];
-            if rest.is_empty() || skippable(self.options, rest) {
-                if !rest.is_empty() {
-                    self.skipped.fetch_add(1, Ordering::SeqCst);
-                }
-                self.done.fetch_add(1, Ordering::SeqCst);
-                let _ = back.send(buf);
-            } else if ready.send(Ready { index, len, cut, buf }).is_err() {
+            if !self.pass_on(Ready { index, len, cut, buf: Some(buf) }, &back, &ready) {
                 return;
             }
         }
+    }
+
+    /// Hands a verified chunk to the writers, or counts it done when nothing of it is left
+    /// to write (all held back, or zeros onto a zeroed target). False when the writers are
+    /// gone.
+    fn pass_on(&self, chunk: Ready, back: &SyncSender<AlignedBuf>, ready: &SyncSender<Ready>) -> bool {
+        let rest = match &chunk.buf {
+            Some(buf) => &buf[chunk.cut..chunk.len],
+            None => &self.zeros[chunk.cut..chunk.len],
+        };
+        if !rest.is_empty() && !skippable(self.options, rest) {
+            return ready.send(chunk).is_ok();
+        }
+        if !rest.is_empty() {
+            self.skipped.fetch_add(1, Ordering::SeqCst);
+        }
+        self.done.fetch_add(1, Ordering::SeqCst);
+        if let Some(buf) = chunk.buf {
+            let _ = back.send(buf);
+        }
+        true
     }
 
     /// Writes verified chunks at their offsets, several at once. Keeps draining after a
@@ -607,8 +644,14 @@ impl Framed<'_> {
         while let Ok(Ok(Ready { index, len, cut, mut buf })) = ready.lock().map(|rx| rx.recv()) {
             if !self.failed() {
                 let padded = len.div_ceil(block) * block;
-                buf[len..padded].fill(0);
-                match self.target.write_at(&buf[cut..padded], index * chunk_size + cut as u64) {
+                let bytes = match &mut buf {
+                    Some(buf) => {
+                        buf[len..padded].fill(0);
+                        &buf[cut..padded]
+                    }
+                    None => &self.zeros[cut..padded],
+                };
+                match self.target.write_at(bytes, index * chunk_size + cut as u64) {
                     Ok(()) => {
                         self.written.fetch_add((len - cut) as u64, Ordering::SeqCst);
                         self.done.fetch_add(1, Ordering::SeqCst);
@@ -616,7 +659,9 @@ impl Framed<'_> {
                     Err(e) => self.fail(disk(format!("writing chunk {index}"))(e)),
                 }
             }
-            let _ = back.send(buf);
+            if let Some(buf) = buf {
+                let _ = back.send(buf);
+            }
         }
     }
 }
@@ -658,6 +703,7 @@ fn framed(
         failure: Mutex::new(None),
         failed: AtomicBool::new(false),
         held: Mutex::new(vec![0u8; usize::try_from(HELD_BACK.min(manifest.raw_size_bytes)).unwrap_or(0)]),
+        zeros: AlignedBuf::new(chunk_len),
         written: AtomicU64::new(0),
         skipped: AtomicU64::new(0),
         done: AtomicU64::new(0),

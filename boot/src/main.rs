@@ -3,6 +3,11 @@
 
 use clap::Parser as _;
 
+/// musl's allocator maps and unmaps every large block: the HTTP client's read buffers alone
+/// cost a deploy about a seventh of its CPU in page faults. mimalloc keeps them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     if std::process::id() == 1 {
         metal_boot::init::main();

@@ -479,6 +479,24 @@ fn a_seekable_image_lands_bit_exact_through_parallel_frames() {
     assert!(disk.read_all()[..raw.len()] == raw[..]);
 }
 
+#[test]
+fn a_zero_chunk_is_written_from_the_manifest_not_from_its_frame() {
+    let server = ImageServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = disk_image(7 * MIB + 4096);
+    let (plan_file, mut served) = seekable_plan(dir.path(), &raw, &server, "image.zst");
+    let sizes = frames(&read_plan(&plan_file));
+    // Chunk 3 is a manifest zero chunk: its frame is garbage now, and nothing reads it.
+    let start: usize = sizes[..3].iter().sum();
+    served[start..start + sizes[3]].fill(0xee);
+    server.put("image.zst", served);
+    let disk = LoopDevice::new(16 << 20);
+    let (status, outcome, stderr) = deploy(&plan_file, &disk, &["--allow-http", "--read-back"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(outcome["readBack"], true, "{outcome}");
+    assert!(disk.read_all()[..raw.len()] == raw[..], "the image did not land bit-exact");
+}
+
 /// A seekable file of `frames` by hand: the frames, then their seek table.
 fn seekable_file(frames: &[(Vec<u8>, usize)]) -> Vec<u8> {
     let word = |n: usize| u32::try_from(n).unwrap().to_le_bytes();
