@@ -62,6 +62,11 @@ pub fn from_millis(ms: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
+/// `t` as RFC 3339 text (what the API shows).
+pub fn to_rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

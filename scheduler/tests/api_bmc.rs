@@ -1,6 +1,7 @@
 //! BMC control through the API against real emulators: credentials sealed at rest and
 //! write-only, power/boot/media/readings through sushy-tools (Redfish), power and password
-//! rotation through ipmi_sim (IPMI), and discovery bounded to three credentials.
+//! rotation through ipmi_sim (IPMI), one rotation at a time, and discovery bounded to
+//! three credentials.
 
 mod common;
 
@@ -151,6 +152,94 @@ async fn an_ipmi_bmc_powers_the_node_and_rotations_are_stored_only_when_proved()
     assert!(error(&body, "INVALID_INPUT").contains("refused"), "{body}");
     let (s, info) = site.admin("GET", "/v1/nodes/n1/bmc", None).await;
     assert_eq!((s, &info["generation"]), (200, &json!(3)), "{info}");
+}
+
+/// Puts `password` in n1's pending slot as an operator's rotation begun `ago`.
+async fn pending(site: &Site, password: &str, ago: time::Duration) {
+    let key = site.app.config.master_key.clone();
+    let sealed = metal_scheduler::secrets::seal(key.as_ref(), "n1", &metal_bmc::Secret::new(password));
+    let began = site.app.clock.now() - ago;
+    let claimed = site
+        .app
+        .store
+        .write(move |tx| metal_scheduler::store::bmcs::claim_pending(tx, "n1", &sealed, began))
+        .await
+        .unwrap();
+    assert!(claimed, "the slot was free");
+}
+
+/// The BMC's password, changed behind the service's back (what a rotation that died after
+/// the BMC took it leaves).
+async fn set_on_bmc(sim: &IpmiSim, current: &str, new: &str) {
+    use metal_bmc::Bmc as _;
+    let config = metal_bmc::ipmi::IpmiConfig::new("127.0.0.1", sim.port, metal_bmc::Credential::new("admin", current));
+    metal_bmc::ipmi::IpmiBmc::new(config).rotate_password("admin", &metal_bmc::Secret::new(new)).await.unwrap();
+}
+
+async fn generation(site: &Site) -> i64 {
+    let (s, info) = site.admin("GET", "/v1/nodes/n1/bmc", None).await;
+    assert_eq!(s, 200, "{info}");
+    info["generation"].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn rotations_of_one_bmc_run_one_at_a_time_and_one_that_died_is_settled() {
+    let sim = IpmiSim::start();
+    let site = site_with_node(true).await;
+    let spec = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"});
+    let (s, body) = site.admin("PUT", "/v1/nodes/n1/bmc", Some(spec)).await;
+    assert_eq!(s, 200, "{body}");
+    let rotate =
+        |password: &'static str| site.admin("POST", "/v1/nodes/n1/bmc/rotate", Some(json!({"password": password})));
+    let power_reads = async || {
+        let (s, power) = site.admin("GET", "/v1/nodes/n1/power", None).await;
+        assert_eq!(s, 200, "the store's password is the BMC's: {power}");
+    };
+
+    // A rotation in flight holds the slot: a second one is refused and changes nothing.
+    pending(&site, "InFlight-1", time::Duration::seconds(5)).await;
+    let (s, body) = rotate("Second-2").await;
+    assert_eq!(s, 409, "{body}");
+    assert!(error(&body, "CONFLICT").contains("another rotation of its BMC credential is in flight"), "{body}");
+    assert_eq!(generation(&site).await, 1);
+
+    // Re-setting the BMC clears the slot; then two rotations at once: whichever claims the
+    // slot first runs, and however they interleave the BMC and the store agree afterwards.
+    let spec = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"});
+    site.admin("PUT", "/v1/nodes/n1/bmc", Some(spec)).await;
+    let before = generation(&site).await;
+    let ((a, body_a), (b, body_b)) = tokio::join!(rotate("Together-A1"), rotate("Together-B2"));
+    for (status, body) in [(a, &body_a), (b, &body_b)] {
+        assert!(status == 200 || (status == 409 && error(body, "CONFLICT").contains("in flight")), "{status} {body}");
+    }
+    let succeeded = i64::from(a == 200) + i64::from(b == 200);
+    assert!(succeeded >= 1, "{body_a} {body_b}");
+    assert_eq!(generation(&site).await, before + succeeded);
+    power_reads().await;
+
+    // A rotation that died after the BMC took its password: past the lease, the next
+    // rotation promotes it first (power reads meanwhile try it), then rotates.
+    let current = if b == 200 && (a != 200 || body_b["generation"].as_i64() > body_a["generation"].as_i64()) {
+        "Together-B2"
+    } else {
+        "Together-A1"
+    };
+    pending(&site, "Died-Took-3", time::Duration::minutes(6)).await;
+    set_on_bmc(&sim, current, "Died-Took-3").await;
+    power_reads().await;
+    let before = generation(&site).await;
+    let (s, body) = rotate("After-4").await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(generation(&site).await, before + 2, "promoted, then rotated");
+    power_reads().await;
+
+    // One that died before the BMC took it: dropped, then the rotation runs.
+    pending(&site, "Died-Lost-5", time::Duration::minutes(6)).await;
+    let before = generation(&site).await;
+    let (s, body) = rotate("After-6").await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(generation(&site).await, before + 1, "dropped, then rotated");
+    power_reads().await;
 }
 
 #[tokio::test]

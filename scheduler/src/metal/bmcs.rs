@@ -244,14 +244,24 @@ pub async fn read_model(app: &App, node: &str) -> ApiResult<serde_json::Value> {
     serde_json::to_value(&model).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
+/// How long an operator's rotation holds the pending slot: longer than any BMC call it makes
+/// (a Redfish session and a password change, each bounded by its timeouts). A slot held
+/// longer was left by a rotation that died; the next one settles it first.
+pub const ROTATION_LEASE: time::Duration = time::Duration::minutes(5);
+
 /// Rotates the password of the BMC user the service logs in as. The new secret is recorded
 /// as pending before the BMC is asked (a crash, or a call made meanwhile, still finds it) and
 /// made current only after the BMC took it, and only if it is still the pending one; a
-/// refusal drops it. Refused while a teardown runs on the node: its rotation owns the
-/// credential until the run ends (two rotations at once would leave the BMC with one
-/// password and the store with the other).
+/// refusal drops it, and an answer that leaves it unknown whether the BMC took it is settled
+/// by logging in. One rotation at a time: the pending slot is claimed, so a second rotation
+/// while one is in flight is refused (two at once could leave the BMC with one password and
+/// the store with the other), and a slot left by a rotation that died is settled before it
+/// is claimed again. Refused too while a teardown runs on the node: its rotation owns the
+/// credential until the run ends.
 pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
     let user = info(app, node.to_owned()).await?.username;
+    refuse_while_running(app, node).await?;
+    settle_abandoned(app, node).await?;
     let sealed = crate::secrets::seal(app.config.master_key.as_ref(), node, &new);
     let (id, now, ours) = (node.to_owned(), app.clock.now(), sealed.clone());
     app.store
@@ -259,14 +269,17 @@ pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
             // A run starts in a transaction that moves the node: with its row locked, one
             // starting meanwhile is either seen here or starts after this secret is pending.
             store::nodes::lock(tx, &id)?;
-            if let Some(run) = store::workflows::running_for(tx, &id)? {
-                return Err(ApiError::Conflict(format!(
-                    "node {id}: run {} ({}) is running and may rotate the BMC credential itself; \
-                     rotate it after the run ends",
-                    run.id, run.definition
-                )));
+            running_conflict(tx, &id)?;
+            if store::bmcs::claim_pending(tx, &id, &ours, now)? {
+                return Ok(());
             }
-            Ok(store::bmcs::set_pending(tx, &id, Some(&ours), now)?)
+            let began = store::bmcs::get(tx, &id)?.and_then(|b| b.pending_at).map(crate::clock::to_rfc3339);
+            Err(ApiError::Conflict(format!(
+                "node {id}: another rotation of its BMC credential is in flight (since {}); try again when it \
+                 ends (one that died is settled after {} minutes)",
+                began.as_deref().unwrap_or("an unknown time"),
+                ROTATION_LEASE.whole_minutes()
+            )))
         })
         .await?;
     let rotation = try_on_bmc(app, node, |bmc| {
@@ -282,16 +295,99 @@ pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
             app.store.write(move |tx| store::bmcs::drop_pending(tx, &id, &sealed, now)).await?;
             return Err(ApiError::invalid("bmc", refused.to_string()));
         }
-        // Whether the BMC took it is unknown: the pending secret stays for the next call
-        // (or a teardown's rotation) to try.
-        Err(other) => return Err(other.into()),
+        // Whether the BMC took it is unknown: logging in tells.
+        Err(other) => match settle(app, node, &sealed).await? {
+            Settled::Promoted => return info(app, node.to_owned()).await,
+            Settled::Dropped | Settled::Replaced => return Err(other.into()),
+            Settled::Unknown(why) => {
+                return Err(ApiError::Bmc(format!(
+                    "{other}; whether the BMC took the new password is unknown ({why}): it stays pending, and \
+                     calls try it when the current one is refused"
+                )));
+            }
+        },
     }
     let (id, now) = (node.to_owned(), app.clock.now());
     let promoted = app.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, &sealed, now)?)).await?;
     if !promoted {
         return Err(ApiError::Conflict(format!(
-            "node {node}: another rotation replaced this one while it ran; the BMC's password is the last one set"
+            "node {node}: the rotation's pending secret was replaced while it ran (the BMC was set again meanwhile)"
         )));
     }
     info(app, node.to_owned()).await
+}
+
+/// CONFLICT when a workflow runs on `node`.
+fn running_conflict(conn: &mut dyn store::Conn, node: &str) -> ApiResult<()> {
+    match store::workflows::running_for(conn, node)? {
+        Some(run) => Err(ApiError::Conflict(format!(
+            "node {node}: run {} ({}) is running and may rotate the BMC credential itself; rotate it after the run ends",
+            run.id, run.definition
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// [`running_conflict`], read before anything is settled: a running teardown's pending
+/// secret is its own.
+async fn refuse_while_running(app: &App, node: &str) -> ApiResult<()> {
+    let id = node.to_owned();
+    app.store.read(move |c| running_conflict(c, &id)).await
+}
+
+/// Settles a pending secret whose rotation began more than [`ROTATION_LEASE`] ago (it died).
+async fn settle_abandoned(app: &App, node: &str) -> ApiResult<()> {
+    let id = node.to_owned();
+    let Some(row) = app.store.read(move |c| store::bmcs::get(c, &id)).await? else { return Ok(()) };
+    let Some(sealed) = row.pending else { return Ok(()) };
+    if row.pending_at.is_some_and(|began| app.clock.now() - began < ROTATION_LEASE) {
+        return Ok(()); // in flight: the claim refuses
+    }
+    match settle(app, node, &sealed).await? {
+        Settled::Promoted | Settled::Dropped | Settled::Replaced => Ok(()),
+        Settled::Unknown(why) => Err(ApiError::Bmc(format!(
+            "node {node}: a rotation that did not finish left a new password pending, and {why}; \
+             set the BMC's credential again (PUT /v1/nodes/{node}/bmc)"
+        ))),
+    }
+}
+
+/// What logging in said about a pending secret.
+enum Settled {
+    /// The BMC has it: it is current now.
+    Promoted,
+    /// The BMC still has the current one: the pending secret is gone.
+    Dropped,
+    /// Another call settled or replaced it first.
+    Replaced,
+    /// Neither logs in (why).
+    Unknown(String),
+}
+
+/// Settles the pending secret `sealed` by logging in: made current if the BMC takes it,
+/// dropped if the BMC still takes the current one.
+async fn settle(app: &App, node: &str, sealed: &str) -> ApiResult<Settled> {
+    let id = node.to_owned();
+    let row = app.store.read(move |c| store::bmcs::get(c, &id)).await?;
+    let Some(row) = row.filter(|r| r.pending.as_deref() == Some(sealed)) else { return Ok(Settled::Replaced) };
+    let key = app.config.master_key.as_ref();
+    let (id, now, sealed) = (node.to_owned(), app.clock.now(), sealed.to_owned());
+    if logs_in(&row.info, crate::secrets::open(key, node, &sealed)?).await.is_ok() {
+        let promoted = app.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, &sealed, now)?)).await?;
+        return Ok(if promoted { Settled::Promoted } else { Settled::Replaced });
+    }
+    match logs_in(&row.info, crate::secrets::open(key, node, &row.secret)?).await {
+        Ok(()) => {
+            let dropped = app.store.write(move |tx| store::bmcs::drop_pending(tx, &id, &sealed, now)).await?;
+            Ok(if dropped { Settled::Dropped } else { Settled::Replaced })
+        }
+        Err(e) => Ok(Settled::Unknown(format!("neither the pending nor the current password logs in: {e}"))),
+    }
+}
+
+/// Whether `password` logs in to the BMC `info` describes (a power read needs a valid
+/// credential).
+pub async fn logs_in(info: &BmcInfo, password: Secret) -> Result<(), String> {
+    let bmc = connect(info, password).await.map_err(|e| e.to_string())?;
+    bmc.power_state().await.map(|_| ()).map_err(|e| e.to_string())
 }

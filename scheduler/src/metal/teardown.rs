@@ -233,12 +233,6 @@ impl Steps<'_> {
         }
     }
 
-    /// Whether `password` logs in (a power read needs a valid credential).
-    async fn logs_in(&self, info: &crate::model::bmc::BmcInfo, password: metal_bmc::Secret) -> Result<(), String> {
-        let bmc = crate::metal::bmcs::connect(info, password).await.map_err(|e| e.to_string())?;
-        bmc.power_state().await.map(|_| ()).map_err(|e| e.to_string())
-    }
-
     /// Makes `sealed`, the pending secret the BMC took, current.
     fn promote(&self, sealed: String, detail: Value) -> Outcome {
         let now = self.app.clock.now();
@@ -266,14 +260,24 @@ impl Steps<'_> {
             Err(e) => return Outcome::Failed(format!("the BMC credential cannot be opened: {e}"), Value::Null),
         };
         if let Some(sealed) = &stored.pending {
+            let others = stored.pending_by.as_deref() != Some(self.run.id.as_str());
+            let began = stored.pending_at.filter(|t| self.app.clock.now() - *t < crate::metal::bmcs::ROTATION_LEASE);
+            if let (true, Some(began)) = (others, began) {
+                // An operator's rotation that began before this run: it settles first.
+                let since = crate::clock::to_rfc3339(began);
+                return Outcome::Retry(
+                    format!("an operator's rotation of the BMC credential is in flight (since {since})"),
+                    Value::Null,
+                );
+            }
             let Ok(pending) = open(sealed) else {
                 return Outcome::Failed("the pending BMC credential cannot be opened".into(), Value::Null);
             };
-            if self.logs_in(&stored.info, pending).await.is_ok() {
+            if crate::metal::bmcs::logs_in(&stored.info, pending).await.is_ok() {
                 let detail = json!({"recovered": "a rotation was in flight; the new credential logs in"});
                 return self.promote(sealed.clone(), detail);
             }
-            if let Err(e) = self.logs_in(&stored.info, current.clone()).await {
+            if let Err(e) = crate::metal::bmcs::logs_in(&stored.info, current.clone()).await {
                 return Outcome::Retry(
                     format!("neither the pending nor the current BMC credential logs in: {e}"),
                     Value::Null,
@@ -294,7 +298,7 @@ impl Steps<'_> {
         };
         if let Err(e) = bmc.rotate_password(&stored.info.username, &new).await {
             // Refused: the old credential stays current when it still logs in.
-            if self.logs_in(&stored.info, current).await.is_ok() {
+            if crate::metal::bmcs::logs_in(&stored.info, current).await.is_ok() {
                 let _ = self.set_pending(None).await;
             }
             return Outcome::Failed(
@@ -303,7 +307,7 @@ impl Steps<'_> {
             );
         }
         super::workflow::crash_point(self.app, "rotate-credential", "acted");
-        match self.logs_in(&stored.info, new).await {
+        match crate::metal::bmcs::logs_in(&stored.info, new).await {
             Ok(()) => self.promote(sealed, json!({"rotated": true, "user": stored.info.username, "provedBy": "login"})),
             Err(e) => Outcome::Retry(format!("the new BMC credential does not log in: {e}"), Value::Null),
         }
@@ -316,7 +320,7 @@ impl Steps<'_> {
             .store
             .write(move |tx| {
                 store::workflows::fence_check(tx, &run)?;
-                store::bmcs::set_pending(tx, &run.node_id, sealed.as_deref(), now)?;
+                store::bmcs::set_pending(tx, &run.node_id, &run.id, sealed.as_deref(), now)?;
                 Ok::<_, ApiError>(())
             })
             .await

@@ -260,7 +260,7 @@ impl Reservation {
     /// limit).
     pub fn explained(mut self) -> Self {
         if self.state == ReservationState::Pending && self.state_reason.is_none() {
-            let at = |t: OffsetDateTime| t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+            let at = crate::clock::to_rfc3339;
             self.state_reason = Some(match self.request.binding {
                 Some(_) => format!(
                     "waiting for its start at {}, then for its deploy, which must bind by {} (the 2-hour limit)",

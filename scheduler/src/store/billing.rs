@@ -99,10 +99,6 @@ pub fn emit(conn: &mut dyn Conn, now: OffsetDateTime) -> DbResult<usize> {
     Ok(written)
 }
 
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
-}
-
 fn insert_meter(
     conn: &mut dyn Conn,
     lease: &Billable,
@@ -126,7 +122,7 @@ fn insert_meter(
         "billing.metered",
         &format!("reservation/{}", lease.reservation),
         Some(&lease.tenant),
-        &json!({"meter": meter, "node": lease.node, "windowStart": rfc3339(from_millis(window_start)), "quantity": quantity}),
+        &json!({"meter": meter, "node": lease.node, "windowStart": crate::clock::to_rfc3339(from_millis(window_start)), "quantity": quantity}),
         now,
     )?;
     Ok(1)

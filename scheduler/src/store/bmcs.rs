@@ -4,7 +4,7 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::clock::to_millis;
+use crate::clock::{from_millis, to_millis};
 use crate::error::ApiError;
 use crate::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BmcTls, ConsoleSession, IpmiPrivilege};
 use crate::store::{Conn, DbError, DbResult, Row, events};
@@ -18,6 +18,10 @@ pub struct StoredBmc {
     pub secret: String,
     /// A rotation in flight: the new secret, recorded before the BMC was asked.
     pub pending: Option<String>,
+    /// Who holds the slot: a teardown run's id, or [`API_ROTATION`].
+    pub pending_by: Option<String>,
+    /// When that rotation began (none for a slot recorded before the column existed).
+    pub pending_at: Option<OffsetDateTime>,
 }
 
 fn from_row(row: &Row) -> DbResult<StoredBmc> {
@@ -44,13 +48,16 @@ fn from_row(row: &Row) -> DbResult<StoredBmc> {
         },
         secret,
         pending: row.get("pending_secret")?,
+        pending_by: row.get("pending_by")?,
+        pending_at: row.get::<Option<i64>>("pending_at")?.map(from_millis),
     })
 }
 
 /// A node's BMC.
 pub fn get(conn: &mut dyn Conn, node: &str) -> DbResult<Option<StoredBmc>> {
     conn.query_opt(
-        "SELECT node_id, generation, protocol, address, username, secret, pending_secret, tls, system_id, privilege, health FROM bmcs \
+        "SELECT node_id, generation, protocol, address, username, secret, pending_secret, pending_by, pending_at, tls, system_id, privilege, \
+         health FROM bmcs \
          WHERE node_id = $1",
         &[&node],
     )?
@@ -59,7 +66,8 @@ pub fn get(conn: &mut dyn Conn, node: &str) -> DbResult<Option<StoredBmc>> {
     .transpose()
 }
 
-/// Sets (or replaces) a node's BMC; NOT_FOUND when there is no such node.
+/// Sets (or replaces) a node's BMC; NOT_FOUND when there is no such node. A rotation's
+/// pending secret goes: the credential given now is the one the BMC has.
 pub fn put(
     conn: &mut dyn Conn,
     node: &str,
@@ -86,7 +94,8 @@ pub fn put(
     ];
     let updated = conn.execute(
         "UPDATE bmcs SET generation = generation + 1, protocol = $2, address = $3, username = $4, secret = $5, tls = $6, \
-         system_id = $7, health = NULL, updated_at = $8, privilege = $9 WHERE node_id = $1",
+         system_id = $7, health = NULL, updated_at = $8, privilege = $9, pending_secret = NULL, pending_by = NULL, \
+         pending_at = NULL WHERE node_id = $1",
         &params,
     )?;
     if updated == 0 {
@@ -101,30 +110,56 @@ pub fn put(
     Ok(get(conn, node)?.ok_or(DbError::NoRow)?.info)
 }
 
-/// Records (`Some`) or drops (`None`) the secret of a rotation in flight.
-pub fn set_pending(conn: &mut dyn Conn, node: &str, sealed: Option<&str>, now: OffsetDateTime) -> DbResult<()> {
+/// Who holds the pending slot during an operator's rotation.
+pub const API_ROTATION: &str = "api";
+
+/// Records (`Some`) or drops (`None`) the secret of a teardown run's rotation, which the
+/// run's claim fences.
+pub fn set_pending(
+    conn: &mut dyn Conn,
+    node: &str,
+    run: &str,
+    sealed: Option<&str>,
+    now: OffsetDateTime,
+) -> DbResult<()> {
+    let at = to_millis(now);
+    let (by, began) = (sealed.map(|_| run), sealed.map(|_| at));
     conn.execute(
-        "UPDATE bmcs SET pending_secret = $1, updated_at = $2 WHERE node_id = $3",
-        &[&sealed, &to_millis(now), &node],
+        "UPDATE bmcs SET pending_secret = $1, pending_by = $2, pending_at = $3, updated_at = $4 WHERE node_id = $5",
+        &[&sealed, &by, &began, &at, &node],
     )?;
     Ok(())
 }
 
-/// Drops the pending secret if it is still `sealed` (a refused rotation's own).
-pub fn drop_pending(conn: &mut dyn Conn, node: &str, sealed: &str, now: OffsetDateTime) -> DbResult<()> {
-    conn.execute(
-        "UPDATE bmcs SET pending_secret = NULL, updated_at = $1 WHERE node_id = $2 AND pending_secret = $3",
+/// Records `sealed` as an operator's rotation's pending secret only if no rotation holds
+/// the slot: true when this call claimed it.
+pub fn claim_pending(conn: &mut dyn Conn, node: &str, sealed: &str, now: OffsetDateTime) -> DbResult<bool> {
+    let at = to_millis(now);
+    let n = conn.execute(
+        "UPDATE bmcs SET pending_secret = $1, pending_by = $2, pending_at = $3, updated_at = $3 \
+         WHERE node_id = $4 AND pending_secret IS NULL",
+        &[&sealed, &API_ROTATION, &at, &node],
+    )?;
+    Ok(n == 1)
+}
+
+/// Drops the pending secret if it is still `sealed` (a refused rotation's own): true when
+/// it was.
+pub fn drop_pending(conn: &mut dyn Conn, node: &str, sealed: &str, now: OffsetDateTime) -> DbResult<bool> {
+    let n = conn.execute(
+        "UPDATE bmcs SET pending_secret = NULL, pending_by = NULL, pending_at = NULL, updated_at = $1 \
+         WHERE node_id = $2 AND pending_secret = $3",
         &[&to_millis(now), &node, &sealed],
     )?;
-    Ok(())
+    Ok(n == 1)
 }
 
 /// Makes the pending secret the current one (after the BMC took it), if it is still `sealed`:
 /// a rotation that ran alongside and recorded its own secret is not promoted by this one.
 pub fn promote_pending(conn: &mut dyn Conn, node: &str, sealed: &str, now: OffsetDateTime) -> DbResult<bool> {
     let n = conn.execute(
-        "UPDATE bmcs SET secret = pending_secret, pending_secret = NULL, generation = generation + 1, updated_at = $1 \
-         WHERE node_id = $2 AND pending_secret = $3",
+        "UPDATE bmcs SET secret = pending_secret, pending_secret = NULL, pending_by = NULL, pending_at = NULL, \
+         generation = generation + 1, updated_at = $1 WHERE node_id = $2 AND pending_secret = $3",
         &[&to_millis(now), &node, &sealed],
     )?;
     if n == 1 {
