@@ -8,7 +8,7 @@
 //! client as the ramdisk) -> ready two identity generations later, with the evidence record
 //! and the meter rows. Also: a lease without a profile version is refused and the node stays
 //! ready; a BMC that refuses the rotation quarantines the node, and recover runs the
-//! teardown again.
+//! teardown again; a teardown waits for an operator's rotation in flight.
 
 use std::time::Duration;
 
@@ -253,6 +253,40 @@ fn a_bmc_that_refuses_the_rotation_quarantines_the_node_and_the_old_credential_s
     let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
     assert_eq!((status, power["power"].as_str()), (200, Some("off")), "the old credential still logs in: {power}");
     assert_eq!(ok(&s, "GET", "/v1/nodes/n1/bmc", Value::Null)["generation"], 1, "nothing was stored");
+}
+
+#[test]
+fn a_teardown_waits_for_an_operators_rotation_in_flight_and_settles_one_that_died() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    site(&s, ipmi(&sim), json!({}));
+    let reservation = leased_and_deployed(&s);
+    // An operator's rotation claimed the BMC's pending slot just now, and then died before
+    // it reached the BMC.
+    let sealed =
+        metal_scheduler::secrets::seal(s.app.config.master_key.as_ref(), "n1", &metal_bmc::Secret::new("Operator-1"));
+    let now = s.app.clock.now();
+    let claim = s.app.store.write(move |tx| metal_scheduler::store::bmcs::claim_pending(tx, "n1", &sealed, now));
+    assert!(s.block_on(claim).unwrap());
+    release(&s, &reservation);
+    let run = &teardowns(&s)[0];
+    let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
+    assert_eq!(steps, ["power-off", "fence"], "{run}");
+    let waiting = run["lastError"].as_str().unwrap();
+    assert!(waiting.starts_with("an operator's rotation of the BMC credential is in flight (since "), "{run}");
+    later(&s);
+    assert_eq!(teardowns(&s)[0]["history"].as_array().unwrap().len(), 2, "still waiting within the lease");
+
+    // Past the lease: the pending password never reached the BMC, so it is dropped, and the
+    // teardown rotates (not waiting for an operator's rotation that will never end).
+    s.clock.advance(Duration::from_secs(5 * 60));
+    pass(&s);
+    let run = &teardowns(&s)[0];
+    assert_eq!(run["history"][2]["step"], "rotate-credential", "{run}");
+    assert_eq!(run["history"][2]["detail"]["rotated"], true, "{run}");
+    assert_eq!(ok(&s, "GET", "/v1/nodes/n1/bmc", Value::Null)["generation"], 2, "one rotation stored");
+    let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
+    assert_eq!(status, 200, "the stored credential is the BMC's: {power}");
 }
 
 #[test]

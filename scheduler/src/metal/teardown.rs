@@ -263,12 +263,12 @@ impl Steps<'_> {
             let others = stored.pending_by.as_deref() != Some(self.run.id.as_str());
             let began = stored.pending_at.filter(|t| self.app.clock.now() - *t < crate::metal::bmcs::ROTATION_LEASE);
             if let (true, Some(began)) = (others, began) {
-                // An operator's rotation that began before this run: it settles first.
+                // An operator's rotation that began before this run: it ends first (one that
+                // died is settled below once its lease is over, within this step's deadline).
                 let since = crate::clock::to_rfc3339(began);
-                return Outcome::Retry(
-                    format!("an operator's rotation of the BMC credential is in flight (since {since})"),
-                    Value::Null,
-                );
+                return Outcome::Waiting(format!(
+                    "an operator's rotation of the BMC credential is in flight (since {since})"
+                ));
             }
             let Ok(pending) = open(sealed) else {
                 return Outcome::Failed("the pending BMC credential cannot be opened".into(), Value::Null);
