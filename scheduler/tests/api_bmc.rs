@@ -128,13 +128,18 @@ async fn bmc_settings_are_validated_and_absent_bmcs_are_not_found() {
     assert!(info.get("password").is_none());
 }
 
+/// Sets n1's BMC to ipmi_sim's admin account.
+async fn set_ipmi(site: &Site, sim: &IpmiSim) {
+    let spec = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"});
+    let (s, body) = site.admin("PUT", "/v1/nodes/n1/bmc", Some(spec)).await;
+    assert_eq!(s, 200, "{body}");
+}
+
 #[tokio::test]
 async fn an_ipmi_bmc_powers_the_node_and_rotations_are_stored_only_when_proved() {
     let sim = IpmiSim::start();
     let site = site_with_node(true).await;
-    let spec = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"});
-    let (s, body) = site.admin("PUT", "/v1/nodes/n1/bmc", Some(spec)).await;
-    assert_eq!(s, 200, "{body}");
+    set_ipmi(&site, &sim).await;
     let (s, result) = site.admin("POST", "/v1/nodes/n1/power", Some(json!({"action": "cycle"}))).await;
     assert_eq!((s, &result), (200, &json!({"before": "off", "after": "on", "sent": ["on"]})), "{result}");
     let (s, info) = site.admin("POST", "/v1/nodes/n1/bmc/rotate", Some(json!({"password": "Rotated-9"}))).await;
@@ -186,9 +191,7 @@ async fn generation(site: &Site) -> i64 {
 async fn rotations_of_one_bmc_run_one_at_a_time_and_one_that_died_is_settled() {
     let sim = IpmiSim::start();
     let site = site_with_node(true).await;
-    let spec = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"});
-    let (s, body) = site.admin("PUT", "/v1/nodes/n1/bmc", Some(spec)).await;
-    assert_eq!(s, 200, "{body}");
+    set_ipmi(&site, &sim).await;
     let rotate =
         |password: &'static str| site.admin("POST", "/v1/nodes/n1/bmc/rotate", Some(json!({"password": password})));
     let power_reads = async || {
@@ -205,8 +208,7 @@ async fn rotations_of_one_bmc_run_one_at_a_time_and_one_that_died_is_settled() {
 
     // Re-setting the BMC clears the slot; then two rotations at once: whichever claims the
     // slot first runs, and however they interleave the BMC and the store agree afterwards.
-    let spec = json!({"protocol": "ipmi", "address": format!("127.0.0.1:{}", sim.port), "username": "admin", "password": "password"});
-    site.admin("PUT", "/v1/nodes/n1/bmc", Some(spec)).await;
+    set_ipmi(&site, &sim).await;
     let before = generation(&site).await;
     let ((a, body_a), (b, body_b)) = tokio::join!(rotate("Together-A1"), rotate("Together-B2"));
     for (status, body) in [(a, &body_a), (b, &body_b)] {
