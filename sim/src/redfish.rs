@@ -4,7 +4,7 @@
 //! override (Once or Continuous), a manager with a virtual CD, a chassis with Thermal and
 //! Power readings, an UpdateService with a FirmwareInventory and SimpleUpdate (the BMC
 //! fetches the image URI; a metal-sim firmware image says which component and version it
-//! carries), and an AccountService whose password can be changed. Basic authentication on
+//! carries, and `Targets` must name that component), and an AccountService whose password can be changed. Basic authentication on
 //! everything but the root, as sushy-tools does. Faults change what it answers.
 //!
 //! A BMC of the `sushy-tools` flavor has the quirks sushy-tools 2.2.0 showed on these
@@ -360,6 +360,9 @@ async fn simple_update(machine: &Machine, body: &Value) -> Response {
     let [FIRMWARE_MAGIC, component, version] = words.as_slice() else {
         return error(StatusCode::BAD_REQUEST, &format!("{uri} is not a firmware image for this BMC"));
     };
+    if let Err(problem) = check_targets(component, &body["Targets"]) {
+        return error(StatusCode::BAD_REQUEST, &problem);
+    }
     machine.say(&format!("BMC: firmware update of {component} to {version}"));
     match *component {
         "bmc" => machine.state().bmc_version = (*version).to_owned(),
@@ -368,6 +371,34 @@ async fn simple_update(machine: &Machine, body: &Value) -> Response {
         other => return error(StatusCode::BAD_REQUEST, &format!("no component {other:?}")),
     }
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// The resources an image for `component` applies to: its FirmwareInventory item and the
+/// resource that owns it (what a client names in SimpleUpdate's `Targets`).
+fn component_resources(component: &str) -> &'static [&'static str] {
+    match component {
+        "bmc" => &["/redfish/v1/Managers/1", "/redfish/v1/UpdateService/FirmwareInventory/BMC"],
+        "bios" => &["/redfish/v1/Systems/1", "/redfish/v1/UpdateService/FirmwareInventory/BIOS"],
+        _ => &[],
+    }
+}
+
+/// Checks SimpleUpdate's `Targets` (absent or empty: the BMC picks, as the image says)
+/// against the image's component, as a BMC that will not flash one component's image onto
+/// another does.
+fn check_targets(component: &str, targets: &Value) -> Result<(), String> {
+    let listed = match targets {
+        Value::Null => return Ok(()),
+        Value::Array(list) => list,
+        _ => return Err("Targets must be a list of resource paths".into()),
+    };
+    for target in listed {
+        let Some(path) = target.as_str() else { return Err(format!("Targets holds {target}, not a resource path")) };
+        if !component_resources(component).contains(&path.trim_end_matches('/')) {
+            return Err(format!("the image is for the {component}, and Targets names {path}"));
+        }
+    }
+    Ok(())
 }
 
 fn rotate(machine: &Machine, body: &Value) -> Response {
@@ -381,5 +412,22 @@ fn rotate(machine: &Machine, body: &Value) -> Response {
             StatusCode::NO_CONTENT.into_response()
         }
         _ => error(StatusCode::BAD_REQUEST, "only Password can be changed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_goes_only_to_the_component_it_is_for() {
+        assert_eq!(check_targets("bios", &Value::Null), Ok(()));
+        assert_eq!(check_targets("bios", &json!([])), Ok(()));
+        assert_eq!(check_targets("bios", &json!(["/redfish/v1/Systems/1"])), Ok(()));
+        assert_eq!(check_targets("bmc", &json!(["/redfish/v1/UpdateService/FirmwareInventory/BMC/"])), Ok(()));
+        let wrong = check_targets("bios", &json!(["/redfish/v1/Systems/1", "/redfish/v1/Managers/1"]));
+        assert_eq!(wrong, Err("the image is for the bios, and Targets names /redfish/v1/Managers/1".into()));
+        assert!(check_targets("bmc", &json!("/redfish/v1/Managers/1")).unwrap_err().contains("a list"));
+        assert!(check_targets("bmc", &json!([7])).unwrap_err().contains("not a resource path"));
     }
 }

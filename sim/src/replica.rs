@@ -39,11 +39,36 @@ pub struct Replica {
     child: Mutex<Option<Child>>,
 }
 
-/// Two distinct loopback ports free now (the replica binds them, and binds them again after
-/// a kill; one the system hands out meanwhile for an outgoing connection fails that restart).
+/// Two distinct loopback ports free now, from below the system's ephemeral range. The
+/// replica binds them, and binds them again after a kill; a port from the ephemeral range
+/// (what binding port 0 gives) may meanwhile be handed out for one of the many outgoing
+/// connections the site makes, and that restart would fail. Below the range, only a
+/// program that asks for the very port could take it.
 fn free_ports() -> anyhow::Result<(SocketAddr, SocketAddr)> {
-    let (api, boot) = (std::net::TcpListener::bind("127.0.0.1:0")?, std::net::TcpListener::bind("127.0.0.1:0")?);
-    Ok((api.local_addr()?, boot.local_addr()?))
+    use rand::Rng as _;
+    let end = ephemeral_start().unwrap_or(32768);
+    let start = 10_000.min(end / 2).max(1024);
+    let mut rng = rand::thread_rng();
+    let mut found: Vec<SocketAddr> = Vec::new();
+    for _ in 0..1000 {
+        let port = rng.gen_range(start..end);
+        if found.iter().any(|a| a.port() == port) {
+            continue;
+        }
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            found.push(listener.local_addr()?);
+        }
+        if let [api, boot] = found[..] {
+            return Ok((api, boot));
+        }
+    }
+    bail!("found no two free loopback ports in {start}..{end}")
+}
+
+/// The first port of the system's ephemeral range (`ip_local_port_range`).
+fn ephemeral_start() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
 }
 
 impl Replica {
@@ -195,4 +220,18 @@ pub async fn serve(
     let listeners = metal_scheduler::app::Listeners { api, boot: Some(boot), firmware: None };
     metal_scheduler::app::serve(app, listeners).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn replica_ports_are_distinct_free_and_below_the_ephemeral_range() {
+        let end = super::ephemeral_start().expect("Linux says its ephemeral range");
+        for _ in 0..20 {
+            let (api, boot) = super::free_ports().unwrap();
+            assert_ne!(api.port(), boot.port());
+            assert!(api.port() < end && boot.port() < end, "{api} {boot} (the range starts at {end})");
+            let _held = (std::net::TcpListener::bind(api).unwrap(), std::net::TcpListener::bind(boot).unwrap());
+        }
+    }
 }
