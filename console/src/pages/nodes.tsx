@@ -1,5 +1,6 @@
-// Every node in a table filtered by text, state and pool; rows move as the live stream says.
-import { useState } from "preact/hooks";
+// Every node in a table filtered by text, state and pool, a page of rows at a time (a fleet of
+// thousands stays quick to render); rows move as the live stream says.
+import { useEffect, useState } from "preact/hooks";
 import { type Node, api, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
@@ -12,10 +13,16 @@ function health(n: Node): string {
   return "ok";
 }
 
+/** Rows on one page of the table. */
+const PAGE = 100;
+
 export function Nodes() {
   const [text, setText] = useState("");
   const [state, setState] = useState("");
   const [pool, setPool] = useState("");
+  const [page, setPage] = useState(0);
+  // A new filter shows its first page.
+  useEffect(() => setPage(0), [text, state, pool]);
   const loaded = useLoad(
     () => must(api.GET("/v1/nodes", {})),
     [],
@@ -38,6 +45,10 @@ export function Nodes() {
                   s.toLowerCase().includes(needle),
                 )),
           );
+          const pages = Math.max(1, Math.ceil(shown.length / PAGE));
+          // The list may have shrunk under the page shown (a filter, or nodes gone).
+          const current = Math.min(page, pages - 1);
+          const rows = shown.slice(current * PAGE, (current + 1) * PAGE);
           return (
             <>
               <form class="filters" role="search" onSubmit={(e) => e.preventDefault()}>
@@ -72,7 +83,7 @@ export function Nodes() {
                   <caption class="sr-only">Nodes</caption>
                   <Head columns={["Node", "State", "Power", "Trust", "Tenant root", "Health", "Pool", "Rack", "Labels"]} />
                   <tbody>
-                    {shown.map((n) => (
+                    {rows.map((n) => (
                       <tr key={n.id} data-node={n.id}>
                         <th scope="row">
                           <a {...linkProps(`/nodes/${n.id}`)}>{n.id}</a>
@@ -99,6 +110,19 @@ export function Nodes() {
                   </tbody>
                 </table>
               </div>
+              {pages > 1 && (
+                <nav class="pager" aria-label="Pages of nodes">
+                  <button type="button" disabled={current === 0} onClick={() => setPage(current - 1)}>
+                    Previous page
+                  </button>
+                  <span>
+                    Rows {current * PAGE + 1}–{current * PAGE + rows.length} of {shown.length}
+                  </span>
+                  <button type="button" disabled={current === pages - 1} onClick={() => setPage(current + 1)}>
+                    Next page
+                  </button>
+                </nav>
+              )}
             </>
           );
         }}
