@@ -260,11 +260,12 @@ impl Steps<'_> {
             Err(e) => return Outcome::Failed(format!("the BMC credential cannot be opened: {e}"), Value::Null),
         };
         if let Some(sealed) = &stored.pending {
-            let others = stored.pending_by.as_deref() != Some(self.run.id.as_str());
+            // An operator's rotation that began before this run ends first; one that died is
+            // settled below once its lease is over, within this step's deadline. (Another run's
+            // pending secret is settled at once: runs on a node never overlap, so it died.)
+            let operators = stored.pending_by.as_deref() == Some(store::bmcs::API_ROTATION);
             let began = stored.pending_at.filter(|t| self.app.clock.now() - *t < crate::metal::bmcs::ROTATION_LEASE);
-            if let (true, Some(began)) = (others, began) {
-                // An operator's rotation that began before this run: it ends first (one that
-                // died is settled below once its lease is over, within this step's deadline).
+            if let (true, Some(began)) = (operators, began) {
                 let since = crate::clock::to_rfc3339(began);
                 return Outcome::Waiting(format!(
                     "an operator's rotation of the BMC credential is in flight (since {since})"
