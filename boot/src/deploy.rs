@@ -289,7 +289,7 @@ fn check_served_size(size: u64, plan: &DeployPlan) -> Result<(), DeployError> {
 /// Whether `bytes` are chunk `index`: all zero for a manifest zero chunk (`validate` tied
 /// the flag to the chunk's digest), else its SHA-256.
 fn chunk_matches(manifest: &ChunkManifest, index: u64, bytes: &[u8]) -> bool {
-    if manifest.zero_chunks.binary_search(&index).is_ok() {
+    if manifest.is_zero_chunk(index) {
         is_zero(bytes)
     } else {
         usize::try_from(index).ok().and_then(|i| manifest.sha256.get(i)).is_some_and(|d| *d == chunk_sha256(bytes))
@@ -311,10 +311,15 @@ fn verify_chunk(manifest: &ChunkManifest, index: u64, bytes: &[u8]) -> Result<()
     })
 }
 
+/// How many leading bytes of a `len`-byte chunk at `offset` lie in the held-back head.
+fn head_part(offset: u64, len: usize) -> usize {
+    usize::try_from(HELD_BACK.saturating_sub(offset)).unwrap_or(usize::MAX).min(len)
+}
+
 /// Copies the part of a verified chunk at `offset` that lies in the held-back head into
 /// `held`; returns how many leading bytes of the chunk that was.
 fn hold_back(held: &mut [u8], offset: u64, bytes: &[u8]) -> usize {
-    let cut = usize::try_from(HELD_BACK.saturating_sub(offset)).unwrap_or(usize::MAX).min(bytes.len());
+    let cut = head_part(offset, bytes.len());
     if cut > 0 {
         let start = usize::try_from(offset).unwrap_or(0);
         held[start..start + cut].copy_from_slice(&bytes[..cut]);
@@ -575,11 +580,10 @@ impl Framed<'_> {
             let Ok(Ok(frame)) = frames.lock().map(|rx| rx.recv()) else { return };
             let (index, start) = (frame.index, frame.start);
             let len = usize::try_from(manifest.chunk_len(index)).unwrap_or(0);
-            if manifest.zero_chunks.binary_search(&index).is_ok() {
+            if manifest.is_zero_chunk(index) {
                 let _ = recycle.send(frame.bytes);
                 // The held-back head starts zeroed, so only its length matters here.
-                let cut =
-                    usize::try_from(HELD_BACK.saturating_sub(index * manifest.chunk_size)).map_or(len, |c| c.min(len));
+                let cut = head_part(index * manifest.chunk_size, len);
                 if !self.pass_on(Ready { index, len, cut, buf: None }, &back, &ready) {
                     return;
                 }

@@ -206,6 +206,11 @@ impl ChunkManifest {
         self.raw_size_bytes.saturating_sub(start).min(self.chunk_size)
     }
 
+    /// Whether chunk `index` is marked all zero.
+    pub fn is_zero_chunk(&self, index: u64) -> bool {
+        self.zero_chunks.binary_search(&index).is_ok()
+    }
+
     /// Checks `zero_chunks`: ascending, in range, and each digest that of zeros.
     fn validate_zero_chunks(&self) -> Result<(), PlanError> {
         const FIELD: &str = "chunks.zeroChunks";
