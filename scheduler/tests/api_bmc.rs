@@ -159,6 +159,10 @@ async fn an_ipmi_bmc_powers_the_node_and_rotations_are_stored_only_when_proved()
     assert_eq!((s, &info["generation"]), (200, &json!(3)), "{info}");
 }
 
+async fn rotate_on(replica: &Site, password: &str) -> (u16, Value) {
+    replica.admin("POST", "/v1/nodes/n1/bmc/rotate", Some(json!({"password": password}))).await
+}
+
 /// Puts `password` in n1's pending slot as an operator's rotation begun `ago`.
 async fn pending(site: &Site, password: &str, ago: time::Duration) {
     let key = site.app.config.master_key.clone();
@@ -187,13 +191,14 @@ async fn generation(site: &Site) -> i64 {
     info["generation"].as_i64().unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rotations_of_one_bmc_run_one_at_a_time_and_one_that_died_is_settled() {
     let sim = IpmiSim::start();
-    let site = site_with_node(true).await;
+    // No master key: the second replica (same database) reads the stored passwords too.
+    let site = site_with_node(false).await;
+    let other = site.replica().await;
     set_ipmi(&site, &sim).await;
-    let rotate =
-        |password: &'static str| site.admin("POST", "/v1/nodes/n1/bmc/rotate", Some(json!({"password": password})));
+    let rotate = |password: &'static str| rotate_on(&site, password);
     let power_reads = async || {
         let (s, power) = site.admin("GET", "/v1/nodes/n1/power", None).await;
         assert_eq!(s, 200, "the store's password is the BMC's: {power}");
@@ -206,11 +211,12 @@ async fn rotations_of_one_bmc_run_one_at_a_time_and_one_that_died_is_settled() {
     assert!(error(&body, "CONFLICT").contains("another rotation of its BMC credential is in flight"), "{body}");
     assert_eq!(generation(&site).await, 1);
 
-    // Re-setting the BMC clears the slot; then two rotations at once: whichever claims the
-    // slot first runs, and however they interleave the BMC and the store agree afterwards.
+    // Re-setting the BMC clears the slot; then two rotations at once, one on each replica:
+    // whichever claims the slot first runs, and however they interleave the BMC and the
+    // store agree afterwards.
     set_ipmi(&site, &sim).await;
     let before = generation(&site).await;
-    let ((a, body_a), (b, body_b)) = tokio::join!(rotate("Together-A1"), rotate("Together-B2"));
+    let ((a, body_a), (b, body_b)) = tokio::join!(rotate("Together-A1"), rotate_on(&other, "Together-B2"));
     for (status, body) in [(a, &body_a), (b, &body_b)] {
         assert!(status == 200 || (status == 409 && error(body, "CONFLICT").contains("in flight")), "{status} {body}");
     }

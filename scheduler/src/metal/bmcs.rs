@@ -371,17 +371,40 @@ async fn settle(app: &App, node: &str, sealed: &str) -> ApiResult<Settled> {
     let row = app.store.read(move |c| store::bmcs::get(c, &id)).await?;
     let Some(row) = row.filter(|r| r.pending.as_deref() == Some(sealed)) else { return Ok(Settled::Replaced) };
     let key = app.config.master_key.as_ref();
+    let (pending, current) = (crate::secrets::open(key, node, sealed)?, crate::secrets::open(key, node, &row.secret)?);
     let (id, now, sealed) = (node.to_owned(), app.clock.now(), sealed.to_owned());
-    if logs_in(&row.info, crate::secrets::open(key, node, &sealed)?).await.is_ok() {
-        let promoted = app.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, &sealed, now)?)).await?;
-        return Ok(if promoted { Settled::Promoted } else { Settled::Replaced });
-    }
-    match logs_in(&row.info, crate::secrets::open(key, node, &row.secret)?).await {
-        Ok(()) => {
+    match taken(&row.info, pending, current).await {
+        Taken::Pending => {
+            let promoted = app.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, &sealed, now)?)).await?;
+            Ok(if promoted { Settled::Promoted } else { Settled::Replaced })
+        }
+        Taken::Current => {
             let dropped = app.store.write(move |tx| store::bmcs::drop_pending(tx, &id, &sealed, now)).await?;
             Ok(if dropped { Settled::Dropped } else { Settled::Replaced })
         }
-        Err(e) => Ok(Settled::Unknown(format!("neither the pending nor the current password logs in: {e}"))),
+        Taken::Neither(e) => Ok(Settled::Unknown(format!("neither the pending nor the current password logs in: {e}"))),
+    }
+}
+
+/// Which of a rotation's two passwords the BMC takes.
+#[derive(Debug)]
+pub enum Taken {
+    /// The pending one: the rotation reached the BMC.
+    Pending,
+    /// The current one: it did not.
+    Current,
+    /// Neither (the current one's login error).
+    Neither(String),
+}
+
+/// Tries the pending password, then the current one.
+pub async fn taken(info: &BmcInfo, pending: Secret, current: Secret) -> Taken {
+    if logs_in(info, pending).await.is_ok() {
+        return Taken::Pending;
+    }
+    match logs_in(info, current).await {
+        Ok(()) => Taken::Current,
+        Err(e) => Taken::Neither(e),
     }
 }
 

@@ -15,6 +15,7 @@ use futures::FutureExt as _;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
+use super::bmcs::{Taken, logs_in};
 use super::workflow::{Definition, Effects, Hooks, Outcome, StepDef};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
@@ -274,18 +275,22 @@ impl Steps<'_> {
             let Ok(pending) = open(sealed) else {
                 return Outcome::Failed("the pending BMC credential cannot be opened".into(), Value::Null);
             };
-            if crate::metal::bmcs::logs_in(&stored.info, pending).await.is_ok() {
-                let detail = json!({"recovered": "a rotation was in flight; the new credential logs in"});
-                return self.promote(sealed.clone(), detail);
-            }
-            if let Err(e) = crate::metal::bmcs::logs_in(&stored.info, current.clone()).await {
-                return Outcome::Retry(
-                    format!("neither the pending nor the current BMC credential logs in: {e}"),
-                    Value::Null,
-                );
-            }
-            if let Err(outcome) = self.set_pending(None).await {
-                return outcome;
+            match super::bmcs::taken(&stored.info, pending, current.clone()).await {
+                Taken::Pending => {
+                    let detail = json!({"recovered": "a rotation was in flight; the new credential logs in"});
+                    return self.promote(sealed.clone(), detail);
+                }
+                Taken::Neither(e) => {
+                    return Outcome::Retry(
+                        format!("neither the pending nor the current BMC credential logs in: {e}"),
+                        Value::Null,
+                    );
+                }
+                Taken::Current => {
+                    if let Err(outcome) = self.set_pending(None).await {
+                        return outcome;
+                    }
+                }
             }
         }
         let new = new_password();
@@ -299,7 +304,7 @@ impl Steps<'_> {
         };
         if let Err(e) = bmc.rotate_password(&stored.info.username, &new).await {
             // Refused: the old credential stays current when it still logs in.
-            if crate::metal::bmcs::logs_in(&stored.info, current).await.is_ok() {
+            if logs_in(&stored.info, current).await.is_ok() {
                 let _ = self.set_pending(None).await;
             }
             return Outcome::Failed(
@@ -308,7 +313,7 @@ impl Steps<'_> {
             );
         }
         super::workflow::crash_point(self.app, "rotate-credential", "acted");
-        match crate::metal::bmcs::logs_in(&stored.info, new).await {
+        match logs_in(&stored.info, new).await {
             Ok(()) => self.promote(sealed, json!({"rotated": true, "user": stored.info.username, "provedBy": "login"})),
             Err(e) => Outcome::Retry(format!("the new BMC credential does not log in: {e}"), Value::Null),
         }
