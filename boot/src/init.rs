@@ -51,7 +51,8 @@ pub struct Params {
     pub task: Task,
     /// `metal.debug=1`: a shell on a fatal error.
     pub debug: bool,
-    /// `metal.end=reboot|poweroff` (default reboot).
+    /// `metal.end=reboot|poweroff` (default reboot): how a task that succeeded ends.
+    /// A failed task always powers off (`end_after`).
     pub end: End,
     /// `metal.node=ID`.
     pub node: Option<String>,
@@ -75,6 +76,16 @@ impl std::fmt::Debug for Params {
             .field("boot_mac", &self.boot_mac)
             .field("erase_method", &self.erase_method)
             .finish()
+    }
+}
+
+impl Params {
+    /// How the ramdisk ends after its task: as `metal.end` says when it succeeded, powered
+    /// off when it failed. The scheduler hands one token per boot it starts, so a ramdisk
+    /// that rebooted into the same boot would be a second claim on it; powered off, the step
+    /// that booted it sees the boot ended and decides whether to boot it again.
+    pub fn end_after(&self, failed: bool) -> End {
+        if failed { End::PowerOff } else { self.end }
     }
 }
 
@@ -433,21 +444,26 @@ pub fn main() -> ! {
         say(&format!("network up, {lease}"));
         run_task(&params, &Machine::real())
     });
-    match result {
-        Ok(()) => say("task done"),
+    let failed = match result {
+        Ok(()) => {
+            say("task done");
+            false
+        }
         Err(e) => {
             say(&format!("FATAL: {e}"));
             if params.debug {
                 say("metal.debug is set: a shell on the console; exit it to end");
                 let _ = run("/bin/sh", &[]);
             }
+            true
         }
-    }
-    say(match params.end {
+    };
+    let end = params.end_after(failed);
+    say(match end {
         End::PowerOff => "powering off",
         End::Reboot => "rebooting",
     });
-    crate::sys::end(params.end == End::PowerOff)
+    crate::sys::end(end == End::PowerOff)
 }
 
 #[cfg(test)]

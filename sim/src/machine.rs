@@ -5,8 +5,9 @@
 //! asks the scheduler's `/boot/ipxe` for its script, exactly as iPXE does, and when the
 //! script boots the ramdisk, the real `metal_boot::init::run_task` runs the task on this
 //! machine's trees and disks (join with the one-time token, mTLS, signed reports); then the
-//! machine powers off or reboots as the kernel line says. A disk boot finds an OS when the
-//! first disk has a boot signature, and the machine then runs it (idles, powered on).
+//! machine powers off or reboots as the kernel line says (a failed task powers off). A disk
+//! boot finds an OS when the first disk has a boot signature, and the machine then runs it
+//! (idles, powered on).
 //!
 //! A running task cannot be cut short: a power-off during one takes effect at once for
 //! the BMC, and what the task does after it is ignored by the machine. Its reports still
@@ -369,14 +370,20 @@ impl Machine {
             console: &console,
             progress: &metal_erase::progress::NoProgress,
         };
-        match metal_boot::init::run_task(&params, &machine) {
-            Ok(()) => self.say("metal-boot: task done"),
-            Err(e) => self.say(&format!("metal-boot: FATAL: {e}")),
-        }
+        let failed = match metal_boot::init::run_task(&params, &machine) {
+            Ok(()) => {
+                self.say("metal-boot: task done");
+                false
+            }
+            Err(e) => {
+                self.say(&format!("metal-boot: FATAL: {e}"));
+                true
+            }
+        };
         if !self.state().runs(epoch) {
             return true;
         }
-        match params.end {
+        match params.end_after(failed) {
             metal_boot::init::End::PowerOff => {
                 self.power_off_if(Some(epoch));
                 true

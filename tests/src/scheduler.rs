@@ -252,6 +252,14 @@ pub trait Admin {
         body
     }
 
+    /// Starts a boot of the node by hand (`POST /v1/nodes/{id}/boots`), as an operator does
+    /// before powering on a machine without a BMC: its next script request takes one token.
+    fn arm_boot(&self, id: &str) -> Value {
+        let (status, body) = self.call("POST", &format!("/v1/nodes/{id}/boots"), None);
+        assert_eq!(status, 201, "{body}");
+        body
+    }
+
     /// Walks a node through admin transitions (`owner` "test" for in-progress states).
     fn walk(&self, id: &str, states: &[&str]) {
         for pair in states.windows(2) {

@@ -21,8 +21,16 @@ fn no_retry() -> Retry {
     Retry { attempts: 1, backoff: Duration::from_millis(1) }
 }
 
-/// Boots `node` through `/boot/ipxe` and returns the script's token, checking its task.
+/// Starts a boot of n1 by hand and boots it through `/boot/ipxe`; returns the script's
+/// token, checking its task.
 fn boot(s: &TestScheduler, task: &str) -> String {
+    s.arm_boot("n1");
+    first_boot(s, task)
+}
+
+/// A network boot of the machine with MAC that nobody started (a new node's first), with
+/// the script's token, checking its task.
+fn first_boot(s: &TestScheduler, task: &str) -> String {
     let (status, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
     assert_eq!(status, 200, "{script}");
     let (token, found) = TestScheduler::script_token(&script).unwrap_or_else(|| panic!("no kernel line: {script}"));
@@ -99,12 +107,6 @@ fn a_new_node_is_commissioned_through_the_script_the_files_and_the_join() {
     let joined = join(&s, &token).unwrap();
     let identity = joined.identity().identity();
     assert_eq!((identity.node.as_str(), identity.generation, identity.role), ("n1", 1, Role::Ramdisk));
-    match join(&s, &token) {
-        Err(ControllerError::Refused { status: 403, message, .. }) => {
-            assert!(message.contains("already used"), "{message}")
-        }
-        other => panic!("a reused token must be refused: {other:?}"),
-    }
     assert_eq!(s.get_text(&format!("/boot/files/initrd?token={token}")).0, 403, "a used token fetches nothing");
 
     // A report about another node is refused; the commissioning report moves the node to
@@ -124,6 +126,13 @@ fn a_new_node_is_commissioned_through_the_script_the_files_and_the_join() {
     assert_eq!(stored["passed"], true);
     assert_eq!(stored["inventory"]["disks"][0]["identity"]["serial"], "NVME0001");
     assert_eq!(s.events("node.ramdisk.joined").len(), 1);
+    // Its boot ended with the commissioning: the token joins nothing any more.
+    match join(&s, &token) {
+        Err(ControllerError::Refused { status: 403, message, .. }) => {
+            assert!(message.contains("is over: node moved to ready"), "{message}")
+        }
+        other => panic!("a used token must be refused: {other:?}"),
+    }
 
     // Ready: the script sends the machine to its next boot device, in either language.
     let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
@@ -171,12 +180,12 @@ fn expired_tokens_and_stale_identities_do_not_join() {
         Err(ControllerError::Refused { status: 403, message, .. }) => assert!(message.contains("expired"), "{message}"),
         other => panic!("an expired token must be refused: {other:?}"),
     }
-    // A token for commissioning is no good once the node moved on.
+    // A token for commissioning is no good once the node moved on: its boot ended.
     let token = boot(&s, "commission");
     s.walk("n1", &["commissioning", "failed"]);
     match join(&s, &token) {
         Err(ControllerError::Refused { status: 403, message, .. }) => {
-            assert!(message.contains("is failed now"), "{message}")
+            assert!(message.contains("is over: node moved to failed"), "{message}")
         }
         other => panic!("a token for another step must be refused: {other:?}"),
     }
@@ -330,7 +339,7 @@ fn a_deploying_node_fetches_its_plan_and_its_task_report_ends_the_deploy() {
 #[test]
 fn unknown_macs_enrol_themselves_when_auto_enrol_is_on() {
     let s = TestScheduler::start(|c: &mut Config| c.boot.auto_enrol = true);
-    let token = boot(&s, "commission");
+    let token = first_boot(&s, "commission");
     let node = s.node("node-525400123456");
     assert_eq!((node["state"].as_str(), node["bootMac"].as_str()), (Some("commissioning"), Some(MAC)));
     assert_eq!(s.events("node.enrolled").len(), 1);
@@ -402,4 +411,131 @@ fn firmware_drift_found_in_band_fails_the_releasing_node() {
         (&json!("bios"), &json!("2.0"), &json!("1.16.3"))
     );
     assert_eq!(s.call("GET", "/v1/nodes/nope/firmware-checks", None).0, 404);
+}
+
+/// Where the other host on the provisioning network asks from: another loopback address
+/// than the machine's (127.0.0.1).
+const INTRUDER: &str = "127.0.0.66";
+
+/// A client of the other host.
+fn intruder() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .local_address(INTRUDER.parse::<std::net::IpAddr>().unwrap())
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap()
+}
+
+/// The intruder's script for the machine's MAC.
+fn intruder_script(s: &TestScheduler) -> String {
+    let answer = intruder().get(format!("{}/boot/ipxe?mac={MAC}", s.url)).send().unwrap();
+    assert_eq!(answer.status(), 200);
+    answer.text().unwrap()
+}
+
+/// The intruder's join with `token` and a key of its own: the status and the body.
+fn intruder_join(s: &TestScheduler, token: &str) -> (u16, Value) {
+    let key = metal_protocol::SigningKey::from_bytes(&[9; 32]).verifying_key();
+    let body = json!({"token": token,
+                      "publicKey": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key.as_bytes())});
+    let answer =
+        intruder().post(format!("{}{}", s.boot_url, metal_protocol::boot::JOIN_PATH)).json(&body).send().unwrap();
+    (answer.status().as_u16(), answer.json().unwrap())
+}
+
+/// The last `node.boot.contested` event's data.
+fn contested(s: &TestScheduler) -> Value {
+    s.events("node.boot.contested").last().unwrap_or_else(|| panic!("no node.boot.contested event"))["data"].clone()
+}
+
+#[test]
+fn a_node_nobody_booted_gets_nothing_to_run_whoever_asks() {
+    let s = start();
+    commissioned(&s);
+    s.walk("n1", &["ready", "allocated", "deploying"]);
+    // Deploying, but nobody booted it: neither the machine nor another host gets a token.
+    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert!(script.contains("nothing to run (no boot was started for it)") && !script.contains("metal.token"), "{script}");
+    let script = intruder_script(&s);
+    assert!(!script.contains("metal.token"), "{script}");
+    assert!(s.events("node.boot.contested").is_empty(), "asking for an unstarted boot is no claim on one");
+    // Started by hand: the first request takes its token; the boot shows who took it.
+    let armed = s.arm_boot("n1");
+    let token = first_boot(&s, "deploy");
+    let (status, boots) = s.call("GET", "/v1/nodes/n1/boots", None);
+    assert_eq!(status, 200, "{boots}");
+    assert_eq!(boots[0]["id"], armed["id"], "{boots}");
+    assert_eq!((boots[0]["task"].as_str(), boots[0]["handedTo"].as_str()), (Some("deploy"), Some("127.0.0.1")));
+    assert!(boots[0].get("tokenHash").is_none(), "no token digest in an answer: {boots}");
+    assert!(!boots.to_string().contains(&token));
+    let joined = join(&s, &token).unwrap();
+    assert_eq!(s.call("GET", "/v1/nodes/n1/boots", None).1[0]["joinedFrom"], "127.0.0.1");
+    assert!(joined.report_task("deploy", true, "written".into()).unwrap().accepted);
+    // Its task is over with the deploy: the boot ended, and a later boot of the disk is no claim.
+    let boots = s.call("GET", "/v1/nodes/n1/boots", None).1;
+    assert_eq!(boots[0]["ended"], "node moved to deployed", "{boots}");
+    assert!(intruder_script(&s).contains("nothing to run"));
+    assert!(s.events("node.boot.contested").is_empty());
+}
+
+#[test]
+fn a_second_script_request_for_one_boot_is_contested_and_quarantines_the_node() {
+    let s = start();
+    s.enrol("n1", MAC);
+    // The machine's first network boot takes the commissioning boot; another host asking
+    // for the same MAC during that boot gets no token and raises the alarm.
+    let token = first_boot(&s, "commission");
+    let script = intruder_script(&s);
+    assert!(script.contains("two ramdisks claimed node n1") && !script.contains("metal.token"), "{script}");
+    let event = contested(&s);
+    assert_eq!((event["first"].as_str(), event["second"].as_str()), (Some("127.0.0.1"), Some(INTRUDER)), "{event}");
+    assert_eq!(event["what"], "a second script request");
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["maintenance"].as_bool()), (Some("failed"), Some(true)), "{node}");
+    assert!(node["stateReason"].as_str().unwrap().contains("two ramdisks claimed node n1"), "{node}");
+    // Neither claim wins: the machine's token is revoked with the boot.
+    match join(&s, &token) {
+        Err(ControllerError::Refused { status: 403, message, .. }) => assert!(message.contains("contested"), "{message}"),
+        other => panic!("a contested boot's token must be refused: {other:?}"),
+    }
+    assert!(s.events("node.ramdisk.joined").is_empty());
+}
+
+#[test]
+fn a_second_join_for_one_boot_is_contested_and_the_intruder_gets_no_certificate() {
+    let s = start();
+    s.enrol("n1", MAC);
+    let token = first_boot(&s, "commission");
+    join(&s, &token).unwrap();
+    // The token went to the machine's ramdisk; a copy of it joins nothing and raises the alarm.
+    let (status, body) = intruder_join(&s, &token);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.get("certificateChain").is_none(), "{body}");
+    let event = contested(&s);
+    assert_eq!((event["first"].as_str(), event["joinedFrom"].as_str()), (Some("127.0.0.1"), Some("127.0.0.1")));
+    assert_eq!((event["second"].as_str(), event["what"].as_str()), (Some(INTRUDER), Some("a second join")), "{event}");
+    assert_eq!(s.node("n1")["state"], "failed");
+    assert_eq!(s.events("node.ramdisk.joined").len(), 1, "only the machine joined");
+}
+
+#[test]
+fn a_deploys_plan_and_image_go_only_to_the_ramdisk_that_joined_its_boot() {
+    let s = start();
+    commissioned(&s);
+    let plan: Value = serde_json::from_str(include_str!("../../protocol/tests/golden/deploy-plan.json")).unwrap();
+    assert_eq!(s.call("PUT", "/v1/nodes/n1/deploy-plan", Some(plan)).0, 204);
+    s.walk("n1", &["ready", "allocated", "deploying"]);
+    let joined = join(&s, &boot(&s, "deploy")).unwrap();
+    // A ramdisk certificate of the node's generation whose key did not join this boot (an
+    // earlier boot's, or one the site CA issued elsewhere) gets no plan and no image.
+    let (client, _) = s.boot_client_as(Role::Ramdisk, "n1", 1);
+    for path in [metal_protocol::boot::PLAN_PATH.to_owned(), format!("{}/any", metal_protocol::boot::IMAGES_PATH)] {
+        let (status, body) = s.block_on(async {
+            let answer = client.get(format!("{}{path}", s.boot_url)).send().await.unwrap();
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        });
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(body.contains("did not join node n1's current boot"), "{path}: {body}");
+    }
+    assert!(joined.fetch_plan().is_ok(), "the boot's own ramdisk gets it");
 }

@@ -96,7 +96,12 @@ pub async fn post_boot(
     ApiJson(request): ApiJson<BootRequest>,
 ) -> ApiResult<StatusCode> {
     caller.admin(&format!("node {id}"))?;
+    // An operator's network or CD boot is a boot the scheduler started: its ramdisk may
+    // take one token (armed only after the BMC took the override).
     bmcs::boot(&app, &id, &request).await?;
+    if matches!(request.target, metal_bmc::BootTarget::Pxe | metal_bmc::BootTarget::Cd) {
+        bmcs::arm(&app, &id, &format!("operator {}", caller.0.id), None).await?;
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

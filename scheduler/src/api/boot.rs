@@ -9,7 +9,7 @@ use metal_protocol::DeployPlan;
 use crate::api::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::model::boot::{FirmwareCheckRecord, NodeInventory, WipeReportDetail, WipeReportRecord};
+use crate::model::boot::{FirmwareCheckRecord, NodeBoot, NodeInventory, WipeReportDetail, WipeReportRecord};
 use crate::store;
 
 /// The node's platform inventory (its last commissioning report).
@@ -35,6 +35,43 @@ pub async fn list_wipe_reports(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Vec<WipeReportRecord>>> {
     Ok(ApiJson(node_rows(&app, &caller, id, store::boot::wipe_reports).await?))
+}
+
+/// The boots the scheduler started for the node, newest first: who started each, which
+/// task its one token went to and to which client, where the ramdisk joined from, and why
+/// it ended (its task over, superseded, the node moved, contested by a second host).
+#[utoipa::path(get, path = "/v1/nodes/{id}/boots", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = Vec<NodeBoot>), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn list_boots(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<ApiJson<Vec<NodeBoot>>> {
+    Ok(ApiJson(node_rows(&app, &caller, id, store::boots::list).await?))
+}
+
+/// Starts a boot by hand, for a machine powered on by hand (no BMC): its next network boot
+/// may take one ramdisk token, within the boot token's time. A boot through the BMC
+/// (`POST /v1/nodes/{id}/boot`, network or CD) starts one itself.
+#[utoipa::path(post, path = "/v1/nodes/{id}/boots", params(("id" = String, Path, description = "node id")),
+    responses((status = 201, body = NodeBoot), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn arm_boot(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<(axum::http::StatusCode, ApiJson<NodeBoot>)> {
+    caller.admin(&format!("node {id}"))?;
+    let (ttl, now, by) = (app.config.boot.token_ttl, app.clock.now(), format!("operator {}", caller.0.id));
+    let what = format!("node {id}");
+    let boot = app
+        .store
+        .write(move |tx| {
+            store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
+            let boot = store::boots::arm(tx, &id, &by, None, now, ttl)?;
+            store::boots::get(tx, &boot)?.ok_or_else(|| ApiError::Internal(format!("boot {boot} vanished")))
+        })
+        .await?;
+    Ok((axum::http::StatusCode::CREATED, ApiJson(boot)))
 }
 
 /// An admin read of one node's rows: NOT_FOUND for a tenant member and for an unknown node.

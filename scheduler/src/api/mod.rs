@@ -139,6 +139,8 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         bmc::console,
         bmc::console_sessions,
         boot::get_inventory,
+        boot::list_boots,
+        boot::arm_boot,
         boot::list_wipe_reports,
         boot::list_firmware_checks,
         boot::get_wipe_report,
@@ -259,6 +261,7 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/console", get(bmc::console))
         .route("/v1/nodes/{id}/console/sessions", get(bmc::console_sessions))
         .route("/v1/nodes/{id}/inventory", get(boot::get_inventory))
+        .route("/v1/nodes/{id}/boots", get(boot::list_boots).post(boot::arm_boot))
         .route("/v1/nodes/{id}/wipe-reports", get(boot::list_wipe_reports))
         .route("/v1/nodes/{id}/firmware-checks", get(boot::list_firmware_checks))
         .route("/v1/nodes/{id}/wipe-reports/{report}", get(boot::get_wipe_report))

@@ -199,6 +199,24 @@ pub async fn boot(app: &App, node: &str, request: &BootRequest) -> ApiResult<()>
     on_bmc(app, node, |bmc| bmc.set_boot(request.target, persistence)).await
 }
 
+/// Network-boots the node: arms the boot its ramdisk may take (`store::boots`, for `armed_by`
+/// and `run`), sets the boot override to PXE once and power-cycles (which powers on a
+/// machine that is off). The arming commits first, so a script request the boot makes
+/// always finds it.
+pub async fn network_boot(app: &App, node: &str, armed_by: &str, run: Option<&str>) -> ApiResult<PowerResult> {
+    arm(app, node, armed_by, run).await?;
+    let request = BootRequest { target: metal_bmc::BootTarget::Pxe, persistent: false };
+    boot(app, node, &request).await?;
+    power(app, node, metal_bmc::PowerAction::Cycle).await
+}
+
+/// Arms a boot of the node for `armed_by` (and `run`), valid for the boot token's time.
+pub async fn arm(app: &App, node: &str, armed_by: &str, run: Option<&str>) -> ApiResult<String> {
+    let (node, armed_by, run) = (node.to_owned(), armed_by.to_owned(), run.map(str::to_owned));
+    let (ttl, now) = (app.config.boot.token_ttl, app.clock.now());
+    Ok(app.store.write(move |tx| store::boots::arm(tx, &node, &armed_by, run.as_deref(), now, ttl)).await?)
+}
+
 /// Inserts (`Some(url)`) or ejects (`None`) the virtual CD, then reports what it holds.
 pub async fn media(app: &App, node: &str, insert: Option<&str>) -> ApiResult<MediaInfo> {
     if let Some(url) = insert {

@@ -224,13 +224,8 @@ async fn network_boot(app: &AppState, run: &WorkflowRun) -> Outcome {
     if node.state != NodeState::Deploying {
         return Outcome::done(json!({"skipped": format!("node is {}", node.state)}));
     }
-    let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Pxe, persistent: false };
-    let result = async {
-        crate::metal::bmcs::boot(app, &run.node_id, &request).await?;
-        crate::metal::bmcs::power(app, &run.node_id, metal_bmc::PowerAction::Cycle).await
-    }
-    .await;
-    match result {
+    let by = format!("{} network-boot", run.definition);
+    match crate::metal::bmcs::network_boot(app, &run.node_id, &by, Some(&run.id)).await {
         Ok(power) if power.after == "on" => Outcome::done(json!({"bootOverride": "pxe (once)", "power": power})),
         Ok(power) => Outcome::Retry("the BMC reads power off after the power cycle".into(), json!({"power": power})),
         Err(e) => Outcome::Retry(format!("booting through the BMC: {e}"), Value::Null),

@@ -416,21 +416,17 @@ pub async fn auto_deploy_once(app: &AppState) -> ApiResult<usize> {
 async fn start(app: &AppState, node: &str) -> BootStart {
     let has_bmc = crate::metal::bmcs::info(app, node.to_owned()).await.is_ok();
     if !has_bmc {
+        if let Err(e) = crate::metal::bmcs::arm(app, node, "provisioning (no BMC: its next network boot)", None).await {
+            return BootStart { node: node.to_owned(), outcome: format!("arming its boot: {e}"), ok: false };
+        }
         return BootStart {
             node: node.to_owned(),
             outcome: "no BMC: the machine deploys at its next network boot".into(),
             ok: true,
         };
     }
-    let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Pxe, persistent: false };
-    let result = async {
-        crate::metal::bmcs::boot(app, node, &request).await?;
-        crate::metal::bmcs::power(app, node, metal_bmc::PowerAction::Cycle).await?;
-        Ok::<_, ApiError>(())
-    }
-    .await;
-    match result {
-        Ok(()) => BootStart { node: node.to_owned(), outcome: "network boot + power cycle".into(), ok: true },
+    match crate::metal::bmcs::network_boot(app, node, "provisioning", None).await {
+        Ok(_) => BootStart { node: node.to_owned(), outcome: "network boot + power cycle".into(), ok: true },
         Err(e) => {
             tracing::warn!(node, error = %e, "provisioning could not boot the node through its BMC");
             BootStart { node: node.to_owned(), outcome: e.to_string(), ok: false }

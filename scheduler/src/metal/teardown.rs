@@ -460,12 +460,8 @@ impl Steps<'_> {
         if let Err(e) = self.app.store.write(move |tx| store::workflows::put_context(tx, &run, &context, now)).await {
             return Outcome::Retry(format!("recording the erase boot: {e}"), Value::Null);
         }
-        let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Pxe, persistent: false };
-        let booted = async {
-            crate::metal::bmcs::boot(self.app, &self.node.id, &request).await?;
-            crate::metal::bmcs::power(self.app, &self.node.id, metal_bmc::PowerAction::Cycle).await
-        }
-        .await;
+        let by = format!("{} {} (boot {})", self.run.definition, "erase", boots + 1);
+        let booted = crate::metal::bmcs::network_boot(self.app, &self.node.id, &by, Some(&self.run.id)).await;
         match booted {
             Ok(_) => Outcome::Waiting(format!("booted the ramdisk to erase every disk (boot {})", boots + 1)),
             Err(e) => Outcome::Retry(format!("booting the ramdisk: {e}"), Value::Null),

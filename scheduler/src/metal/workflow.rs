@@ -153,7 +153,10 @@ pub async fn work(app: AppState, mut run: WorkflowRun) {
     };
     while let Some(step) = run.current().cloned() {
         crash_point(&app, &step.name, "before");
-        let outcome = hooks.step(&app, &run, &step.name).await;
+        let outcome = match contested(&app, &run).await {
+            Some(failed) => failed,
+            None => hooks.step(&app, &run, &step.name).await,
+        };
         match commit(&app, def, hooks, &run, &step, outcome).await {
             Ok((Standing::Running, next, advanced)) => {
                 crash_point(&app, &step.name, "after");
@@ -178,6 +181,20 @@ pub async fn work(app: AppState, mut run: WorkflowRun) {
         }
     }
     renewer.abort();
+}
+
+/// The failure of a run whose node's boot was contested while it ran (two hosts claimed
+/// one ramdisk identity): the run's current step fails with the contest, whatever it is.
+async fn contested(app: &AppState, run: &WorkflowRun) -> Option<Outcome> {
+    let id = run.id.clone();
+    match app.store.read(move |tx| store::boots::contest_of_run(tx, &id)).await {
+        Ok(Some(boot)) => Some(Outcome::Failed(
+            crate::metal::boot::claims::contest_reason(&boot),
+            serde_json::json!({"boot": boot.id, "first": boot.handed_to, "second": boot.contested_by}),
+        )),
+        Ok(None) => None,
+        Err(e) => Some(Outcome::Retry(format!("reading the node's boots: {e}"), Value::Null)),
+    }
 }
 
 /// Commits an outcome. A step whose changes cannot commit (the node moved meanwhile) has

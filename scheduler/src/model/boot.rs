@@ -94,6 +94,48 @@ pub fn boot_step(state: NodeState, due: Due) -> BootStep {
     }
 }
 
+/// One boot the scheduler started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeBoot {
+    /// Its id (`boot-...`).
+    pub id: String,
+    /// The node.
+    pub node_id: String,
+    /// Who started it: a workflow step, an operator, a lifecycle move.
+    pub armed_by: String,
+    /// The workflow run that started it, if one did.
+    pub run_id: Option<String>,
+    /// When it was armed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub armed_at: time::OffsetDateTime,
+    /// Until when an untaken boot can be taken.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: time::OffsetDateTime,
+    /// The task its token was handed for (once taken).
+    pub task: Option<BootTask>,
+    /// The SHA-256 of its token (once taken; never in an answer).
+    #[serde(skip)]
+    pub token_hash: Option<String>,
+    /// The client address the token went to.
+    pub handed_to: Option<String>,
+    /// The address the ramdisk joined from.
+    pub joined_from: Option<String>,
+    /// The public key (base64) the ramdisk joined with.
+    pub joined_key: Option<String>,
+    /// Why it ended, when it has.
+    pub ended: Option<String>,
+    /// The client whose request contested it.
+    pub contested_by: Option<String>,
+}
+
+impl NodeBoot {
+    /// Whether its token was handed out.
+    pub fn taken(&self) -> bool {
+        self.handed_to.is_some()
+    }
+}
+
 /// The platform inventory of a node: what its last commissioning reported.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (12, "wipe-generation", include_str!("../../migrations/0012_wipe_generation.sql")),
     (13, "event-filters", include_str!("../../migrations/0013_event_filters.sql")),
     (14, "bmc-pending-at", include_str!("../../migrations/0014_bmc_pending_at.sql")),
+    (15, "node-boots", include_str!("../../migrations/0015_node_boots.sql")),
 ];
 
 /// Brings the schema up to date.

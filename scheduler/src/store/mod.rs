@@ -13,6 +13,7 @@ pub mod auth;
 pub mod billing;
 pub mod bmcs;
 pub mod boot;
+pub mod boots;
 pub mod capacity;
 pub mod db;
 pub mod events;

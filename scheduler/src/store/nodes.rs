@@ -176,6 +176,14 @@ pub fn transition(
         &json!({"node": id, "from": from, "to": to, "reason": request.reason, "generation": node.generation}),
         now,
     )?;
+    // A move ends the node's boot; moving to commissioning starts the one its next network
+    // boot may take (for as long as commissioning may last): the operator's commission, or
+    // a new node's first network boot. A deploy's boot is armed by whoever boots it.
+    let moved = format!("node moved to {to}");
+    match deadlines.for_state(to).filter(|_| to == NodeState::Commissioning) {
+        Some(ttl) => super::boots::arm(conn, id, &moved, None, now, ttl).map(drop)?,
+        None => super::boots::end(conn, id, &moved, now).map(drop)?,
+    }
     Ok(node)
 }
 

@@ -255,6 +255,20 @@ pub async fn join(
                 ));
                 return refuse(tx, at, "token", e, &client, now);
             }
+            // A deploy's token joins from where that deploy's ramdisk joined: the seed is read
+            // off the disk by the machine it was written to, and a copy elsewhere is refused.
+            if token.origin == store::hosts::TokenOrigin::Deploy
+                && let Some(deploy) = store::boots::last_deploy_join(tx, &node.id)?
+                && let Some(from) = deploy.joined_from.as_deref()
+                && from != client
+            {
+                let e = ApiError::Forbidden(format!(
+                    "enrolment token {} joins only from {from}, where node {}'s deploy ramdisk joined (boot {}); \
+                     this join came from {client}",
+                    token.id, node.id, deploy.id
+                ));
+                return refuse(tx, at, "token", e, &client, now);
+            }
             // Only now, with every check passed, is the token spent.
             if !store::hosts::use_token(tx, &request.token, now)? {
                 let e = ApiError::Forbidden(format!("enrolment token {} was already used", token.id));

@@ -13,11 +13,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 use time::OffsetDateTime;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::app::AppState;
 use crate::config::BootConfig;
 use crate::error::{ApiError, ApiResult};
+use crate::metal::boot::claims::{self, Claim};
 use crate::metal::boot::{BootService, ClientAddr};
 use crate::model::boot::{BootStep, BootTask, boot_step};
 use crate::model::node::{Deadlines, NodeState, NodeTransition, normalize_mac};
@@ -44,6 +45,9 @@ pub struct Decision {
     pub boot_mac: String,
     /// The installer plan, when the step is the installer.
     pub installer: Option<crate::metal::installer::InstallerPlan>,
+    /// Why a node whose step is a ramdisk task is sent to its next device instead: no boot
+    /// was started for it, or its boot was claimed already (contested).
+    pub refusal: Option<String>,
 }
 
 /// The boot loader a script is written for.
@@ -76,6 +80,7 @@ fn kernel_line(decision: &Decision, task: BootTask, token: &str, service: &BootS
 /// `exit` in both: back to the firmware's boot order.
 pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dialect: Dialect, base: &str) -> String {
     let (node, state) = (&decision.node_id, decision.state);
+    let why = decision.refusal.as_ref().map(|r| format!(" ({r})")).unwrap_or_default();
     match (&decision.step, &decision.token, dialect) {
         (BootStep::Installer, Some(token), Dialect::Ipxe) => match &decision.installer {
             Some(plan) => format!(
@@ -110,19 +115,21 @@ pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dia
             line = kernel_line(decision, *task, token, service, kernel_args),
         ),
         (_, _, Dialect::Ipxe) => {
-            format!("#!ipxe\necho metal: node {node} ({state}): nothing to run, booting the next device\nexit\n")
+            format!("#!ipxe\necho metal: node {node} ({state}): nothing to run{why}, booting the next device\nexit\n")
         }
         (_, _, Dialect::Grub) => {
-            format!("echo \"metal: node {node} ({state}): nothing to run, booting the next device\"\nexit\n")
+            format!("echo \"metal: node {node} ({state}): nothing to run{why}, booting the next device\"\nexit\n")
         }
     }
 }
 
 /// Finds (or, with auto-enrol, enrols) the node with this boot MAC, moves a new node to
-/// commissioning, and issues a token when its step is a ramdisk task.
+/// commissioning (which arms its first boot), and, when its step is a ramdisk task, hands
+/// `client` the token of the boot the scheduler started, once (`claims::claim`).
 pub fn decide(
     tx: &mut dyn Conn,
     mac: &str,
+    client: &str,
     config: &BootConfig,
     deadlines: &Deadlines,
     now: OffsetDateTime,
@@ -168,43 +175,73 @@ pub fn decide(
         _ => None,
     };
     let step = if installer.is_some() { BootStep::Installer } else { step };
-    let token = match step {
-        BootStep::Installer => {
-            // The installer fetches its configuration and reports done with it, for as long
-            // as the deploy may take.
-            let token = store::boot::issue_token(
-                tx,
-                &node.id,
-                BootTask::Install,
-                node.identity_generation,
-                now,
-                deadlines.deploying,
-            )?;
-            store::events::append(
-                tx,
-                "node.boot.installer",
-                &format!("node/{}", node.id),
-                None,
-                &json!({"node": node.id, "identityGeneration": node.identity_generation}),
-                now,
-            )?;
-            Some(token)
+    if step == BootStep::LocalDisk {
+        return Ok(Decision {
+            node_id: node.id,
+            state: node.state,
+            step,
+            token: None,
+            boot_mac: mac.to_owned(),
+            installer,
+            refusal: None,
+        });
+    }
+    let boot = match claims::claim(tx, &node, client, now)? {
+        Claim::Take(boot) => boot,
+        Claim::Unarmed => {
+            let refusal = Some("no boot was started for it".to_owned());
+            return Ok(Decision {
+                node_id: node.id,
+                state: node.state,
+                step: BootStep::LocalDisk,
+                token: None,
+                boot_mac: mac.to_owned(),
+                installer: None,
+                refusal,
+            });
         }
-        BootStep::Ramdisk(task) => {
-            let token = store::boot::issue_token(tx, &node.id, task, node.identity_generation, now, config.token_ttl)?;
-            store::events::append(
-                tx,
-                "node.boot.ramdisk",
-                &format!("node/{}", node.id),
-                None,
-                &json!({"node": node.id, "task": task, "identityGeneration": node.identity_generation}),
-                now,
-            )?;
-            Some(token)
+        Claim::Contested(reason) => {
+            let refusal = Some(reason);
+            return Ok(Decision {
+                node_id: node.id,
+                state: node.state,
+                step: BootStep::LocalDisk,
+                token: None,
+                boot_mac: mac.to_owned(),
+                installer: None,
+                refusal,
+            });
         }
-        BootStep::LocalDisk => None,
     };
-    Ok(Decision { node_id: node.id, state: node.state, step, token, boot_mac: mac.to_owned(), installer })
+    // The installer fetches its configuration and reports done with it, for as long as the
+    // deploy may take; a ramdisk joins within the token's time.
+    let (task, ttl, kind) = match step {
+        BootStep::Ramdisk(task) => (task, config.token_ttl, "node.boot.ramdisk"),
+        _ => (BootTask::Install, deadlines.deploying, "node.boot.installer"),
+    };
+    let token = store::boot::issue_token(tx, &node.id, task, node.identity_generation, now, ttl)?;
+    if !store::boots::take(tx, &boot.id, task, &store::auth::hash(&token), client, now)? {
+        return Err(ApiError::Conflict(format!("boot {} of node {} was taken meanwhile", boot.id, node.id)));
+    }
+    store::events::append(
+        tx,
+        kind,
+        &format!("node/{}", node.id),
+        None,
+        &json!({"node": node.id, "task": task, "identityGeneration": node.identity_generation, "boot": boot.id,
+                "armedBy": boot.armed_by, "client": client}),
+        now,
+    )?;
+    let token = Some(token);
+    Ok(Decision {
+        node_id: node.id,
+        state: node.state,
+        step,
+        token,
+        boot_mac: mac.to_owned(),
+        installer,
+        refusal: None,
+    })
 }
 
 /// Query of `/boot/ipxe`.
@@ -255,8 +292,12 @@ async fn script(
     service.limiter.check(address)?;
     let mac = normalize_mac(&query.mac).map_err(|m| ApiError::invalid("mac", m))?;
     let (config, deadlines, now) = (app.config.boot.clone(), app.config.deadlines, app.clock.now());
-    let decision = app.change(move |tx| decide(tx, &mac, &config, &deadlines, now)).await?;
+    let client = address.to_string();
+    let decision = app.change(move |tx| decide(tx, &mac, &client, &config, &deadlines, now)).await?;
     match decision.step {
+        BootStep::LocalDisk if decision.refusal.is_some() => {
+            warn!(node = %decision.node_id, client = %address, refusal = ?decision.refusal, "no ramdisk token handed out")
+        }
         BootStep::Ramdisk(task) => info!(node = %decision.node_id, %task, client = %address, "ramdisk boot"),
         BootStep::Installer => info!(node = %decision.node_id, client = %address, "installer boot"),
         BootStep::LocalDisk => info!(node = %decision.node_id, state = %decision.state, "boot the next device"),

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use crate::api::ApiJson;
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::metal::boot::{BootService, ClientAddr, Peer};
+use crate::metal::boot::{BootService, ClientAddr, Peer, claims};
 use crate::model::boot::{BootStep, WipeReportRecord, boot_step};
 use crate::model::node::{Deadlines, Node, NodeState, NodeTransition, Trust};
 use crate::store::{self, Conn};
@@ -60,9 +60,20 @@ pub async fn join(
     let key = parse_key(&request.public_key)?;
     let now = app.clock.now();
     let token = request.token;
+    let (client, key_stored) = (address.to_string(), claims::key_text(&key));
     let node = app
         .change(move |tx| {
-            let token = store::boot::redeem_token(tx, &token, now)?;
+            let boot = claims::boot_of_token(tx, &token)?
+                .ok_or_else(|| ApiError::Forbidden("the join token is unknown".into()))?;
+            let token = match store::boot::redeem_token(tx, &token, now) {
+                Ok(token) => token,
+                // A second join for one boot: somebody else holds its token.
+                Err(ApiError::Forbidden(m)) if m.contains("already used") => {
+                    let reason = claims::contest(tx, &boot, &client, "a second join", now)?;
+                    return Ok(Err(ApiError::Forbidden(format!("the join token was already used: {reason}"))));
+                }
+                Err(e) => return Err(e),
+            };
             let node = node_or_404(tx, &token.node_id)?;
             if node.identity_generation != token.identity_generation {
                 return Err(ApiError::Forbidden(format!(
@@ -76,17 +87,19 @@ pub async fn join(
                     token.task, node.id, node.state
                 )));
             }
+            store::boots::joined(tx, &boot.id, &client, &key_stored, now)?;
             store::events::append(
                 tx,
                 "node.ramdisk.joined",
                 &format!("node/{}", node.id),
                 None,
-                &json!({"node": node.id, "task": token.task, "identityGeneration": node.identity_generation}),
+                &json!({"node": node.id, "task": token.task, "identityGeneration": node.identity_generation,
+                        "boot": boot.id, "client": client}),
                 now,
             )?;
-            Ok(node)
+            Ok(Ok(node))
         })
-        .await?;
+        .await??;
     let validity = app.config.boot.certificate_validity;
     let generation =
         u64::try_from(node.identity_generation).map_err(|_| ApiError::Internal("negative generation".into()))?;
@@ -446,7 +459,7 @@ pub async fn reports(
     let service = BootService::of(&app)?;
     let now = app.clock.now();
     let (identity, key) = peer_identity(service, &peer, now)?;
-    let deadlines = app.config.deadlines;
+    let (deadlines, token_ttl) = (app.config.deadlines, app.config.boot.token_ttl);
     let payload_type = envelope.payload_type.clone();
     let who = identity.to_uri();
     let ca = service.ca.clone();
@@ -459,6 +472,7 @@ pub async fn reports(
                 HostSetupReport::PAYLOAD_TYPE => super::hosts::setup_report(tx, &identity, &key, &envelope, now),
                 other => Err(ApiError::invalid("payloadType", format!("unknown report type {other:?}"))),
             }?;
+            claims::after_report(tx, &identity.node, token_ttl, now)?;
             // A workflow waiting on this node reads the report at its next pass, not its next poll.
             store::workflows::wake(tx, &identity.node, now)?;
             Ok(receipt)
@@ -480,7 +494,8 @@ pub async fn image(
     headers: axum::http::HeaderMap,
 ) -> ApiResult<axum::response::Response> {
     let service = BootService::of(&app)?;
-    let (identity, _) = peer_identity(service, &peer, app.clock.now())?;
+    let now = app.clock.now();
+    let (identity, key) = peer_identity(service, &peer, now)?;
     if identity.role != Role::Ramdisk {
         return Err(ApiError::Forbidden(format!("a {} certificate cannot fetch images", identity.role)));
     }
@@ -497,6 +512,7 @@ pub async fn image(
             if node.state != NodeState::Deploying {
                 return Err(ApiError::Conflict(format!("node {} is {}, not deploying", node.id, node.state)));
             }
+            claims::require_boot_key(tx, &node.id, &key, now)?;
             if store::boot::plan_image(tx, &node.id)?.as_deref() != Some(image_id.as_str()) {
                 return Err(ApiError::Forbidden(format!(
                     "node {}'s deploy plan does not name image {image_id}",
@@ -521,7 +537,7 @@ pub async fn plan(
     Extension(peer): Extension<Peer>,
 ) -> ApiResult<ApiJson<serde_json::Value>> {
     let service = BootService::of(&app)?;
-    let (identity, _) = peer_identity(service, &peer, app.clock.now())?;
+    let (identity, key) = peer_identity(service, &peer, app.clock.now())?;
     if identity.role != Role::Ramdisk {
         return Err(ApiError::Forbidden(format!("a {} certificate cannot fetch a deploy plan", identity.role)));
     }
@@ -534,6 +550,7 @@ pub async fn plan(
             if node.state != NodeState::Deploying {
                 return Err(ApiError::Conflict(format!("node {} is {}, not deploying", node.id, node.state)));
             }
+            claims::require_boot_key(tx, &node.id, &key, now)?;
             let Some(stored) = store::boot::get_plan(tx, &node.id)? else { return Ok(None) };
             let mut plan: metal_protocol::DeployPlan = serde_json::from_value(stored)
                 .map_err(|e| ApiError::Internal(format!("the stored plan of node {}: {e}", node.id)))?;

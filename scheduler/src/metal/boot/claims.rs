@@ -1,0 +1,137 @@
+//! Who may claim a node's ramdisk identity: one token per boot the scheduler started
+//! (`store::boots`), handed once, and an alarm when a second host claims the same boot. The
+//! rules a script request, a join and a report follow live here, so the handlers only call
+//! them.
+//!
+//! The one design decision: when two hosts claim one boot the platform cannot tell which is
+//! the machine, so neither wins. The boot ends contested (its token revoked), the event
+//! `node.boot.contested` names both addresses, and the node's run fails (a teardown
+//! quarantines) or, with no run, the node is quarantined at once.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use metal_protocol::VerifyingKey;
+use serde_json::json;
+use time::OffsetDateTime;
+use tracing::warn;
+
+use crate::error::{ApiError, ApiResult};
+use crate::model::boot::NodeBoot;
+use crate::model::boot::{BootStep, BootTask, boot_step};
+use crate::model::node::Node;
+use crate::store::{self, Conn};
+
+/// What a script request may be handed for a node whose step is a ramdisk task.
+#[derive(Debug)]
+pub enum Claim {
+    /// The boot the scheduler started, not taken yet: this request takes it.
+    Take(NodeBoot),
+    /// No boot was started (or the one started can no longer be taken): nothing to run.
+    Unarmed,
+    /// The boot was taken already: this request is a second claim (now contested).
+    Contested(String),
+}
+
+/// The reason a contested boot gives (in the event, the run's failure and the node).
+pub fn contest_reason(boot: &NodeBoot) -> String {
+    format!(
+        "two ramdisks claimed node {}: the token of boot {} went to {}, then {} claimed it",
+        boot.node_id,
+        boot.id,
+        boot.handed_to.as_deref().unwrap_or("?"),
+        boot.contested_by.as_deref().unwrap_or("another host"),
+    )
+}
+
+/// Ends `boot` as contested by `client` (`what`: a script request, a join): the event, and
+/// the node's run failing (the engine reads the contest) or, with no run, its quarantine.
+pub fn contest(tx: &mut dyn Conn, boot: &NodeBoot, client: &str, what: &str, now: OffsetDateTime) -> ApiResult<String> {
+    let run = store::workflows::running_for(tx, &boot.node_id)?;
+    store::boots::contest(tx, boot, client, run.as_ref().map(|r| r.id.as_str()), now)?;
+    let contested = NodeBoot { contested_by: Some(client.to_owned()), ..boot.clone() };
+    let reason = contest_reason(&contested);
+    store::events::append(
+        tx,
+        "node.boot.contested",
+        &format!("node/{}", boot.node_id),
+        None,
+        &json!({"node": boot.node_id, "boot": boot.id, "task": boot.task, "armedBy": boot.armed_by,
+                "first": boot.handed_to, "joinedFrom": boot.joined_from, "second": client, "what": what,
+                "run": run.as_ref().map(|r| &r.id)}),
+        now,
+    )?;
+    warn!(node = %boot.node_id, boot = %boot.id, first = ?boot.handed_to, second = client, what, "boot contested");
+    match run {
+        Some(_) => {
+            store::workflows::wake(tx, &boot.node_id, now)?;
+        }
+        None => crate::metal::quarantine(tx, &boot.node_id, &reason, now)?,
+    }
+    Ok(reason)
+}
+
+/// The claim a script request from `client` makes on `node`'s open boot.
+pub fn claim(tx: &mut dyn Conn, node: &Node, client: &str, now: OffsetDateTime) -> ApiResult<Claim> {
+    match store::boots::open(tx, &node.id, now)? {
+        Some(boot) if boot.taken() => Ok(Claim::Contested(contest(tx, &boot, client, "a second script request", now)?)),
+        Some(boot) => Ok(Claim::Take(boot)),
+        None => Ok(Claim::Unarmed),
+    }
+}
+
+/// The boot a join's token was handed for, when it may still join: a token of a boot that
+/// ended (superseded, its task over, contested) is refused with why.
+pub fn boot_of_token(tx: &mut dyn Conn, token: &str) -> ApiResult<Option<NodeBoot>> {
+    let Some(boot) = store::boots::of_token(tx, &store::auth::hash(token))? else { return Ok(None) };
+    match &boot.ended {
+        Some(why) => {
+            Err(ApiError::Forbidden(format!("the boot this token was handed for ({}) is over: {why}", boot.id)))
+        }
+        None => Ok(Some(boot)),
+    }
+}
+
+/// The public key as stored with a boot's join.
+pub fn key_text(key: &VerifyingKey) -> String {
+    base64::engine::general_purpose::STANDARD.encode(key.as_bytes())
+}
+
+/// Refuses a ramdisk key that is not the one that joined the node's open boot: a deploy's
+/// plan and image go only to the ramdisk of this boot (a certificate of an earlier boot of
+/// the same generation, or of a host that never joined this boot, gets nothing).
+pub fn require_boot_key(tx: &mut dyn Conn, node_id: &str, key: &VerifyingKey, now: OffsetDateTime) -> ApiResult<()> {
+    let boot = store::boots::open(tx, node_id, now)?;
+    if boot.as_ref().and_then(|b| b.joined_key.as_deref()) == Some(key_text(key).as_str()) {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden(format!("this certificate's key did not join node {node_id}'s current boot")))
+}
+
+/// After an accepted report: when the node's open boot's task is over (the node moved on, or
+/// its releasing step is no longer that task), the boot ends; when another ramdisk task is
+/// now due (the erase after the in-band firmware check), a boot is armed for it, so the
+/// ramdisk's reboot takes that one.
+pub fn after_report(tx: &mut dyn Conn, node_id: &str, ttl: Duration, now: OffsetDateTime) -> ApiResult<()> {
+    let Some(boot) = store::boots::open(tx, node_id, now)? else { return Ok(()) };
+    let (Some(task), Some(node)) = (boot.task, store::nodes::get(tx, node_id)?) else { return Ok(()) };
+    let step = boot_step(node.state, store::boot::due(tx, &node)?);
+    let still = match step {
+        BootStep::Ramdisk(now_due) => now_due == task,
+        BootStep::Installer => task == BootTask::Install,
+        BootStep::LocalDisk => false,
+    };
+    if still {
+        return Ok(());
+    }
+    match step {
+        BootStep::Ramdisk(next) => {
+            let by = format!("{next} after the {task} of {}", boot.id);
+            store::boots::arm(tx, node_id, &by, boot.run_id.as_deref(), now, ttl)?;
+        }
+        _ => {
+            store::boots::end(tx, node_id, &format!("its {task} is over"), now)?;
+        }
+    }
+    Ok(())
+}

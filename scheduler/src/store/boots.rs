@@ -1,0 +1,181 @@
+//! The boots the scheduler started (`node_boots`): a ramdisk token exists only for one of
+//! them. A boot is *armed* when a workflow, an operator or a lifecycle move starts it; the
+//! first script request after that *takes* it (its one token is handed to that client); the
+//! ramdisk that joins with the token is recorded (address and key); the boot *ends* when its
+//! task is over, when the node moves, when a newer boot supersedes it, or when it is contested.
+//! The one decision a reader needs: a boot is open from its arming until it ends, and while a
+//! taken boot is open, any second script request or second join is somebody else.
+
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use crate::clock::{from_millis, to_millis};
+use crate::model::boot::{BootTask, NodeBoot};
+use crate::store::{Conn, DbResult, Row};
+
+const COLUMNS: &str = "id, node_id, armed_by, run_id, armed_at, expires_at, task, token_hash, handed_to, \
+                       joined_from, joined_key, ended, contested_by";
+
+fn from_row(row: &Row) -> DbResult<NodeBoot> {
+    let task: Option<String> = row.get("task")?;
+    Ok(NodeBoot {
+        id: row.get("id")?,
+        node_id: row.get("node_id")?,
+        armed_by: row.get("armed_by")?,
+        run_id: row.get("run_id")?,
+        armed_at: from_millis(row.get("armed_at")?),
+        expires_at: from_millis(row.get("expires_at")?),
+        task: task
+            .map(|t| t.parse())
+            .transpose()
+            .map_err(|message| crate::store::DbError::Decode { column: "task".into(), message })?,
+        token_hash: row.get("token_hash")?,
+        handed_to: row.get("handed_to")?,
+        joined_from: row.get("joined_from")?,
+        joined_key: row.get("joined_key")?,
+        ended: row.get("ended")?,
+        contested_by: row.get("contested_by")?,
+    })
+}
+
+/// Ends the node's open boots with `why`; a token they handed out that was not used yet is
+/// revoked with them. Returns how many ended.
+pub fn end(conn: &mut dyn Conn, node_id: &str, why: &str, now: OffsetDateTime) -> DbResult<u64> {
+    conn.execute(
+        "UPDATE boot_tokens SET used_at = $1 WHERE used_at IS NULL AND token_hash IN \
+         (SELECT token_hash FROM node_boots WHERE node_id = $2 AND ended_at IS NULL AND token_hash IS NOT NULL)",
+        &[&to_millis(now), &node_id],
+    )?;
+    conn.execute(
+        "UPDATE node_boots SET ended_at = $1, ended = $2 WHERE node_id = $3 AND ended_at IS NULL",
+        &[&to_millis(now), &why, &node_id],
+    )
+}
+
+/// Arms a boot of the node that one script request may take within `ttl`; an open boot
+/// before it is superseded. Returns the new boot's id.
+pub fn arm(
+    conn: &mut dyn Conn,
+    node_id: &str,
+    armed_by: &str,
+    run_id: Option<&str>,
+    now: OffsetDateTime,
+    ttl: Duration,
+) -> DbResult<String> {
+    let id = format!("boot-{}", uuid::Uuid::new_v4().simple());
+    end(conn, node_id, &format!("superseded by {id} ({armed_by})"), now)?;
+    conn.execute(
+        "INSERT INTO node_boots (id, node_id, armed_by, run_id, armed_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&id, &node_id, &armed_by, &run_id, &to_millis(now), &to_millis(now + ttl)],
+    )?;
+    Ok(id)
+}
+
+/// The node's open boot: the newest that has not ended, and, when nobody took it yet, can
+/// still be taken.
+pub fn open(conn: &mut dyn Conn, node_id: &str, now: OffsetDateTime) -> DbResult<Option<NodeBoot>> {
+    let row = conn.query_opt(
+        &format!(
+            "SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 AND ended_at IS NULL \
+             AND (handed_at IS NOT NULL OR expires_at > $2) ORDER BY armed_at DESC, id DESC LIMIT 1"
+        ),
+        &[&node_id, &to_millis(now)],
+    )?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// One boot by its id.
+pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<NodeBoot>> {
+    let row = conn.query_opt(&format!("SELECT {COLUMNS} FROM node_boots WHERE id = $1"), &[&id])?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// The node's boots, newest first.
+pub fn list(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<NodeBoot>> {
+    conn.query(
+        &format!("SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 ORDER BY armed_at DESC, id DESC"),
+        &[&node_id],
+    )?
+    .iter()
+    .map(from_row)
+    .collect()
+}
+
+/// The boot a token was handed for.
+pub fn of_token(conn: &mut dyn Conn, token_hash: &str) -> DbResult<Option<NodeBoot>> {
+    let row = conn.query_opt(&format!("SELECT {COLUMNS} FROM node_boots WHERE token_hash = $1"), &[&token_hash])?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// Hands the untaken boot's token (by its hash) to `client` for `task`; false when another
+/// request took it first.
+pub fn take(
+    conn: &mut dyn Conn,
+    boot_id: &str,
+    task: BootTask,
+    token_hash: &str,
+    client: &str,
+    now: OffsetDateTime,
+) -> DbResult<bool> {
+    let taken = conn.execute(
+        "UPDATE node_boots SET task = $1, token_hash = $2, handed_to = $3, handed_at = $4 \
+         WHERE id = $5 AND handed_at IS NULL AND ended_at IS NULL",
+        &[&task.as_str(), &token_hash, &client, &to_millis(now), &boot_id],
+    )?;
+    Ok(taken == 1)
+}
+
+/// Records the ramdisk that joined with the boot's token: its address and public key.
+pub fn joined(conn: &mut dyn Conn, boot_id: &str, from: &str, key: &str, now: OffsetDateTime) -> DbResult<()> {
+    conn.execute(
+        "UPDATE node_boots SET joined_at = $1, joined_from = $2, joined_key = $3 WHERE id = $4",
+        &[&to_millis(now), &from, &key, &boot_id],
+    )?;
+    Ok(())
+}
+
+/// Ends the boot as contested by `client`, revoking its token if unused; `run` is the
+/// workflow run that must fail for it (the engine reads it with `contest_of_run`).
+pub fn contest(
+    conn: &mut dyn Conn,
+    boot: &NodeBoot,
+    client: &str,
+    run: Option<&str>,
+    now: OffsetDateTime,
+) -> DbResult<()> {
+    if let Some(hash) = &boot.token_hash {
+        conn.execute(
+            "UPDATE boot_tokens SET used_at = $1 WHERE token_hash = $2 AND used_at IS NULL",
+            &[&to_millis(now), hash],
+        )?;
+    }
+    conn.execute(
+        "UPDATE node_boots SET ended_at = $1, ended = 'contested', contested_by = $2, contested_run = $3 \
+         WHERE id = $4",
+        &[&to_millis(now), &client, &run, &boot.id],
+    )?;
+    Ok(())
+}
+
+/// A boot contested while `run` ran on its node, if any: the run fails for it.
+pub fn contest_of_run(conn: &mut dyn Conn, run_id: &str) -> DbResult<Option<NodeBoot>> {
+    let row = conn.query_opt(
+        &format!("SELECT {COLUMNS} FROM node_boots WHERE contested_run = $1 ORDER BY ended_at LIMIT 1"),
+        &[&run_id],
+    )?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// The node's newest deploy boot whose ramdisk joined: where the deployed OS's join must
+/// come from.
+pub fn last_deploy_join(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<NodeBoot>> {
+    let row = conn.query_opt(
+        &format!(
+            "SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 AND task = 'deploy' AND joined_from IS NOT NULL \
+             ORDER BY armed_at DESC, id DESC LIMIT 1"
+        ),
+        &[&node_id],
+    )?;
+    row.as_ref().map(from_row).transpose()
+}
