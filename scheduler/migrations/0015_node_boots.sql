@@ -4,10 +4,12 @@
 -- who started the boot (a workflow run, an operator, a lifecycle move), which task its token
 -- was for, which client took it, and which address and key joined with it: the deployed OS's
 -- join is checked against that address, and a deploy's plan and image go only to that key.
--- Times are milliseconds; portable SQL, as in 0001.
+-- `seq` orders one node's boots (1, 2, ...; two arms racing on one node cannot take one
+-- number). Times are milliseconds; portable SQL, as in 0001.
 CREATE TABLE node_boots (
     id             TEXT PRIMARY KEY,
     node_id        TEXT NOT NULL REFERENCES nodes (id),
+    seq            BIGINT NOT NULL,
     armed_by       TEXT NOT NULL,
     run_id         TEXT,
     armed_at       BIGINT NOT NULL,
@@ -24,6 +26,6 @@ CREATE TABLE node_boots (
     contested_by   TEXT,
     contested_run  TEXT
 );
-CREATE INDEX node_boots_node ON node_boots (node_id, armed_at);
+CREATE UNIQUE INDEX node_boots_node ON node_boots (node_id, seq);
 CREATE INDEX node_boots_token ON node_boots (token_hash);
 CREATE INDEX node_boots_contested_run ON node_boots (contested_run);

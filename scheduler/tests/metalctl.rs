@@ -473,7 +473,7 @@ fn metalctl_lists_hosts_shows_one_and_prints_its_join_log() {
     assert!(o.status.success(), "{}", text(&o));
     s.walk("n1", &["ready", "allocated", "deploying"]);
     // The ramdisk's plan carries the enrolment token; the deploy ends; the OS joins with it.
-    let (client, _) = s.boot_client_as(Role::Ramdisk, "n1", 1);
+    let (client, _) = s.ramdisk_client("n1", "52:54:00:00:00:01");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let plan: serde_json::Value = runtime.block_on(async {
         client.get(format!("{}/v1/boot/plan", s.boot_url)).send().await.unwrap().json().await.unwrap()

@@ -223,6 +223,29 @@ impl TestScheduler {
         boot_client(&self.ca(), role, node, generation)
     }
 
+    /// A ramdisk of a boot started by hand: arms a boot of `node`, takes its token from the
+    /// iPXE script for `mac`, and joins with a fresh key; returns a client with the `ramdisk`
+    /// certificate the join gave (what a deploy's plan and image are served to).
+    pub fn ramdisk_client(&self, node: &str, mac: &str) -> (reqwest::Client, Signer) {
+        self.arm_boot(node);
+        let (status, script) = self.get_text(&format!("/boot/ipxe?mac={mac}"));
+        assert_eq!(status, 200, "{script}");
+        let (token, _) = Self::script_token(&script).unwrap_or_else(|| panic!("no ramdisk boot: {script}"));
+        let key = SigningKey::generate(&mut rand::rngs::OsRng);
+        let public_key =
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key.verifying_key().as_bytes());
+        let http = reqwest::blocking::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+        let answer = http
+            .post(format!("{}{}", self.boot_url, metal_protocol::boot::JOIN_PATH))
+            .json(&serde_json::json!({"token": token, "publicKey": public_key}))
+            .send()
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let joined: metal_protocol::boot::JoinResponse = answer.json().unwrap();
+        let chain = metal_protocol::identity::certificates_from_pem(&joined.certificate_chain).unwrap();
+        mtls_client(&self.ca(), key, chain)
+    }
+
     /// The token and task on the kernel line of an iPXE script.
     pub fn script_token(script: &str) -> Option<(String, String)> {
         let line = script.lines().find(|l| l.starts_with("kernel "))?;
@@ -365,7 +388,11 @@ fn boot_client(ca: &metal_protocol::SiteCa, role: Role, node: &str, generation: 
     let der = ca
         .issue(&key.verifying_key(), node, generation, role, now - Duration::from_secs(60), Duration::from_secs(600))
         .unwrap();
-    let chain = vec![der, ca.certificate().der().to_vec()];
+    mtls_client(ca, key, vec![der, ca.certificate().der().to_vec()])
+}
+
+/// A boot listener client that presents `chain` (leaf first) for `key`, trusting `ca`.
+fn mtls_client(ca: &metal_protocol::SiteCa, key: SigningKey, chain: Vec<Vec<u8>>) -> (reqwest::Client, Signer) {
     let key_pkcs8 = zeroize::Zeroizing::new(
         ed25519_dalek::pkcs8::EncodePrivateKey::to_pkcs8_der(&key).unwrap().as_bytes().to_vec(),
     );
@@ -377,4 +404,34 @@ fn boot_client(ca: &metal_protocol::SiteCa, role: Role, node: &str, generation: 
     )
     .unwrap();
     (client, Signer::new(key, chain))
+}
+
+/// Where the other host on the provisioning network asks from: another loopback address
+/// than the machine's (127.0.0.1).
+pub const INTRUDER: &str = "127.0.0.66";
+
+/// A client of the other host.
+fn intruder() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .local_address(INTRUDER.parse::<std::net::IpAddr>().unwrap())
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap()
+}
+
+/// The intruder's iPXE script for `mac` from the service at `url`.
+pub fn intruder_script(url: &str, mac: &str) -> String {
+    let answer = intruder().get(format!("{url}/boot/ipxe?mac={mac}")).send().unwrap();
+    assert_eq!(answer.status(), 200);
+    answer.text().unwrap()
+}
+
+/// The intruder's join at the boot listener `boot_url` with `token` and a key of its own:
+/// the status and the body.
+pub fn intruder_join(boot_url: &str, token: &str) -> (u16, Value) {
+    let key = metal_protocol::SigningKey::from_bytes(&[9; 32]).verifying_key();
+    let body = serde_json::json!({"token": token,
+                      "publicKey": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key.as_bytes())});
+    let answer = intruder().post(format!("{boot_url}{}", metal_protocol::boot::JOIN_PATH)).json(&body).send().unwrap();
+    (answer.status().as_u16(), answer.json().unwrap())
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use metal_boot::controller::{self, ControllerError, Joined, Retry};
 use metal_protocol::{InventoryReport, Role, WipeReport};
 use metal_scheduler::config::Config;
-use metal_tests::scheduler::{Admin as _, TestScheduler};
+use metal_tests::scheduler::{Admin as _, INTRUDER, TestScheduler, intruder_join, intruder_script};
 use serde_json::{Value, json};
 
 const MAC: &str = "52:54:00:12:34:56";
@@ -413,36 +413,6 @@ fn firmware_drift_found_in_band_fails_the_releasing_node() {
     assert_eq!(s.call("GET", "/v1/nodes/nope/firmware-checks", None).0, 404);
 }
 
-/// Where the other host on the provisioning network asks from: another loopback address
-/// than the machine's (127.0.0.1).
-const INTRUDER: &str = "127.0.0.66";
-
-/// A client of the other host.
-fn intruder() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .local_address(INTRUDER.parse::<std::net::IpAddr>().unwrap())
-        .danger_accept_invalid_certs(true)
-        .build()
-        .unwrap()
-}
-
-/// The intruder's script for the machine's MAC.
-fn intruder_script(s: &TestScheduler) -> String {
-    let answer = intruder().get(format!("{}/boot/ipxe?mac={MAC}", s.url)).send().unwrap();
-    assert_eq!(answer.status(), 200);
-    answer.text().unwrap()
-}
-
-/// The intruder's join with `token` and a key of its own: the status and the body.
-fn intruder_join(s: &TestScheduler, token: &str) -> (u16, Value) {
-    let key = metal_protocol::SigningKey::from_bytes(&[9; 32]).verifying_key();
-    let body = json!({"token": token,
-                      "publicKey": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key.as_bytes())});
-    let answer =
-        intruder().post(format!("{}{}", s.boot_url, metal_protocol::boot::JOIN_PATH)).json(&body).send().unwrap();
-    (answer.status().as_u16(), answer.json().unwrap())
-}
-
 /// The last `node.boot.contested` event's data.
 fn contested(s: &TestScheduler) -> Value {
     s.events("node.boot.contested").last().unwrap_or_else(|| panic!("no node.boot.contested event"))["data"].clone()
@@ -455,8 +425,11 @@ fn a_node_nobody_booted_gets_nothing_to_run_whoever_asks() {
     s.walk("n1", &["ready", "allocated", "deploying"]);
     // Deploying, but nobody booted it: neither the machine nor another host gets a token.
     let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
-    assert!(script.contains("nothing to run (no boot was started for it)") && !script.contains("metal.token"), "{script}");
-    let script = intruder_script(&s);
+    assert!(
+        script.contains("nothing to run (no boot was started for it)") && !script.contains("metal.token"),
+        "{script}"
+    );
+    let script = intruder_script(&s.url, MAC);
     assert!(!script.contains("metal.token"), "{script}");
     assert!(s.events("node.boot.contested").is_empty(), "asking for an unstarted boot is no claim on one");
     // Started by hand: the first request takes its token; the boot shows who took it.
@@ -474,7 +447,7 @@ fn a_node_nobody_booted_gets_nothing_to_run_whoever_asks() {
     // Its task is over with the deploy: the boot ended, and a later boot of the disk is no claim.
     let boots = s.call("GET", "/v1/nodes/n1/boots", None).1;
     assert_eq!(boots[0]["ended"], "node moved to deployed", "{boots}");
-    assert!(intruder_script(&s).contains("nothing to run"));
+    assert!(intruder_script(&s.url, MAC).contains("nothing to run"));
     assert!(s.events("node.boot.contested").is_empty());
 }
 
@@ -485,7 +458,7 @@ fn a_second_script_request_for_one_boot_is_contested_and_quarantines_the_node() 
     // The machine's first network boot takes the commissioning boot; another host asking
     // for the same MAC during that boot gets no token and raises the alarm.
     let token = first_boot(&s, "commission");
-    let script = intruder_script(&s);
+    let script = intruder_script(&s.url, MAC);
     assert!(script.contains("two ramdisks claimed node n1") && !script.contains("metal.token"), "{script}");
     let event = contested(&s);
     assert_eq!((event["first"].as_str(), event["second"].as_str()), (Some("127.0.0.1"), Some(INTRUDER)), "{event}");
@@ -495,7 +468,9 @@ fn a_second_script_request_for_one_boot_is_contested_and_quarantines_the_node() 
     assert!(node["stateReason"].as_str().unwrap().contains("two ramdisks claimed node n1"), "{node}");
     // Neither claim wins: the machine's token is revoked with the boot.
     match join(&s, &token) {
-        Err(ControllerError::Refused { status: 403, message, .. }) => assert!(message.contains("contested"), "{message}"),
+        Err(ControllerError::Refused { status: 403, message, .. }) => {
+            assert!(message.contains("contested"), "{message}")
+        }
         other => panic!("a contested boot's token must be refused: {other:?}"),
     }
     assert!(s.events("node.ramdisk.joined").is_empty());
@@ -508,7 +483,7 @@ fn a_second_join_for_one_boot_is_contested_and_the_intruder_gets_no_certificate(
     let token = first_boot(&s, "commission");
     join(&s, &token).unwrap();
     // The token went to the machine's ramdisk; a copy of it joins nothing and raises the alarm.
-    let (status, body) = intruder_join(&s, &token);
+    let (status, body) = intruder_join(&s.boot_url, &token);
     assert_eq!(status, 403, "{body}");
     assert!(body.get("certificateChain").is_none(), "{body}");
     let event = contested(&s);

@@ -297,9 +297,16 @@ fn inventory(node: &str, cores: u32, memory: u64, disks: &[(&str, u64)]) -> Inve
     report
 }
 
+/// The boot MAC `commissioned` gives node `id` (its network boot asks with it).
+fn boot_mac(id: &str) -> String {
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(id.as_bytes());
+    format!("52:54:00:{:02x}:{:02x}:{:02x}", digest[0], digest[1], digest[2])
+}
+
 /// Enrols and commissions `id` with this inventory (through the boot service's report intake).
 fn commissioned(s: &TestScheduler, id: &str, zone: &str, report: &InventoryReport) {
-    let (status, body) = s.call("POST", "/v1/nodes", Some(json!({"id": id, "labels": {"zone": zone}})));
+    let mac = boot_mac(id);
+    let (status, body) = s.call("POST", "/v1/nodes", Some(json!({"id": id, "labels": {"zone": zone}, "bootMac": mac})));
     assert_eq!(status, 201, "{body}");
     s.walk(id, &["new", "commissioning"]);
     let generation = s.node(id)["identityGeneration"].as_u64().unwrap();
@@ -395,8 +402,7 @@ fn profiles_provision_the_smallest_fitting_nodes_and_the_boot_listener_serves_th
 
     // The plan the ramdisk gets: this controller's URL for the image, the fitting disk
     // pinned, and the seed with the profile's user, key and packages.
-    let generation = s.node("small")["identityGeneration"].as_u64().unwrap();
-    let (client, _) = s.boot_client_as(Role::Ramdisk, "small", generation);
+    let (client, _) = s.ramdisk_client("small", &boot_mac("small"));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let get = |url: String, range: Option<&str>| {
         runtime.block_on(async {
@@ -423,9 +429,12 @@ fn profiles_provision_the_smallest_fitting_nodes_and_the_boot_listener_serves_th
     let (status, tail) = get(plan.image.url.clone(), Some("bytes=1000-"));
     assert_eq!(status, 206);
     assert!(tail == served[1000..], "a resumed download gets the rest");
-    // Nobody else gets it: another node's ramdisk, a stale generation, a node-tenant.
+    // Nobody else gets it: another node's ramdisk, a ramdisk of the node's generation that
+    // did not join this boot, a stale generation, a node-tenant.
+    let generation = s.node("small")["identityGeneration"].as_u64().unwrap();
     for (role, node, generation) in [
         (Role::Ramdisk, "big", s.node("big")["identityGeneration"].as_u64().unwrap()),
+        (Role::Ramdisk, "small", generation),
         (Role::Ramdisk, "small", generation + 1),
         (Role::NodeTenant, "small", generation),
     ] {

@@ -13,11 +13,11 @@
 use std::time::Duration;
 
 use metal_boot::controller::{self, Retry};
-use metal_protocol::{InventoryReport, WipeReport};
+use metal_protocol::{InventoryReport, Role, WipeReport};
 use metal_scheduler::{capacity, metal};
 use metal_tests::emulators::{IpmiSim, SUSHY_PASSWORD, Sushy};
 use metal_tests::leases::{MAC, installer_done, inventory, ipmi, ok, reserve, site, wipe_report};
-use metal_tests::scheduler::{Admin as _, TestScheduler};
+use metal_tests::scheduler::{Admin as _, INTRUDER, TestScheduler, intruder_script};
 use serde_json::{Value, json};
 
 /// One pass of both sides, as the service's periodic passes run them.
@@ -482,12 +482,19 @@ fn a_wipe_report_from_before_the_erase_step_neither_counts_nor_stops_the_erase_b
     // The teardown is created (the node releasing), not yet run.
     s.block_on(capacity::leases::tick(&s.app)).unwrap();
     s.block_on(metal::work::drain_once(&s.app)).unwrap();
-    // Before its first step, a ramdisk (one still running from an earlier boot,
-    // as metal-sim's chaos met it) checks the firmware and reports a wipe: accepted, at
-    // this generation, before the erase step began.
-    let early = ramdisk(&s, "firmware");
-    early.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
-    assert!(early.post_report(WipeReport::PAYLOAD_TYPE, &wipe_report()).unwrap().accepted);
+    // Before its first step nobody booted the node: a network boot gets nothing to run.
+    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert!(script.contains("nothing to run (no boot was started for it)"), "{script}");
+    // A ramdisk still running from an earlier boot of this generation (as metal-sim's chaos
+    // met it) checks the firmware and reports a wipe: accepted, at this generation, before
+    // the erase step began.
+    let generation = s.node("n1")["identityGeneration"].as_u64().unwrap();
+    let firmware = inventory(&[("bmc", &version)]);
+    s.post_report_as(Role::Ramdisk, "n1", generation, InventoryReport::PAYLOAD_TYPE, &firmware);
+    assert_eq!(
+        s.post_report_as(Role::Ramdisk, "n1", generation, WipeReport::PAYLOAD_TYPE, &wipe_report())["accepted"],
+        true
+    );
     s.clock.advance(Duration::from_secs(1));
     pass(&s);
     assert_eq!(s.node("n1")["state"], "releasing", "the early report is not the erase step's");
@@ -604,4 +611,77 @@ fn a_failed_lessee_deploy_quarantines_and_recover_runs_the_tenant_root_teardown(
     let node = s.node("n1");
     assert_eq!((node["state"].as_str(), node["identityGeneration"].as_i64()), (Some("ready"), Some(3)), "{node}");
     assert_eq!(teardowns(&s)[0]["definition"], "metal-tenant-root-release@1");
+}
+
+/// The last `node.boot.contested` event's data.
+fn contest(s: &TestScheduler) -> Value {
+    s.events("node.boot.contested").last().unwrap_or_else(|| panic!("no node.boot.contested event"))["data"].clone()
+}
+
+#[test]
+fn a_host_that_is_not_the_machine_gets_no_token_and_a_second_claim_on_a_deploy_or_an_erase_quarantines() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, ipmi(&sim), json!({}));
+    let nothing = |why: &str| {
+        let script = intruder_script(&s.url, MAC);
+        assert!(!script.contains("token="), "{script}");
+        assert!(script.contains(why), "{why}: {script}");
+    };
+
+    // The lease start's deploy: before its network boot nobody gets a token (the node is
+    // not deploying yet, and once it is, nothing is handed until its boot starts); the machine's
+    // installer takes the boot's one token; the other host asking then contests the boot.
+    let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    nothing("nothing to run");
+    pass(&s);
+    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    let marker = format!("inst.ks={}/boot/installer/", s.url);
+    let at = script.find(&marker).unwrap_or_else(|| panic!("no installer boot: {script}")) + marker.len();
+    let install = script[at..].split('/').next().unwrap().to_owned();
+    nothing("two ramdisks claimed node n1");
+    let event = contest(&s);
+    assert_eq!((event["first"].as_str(), event["second"].as_str()), (Some("127.0.0.1"), Some(INTRUDER)), "{event}");
+    // Neither gets the seed: the installer's token went with the boot.
+    let (status, _) = s.get_text(&format!("/boot/installer/{install}/ks.cfg"));
+    assert_eq!(status, 403, "a contested boot's installer token fetches nothing");
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["maintenance"].as_bool()), (Some("failed"), Some(true)), "{node}");
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert!(r["stateReason"].as_str().unwrap().contains("two ramdisks claimed node n1"), "{r}");
+
+    // recover runs the teardown: nothing for anybody until its erase step boots the node;
+    // the machine's ramdisk takes that boot, and the other host's request contests it.
+    ok(&s, "POST", "/v1/nodes/n1/recover", Value::Null);
+    nothing("nothing to run");
+    pass(&s);
+    let joined = ramdisk(&s, "firmware");
+    nothing("two ramdisks claimed node n1");
+    assert_eq!(s.events("node.boot.contested").len(), 2);
+    // The ramdisk's own work still lands; the run fails for the contest and quarantines.
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
+    let reason = node["stateReason"].as_str().unwrap();
+    assert!(reason.starts_with("erase: two ramdisks claimed node n1"), "{reason}");
+    assert!(reason.contains(INTRUDER), "{reason}");
+    let runs = teardowns(&s);
+    assert_eq!(runs[0]["status"], "failed", "{runs:?}");
+
+    // Without the other host the recovered teardown runs clean: one boot for the firmware
+    // check, the next armed by its report for the erase, then ready.
+    ok(&s, "POST", "/v1/nodes/n1/recover", Value::Null);
+    pass(&s);
+    erase_by_ramdisk(&s, &version);
+    later(&s);
+    assert_eq!(s.node("n1")["state"], "ready");
+    nothing("nothing to run");
+    let (_, boots) = s.call("GET", "/v1/nodes/n1/boots", Value::Null.into());
+    let ended: Vec<&str> = boots.as_array().unwrap().iter().filter_map(|b| b["ended"].as_str()).collect();
+    assert_eq!(ended.iter().filter(|e| **e == "contested").count(), 2, "{boots}");
+    assert_eq!(ended[..2], ["its erase is over", "its firmware is over"], "{boots}");
+    assert_eq!(boots[0]["armedBy"], format!("erase after the firmware of {}", boots[1]["id"].as_str().unwrap()));
 }

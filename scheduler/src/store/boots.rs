@@ -66,7 +66,9 @@ pub fn arm(
     let id = format!("boot-{}", uuid::Uuid::new_v4().simple());
     end(conn, node_id, &format!("superseded by {id} ({armed_by})"), now)?;
     conn.execute(
-        "INSERT INTO node_boots (id, node_id, armed_by, run_id, armed_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO node_boots (id, node_id, seq, armed_by, run_id, armed_at, expires_at) \
+         SELECT CAST($1 AS TEXT), CAST($2 AS TEXT), COALESCE(MAX(seq), 0) + 1, CAST($3 AS TEXT), CAST($4 AS TEXT), \
+         CAST($5 AS BIGINT), CAST($6 AS BIGINT) FROM node_boots WHERE node_id = $2",
         &[&id, &node_id, &armed_by, &run_id, &to_millis(now), &to_millis(now + ttl)],
     )?;
     Ok(id)
@@ -78,7 +80,7 @@ pub fn open(conn: &mut dyn Conn, node_id: &str, now: OffsetDateTime) -> DbResult
     let row = conn.query_opt(
         &format!(
             "SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 AND ended_at IS NULL \
-             AND (handed_at IS NOT NULL OR expires_at > $2) ORDER BY armed_at DESC, id DESC LIMIT 1"
+             AND (handed_at IS NOT NULL OR expires_at > $2) ORDER BY seq DESC LIMIT 1"
         ),
         &[&node_id, &to_millis(now)],
     )?;
@@ -94,7 +96,7 @@ pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<NodeBoot>> {
 /// The node's boots, newest first.
 pub fn list(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<NodeBoot>> {
     conn.query(
-        &format!("SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 ORDER BY armed_at DESC, id DESC"),
+        &format!("SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 ORDER BY seq DESC"),
         &[&node_id],
     )?
     .iter()
@@ -173,7 +175,7 @@ pub fn last_deploy_join(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<N
     let row = conn.query_opt(
         &format!(
             "SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 AND task = 'deploy' AND joined_from IS NOT NULL \
-             ORDER BY armed_at DESC, id DESC LIMIT 1"
+             ORDER BY seq DESC LIMIT 1"
         ),
         &[&node_id],
     )?;

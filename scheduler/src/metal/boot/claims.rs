@@ -124,14 +124,10 @@ pub fn after_report(tx: &mut dyn Conn, node_id: &str, ttl: Duration, now: Offset
     if still {
         return Ok(());
     }
-    match step {
-        BootStep::Ramdisk(next) => {
-            let by = format!("{next} after the {task} of {}", boot.id);
-            store::boots::arm(tx, node_id, &by, boot.run_id.as_deref(), now, ttl)?;
-        }
-        _ => {
-            store::boots::end(tx, node_id, &format!("its {task} is over"), now)?;
-        }
+    store::boots::end(tx, node_id, &format!("its {task} is over"), now)?;
+    if let BootStep::Ramdisk(next) = step {
+        let by = format!("{next} after the {task} of {}", boot.id);
+        store::boots::arm(tx, node_id, &by, boot.run_id.as_deref(), now, ttl)?;
     }
     Ok(())
 }
