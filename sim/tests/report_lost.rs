@@ -1,10 +1,11 @@
 //! Reports lost on the network: two leased machines whose ramdisks join the boot service and
 //! then lose every report they send (the `report-lost` fault: a relay that carries the join
-//! and cuts every later connection). A ramdisk that cannot report gives up and reboots, and
-//! the boot service hands it the erase again: the machine whose network heals after the first
-//! loss comes back ready with the one report that arrived; the one whose network stays lossy
-//! erases again and again, never reaches `ready` without the evidence, and is quarantined
-//! when the erase step's deadline (12 hours, jumped over here) passes.
+//! and cuts every later connection). A ramdisk that cannot report gives up and powers off,
+//! and the erase step boots it again (a new boot, with a new token): the machine whose
+//! network heals after the first loss comes back ready with the one report that arrived; the
+//! one whose network stays lossy erases again and again, never reaches `ready` without the
+//! evidence, and is quarantined when the erase step's deadline (12 hours, jumped over here)
+//! passes.
 //!
 //! The ramdisk's retries run in real time (about 30 s a boot): the slowest test of metal-sim,
 //! mostly asleep. The simulation installs the process clock: one test per binary.
