@@ -95,13 +95,10 @@ pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<NodeBoot>> {
 
 /// The node's boots, newest first.
 pub fn list(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<NodeBoot>> {
-    conn.query(
-        &format!("SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 ORDER BY seq DESC"),
-        &[&node_id],
-    )?
-    .iter()
-    .map(from_row)
-    .collect()
+    conn.query(&format!("SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 ORDER BY seq DESC"), &[&node_id])?
+        .iter()
+        .map(from_row)
+        .collect()
 }
 
 /// The boot a token was handed for.

@@ -26,7 +26,7 @@ use crate::store::{self, Conn};
 #[derive(Debug)]
 pub enum Claim {
     /// The boot the scheduler started, not taken yet: this request takes it.
-    Take(NodeBoot),
+    Take(Box<NodeBoot>),
     /// No boot was started (or the one started can no longer be taken): nothing to run.
     Unarmed,
     /// The boot was taken already: this request is a second claim (now contested).
@@ -75,7 +75,7 @@ pub fn contest(tx: &mut dyn Conn, boot: &NodeBoot, client: &str, what: &str, now
 pub fn claim(tx: &mut dyn Conn, node: &Node, client: &str, now: OffsetDateTime) -> ApiResult<Claim> {
     match store::boots::open(tx, &node.id, now)? {
         Some(boot) if boot.taken() => Ok(Claim::Contested(contest(tx, &boot, client, "a second script request", now)?)),
-        Some(boot) => Ok(Claim::Take(boot)),
+        Some(boot) => Ok(Claim::Take(Box::new(boot))),
         None => Ok(Claim::Unarmed),
     }
 }

@@ -188,8 +188,11 @@ pub fn decide(
     }
     let boot = match claims::claim(tx, &node, client, now)? {
         Claim::Take(boot) => boot,
-        Claim::Unarmed => {
-            let refusal = Some("no boot was started for it".to_owned());
+        refused => {
+            let refusal = match refused {
+                Claim::Contested(reason) => reason,
+                _ => "no boot was started for it".to_owned(),
+            };
             return Ok(Decision {
                 node_id: node.id,
                 state: node.state,
@@ -197,19 +200,7 @@ pub fn decide(
                 token: None,
                 boot_mac: mac.to_owned(),
                 installer: None,
-                refusal,
-            });
-        }
-        Claim::Contested(reason) => {
-            let refusal = Some(reason);
-            return Ok(Decision {
-                node_id: node.id,
-                state: node.state,
-                step: BootStep::LocalDisk,
-                token: None,
-                boot_mac: mac.to_owned(),
-                installer: None,
-                refusal,
+                refusal: Some(refusal),
             });
         }
     };
