@@ -8,5 +8,7 @@ pub mod identity;
 pub mod images;
 pub mod leases;
 pub mod loopdev;
+pub mod ovs;
 pub mod scheduler;
 pub mod served;
+pub mod sshd;

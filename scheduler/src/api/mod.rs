@@ -16,6 +16,7 @@ pub use nodes::{CSV_COLUMNS, parse_csv};
 mod pools;
 mod profiles;
 mod reservations;
+mod switches;
 mod teardowns;
 mod tenants;
 mod usage;
@@ -139,6 +140,12 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         bmc::console,
         bmc::console_sessions,
         boot::get_inventory,
+        switches::create_switch,
+        switches::list_switches,
+        switches::get_switch,
+        switches::delete_switch,
+        switches::get_ports,
+        switches::put_ports,
         boot::list_boots,
         boot::arm_boot,
         boot::list_wipe_reports,
@@ -261,6 +268,9 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/console", get(bmc::console))
         .route("/v1/nodes/{id}/console/sessions", get(bmc::console_sessions))
         .route("/v1/nodes/{id}/inventory", get(boot::get_inventory))
+        .route("/v1/switches", post(switches::create_switch).get(switches::list_switches))
+        .route("/v1/switches/{id}", get(switches::get_switch).delete(switches::delete_switch))
+        .route("/v1/nodes/{id}/ports", get(switches::get_ports).put(switches::put_ports))
         .route("/v1/nodes/{id}/boots", get(boot::list_boots).post(boot::arm_boot))
         .route("/v1/nodes/{id}/wipe-reports", get(boot::list_wipe_reports))
         .route("/v1/nodes/{id}/firmware-checks", get(boot::list_firmware_checks))

@@ -1,6 +1,8 @@
 //! How a tenant-root lease starts (seed 000): the `lease.start` work the capacity side
 //! queues when a node binding's start comes, and the `metal-tenant-root-lease@1` workflow
-//! that network-boots the node into the lessee's profile and waits for the deploy.
+//! that network-boots the node into the lessee's profile and waits for the deploy; in a
+//! pool that isolates tenants on the switch it then moves the node's ports to the lease's
+//! tenant VLAN and only then boots the deployed OS (the lease binds after that).
 //!
 //! Starting records the lease on the node, hands it to the tenant (tenant root,
 //! tenant-controlled, release wipe `secure-erase`) and moves the identity generation on
@@ -41,7 +43,18 @@ pub static START: Definition = Definition {
             backoff: Duration::from_secs(30),
             poll: Duration::from_secs(5),
         },
+        SWITCH_STEP,
+        StepDef { name: "boot-disk", ..SWITCH_STEP },
     ],
+};
+
+/// The bounds of a step that calls a switch or a BMC.
+const SWITCH_STEP: StepDef = StepDef {
+    name: "network-tenant",
+    attempts: 5,
+    deadline: Duration::from_secs(900),
+    backoff: Duration::from_secs(10),
+    poll: Duration::from_secs(5),
 };
 
 /// What `lease.start` carries (capacity's allocation of one node).
@@ -113,6 +126,13 @@ fn begin(
     }
     if store::bmcs::get(tx, &node.id)?.is_none() {
         return refuse(format!("node {} has no BMC: a tenant-root lease is torn down through it", node.id));
+    }
+    if pool.policy.network.is_some() && store::switches::ports(tx, &node.id)?.is_empty() {
+        return refuse(format!(
+            "node {} has no known switch port, and pool {} isolates its tenants on the switch (policy.network): \
+             set its ports (PUT /v1/nodes/{}/ports) or let commissioning learn them",
+            node.id, pool.id, node.id
+        ));
     }
     let Some(version) = request.profile_version else {
         return refuse(format!(
@@ -232,6 +252,62 @@ async fn network_boot(app: &AppState, run: &WorkflowRun) -> Outcome {
     }
 }
 
+/// The pool's network policy, when it isolates its tenants on the switch.
+async fn isolation(app: &AppState, run: &WorkflowRun) -> Result<Option<crate::model::pool::NetworkPolicy>, Outcome> {
+    let id = run.node_id.clone();
+    let pool = app
+        .store
+        .read(move |tx| {
+            let node = store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
+            Ok::<_, ApiError>(store::capacity::pool_of(tx, &node)?)
+        })
+        .await
+        .map_err(|e| Outcome::Retry(e.to_string(), Value::Null))?;
+    Ok(super::network::policy(pool.as_ref()).cloned())
+}
+
+/// The ports to the lease's tenant VLAN (allocated from the pool's range, shared by the
+/// lease's nodes, never another lease's), after the image is written and before the
+/// deployed OS boots: the ramdisk of an isolating pool powers off after its deploy.
+async fn network_tenant(app: &AppState, run: &WorkflowRun) -> Outcome {
+    let policy = match isolation(app, run).await {
+        Ok(Some(policy)) => policy,
+        Ok(None) => return super::network::not_isolated(),
+        Err(outcome) => return outcome,
+    };
+    let (pool, lease, node) =
+        (context_str(run, "pool").to_owned(), context_str(run, "reservation").to_owned(), run.node_id.clone());
+    let now = app.clock.now();
+    let range = policy.tenant_vlans;
+    let vlan = app.store.write(move |tx| store::switches::tenant_vlan(tx, &pool, &lease, &node, range, now)).await;
+    match vlan {
+        Ok(vlan) => super::network::move_ports(app, run, super::network::TENANT, vlan).await,
+        Err(e @ ApiError::Conflict(_)) => Outcome::Failed(e.to_string(), Value::Null),
+        Err(e) => Outcome::Retry(format!("allocating the lease's tenant VLAN: {e}"), Value::Null),
+    }
+}
+
+/// In an isolating pool, the deployed OS boots now, on the tenant VLAN: the boot override to
+/// the disk, then power on, read back.
+async fn boot_disk(app: &AppState, run: &WorkflowRun) -> Outcome {
+    match isolation(app, run).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return super::network::not_isolated(),
+        Err(outcome) => return outcome,
+    }
+    let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Disk, persistent: false };
+    let booted = async {
+        crate::metal::bmcs::boot(app, &run.node_id, &request).await?;
+        crate::metal::bmcs::power(app, &run.node_id, metal_bmc::PowerAction::On).await
+    }
+    .await;
+    match booted {
+        Ok(power) if power.after == "on" => Outcome::done(json!({"bootOverride": "disk (once)", "power": power})),
+        Ok(power) => Outcome::Retry("the BMC reads power off after power on".into(), json!({"power": power})),
+        Err(e) => Outcome::Retry(format!("booting the deployed OS through the BMC: {e}"), Value::Null),
+    }
+}
+
 /// Waits for the deploy: deployed is done, failed fails the lease.
 async fn await_deploy(app: &AppState, run: &WorkflowRun) -> Outcome {
     let id = run.node_id.clone();
@@ -264,6 +340,8 @@ impl Hooks for LeaseStart {
             match step {
                 "network-boot" => network_boot(app, run).await,
                 "await-deploy" => await_deploy(app, run).await,
+                "network-tenant" => network_tenant(app, run).await,
+                "boot-disk" => boot_disk(app, run).await,
                 other => Outcome::Failed(format!("{} has no step {other}", START.name), Value::Null),
             }
         }

@@ -11,6 +11,7 @@ pub mod fencing;
 pub mod images;
 pub mod installer;
 pub mod lease;
+pub mod network;
 pub mod provision;
 pub mod teardown;
 pub mod work;

@@ -1,8 +1,10 @@
 //! The tenant-root teardown (seed 000), driven from the control plane:
-//! `metal-tenant-root-release@1` powers the machine off, fences it, rotates the BMC
+//! `metal-tenant-root-release@1` powers the machine off, moves its switch ports to the
+//! cleaning VLAN (in a pool that isolates tenants), fences it, rotates the BMC
 //! credential, ejects media, checks firmware against the pool's baseline, boots the
 //! ramdisk to erase every disk (only an accepted wipe report of the current generation
-//! lets it go on), cleans the lease's boot state up and hands the node back to the platform
+//! lets it go on), cleans the lease's boot state up, moves the ports back to the
+//! provisioning VLAN and hands the node back to the platform
 //! under a new identity generation. `metal-tenant-root-release-oob@1` is the agentless
 //! variant: no wipe, so `ready` only with `allowUnverifiedRelease`.
 //!
@@ -51,12 +53,14 @@ pub static RELEASE: Definition = Definition {
     name: "metal-tenant-root-release@1",
     steps: &[
         bmc_step("power-off"),
+        bmc_step("network-cleaning"),
         bmc_step("fence"),
         bmc_step("rotate-credential"),
         bmc_step("eject-media"),
         StepDef { deadline: Duration::from_secs(3600), ..bmc_step("firmware") },
         ERASE,
         bmc_step("clean-up"),
+        bmc_step("network-provisioning"),
         bmc_step("exit-tenant-root"),
     ],
 };
@@ -66,10 +70,12 @@ pub static RELEASE_OOB: Definition = Definition {
     name: "metal-tenant-root-release-oob@1",
     steps: &[
         bmc_step("power-off"),
+        bmc_step("network-cleaning"),
         bmc_step("fence"),
         bmc_step("rotate-credential"),
         bmc_step("eject-media"),
         StepDef { deadline: Duration::from_secs(3600), ..bmc_step("firmware") },
+        bmc_step("network-provisioning"),
         bmc_step("exit-tenant-root"),
     ],
 };
@@ -155,6 +161,8 @@ impl Hooks for Teardown {
             let steps = Steps { app, run, node: &node, pool: pool.as_ref() };
             match step {
                 "power-off" => steps.power_off().await,
+                "network-cleaning" => steps.network(super::network::CLEANING).await,
+                "network-provisioning" => steps.network(super::network::PROVISIONING).await,
                 "fence" => steps.fence().await,
                 "rotate-credential" => steps.rotate().await,
                 "eject-media" => steps.eject().await,
@@ -192,6 +200,28 @@ fn bmc_retry(what: &str, e: impl std::fmt::Display) -> Outcome {
 impl Steps<'_> {
     async fn bmc(&self) -> Result<Box<dyn metal_bmc::Bmc>, Outcome> {
         crate::metal::bmcs::client(self.app, &self.node.id).await.map_err(|e| bmc_retry("connecting to the BMC", e))
+    }
+
+    /// The node's ports to the pool's cleaning VLAN (right after power-off, before any
+    /// ramdisk boots) or back to its provisioning VLAN (before `ready`, leaving the lease's
+    /// tenant VLAN, which is free once its last node left); nothing in a pool that does not
+    /// isolate.
+    async fn network(&self, network: &str) -> Outcome {
+        let Some(policy) = super::network::policy(self.pool) else { return super::network::not_isolated() };
+        let vlan = if network == super::network::CLEANING { policy.cleaning() } else { policy.provisioning_vlan };
+        match super::network::move_ports(self.app, self.run, network, vlan).await {
+            Outcome::Done(detail, effects) if network == super::network::PROVISIONING => {
+                let effects: Effects = Box::new(move |tx, run| {
+                    if let Some(effects) = effects {
+                        effects(tx, run)?;
+                    }
+                    store::switches::leave_tenant_vlan(tx, &run.node_id)?;
+                    Ok(())
+                });
+                Outcome::Done(detail, Some(effects))
+            }
+            other => other,
+        }
     }
 
     /// Off, read back.

@@ -10,6 +10,7 @@ pub mod node;
 pub mod pool;
 pub mod profile;
 pub mod reservation;
+pub mod switch;
 pub mod tenant;
 pub mod usage;
 pub mod workflow;

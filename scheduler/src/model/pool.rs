@@ -62,6 +62,50 @@ pub struct PoolPolicy {
     /// The teardown's fencing driver (none when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing: Option<Fencing>,
+    /// Tenant isolation on the switch: the VLANs the pool's node ports move between (no
+    /// moves when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkPolicy>,
+}
+
+/// The VLANs of a pool that isolates its tenants on the switch. A lease's deploy runs on the
+/// provisioning VLAN; its ports move to a tenant VLAN of the pool's range (each live lease its
+/// own) before the deployed OS boots; the teardown moves them to the cleaning VLAN right
+/// after power-off and back to provisioning before `ready`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkPolicy {
+    /// The provisioning VLAN: commissioning, deploys, ready nodes.
+    pub provisioning_vlan: u16,
+    /// The cleaning VLAN: the teardown's ramdisk boots (the provisioning VLAN when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleaning_vlan: Option<u16>,
+    /// The tenant VLANs, `first` to `last`.
+    pub tenant_vlans: VlanRange,
+}
+
+impl NetworkPolicy {
+    /// The cleaning VLAN (the provisioning one when none is set).
+    pub fn cleaning(&self) -> u16 {
+        self.cleaning_vlan.unwrap_or(self.provisioning_vlan)
+    }
+}
+
+/// A range of VLAN ids, both ends included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VlanRange {
+    /// The first.
+    pub first: u16,
+    /// The last.
+    pub last: u16,
+}
+
+impl VlanRange {
+    /// Whether `vlan` is in it.
+    pub fn contains(&self, vlan: u16) -> bool {
+        (self.first..=self.last).contains(&vlan)
+    }
 }
 
 /// Creates a pool.
@@ -129,6 +173,31 @@ fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
     metal_protocol::identity::validate_name(field, value).map_err(|e| ApiError::invalid(field, e.to_string()))
 }
 
+fn check_network(network: &NetworkPolicy) -> Result<(), ApiError> {
+    let vlans = [
+        ("policy.network.provisioningVlan", network.provisioning_vlan),
+        ("policy.network.cleaningVlan", network.cleaning()),
+        ("policy.network.tenantVlans.first", network.tenant_vlans.first),
+        ("policy.network.tenantVlans.last", network.tenant_vlans.last),
+    ];
+    for (field, vlan) in vlans {
+        metal_switch::check_vlan(vlan).map_err(|e| ApiError::invalid(field, e.to_string()))?;
+    }
+    let range = network.tenant_vlans;
+    if range.first > range.last {
+        return Err(ApiError::invalid("policy.network.tenantVlans", "first is after last"));
+    }
+    for (field, vlan) in &vlans[..2] {
+        if range.contains(*vlan) {
+            return Err(ApiError::invalid(
+                *field,
+                format!("VLAN {vlan} is in the tenant range {}-{}", range.first, range.last),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn component_ok(c: &str) -> bool {
     !c.is_empty()
         && c.len() <= 64
@@ -145,6 +214,9 @@ impl PoolCreate {
         check_name("siteId", &self.site_id)?;
         check_name("class", &self.class)?;
         let p = &self.policy;
+        if let Some(network) = &p.network {
+            check_network(network)?;
+        }
         if let Some(profile) = &p.hardware_profile {
             check_name("policy.hardwareProfile", profile)?;
         }

@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (13, "event-filters", include_str!("../../migrations/0013_event_filters.sql")),
     (14, "bmc-pending-at", include_str!("../../migrations/0014_bmc_pending_at.sql")),
     (15, "node-boots", include_str!("../../migrations/0015_node_boots.sql")),
+    (16, "switches", include_str!("../../migrations/0016_switches.sql")),
 ];
 
 /// Brings the schema up to date.

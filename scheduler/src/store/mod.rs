@@ -24,6 +24,7 @@ pub mod nodes;
 mod postgres;
 pub mod profiles;
 mod sqlite;
+pub mod switches;
 pub mod work;
 pub mod workflows;
 

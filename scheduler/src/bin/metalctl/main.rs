@@ -3,6 +3,7 @@
 mod bmc;
 mod host;
 mod image;
+mod switch;
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -56,6 +57,9 @@ enum Command {
     /// discovery.
     #[command(subcommand)]
     Bmc(bmc::BmcCommand),
+    /// Switches and node ports: tenant isolation on the switch.
+    #[command(subcommand)]
+    Switch(switch::SwitchCommand),
     /// Tenants.
     #[command(subcommand)]
     Tenant(TenantCommand),
@@ -610,6 +614,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         Command::Bmc(command) => bmc::run(&client, out, command)?,
         Command::Image(command) => image::run_image(&client, out, command)?,
         Command::Host(command) => host::run_host(&client, out, command)?,
+        Command::Switch(command) => switch::run(&client, out, command)?,
         Command::Profile(command) => image::run_profile(&client, out, command)?,
         Command::Provision { profile, count } => image::run_provision(&client, out, &profile, count)?,
         Command::Tenant(TenantCommand::List) => {

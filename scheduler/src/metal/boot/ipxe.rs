@@ -48,6 +48,9 @@ pub struct Decision {
     /// Why a node whose step is a ramdisk task is sent to its next device instead: no boot
     /// was started for it, or its boot was claimed already (contested).
     pub refusal: Option<String>,
+    /// The ramdisk powers off after its task (`metal.end=poweroff`): a deploy in a pool that
+    /// isolates tenants, whose ports move to the tenant VLAN before the deployed OS boots.
+    pub power_off_after: bool,
 }
 
 /// The boot loader a script is written for.
@@ -65,11 +68,13 @@ pub enum Dialect {
 fn kernel_line(decision: &Decision, task: BootTask, token: &str, service: &BootService, kernel_args: &str) -> String {
     format!(
         "metal.controller={url} metal.token={token} metal.ca={fingerprint} metal.task={task} metal.node={node} \
-         metal.bootif={mac} {kernel_args}",
+         metal.bootif={mac} {kernel_args}{end}",
         url = service.controller_url,
         fingerprint = service.ca_fingerprint,
         node = decision.node_id,
         mac = decision.boot_mac,
+        // Last, so that it wins over the site's kernel arguments.
+        end = if decision.power_off_after { " metal.end=poweroff" } else { "" },
     )
 }
 
@@ -175,6 +180,8 @@ pub fn decide(
         _ => None,
     };
     let step = if installer.is_some() { BootStep::Installer } else { step };
+    let power_off_after = step == BootStep::Ramdisk(BootTask::Deploy)
+        && store::capacity::pool_of(tx, &node)?.is_some_and(|p| p.policy.network.is_some());
     if step == BootStep::LocalDisk {
         return Ok(Decision {
             node_id: node.id,
@@ -184,6 +191,7 @@ pub fn decide(
             boot_mac: mac.to_owned(),
             installer,
             refusal: None,
+            power_off_after: false,
         });
     }
     let boot = match claims::claim(tx, &node, client, now)? {
@@ -201,6 +209,7 @@ pub fn decide(
                 boot_mac: mac.to_owned(),
                 installer: None,
                 refusal: Some(refusal),
+                power_off_after: false,
             });
         }
     };
@@ -232,6 +241,7 @@ pub fn decide(
         boot_mac: mac.to_owned(),
         installer,
         refusal: None,
+        power_off_after,
     })
 }
 
