@@ -108,8 +108,16 @@ fn prepared(sim: &IpmiSim, policy: Value) -> (tempfile::TempDir, Option<String>,
     (dir, database, reservation, version)
 }
 
-const AGENTLESS_STEPS: [&str; 6] =
-    ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "exit-tenant-root"];
+const AGENTLESS_STEPS: [&str; 8] = [
+    "power-off",
+    "network-cleaning",
+    "fence",
+    "rotate-credential",
+    "eject-media",
+    "firmware",
+    "network-provisioning",
+    "exit-tenant-root",
+];
 
 /// What must hold once the lease and its teardown ended, however often the service died.
 fn ended_as_it_would_have(service: &ServedAdmin, reservation: &str, expected: &[&str]) {
@@ -170,7 +178,7 @@ fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_wo
     let service = start(dir.path(), database.as_deref(), None, "100ms");
     ended_as_it_would_have(&service, &reservation, &AGENTLESS_STEPS);
     let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
-    let rotation = &runs[0]["history"][2]["detail"];
+    let rotation = &runs[0]["history"][3]["detail"];
     assert_eq!(
         rotation["recovered"], "a rotation was in flight; the new credential logs in",
         "not rotated twice: {rotation}"
@@ -278,8 +286,18 @@ fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as
         crashed(service, point);
     }
     let service = start(dir.path(), database.as_deref(), None, "100ms");
-    let steps =
-        ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "erase", "clean-up", "exit-tenant-root"];
+    let steps = [
+        "power-off",
+        "network-cleaning",
+        "fence",
+        "rotate-credential",
+        "eject-media",
+        "firmware",
+        "erase",
+        "clean-up",
+        "network-provisioning",
+        "exit-tenant-root",
+    ];
     ended_as_it_would_have(&service, &reservation, &steps);
     let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
     assert_eq!(runs[0]["context"]["eraseBoots"], 1, "the ramdisk was booted once across the crashes: {}", runs[0]);

@@ -291,16 +291,27 @@ fn lease_end_to_end(kind: Kind) {
     let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
     assert_eq!(
         steps,
-        ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "erase", "clean-up", "exit-tenant-root"],
+        [
+            "power-off",
+            "network-cleaning",
+            "fence",
+            "rotate-credential",
+            "eject-media",
+            "firmware",
+            "erase",
+            "clean-up",
+            "network-provisioning",
+            "exit-tenant-root"
+        ],
         "{run}"
     );
-    assert!(run["history"][1]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "{run}");
-    assert_eq!(run["history"][4]["detail"]["code"], "COMPLIANT", "{run}");
+    assert!(run["history"][2]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "{run}");
+    assert_eq!(run["history"][5]["detail"]["code"], "COMPLIANT", "{run}");
     assert!(run["context"]["eraseBoots"].as_i64().unwrap() >= 2, "the firmware boot, then the erase: {run}");
     let (_, reports) = s.call("GET", "/v1/nodes/hil-tr/wipe-reports", None);
     let accepted = reports.as_array().unwrap().iter().find(|r| r["accepted"] == true).cloned().unwrap_or_default();
     assert!(accepted["signer"].as_str().unwrap_or_default().ends_with("/node/hil-tr/gen/2/ramdisk"), "{reports}");
-    assert_eq!(run["history"][5]["detail"]["wipeReport"], accepted["id"], "{run}");
+    assert_eq!(run["history"][6]["detail"]["wipeReport"], accepted["id"], "{run}");
     if debian {
         // The teardown's clean-up took the host away with the lessee's identity; its log stays.
         assert_eq!(s.call("GET", "/v1/hosts/hil-tr", None).0, 404);

@@ -8,7 +8,10 @@
 //! client as the ramdisk) -> ready two identity generations later, with the evidence record
 //! and the meter rows. Also: a lease without a profile version is refused and the node stays
 //! ready; a BMC that refuses the rotation quarantines the node, and recover runs the
-//! teardown again; a teardown waits for an operator's rotation in flight.
+//! teardown again; a teardown waits for an operator's rotation in flight. In a pool that
+//! isolates tenants on the switch (a real Open vSwitch), the lease's ports move to its
+//! tenant VLAN before the OS boots and the teardown moves them to cleaning and back; a
+//! switch that is unreachable, refuses, or reads back another tag quarantines.
 
 use std::time::Duration;
 
@@ -118,12 +121,16 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert_eq!(run["definition"], "metal-tenant-root-release@1");
     assert_eq!(run["lastError"], "booted the ramdisk to erase every disk (boot 1)", "{run}");
     let done: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
-    assert_eq!(done, ["power-off", "fence", "rotate-credential", "eject-media", "firmware"], "{run}");
+    assert_eq!(
+        done,
+        ["power-off", "network-cleaning", "fence", "rotate-credential", "eject-media", "firmware"],
+        "{run}"
+    );
     let history = &run["history"];
-    assert_eq!(history[1]["detail"]["driver"], "fence-agents", "{run}");
-    assert!(history[1]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "{run}");
-    assert_eq!(history[2]["detail"]["rotated"], true, "{run}");
-    assert_eq!(history[4]["detail"]["code"], "COMPLIANT", "{run}");
+    assert_eq!(history[2]["detail"]["driver"], "fence-agents", "{run}");
+    assert!(history[2]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "{run}");
+    assert_eq!(history[3]["detail"]["rotated"], true, "{run}");
+    assert_eq!(history[5]["detail"]["code"], "COMPLIANT", "{run}");
     let bmc = ok(&s, "GET", "/v1/nodes/n1/bmc", Value::Null);
     assert_eq!(bmc["generation"], 2, "the rotated credential is stored: {bmc}");
     let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
@@ -144,7 +151,18 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
     assert_eq!(
         steps,
-        ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "erase", "clean-up", "exit-tenant-root"]
+        [
+            "power-off",
+            "network-cleaning",
+            "fence",
+            "rotate-credential",
+            "eject-media",
+            "firmware",
+            "erase",
+            "clean-up",
+            "network-provisioning",
+            "exit-tenant-root"
+        ]
     );
     assert!(run["history"].as_array().unwrap().iter().all(|h| h["result"] == "done"), "{run}");
     let ready = s.events("node.ready");
@@ -209,7 +227,7 @@ fn firmware_drift_quarantines_the_node_and_recover_runs_the_teardown_again() {
     let run = &teardowns(&s)[0];
     assert_eq!(run["status"], "failed", "{run}");
     assert_eq!(run["history"].as_array().unwrap().last().unwrap()["step"], "firmware", "{run}");
-    assert_eq!(run["history"][1]["detail"]["driver"], "none", "no fencing is recorded as such: {run}");
+    assert_eq!(step_record(run, "fence")["detail"]["driver"], "none", "no fencing is recorded as such: {run}");
 
     // recover: back to releasing, a new run from the first step; maintenance stays on.
     let (status, refused) =
@@ -271,19 +289,19 @@ fn a_teardown_waits_for_an_operators_rotation_in_flight_and_settles_one_that_die
     release(&s, &reservation);
     let run = &teardowns(&s)[0];
     let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
-    assert_eq!(steps, ["power-off", "fence"], "{run}");
+    assert_eq!(steps, ["power-off", "network-cleaning", "fence"], "{run}");
     let waiting = run["lastError"].as_str().unwrap();
     assert!(waiting.starts_with("an operator's rotation of the BMC credential is in flight (since "), "{run}");
     later(&s);
-    assert_eq!(teardowns(&s)[0]["history"].as_array().unwrap().len(), 2, "still waiting within the lease");
+    assert_eq!(teardowns(&s)[0]["history"].as_array().unwrap().len(), 3, "still waiting within the lease");
 
     // Past the lease: the pending password never reached the BMC, so it is dropped, and the
     // teardown rotates (not waiting for an operator's rotation that will never end).
     s.clock.advance(Duration::from_secs(5 * 60));
     pass(&s);
     let run = &teardowns(&s)[0];
-    assert_eq!(run["history"][2]["step"], "rotate-credential", "{run}");
-    assert_eq!(run["history"][2]["detail"]["rotated"], true, "{run}");
+    assert_eq!(run["history"][3]["step"], "rotate-credential", "{run}");
+    assert_eq!(run["history"][3]["detail"]["rotated"], true, "{run}");
     assert_eq!(ok(&s, "GET", "/v1/nodes/n1/bmc", Value::Null)["generation"], 2, "one rotation stored");
     let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
     assert_eq!(status, 200, "the stored credential is the BMC's: {power}");
@@ -320,7 +338,19 @@ fn an_agentless_pool_returns_nodes_only_with_allow_unverified_release() {
         let run = &teardowns(&s)[0];
         assert_eq!(run["definition"], "metal-tenant-root-release-oob@1", "{run}");
         let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
-        assert_eq!(steps, ["power-off", "fence", "rotate-credential", "eject-media", "firmware", "exit-tenant-root"]);
+        assert_eq!(
+            steps,
+            [
+                "power-off",
+                "network-cleaning",
+                "fence",
+                "rotate-credential",
+                "eject-media",
+                "firmware",
+                "network-provisioning",
+                "exit-tenant-root"
+            ]
+        );
         let node = s.node("n1");
         if allow {
             assert_eq!(
@@ -428,10 +458,10 @@ fn a_redfish_teardown_fences_rotates_through_the_account_service_and_reflashes_d
         "{node}\n{run}"
     );
     let history = run["history"].as_array().unwrap();
-    assert!(history[1]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "fence_redfish: {run}");
-    assert_eq!(history[2]["detail"]["rotated"], true, "{run}");
-    assert_eq!(history[4]["detail"]["code"], "REFLASHED", "{run}");
-    assert_eq!(history[4]["detail"]["after"]["compliant"], true, "{run}");
+    assert!(history[2]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "fence_redfish: {run}");
+    assert_eq!(history[3]["detail"]["rotated"], true, "{run}");
+    assert_eq!(history[5]["detail"]["code"], "REFLASHED", "{run}");
+    assert_eq!(history[5]["detail"]["after"]["compliant"], true, "{run}");
     assert_eq!(domain.state(), "shut off", "powered off and fenced");
     assert_eq!(system(SUSHY_PASSWORD).status(), 401, "the tenant-era password no longer logs in");
     let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
@@ -556,7 +586,7 @@ fn a_site_fencing_command_gets_the_node_its_macs_and_its_bmc_and_a_pool_without_
     assert_eq!(fenced.trim(), format!("n1 {} 127.0.0.1:{} fence", macs.join(","), sim.port), "{fenced}");
     let run = &teardowns(&s)[0];
     assert_eq!(
-        (run["history"][1]["detail"]["driver"].as_str(), run["history"][1]["detail"]["exit"].as_i64()),
+        (step_record(run, "fence")["detail"]["driver"].as_str(), step_record(run, "fence")["detail"]["exit"].as_i64()),
         (Some("command"), Some(0))
     );
     // No baseline to check the machine against: INVALID_CONFIG, quarantined.
@@ -684,4 +714,208 @@ fn a_host_that_is_not_the_machine_gets_no_token_and_a_second_claim_on_a_deploy_o
     assert_eq!(ended.iter().filter(|e| **e == "contested").count(), 2, "{boots}");
     assert_eq!(ended[..2], ["its erase is over", "its firmware is over"], "{boots}");
     assert_eq!(boots[0]["armedBy"], format!("erase after the firmware of {}", boots[1]["id"].as_str().unwrap()));
+}
+
+/// The network policy of the isolating pool p1: provisioning 10, cleaning 20, tenants 100-101.
+fn isolating() -> Value {
+    json!({"network": {"provisioningVlan": 10, "cleaningVlan": 20, "tenantVlans": {"first": 100, "last": 101}}})
+}
+
+/// Switch tor1 (this Open vSwitch, through `command` when given) with n1's NICs on `ports`,
+/// each on the provisioning VLAN as a ready node is.
+fn cabled(s: &TestScheduler, ovs: &metal_tests::ovs::Ovs, command: Option<&std::path::Path>, ports: &[(&str, &str)]) {
+    let mut switch = json!({"id": "tor1", "driver": "ovs", "address": format!("ovsdb:{}", ovs.db)});
+    if let Some(command) = command {
+        switch["command"] = json!(command);
+    }
+    let answer = ok(s, "POST", "/v1/switches", switch);
+    assert_eq!(answer["hasSshKey"], false, "{answer}");
+    let ports: Vec<Value> =
+        ports.iter().map(|(mac, port)| json!({"mac": mac, "switchId": "tor1", "port": port})).collect();
+    for port in &ports {
+        let name = port["port"].as_str().unwrap();
+        if ovs.vsctl(&["--if-exists", "get", "port", name, "name"]).trim().is_empty() {
+            continue;
+        }
+        ovs.vsctl(&["set", "port", name, "tag=10"]);
+    }
+    let set = ok(s, "PUT", "/v1/nodes/n1/ports", json!({"ports": ports}));
+    assert_eq!(set[0]["source"], "operator", "{set}");
+}
+
+/// The history record of `step` in `run`.
+fn step_record<'a>(run: &'a Value, step: &str) -> &'a Value {
+    run["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|h| h["step"] == step)
+        .unwrap_or_else(|| panic!("no {step}: {run}"))
+}
+
+/// The lease-start run of n1.
+fn lease_run(s: &TestScheduler) -> Value {
+    let runs = s
+        .block_on(
+            s.app.store.read(|tx| metal_scheduler::store::workflows::for_node(tx, "n1", "metal-tenant-root-lease")),
+        )
+        .unwrap();
+    serde_json::to_value(runs.last().unwrap()).unwrap()
+}
+
+#[test]
+fn an_isolated_lease_moves_its_ports_to_a_tenant_vlan_before_the_os_boots_and_the_teardown_moves_them_back() {
+    let sim = IpmiSim::start();
+    let ovs = metal_tests::ovs::Ovs::start();
+    ovs.add_port("n1-p0");
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, ipmi(&sim), isolating());
+    cabled(&s, &ovs, None, &[(MAC, "n1-p0")]);
+    assert_eq!(ovs.tag("n1-p0"), Some(10));
+
+    // The deploy runs on the provisioning VLAN; then the ports move, then the OS boots.
+    let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    pass(&s);
+    assert_eq!(ovs.tag("n1-p0"), Some(10), "deploying: still on provisioning");
+    installer_done(&s.url);
+    later(&s);
+    assert_eq!(ovs.tag("n1-p0"), Some(100), "the lease's tenant VLAN, read back from OVS");
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(r["state"], "active", "{r}");
+    let run = lease_run(&s);
+    let moved = &step_record(&run, "network-tenant")["detail"];
+    assert_eq!((moved["network"].as_str(), moved["vlan"].as_u64()), (Some("tenant"), Some(100)), "{run}");
+    assert_eq!(moved["ports"][0]["before"]["vlan"], 10, "{run}");
+    assert_eq!(
+        (moved["ports"][0]["after"]["vlan"].as_u64(), moved["ports"][0]["moved"].as_bool()),
+        (Some(100), Some(true))
+    );
+    assert_eq!(step_record(&run, "boot-disk")["detail"]["bootOverride"], "disk (once)", "{run}");
+    let ports = ok(&s, "GET", "/v1/nodes/n1/ports", Value::Null);
+    assert_eq!((ports[0]["network"].as_str(), ports[0]["vlan"].as_u64()), (Some("tenant"), Some(100)), "{ports}");
+
+    // The teardown: cleaning right after power-off, before the ramdisk boots.
+    ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
+    pass(&s);
+    assert_eq!(ovs.tag("n1-p0"), Some(20), "on the cleaning VLAN while the ramdisk erases");
+    let run = &teardowns(&s)[0];
+    let cleaning = &step_record(run, "network-cleaning")["detail"];
+    assert_eq!((cleaning["vlan"].as_u64(), cleaning["ports"][0]["before"]["vlan"].as_u64()), (Some(20), Some(100)));
+    erase_by_ramdisk(&s, &version);
+    later(&s);
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!(node["state"], "ready", "{node}");
+    assert_eq!(ovs.tag("n1-p0"), Some(10), "back on provisioning before ready");
+    let run = &teardowns(&s)[0];
+    let back = &step_record(run, "network-provisioning")["detail"];
+    assert_eq!(
+        (back["network"].as_str(), back["ports"][0]["after"]["vlan"].as_u64()),
+        (Some("provisioning"), Some(10))
+    );
+    // The tenant VLAN is free again: the next lease gets it.
+    let held = s.block_on(s.app.store.read(|tx| tx.query("SELECT vlan FROM tenant_vlans", &[]))).unwrap();
+    assert!(held.is_empty(), "{held:?}");
+}
+
+#[test]
+fn a_node_without_a_known_port_is_refused_a_lease_in_a_pool_that_isolates() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    site(&s, ipmi(&sim), isolating());
+    reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    pass(&s);
+    let refused = s.events("node.tenant-root.refused");
+    let reason = refused[0]["data"]["reason"].as_str().unwrap();
+    assert!(reason.contains("node n1 has no known switch port, and pool p1 isolates its tenants"), "{reason}");
+    assert_eq!(s.node("n1")["state"], "ready");
+}
+
+/// Runs the passes a failing switch step takes to use up its attempts.
+fn until_failed(s: &TestScheduler) {
+    for _ in 0..6 {
+        later(s);
+    }
+}
+
+#[test]
+fn a_switch_that_refuses_a_port_fails_the_lease_with_its_message_and_the_port_it_did_move_is_on_record() {
+    let sim = IpmiSim::start();
+    let ovs = metal_tests::ovs::Ovs::start();
+    ovs.add_port("n1-p0");
+    let s = TestScheduler::start(|_| {});
+    site(&s, ipmi(&sim), isolating());
+    // The second NIC's port is not on the switch: OVS refuses it.
+    cabled(&s, &ovs, None, &[(MAC, "n1-p0"), ("52:54:00:00:0a:02", "n1-p1")]);
+    let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    pass(&s);
+    installer_done(&s.url);
+    until_failed(&s);
+    // The lease fails with the switch's message and the node is quarantined (its lessee's
+    // OS is on the disk: the lease's end runs the teardown).
+    let run = lease_run(&s);
+    assert_eq!(run["status"], "failed", "{run}");
+    let reason = run["lastError"].as_str().unwrap();
+    assert!(reason.starts_with("switch tor1 refused: ovs-vsctl: no row \"n1-p1\" in table Port"), "{reason}");
+    assert_eq!(s.node("n1")["maintenance"], true);
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(r["state"], "failed", "{r}");
+    assert!(r["stateReason"].as_str().unwrap().contains("network-tenant: switch tor1 refused"), "{r}");
+    // Nothing half-moved without a record: the intent is in the run, and each attempt says
+    // which port it had moved (the first) before the switch refused the second.
+    let run = lease_run(&s);
+    assert_eq!(run["context"]["portMove"], json!({"network": "tenant", "vlan": 100}), "{run}");
+    let attempt = step_record(&run, "network-tenant");
+    assert_eq!(attempt["result"], "failed", "{run}");
+    assert_eq!(attempt["detail"]["ports"][0]["port"], "n1-p0", "{run}");
+    assert_eq!(attempt["detail"]["ports"][0]["after"]["vlan"], 100, "{run}");
+}
+
+#[test]
+fn a_switch_that_reads_back_another_tag_fails_the_lease() {
+    let sim = IpmiSim::start();
+    let ovs = metal_tests::ovs::Ovs::start();
+    ovs.add_port("n1-p0");
+    let s = TestScheduler::start(|_| {});
+    site(&s, ipmi(&sim), isolating());
+    cabled(&s, &ovs, Some(&ovs.lying_vsctl(7)), &[(MAC, "n1-p0")]);
+    reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    pass(&s);
+    installer_done(&s.url);
+    until_failed(&s);
+    let run = lease_run(&s);
+    assert_eq!(run["status"], "failed", "{run}");
+    let reason = run["lastError"].as_str().unwrap();
+    assert!(
+        reason.starts_with("switch tor1 reads port n1-p0 back on VLAN 7 (access) after it was set to access VLAN 100"),
+        "{reason}"
+    );
+    assert_eq!(s.node("n1")["maintenance"], true);
+    let attempt = step_record(&run, "network-tenant");
+    assert_eq!(attempt["detail"]["ports"][0]["after"], json!({"vlan": 7, "mode": "access"}), "{run}");
+    assert_ne!(ovs.tag("n1-p0"), Some(10), "the switch took the commands; its answers are what failed");
+}
+
+#[test]
+fn an_unreachable_switch_quarantines_the_teardown_with_the_switchs_own_message() {
+    let sim = IpmiSim::start();
+    let mut ovs = metal_tests::ovs::Ovs::start();
+    ovs.add_port("n1-p0");
+    let s = TestScheduler::start(|_| {});
+    site(&s, ipmi(&sim), isolating());
+    cabled(&s, &ovs, None, &[(MAC, "n1-p0")]);
+    let reservation = leased_and_deployed(&s);
+    ovs.stop_database();
+    release(&s, &reservation);
+    until_failed(&s);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
+    let reason = node["stateReason"].as_str().unwrap();
+    assert!(reason.starts_with("network-cleaning: switch tor1 is unreachable: ovs-vsctl:"), "{reason}");
+    assert!(reason.contains("database connection failed"), "{reason}");
+    let run = &teardowns(&s)[0];
+    assert_eq!(run["context"]["portMove"], json!({"network": "cleaning", "vlan": 20}), "{run}");
+    let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
+    assert_eq!((status, power["power"].as_str()), (200, Some("off")), "powered off, and no ramdisk booted: {power}");
 }
