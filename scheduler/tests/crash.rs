@@ -6,7 +6,9 @@
 //! data and picks up where the dead one was. The run ends as it would have: one teardown,
 //! every step done once, the rotation recovered (not repeated), no meter lost or doubled.
 //! Then the same with two replicas at once, one of them dying mid-run; and the agent
-//! variant killed (SIGKILL, then the hook) around its erase while the ramdisk reports.
+//! variant killed (SIGKILL, then the hook) around its erase while the ramdisk reports. And in
+//! a pool that isolates tenants on a real Open vSwitch, killed between each port move and its
+//! record, in both directions.
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
@@ -101,8 +103,18 @@ fn agentless() -> Value {
 /// that is then stopped: its data directory (and database), the reservation id and the
 /// BMC's firmware version.
 fn prepared(sim: &IpmiSim, policy: Value) -> (tempfile::TempDir, Option<String>, String, String) {
+    prepared_with(sim, policy, |_| {})
+}
+
+/// [`prepared`], with `setup` run on the site before the reservation.
+fn prepared_with(
+    sim: &IpmiSim,
+    policy: Value,
+    setup: impl FnOnce(&TestScheduler),
+) -> (tempfile::TempDir, Option<String>, String, String) {
     let s = TestScheduler::start(|_| {});
     let version = site(&s, ipmi(sim), policy);
+    setup(&s);
     let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
     let (dir, database) = s.kill();
     (dir, database, reservation, version)
@@ -224,9 +236,13 @@ fn a_replica_killed_mid_run_is_taken_over_by_the_other() {
     ended_as_it_would_have(&second, &reservation, &AGENTLESS_STEPS);
 }
 
-/// The installed system's "done", once the lessee's deploy is under way.
+/// The installed system's "done", once the lessee's deploy is under way (the node deploying
+/// and its network boot started: a boot armed for it).
 fn deploy(service: &ServedAdmin) {
     service.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
+    service.until("the deploy's boot started", "/v1/nodes/n1/boots", |boots| {
+        boots[0]["id"].is_string() && boots[0]["ended"].is_null() && boots[0]["handedTo"].is_null()
+    });
     installer_done(&service.url);
 }
 
@@ -255,7 +271,7 @@ fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as
     let (dir, database, reservation, version) = prepared(&sim, json!({"fencing": {"driver": "none"}}));
     // Up to the erase without a crash, then SIGKILL while the ramdisk erases.
     let service = start(dir.path(), database.as_deref(), None, "100ms");
-    released_until(&service, &reservation, 5);
+    released_until(&service, &reservation, 6);
     drop(service);
     for point in [
         "erase:before",
@@ -301,4 +317,45 @@ fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as
     ended_as_it_would_have(&service, &reservation, &steps);
     let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
     assert_eq!(runs[0]["context"]["eraseBoots"], 1, "the ramdisk was booted once across the crashes: {}", runs[0]);
+}
+
+#[test]
+fn killed_between_each_port_move_and_its_record_the_step_reads_the_ports_back_and_finishes() {
+    let sim = IpmiSim::start();
+    let ovs = metal_tests::ovs::Ovs::start();
+    ovs.add_port("n1-p0");
+    ovs.vsctl(&["set", "port", "n1-p0", "tag=10"]);
+    let mut policy = agentless();
+    policy["network"] = json!({"provisioningVlan": 10, "cleaningVlan": 20, "tenantVlans": {"first": 100, "last": 100}});
+    let (dir, database, reservation, _) = prepared_with(&sim, policy, |s| {
+        let switch = json!({"id": "tor1", "driver": "ovs", "address": format!("ovsdb:{}", ovs.db)});
+        assert_eq!(s.call("POST", "/v1/switches", Some(switch)).0, 201);
+        let ports = json!({"ports": [{"mac": metal_tests::leases::MAC, "switchId": "tor1", "port": "n1-p0"}]});
+        assert_eq!(s.call("PUT", "/v1/nodes/n1/ports", Some(ports)).0, 200);
+    });
+    // Each time the switch has moved the port and the service dies before its verdict.
+    for (point, vlan) in
+        [("network-tenant:moved", 100), ("network-cleaning:moved", 20), ("network-provisioning:moved", 10)]
+    {
+        let service = start(dir.path(), database.as_deref(), Some(point), "100ms");
+        match point {
+            "network-tenant:moved" => deploy(&service),
+            "network-cleaning:moved" => release_when_bound(&service, &reservation),
+            _ => {}
+        }
+        crashed(service, point);
+        assert_eq!(ovs.tag("n1-p0"), Some(vlan), "{point}: the switch moved the port");
+    }
+    let service = start(dir.path(), database.as_deref(), None, "100ms");
+    ended_as_it_would_have(&service, &reservation, &AGENTLESS_STEPS);
+    assert_eq!(ovs.tag("n1-p0"), Some(10));
+    // After each restart the step read the port back on its VLAN and recorded it, moving nothing.
+    let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
+    for (step, vlan) in [("network-cleaning", 20), ("network-provisioning", 10)] {
+        let record = runs[0]["history"].as_array().unwrap().iter().find(|h| h["step"] == step).unwrap();
+        let port = &record["detail"]["ports"][0];
+        assert_eq!((port["after"]["vlan"].as_u64(), port["moved"].as_bool()), (Some(vlan), Some(false)), "{record}");
+    }
+    let (_, ports) = service.call("GET", "/v1/nodes/n1/ports", None);
+    assert_eq!((ports[0]["network"].as_str(), ports[0]["vlan"].as_u64()), (Some("provisioning"), Some(10)), "{ports}");
 }

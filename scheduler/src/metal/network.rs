@@ -150,6 +150,8 @@ pub async fn move_ports(app: &App, run: &WorkflowRun, network: &str, vlan: u16) 
         }
         evidence.push(record);
     }
+    // The crash-safety tests' point between the switch's move and the step's record of it.
+    super::workflow::crash_point(app, run.current().map_or("", |s| s.name.as_str()), "moved");
     let (network, now) = (network.to_owned(), app.clock.now());
     let macs: Vec<String> = ports.iter().map(|(p, _)| p.mac.clone()).collect();
     let record_network = network.clone();

@@ -281,7 +281,7 @@ fn step_name(run: &WorkflowRun) -> String {
 /// The crash hook for the crash-safety tests: with `METAL_TEST_CRASH_AT` set to
 /// `STEP:before`, `STEP:after` or a step's own point inside it (`rotate-credential:acted`)
 /// the process aborts there, as `kill -9` would. Unset in production.
-pub fn crash_point(app: &AppState, step: &str, when: &str) {
+pub fn crash_point(app: &crate::app::App, step: &str, when: &str) {
     if let Some(at) = &app.config.test_crash_at
         && at.split(',').any(|a| a == format!("{step}:{when}"))
     {
