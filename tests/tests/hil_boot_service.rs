@@ -126,6 +126,9 @@ fn pxe_commission_then_erase_with_a_signed_wipe_report_the_scheduler_accepts() {
         "policy": {"tenantRoot": true, "firmwareBaseline": {"bios": bios}}});
     assert_eq!(s.call("POST", "/v1/pools", Some(pool)).0, 201);
     assert_eq!(s.call("PATCH", "/v1/nodes/hil-1", Some(serde_json::json!({"poolId": "p1"}))).0, 200);
+    // Booted by hand (no BMC here): the boot its ramdisk may take; the firmware check's
+    // report arms the erase's.
+    s.arm_boot("hil-1");
     let console = pxe_boot(&s, dir.path(), mac, &disks);
     assert!(console.text.contains("task: Firmware"), "{}", console.text);
     assert!(console.text.contains("firmware check done: "), "{}", console.text);
@@ -166,6 +169,7 @@ fn a_disk_that_ignores_discards_is_caught_and_the_node_is_not_returned() {
     assert_eq!(s.node("hil-3")["state"], "ready", "{}", console.text);
     s.walk("hil-3", &["ready", "allocated", "deploying", "deployed", "releasing"]);
 
+    s.arm_boot("hil-3");
     let console = pxe_boot(&s, dir.path(), mac, &disks);
     assert!(console.text.contains("/dev/vda by discard: FAILED"), "{}", console.text);
     assert!(console.text.contains("wipe report refused: disk-failed"), "{}", console.text);
