@@ -50,6 +50,13 @@ fn pxe_boot(s: &TestScheduler, dir: &Path, mac: &str, disks: &[(Bus, &Path, &str
     let mut console = boot();
     if console.stalled {
         eprintln!("the guest stalled; booting it again. Its console:\n{}", console.text);
+        // The stalled boot may have taken its token: the next is a boot started anew, by
+        // hand, as an operator would (a second request for the same boot is contested).
+        let (_, nodes) = s.call("GET", "/v1/nodes", None);
+        let node = nodes.as_array().and_then(|n| n.iter().find(|n| n["bootMac"] == mac));
+        if let Some(id) = node.and_then(|n| n["id"].as_str()) {
+            s.arm_boot(id);
+        }
         console = boot();
     }
     assert!(console.finished, "the guest did not end by itself:\n{}", console.text);
