@@ -247,6 +247,7 @@ mod tests {
             link,
             speed_mbps: None,
             pci_address: None,
+            lldp: None,
         };
         assert!(nics(&[nic("eth0", true)]).passed);
         let unplugged = nics(&[nic("eth0", true), nic("eth1", false)]);

@@ -61,6 +61,8 @@ pub struct Params {
     /// `metal.erase.method=NAME`: the erase uses exactly this method on every disk (no
     /// fallback; the read-back still decides whether it worked).
     pub erase_method: Option<String>,
+    /// `metal.lldp=SECONDS`: commissioning listens this long for each NIC's LLDP neighbour.
+    pub lldp_wait: Option<Duration>,
 }
 
 impl std::fmt::Debug for Params {
@@ -75,6 +77,7 @@ impl std::fmt::Debug for Params {
             .field("node", &self.node)
             .field("boot_mac", &self.boot_mac)
             .field("erase_method", &self.erase_method)
+            .field("lldp_wait", &self.lldp_wait)
             .finish()
     }
 }
@@ -101,6 +104,7 @@ pub fn parse_cmdline(cmdline: &str) -> Params {
         node: None,
         boot_mac: None,
         erase_method: None,
+        lldp_wait: None,
     };
     for word in cmdline.split_whitespace() {
         let Some((key, value)) = word.split_once('=') else { continue };
@@ -124,6 +128,7 @@ pub fn parse_cmdline(cmdline: &str) -> Params {
             "metal.node" => p.node = Some(value),
             "metal.erase.method" => p.erase_method = Some(value),
             "metal.bootif" => p.boot_mac = Some(value),
+            "metal.lldp" => p.lldp_wait = value.parse().ok().filter(|s| *s > 0).map(Duration::from_secs),
             _ => {}
         }
     }
@@ -296,7 +301,14 @@ pub fn run_task(params: &Params, machine: &Machine) -> Result<(), String> {
                 Some(j) => j.identity().identity().node.clone(),
                 None => params.node.clone().unwrap_or_else(|| "unknown".into()),
             };
-            let report = crate::report::collect(&machine.paths, &node, Some((0.05, 64)));
+            let lldp = params.lldp_wait.map(|wait| crate::lldp::start(&machine.paths, wait));
+            let mut report = crate::report::collect(&machine.paths, &node, Some((0.05, 64)));
+            if let Some(neighbours) = lldp.and_then(|listening| listening.join().ok()) {
+                for nic in &mut report.nics {
+                    nic.lldp = neighbours.get(&nic.name).cloned();
+                }
+                say(&format!("LLDP: {} of {} NICs heard their switch", neighbours.len(), report.nics.len()));
+            }
             (machine.console)("BEGIN inventory-report");
             (machine.console)(&serde_json::to_string(&report).map_err(|e| e.to_string())?);
             (machine.console)("END inventory-report");

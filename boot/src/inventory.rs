@@ -170,6 +170,7 @@ pub fn nics(roots: &SystemPaths) -> Vec<Nic> {
                 .and_then(|s| u32::try_from(s).ok()),
             pci_address,
             name,
+            lldp: None,
         });
     }
     out

@@ -9,6 +9,7 @@ pub mod controller;
 pub mod deploy;
 pub mod init;
 pub mod inventory;
+pub mod lldp;
 pub mod plan;
 pub mod report;
 pub mod seed;

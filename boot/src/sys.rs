@@ -59,3 +59,73 @@ pub fn peak_rss_bytes() -> u64 {
     let ret = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     if ret == 0 { u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024 } else { 0 }
 }
+
+/// A raw packet socket on interface `ifname` that receives LLDP frames (EtherType 0x88cc,
+/// sent to the nearest-bridge group 01:80:c2:00:00:0e, which the NIC is told to accept),
+/// with a receive timeout of `timeout`.
+pub fn lldp_socket(ifname: &str, timeout: std::time::Duration) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    let name = std::ffi::CString::new(ifname).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `name` is a NUL-terminated string alive across the call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let protocol = metal_protocol::lldp::ETHERTYPE.to_be();
+    // SAFETY: socket(2) with constant arguments; the result is checked before use.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, i32::from(protocol)) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a socket just opened and owned by nobody else.
+    let socket = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let ifindex = i32::try_from(index).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value to fill in.
+    let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    address.sll_family = libc::AF_PACKET as u16;
+    address.sll_protocol = protocol;
+    address.sll_ifindex = ifindex;
+    let size = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: `address` is a live sockaddr_ll of `size` bytes; `fd` is our socket.
+    if unsafe { libc::bind(fd, std::ptr::from_ref(&address).cast(), size) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: packet_mreq is plain data; all zeroes is a valid value to fill in.
+    let mut membership: libc::packet_mreq = unsafe { std::mem::zeroed() };
+    membership.mr_ifindex = ifindex;
+    membership.mr_type = libc::PACKET_MR_MULTICAST as u16;
+    membership.mr_alen = 6;
+    membership.mr_address[..6].copy_from_slice(&[0x01, 0x80, 0xc2, 0x00, 0x00, 0x0e]);
+    let size = std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t;
+    // SAFETY: `membership` is a live packet_mreq of `size` bytes; `fd` is our socket.
+    let joined = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            std::ptr::from_ref(&membership).cast(),
+            size,
+        )
+    };
+    if joined < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let tv = libc::timeval {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_usec: libc::suseconds_t::from(timeout.subsec_micros().min(999_999) as u16),
+    };
+    let size = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: `tv` is a live timeval of `size` bytes; `fd` is our socket.
+    if unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, std::ptr::from_ref(&tv).cast(), size) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(socket)
+}
+
+/// Receives one frame into `buffer`; its length (an error when the receive timeout passed).
+pub fn receive(socket: &std::os::fd::OwnedFd, buffer: &mut [u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: `buffer` is writable for its whole length; the socket is open.
+    let n = unsafe { libc::recv(socket.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len(), 0) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}

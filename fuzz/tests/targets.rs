@@ -130,6 +130,15 @@ fn profile_values_rendered_into_a_cloud_init_seed() {
 }
 
 #[test]
+fn lldp_frames_the_commissioning_ramdisk_reads() {
+    run("lldp_frame", &[b"\x88\xcc", b"\x81\x00", b"\x02\x07\x04", b"\x00\x00"], |bytes| {
+        if let Ok(neighbor) = metal_protocol::lldp::parse(bytes) {
+            let _ = neighbor.port_name();
+        }
+    });
+}
+
+#[test]
 fn partition_tables_the_seed_partition_is_added_to() {
     run("partition_table", &[b"EFI PART", b"\x55\xaa", b"\xee"], |bytes| {
         // The first 24 bytes choose the sizes; the rest is the image's head (its table).

@@ -136,6 +136,10 @@ pub struct Nic {
     /// PCI address, e.g. "0000:01:00.0".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci_address: Option<String>,
+    /// The switch port at the other end, from the LLDPDUs it sent (commissioning with
+    /// `metal.lldp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lldp: Option<crate::lldp::LldpNeighbor>,
 }
 
 /// SMBIOS/DMI identity; fields the firmware leaves empty or filled with junk are `None`.

@@ -18,6 +18,7 @@ pub mod firmware;
 pub mod identity;
 pub mod inventory;
 pub mod join;
+pub mod lldp;
 pub mod wipe;
 
 pub use attest::{WipeExpectation, WipeRefusal, verify_wipe_report};

@@ -129,6 +129,7 @@ pub fn inventory_report() -> InventoryReport {
             link: true,
             speed_mbps: Some(10_000),
             pci_address: Some("0000:01:00.0".into()),
+            lldp: None,
         }],
         dmi: Dmi {
             system_vendor: Some("QEMU".into()),
