@@ -1,6 +1,7 @@
 -- Tenant isolation on the switch (issue 31): the site's switches (driver, how to reach
 -- them, the SSH key sealed like BMC passwords), each node's ports on them (per NIC, set by an
--- operator or learned by LLDP, with the network and VLAN the last move read back), the
+-- operator or learned by LLDP (a neighbour names its switch by the switch's chassis id or
+-- by a system name equal to its id), with the network and VLAN the last move read back), the
 -- tenant VLANs handed to live leases (one per lease and pool, never two leases on one: the
 -- primary key) and the nodes on each (a VLAN is free again when its last node left it).
 -- Times are milliseconds; portable SQL, as in 0001.
@@ -11,6 +12,7 @@ CREATE TABLE switches (
     command    TEXT,
     secret     TEXT,
     host_key   TEXT,
+    chassis_id TEXT,
     created_at BIGINT NOT NULL
 );
 

@@ -168,6 +168,9 @@ pub struct BootConfig {
     pub rate_per_minute: u32,
     /// Extra kernel command line for every ramdisk (console settings, for instance).
     pub kernel_args: String,
+    /// How long a commissioning ramdisk listens for each NIC's LLDP neighbour (`metal.lldp`),
+    /// whose switch ports the node then gets; zero (the default) does not listen.
+    pub lldp_wait: Duration,
     /// Site name for a CA created on first start (the SPIFFE trust domain).
     pub site: String,
 }
@@ -186,6 +189,7 @@ impl Default for BootConfig {
             host_certificate_validity: Duration::from_secs(30 * 86400),
             rate_per_minute: 120,
             kernel_args: "console=tty0 console=ttyS0,115200".into(),
+            lldp_wait: Duration::ZERO,
             site: "metal".into(),
         }
     }
@@ -259,6 +263,8 @@ pub struct ConfigLayer {
     pub boot_rate_limit: Option<u32>,
     /// `boot-kernel-args = "console=ttyS0,115200"`.
     pub boot_kernel_args: Option<String>,
+    /// `boot-lldp-wait = "35s"` (commissioning learns switch ports by LLDP).
+    pub boot_lldp_wait: Option<String>,
     /// `site = "metal"`.
     pub site: Option<String>,
     /// `image-dir = "/var/lib/metal/images"`.
@@ -350,6 +356,7 @@ impl ConfigLayer {
             host_certificate_validity: get("METAL_HOST_CERTIFICATE_VALIDITY"),
             boot_rate_limit,
             boot_kernel_args: get("METAL_BOOT_KERNEL_ARGS"),
+            boot_lldp_wait: get("METAL_BOOT_LLDP_WAIT"),
             site: get("METAL_SITE"),
             image_dir: get("METAL_IMAGE_DIR").map(PathBuf::from),
             image_catalog: get("METAL_IMAGE_CATALOG").map(PathBuf::from),
@@ -427,6 +434,9 @@ impl ConfigLayer {
         }
         if let Some(v) = self.boot_token_ttl {
             boot.token_ttl = duration("boot-token-ttl", &v)?;
+        }
+        if let Some(v) = self.boot_lldp_wait {
+            boot.lldp_wait = duration("boot-lldp-wait", &v)?;
         }
         if let Some(v) = self.boot_certificate_validity {
             boot.certificate_validity = duration("boot-certificate-validity", &v)?;

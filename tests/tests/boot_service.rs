@@ -514,3 +514,54 @@ fn a_deploys_plan_and_image_go_only_to_the_ramdisk_that_joined_its_boot() {
     }
     assert!(joined.fetch_plan().is_ok(), "the boot's own ramdisk gets it");
 }
+
+#[test]
+fn commissioning_learns_the_ports_lldp_names_unless_an_operator_set_them() {
+    let s = TestScheduler::start(|c: &mut Config| c.boot.lldp_wait = Duration::from_secs(35));
+    let switch = json!({"id": "tor1", "driver": "ovs", "address": "local", "chassisId": "02:00:00:00:00:AA"});
+    assert_eq!(s.call("POST", "/v1/switches", Some(switch)).0, 201);
+    s.enrol("n1", MAC);
+    let token = first_boot(&s, "commission");
+    let mut report = inventory("n1");
+    let neighbour = |chassis: &str, system: Option<&str>, port: &str| metal_protocol::lldp::LldpNeighbor {
+        chassis_id: chassis.into(),
+        port_id: port.into(),
+        port_id_subtype: "interface-name".into(),
+        port_description: None,
+        system_name: system.map(str::to_owned),
+    };
+    report.nics[0].lldp = Some(neighbour("02:00:00:00:00:aa", None, "swp7"));
+    let joined = join(&s, &token).unwrap();
+    assert!(joined.post_report(InventoryReport::PAYLOAD_TYPE, &report).unwrap().accepted);
+    let (status, ports) = s.call("GET", "/v1/nodes/n1/ports", None);
+    assert_eq!(status, 200, "{ports}");
+    assert_eq!(ports.as_array().unwrap().len(), 1, "{ports}");
+    assert_eq!((ports[0]["switchId"].as_str(), ports[0]["port"].as_str()), (Some("tor1"), Some("swp7")), "{ports}");
+    assert_eq!(
+        (ports[0]["source"].as_str(), ports[0]["mac"].as_str()),
+        (Some("lldp"), Some(report.nics[0].mac.as_str()))
+    );
+    assert_eq!(s.events("node.ports.learned")[0]["data"]["ports"][0]["port"], "swp7");
+
+    // An operator's ports stand: a later commissioning that hears another port changes nothing.
+    let set = json!({"ports": [{"mac": MAC, "switchId": "tor1", "port": "swp9"}]});
+    assert_eq!(s.call("PUT", "/v1/nodes/n1/ports", Some(set)).0, 200);
+    s.walk("n1", &["ready", "allocated", "deploying", "failed", "commissioning"]);
+    let token = first_boot(&s, "commission");
+    report.nics[0].lldp = Some(neighbour("02:00:00:00:00:bb", Some("tor1"), "swp8"));
+    assert!(join(&s, &token).unwrap().post_report(InventoryReport::PAYLOAD_TYPE, &report).unwrap().accepted);
+    let (_, ports) = s.call("GET", "/v1/nodes/n1/ports", None);
+    assert_eq!((ports[0]["port"].as_str(), ports[0]["source"].as_str()), (Some("swp9"), Some("operator")), "{ports}");
+}
+
+#[test]
+fn a_commissioning_ramdisk_is_told_to_listen_for_lldp_when_the_site_says_so() {
+    let s = TestScheduler::start(|c: &mut Config| c.boot.lldp_wait = Duration::from_secs(35));
+    s.enrol("n1", MAC);
+    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert!(script.contains(" metal.lldp=35"), "{script}");
+    let quiet = start();
+    quiet.enrol("n1", MAC);
+    let (_, script) = quiet.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert!(script.contains("metal.task=commission") && !script.contains("metal.lldp"), "{script}");
+}

@@ -15,7 +15,7 @@ use super::workflow::{Effects, Outcome};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::model::pool::{NetworkPolicy, Pool};
-use crate::model::switch::{NodePort, SwitchAddress, SwitchDriver};
+use crate::model::switch::{NodePort, NodePortSpec, PortSource, SwitchAddress, SwitchDriver};
 use crate::model::workflow::WorkflowRun;
 use crate::store::{self, switches::StoredSwitch};
 
@@ -167,4 +167,48 @@ pub async fn move_ports(app: &App, run: &WorkflowRun, network: &str, vlan: u16) 
 /// The step when the pool does not isolate: done, and the evidence says why nothing moved.
 pub fn not_isolated() -> Outcome {
     Outcome::done(json!({"skipped": "the pool does not isolate its tenants on the switch (no policy.network)"}))
+}
+
+/// Commissioning's LLDP: each NIC whose neighbour names a registered switch (its chassis id,
+/// or a system name equal to the switch's id) and a port gets that port, unless an operator
+/// set the node's ports (theirs stand). Returns the ports learned (none: nothing changed).
+pub fn learn_ports(
+    tx: &mut dyn crate::store::Conn,
+    node_id: &str,
+    report: &metal_protocol::InventoryReport,
+    now: time::OffsetDateTime,
+) -> Result<Vec<NodePortSpec>, ApiError> {
+    let known = store::switches::ports(tx, node_id)?;
+    if known.iter().any(|p| p.source == PortSource::Operator) {
+        return Ok(Vec::new());
+    }
+    let switches = store::switches::list(tx)?;
+    let learned: Vec<NodePortSpec> = report
+        .nics
+        .iter()
+        .filter_map(|nic| {
+            let neighbour = nic.lldp.as_ref()?;
+            let switch = switches.iter().find(|s| {
+                s.chassis_id.as_deref() == Some(neighbour.chassis_id.to_lowercase().as_str())
+                    || neighbour.system_name.as_deref() == Some(s.id.as_str())
+            })?;
+            let port = neighbour.port_name().filter(|p| metal_switch::check_port(p).is_ok())?;
+            Some(NodePortSpec { mac: nic.mac.to_lowercase(), switch_id: switch.id.clone(), port: port.to_owned() })
+        })
+        .collect();
+    if learned.is_empty() {
+        return Ok(learned);
+    }
+    store::switches::set_ports(tx, node_id, &learned, PortSource::Lldp)?;
+    let ports: Vec<Value> =
+        learned.iter().map(|p| json!({"mac": p.mac, "switch": p.switch_id, "port": p.port})).collect();
+    store::events::append(
+        tx,
+        "node.ports.learned",
+        &format!("node/{node_id}"),
+        None,
+        &json!({"node": node_id, "source": "lldp", "ports": ports}),
+        now,
+    )?;
+    Ok(learned)
 }

@@ -57,6 +57,10 @@ pub struct SwitchCreate {
     /// For `ssh://`: the switch's public host key (`ssh-ed25519 AAAA...`), the only one accepted.
     #[serde(default)]
     pub host_key: Option<String>,
+    /// The chassis id its LLDPDUs carry (a MAC, lower case), which commissioning matches NICs'
+    /// neighbours against (as it matches a system name equal to the switch's id).
+    #[serde(default)]
+    pub chassis_id: Option<String>,
 }
 
 impl std::fmt::Debug for SwitchCreate {
@@ -68,6 +72,7 @@ impl std::fmt::Debug for SwitchCreate {
             .field("command", &self.command)
             .field("ssh_key", &self.ssh_key.as_ref().map(|_| "***"))
             .field("host_key", &self.host_key)
+            .field("chassis_id", &self.chassis_id)
             .finish()
     }
 }
@@ -125,6 +130,11 @@ impl SwitchCreate {
     pub fn validate(&self) -> Result<SwitchAddress, ApiError> {
         crate::model::image::check_name("id", &self.id)?;
         let address = SwitchAddress::parse(&self.address)?;
+        if let Some(chassis) = &self.chassis_id
+            && (chassis.is_empty() || chassis.len() > 64 || chassis.chars().any(char::is_control))
+        {
+            return Err(ApiError::invalid("chassisId", "1 to 64 printable characters (a MAC, as LLDP carries it)"));
+        }
         if let Some(command) = &self.command
             && (command.is_empty() || command.len() > 256 || !command.bytes().all(|b| b.is_ascii_graphic()))
         {
@@ -172,6 +182,8 @@ pub struct SwitchInfo {
     pub has_ssh_key: bool,
     /// The pinned SSH host key.
     pub host_key: Option<String>,
+    /// The chassis id its LLDPDUs carry.
+    pub chassis_id: Option<String>,
     /// When it was registered.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: time::OffsetDateTime,

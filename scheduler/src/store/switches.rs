@@ -20,7 +20,7 @@ pub struct StoredSwitch {
     pub secret: Option<String>,
 }
 
-const SWITCH_COLUMNS: &str = "id, driver, address, command, secret, host_key, created_at";
+const SWITCH_COLUMNS: &str = "id, driver, address, command, secret, host_key, chassis_id, created_at";
 
 fn switch_from_row(row: &Row) -> DbResult<StoredSwitch> {
     let secret: Option<String> = row.get("secret")?;
@@ -32,6 +32,7 @@ fn switch_from_row(row: &Row) -> DbResult<StoredSwitch> {
             command: row.get("command")?,
             has_ssh_key: secret.is_some(),
             host_key: row.get("host_key")?,
+            chassis_id: row.get("chassis_id")?,
             created_at: from_millis(row.get("created_at")?),
         },
         secret,
@@ -47,8 +48,8 @@ pub fn insert(
 ) -> Result<SwitchInfo, ApiError> {
     let inserted = crate::store::db::insert_unique(
         conn,
-        "INSERT INTO switches (id, driver, address, command, secret, host_key, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO switches (id, driver, address, command, secret, host_key, chassis_id, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         &[
             &create.id,
             &create.driver.as_str(),
@@ -56,6 +57,7 @@ pub fn insert(
             &create.command,
             &sealed,
             &create.host_key,
+            &create.chassis_id.as_ref().map(|c| c.to_lowercase()),
             &to_millis(now),
         ],
     )?;

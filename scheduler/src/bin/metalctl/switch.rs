@@ -30,6 +30,10 @@ pub enum SwitchCommand {
         /// The switch's SSH host key (`ssh-ed25519 AAAA...`), the only one accepted.
         #[arg(long)]
         host_key: Option<String>,
+        /// The chassis id its LLDPDUs carry (commissioning with boot-lldp-wait matches NICs'
+        /// neighbours against it, and against a system name equal to ID).
+        #[arg(long)]
+        chassis_id: Option<String>,
     },
     /// Every switch.
     List,
@@ -71,7 +75,7 @@ fn parse_port(text: &str) -> Result<Value, ClientError> {
 pub fn run(client: &Client, out: Output, command: SwitchCommand) -> Result<(), ClientError> {
     let body = |v: Value| Some(RequestBody::Json(v));
     match command {
-        SwitchCommand::Add { id, driver, address, command, ssh_key_file, host_key } => {
+        SwitchCommand::Add { id, driver, address, command, ssh_key_file, host_key, chassis_id } => {
             let mut spec = json!({"id": id, "driver": driver, "address": address});
             if let Some(command) = command {
                 spec["command"] = json!(command);
@@ -81,6 +85,9 @@ pub fn run(client: &Client, out: Output, command: SwitchCommand) -> Result<(), C
             }
             if let Some(host_key) = host_key {
                 spec["hostKey"] = json!(host_key);
+            }
+            if let Some(chassis_id) = chassis_id {
+                spec["chassisId"] = json!(chassis_id);
             }
             print(out, &client.request("POST", "/v1/switches", body(spec))?, &SWITCH_COLUMNS);
         }

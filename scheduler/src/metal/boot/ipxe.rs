@@ -51,6 +51,8 @@ pub struct Decision {
     /// The ramdisk powers off after its task (`metal.end=poweroff`): a deploy in a pool that
     /// isolates tenants, whose ports move to the tenant VLAN before the deployed OS boots.
     pub power_off_after: bool,
+    /// Seconds a commissioning ramdisk listens for LLDP (`metal.lldp`, `boot-lldp-wait`).
+    pub lldp_wait: Option<u64>,
 }
 
 /// The boot loader a script is written for.
@@ -68,13 +70,17 @@ pub enum Dialect {
 fn kernel_line(decision: &Decision, task: BootTask, token: &str, service: &BootService, kernel_args: &str) -> String {
     format!(
         "metal.controller={url} metal.token={token} metal.ca={fingerprint} metal.task={task} metal.node={node} \
-         metal.bootif={mac} {kernel_args}{end}",
+         metal.bootif={mac} {kernel_args}{lldp}{end}",
         url = service.controller_url,
         fingerprint = service.ca_fingerprint,
         node = decision.node_id,
         mac = decision.boot_mac,
         // Last, so that it wins over the site's kernel arguments.
         end = if decision.power_off_after { " metal.end=poweroff" } else { "" },
+        lldp = match (task, decision.lldp_wait) {
+            (BootTask::Commission, Some(seconds)) => format!(" metal.lldp={seconds}"),
+            _ => String::new(),
+        },
     )
 }
 
@@ -192,6 +198,7 @@ pub fn decide(
             installer,
             refusal: None,
             power_off_after: false,
+            lldp_wait: None,
         });
     }
     let boot = match claims::claim(tx, &node, client, now)? {
@@ -210,6 +217,7 @@ pub fn decide(
                 installer: None,
                 refusal: Some(refusal),
                 power_off_after: false,
+                lldp_wait: None,
             });
         }
     };
@@ -242,6 +250,7 @@ pub fn decide(
         installer,
         refusal: None,
         power_off_after,
+        lldp_wait: Some(config.lldp_wait.as_secs()).filter(|s| *s > 0),
     })
 }
 
