@@ -82,10 +82,10 @@ pub fn lldp_socket(ifname: &str, timeout: std::time::Duration) -> io::Result<std
     let ifindex = i32::try_from(index).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value to fill in.
     let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    address.sll_family = libc::AF_PACKET as u16;
+    address.sll_family = u16::try_from(libc::AF_PACKET).unwrap_or_default();
     address.sll_protocol = protocol;
     address.sll_ifindex = ifindex;
-    let size = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    let size = socklen::<libc::sockaddr_ll>();
     // SAFETY: `address` is a live sockaddr_ll of `size` bytes; `fd` is our socket.
     if unsafe { libc::bind(fd, std::ptr::from_ref(&address).cast(), size) } < 0 {
         return Err(io::Error::last_os_error());
@@ -93,10 +93,10 @@ pub fn lldp_socket(ifname: &str, timeout: std::time::Duration) -> io::Result<std
     // SAFETY: packet_mreq is plain data; all zeroes is a valid value to fill in.
     let mut membership: libc::packet_mreq = unsafe { std::mem::zeroed() };
     membership.mr_ifindex = ifindex;
-    membership.mr_type = libc::PACKET_MR_MULTICAST as u16;
+    membership.mr_type = u16::try_from(libc::PACKET_MR_MULTICAST).unwrap_or_default();
     membership.mr_alen = 6;
     membership.mr_address[..6].copy_from_slice(&[0x01, 0x80, 0xc2, 0x00, 0x00, 0x0e]);
-    let size = std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t;
+    let size = socklen::<libc::packet_mreq>();
     // SAFETY: `membership` is a live packet_mreq of `size` bytes; `fd` is our socket.
     let joined = unsafe {
         libc::setsockopt(
@@ -112,14 +112,19 @@ pub fn lldp_socket(ifname: &str, timeout: std::time::Duration) -> io::Result<std
     }
     let tv = libc::timeval {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_usec: libc::suseconds_t::from(timeout.subsec_micros().min(999_999) as u16),
+        tv_usec: timeout.subsec_micros().into(),
     };
-    let size = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    let size = socklen::<libc::timeval>();
     // SAFETY: `tv` is a live timeval of `size` bytes; `fd` is our socket.
     if unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, std::ptr::from_ref(&tv).cast(), size) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(socket)
+}
+
+/// The size of a socket option or address of type `T`, as the kernel takes it.
+fn socklen<T>() -> libc::socklen_t {
+    libc::socklen_t::try_from(std::mem::size_of::<T>()).unwrap_or(libc::socklen_t::MAX)
 }
 
 /// Receives one frame into `buffer`; its length (an error when the receive timeout passed).

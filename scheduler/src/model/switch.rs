@@ -223,10 +223,10 @@ impl NodePortsPut {
     /// Checks the request (MACs normalised).
     pub fn validate(mut self) -> Result<NodePortsPut, ApiError> {
         for (i, port) in self.ports.iter_mut().enumerate() {
-            port.mac = normalize_mac(&port.mac).map_err(|m| ApiError::invalid(&format!("ports[{i}].mac"), m))?;
+            port.mac = normalize_mac(&port.mac).map_err(|m| ApiError::invalid(format!("ports[{i}].mac"), m))?;
             crate::model::image::check_name(&format!("ports[{i}].switchId"), &port.switch_id)?;
             metal_switch::check_port(&port.port)
-                .map_err(|e| ApiError::invalid(&format!("ports[{i}].port"), e.to_string()))?;
+                .map_err(|e| ApiError::invalid(format!("ports[{i}].port"), e.to_string()))?;
         }
         Ok(self)
     }
