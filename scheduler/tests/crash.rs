@@ -120,17 +120,6 @@ fn prepared_with(
     (dir, database, reservation, version)
 }
 
-const AGENTLESS_STEPS: [&str; 8] = [
-    "power-off",
-    "network-cleaning",
-    "fence",
-    "rotate-credential",
-    "eject-media",
-    "firmware",
-    "network-provisioning",
-    "exit-tenant-root",
-];
-
 /// What must hold once the lease and its teardown ended, however often the service died.
 fn ended_as_it_would_have(service: &ServedAdmin, reservation: &str, expected: &[&str]) {
     let node = service.until("the node back in ready", "/v1/nodes/n1", |n| n["state"] == "ready");
@@ -188,7 +177,7 @@ fn killed_at_every_step_boundary_and_inside_the_rotation_the_lease_ends_as_it_wo
         }
     }
     let service = start(dir.path(), database.as_deref(), None, "100ms");
-    ended_as_it_would_have(&service, &reservation, &AGENTLESS_STEPS);
+    ended_as_it_would_have(&service, &reservation, &metal_tests::leases::AGENTLESS_TEARDOWN_STEPS);
     let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
     let rotation = &runs[0]["history"][3]["detail"];
     assert_eq!(
@@ -233,7 +222,7 @@ fn a_replica_killed_mid_run_is_taken_over_by_the_other() {
     deploy(&second);
     release_when_bound(&second, &reservation);
     crashed(first, "fence:before");
-    ended_as_it_would_have(&second, &reservation, &AGENTLESS_STEPS);
+    ended_as_it_would_have(&second, &reservation, &metal_tests::leases::AGENTLESS_TEARDOWN_STEPS);
 }
 
 /// The installed system's "done", once the lessee's deploy is under way (the node deploying
@@ -302,18 +291,7 @@ fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as
         crashed(service, point);
     }
     let service = start(dir.path(), database.as_deref(), None, "100ms");
-    let steps = [
-        "power-off",
-        "network-cleaning",
-        "fence",
-        "rotate-credential",
-        "eject-media",
-        "firmware",
-        "erase",
-        "clean-up",
-        "network-provisioning",
-        "exit-tenant-root",
-    ];
+    let steps = metal_tests::leases::TEARDOWN_STEPS;
     ended_as_it_would_have(&service, &reservation, &steps);
     let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);
     assert_eq!(runs[0]["context"]["eraseBoots"], 1, "the ramdisk was booted once across the crashes: {}", runs[0]);
@@ -347,7 +325,7 @@ fn killed_between_each_port_move_and_its_record_the_step_reads_the_ports_back_an
         assert_eq!(ovs.tag("n1-p0"), Some(vlan), "{point}: the switch moved the port");
     }
     let service = start(dir.path(), database.as_deref(), None, "100ms");
-    ended_as_it_would_have(&service, &reservation, &AGENTLESS_STEPS);
+    ended_as_it_would_have(&service, &reservation, &metal_tests::leases::AGENTLESS_TEARDOWN_STEPS);
     assert_eq!(ovs.tag("n1-p0"), Some(10));
     // After each restart the step read the port back on its VLAN and recorded it, moving nothing.
     let (_, runs) = service.call("GET", "/v1/nodes/n1/teardowns", None);

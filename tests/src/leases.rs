@@ -118,3 +118,34 @@ pub fn wipe_report() -> metal_protocol::WipeReport {
     wipe.node_id = "n1".into();
     wipe
 }
+
+/// Every step of an agent pool's teardown, in order: what a clean run's history lists.
+pub const TEARDOWN_STEPS: [&str; 10] = [
+    "power-off",
+    "network-cleaning",
+    "fence",
+    "rotate-credential",
+    "eject-media",
+    "firmware",
+    "erase",
+    "clean-up",
+    "network-provisioning",
+    "exit-tenant-root",
+];
+
+/// Every step of an agentless pool's teardown, in order.
+pub const AGENTLESS_TEARDOWN_STEPS: [&str; 8] = [
+    "power-off",
+    "network-cleaning",
+    "fence",
+    "rotate-credential",
+    "eject-media",
+    "firmware",
+    "network-provisioning",
+    "exit-tenant-root",
+];
+
+/// The steps of a run's history (`GET .../teardowns`), in order.
+pub fn history_steps(run: &Value) -> Vec<&str> {
+    run["history"].as_array().map(|h| h.iter().filter_map(|h| h["step"].as_str()).collect()).unwrap_or_default()
+}

@@ -288,23 +288,8 @@ fn lease_end_to_end(kind: Kind) {
     assert_eq!((node["identityGeneration"].as_i64(), node["trust"].as_str()), (Some(3), Some("platform")), "{node}");
     assert_eq!(node["tenantRoot"], false);
     let run = &runs[0];
-    let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
-    assert_eq!(
-        steps,
-        [
-            "power-off",
-            "network-cleaning",
-            "fence",
-            "rotate-credential",
-            "eject-media",
-            "firmware",
-            "erase",
-            "clean-up",
-            "network-provisioning",
-            "exit-tenant-root"
-        ],
-        "{run}"
-    );
+    let steps = metal_tests::leases::history_steps(run);
+    assert_eq!(steps, metal_tests::leases::TEARDOWN_STEPS, "{run}");
     assert!(run["history"][2]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "{run}");
     assert_eq!(run["history"][5]["detail"]["code"], "COMPLIANT", "{run}");
     assert!(run["context"]["eraseBoots"].as_i64().unwrap() >= 2, "the firmware boot, then the erase: {run}");

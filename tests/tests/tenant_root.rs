@@ -148,22 +148,8 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert!(node.get("leaseId").is_none() && node.get("heldBy").is_none(), "{node}");
     let run = &teardowns(&s)[0];
     assert_eq!(run["status"], "succeeded", "{run}");
-    let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
-    assert_eq!(
-        steps,
-        [
-            "power-off",
-            "network-cleaning",
-            "fence",
-            "rotate-credential",
-            "eject-media",
-            "firmware",
-            "erase",
-            "clean-up",
-            "network-provisioning",
-            "exit-tenant-root"
-        ]
-    );
+    let steps = metal_tests::leases::history_steps(run);
+    assert_eq!(steps, metal_tests::leases::TEARDOWN_STEPS);
     assert!(run["history"].as_array().unwrap().iter().all(|h| h["result"] == "done"), "{run}");
     let ready = s.events("node.ready");
     assert_eq!(ready.last().unwrap()["data"]["evidence"], run["id"], "{ready:?}");
@@ -288,7 +274,7 @@ fn a_teardown_waits_for_an_operators_rotation_in_flight_and_settles_one_that_die
     assert!(s.block_on(claim).unwrap());
     release(&s, &reservation);
     let run = &teardowns(&s)[0];
-    let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
+    let steps = metal_tests::leases::history_steps(run);
     assert_eq!(steps, ["power-off", "network-cleaning", "fence"], "{run}");
     let waiting = run["lastError"].as_str().unwrap();
     assert!(waiting.starts_with("an operator's rotation of the BMC credential is in flight (since "), "{run}");
@@ -337,20 +323,8 @@ fn an_agentless_pool_returns_nodes_only_with_allow_unverified_release() {
         release(&s, &reservation);
         let run = &teardowns(&s)[0];
         assert_eq!(run["definition"], "metal-tenant-root-release-oob@1", "{run}");
-        let steps: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
-        assert_eq!(
-            steps,
-            [
-                "power-off",
-                "network-cleaning",
-                "fence",
-                "rotate-credential",
-                "eject-media",
-                "firmware",
-                "network-provisioning",
-                "exit-tenant-root"
-            ]
-        );
+        let steps = metal_tests::leases::history_steps(run);
+        assert_eq!(steps, metal_tests::leases::AGENTLESS_TEARDOWN_STEPS);
         let node = s.node("n1");
         if allow {
             assert_eq!(
@@ -839,32 +813,43 @@ fn until_failed(s: &TestScheduler) {
     }
 }
 
+/// A lease on an isolating site whose switch (this OVS, through `command`) fails the port
+/// move: the deploy done, the lease-start run failed (the lessee's OS is on the disk, so the
+/// node is quarantined and the lease's end runs the teardown). The reservation and the run.
+fn lease_start_fails(
+    s: &TestScheduler,
+    sim: &IpmiSim,
+    ovs: &metal_tests::ovs::Ovs,
+    command: Option<&std::path::Path>,
+    ports: &[(&str, &str)],
+) -> (String, Value) {
+    site(s, ipmi(sim), isolating());
+    cabled(s, ovs, command, ports);
+    let reservation = reserve(s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    pass(s);
+    installer_done(&s.url);
+    until_failed(s);
+    let run = lease_run(s);
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(s.node("n1")["maintenance"], true);
+    (reservation, run)
+}
+
 #[test]
 fn a_switch_that_refuses_a_port_fails_the_lease_with_its_message_and_the_port_it_did_move_is_on_record() {
     let sim = IpmiSim::start();
     let ovs = metal_tests::ovs::Ovs::start();
     ovs.add_port("n1-p0");
     let s = TestScheduler::start(|_| {});
-    site(&s, ipmi(&sim), isolating());
     // The second NIC's port is not on the switch: OVS refuses it.
-    cabled(&s, &ovs, None, &[(MAC, "n1-p0"), ("52:54:00:00:0a:02", "n1-p1")]);
-    let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
-    pass(&s);
-    installer_done(&s.url);
-    until_failed(&s);
-    // The lease fails with the switch's message and the node is quarantined (its lessee's
-    // OS is on the disk: the lease's end runs the teardown).
-    let run = lease_run(&s);
-    assert_eq!(run["status"], "failed", "{run}");
+    let (reservation, run) = lease_start_fails(&s, &sim, &ovs, None, &[(MAC, "n1-p0"), ("52:54:00:00:0a:02", "n1-p1")]);
     let reason = run["lastError"].as_str().unwrap();
     assert!(reason.starts_with("switch tor1 refused: ovs-vsctl: no row \"n1-p1\" in table Port"), "{reason}");
-    assert_eq!(s.node("n1")["maintenance"], true);
     let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
     assert_eq!(r["state"], "failed", "{r}");
     assert!(r["stateReason"].as_str().unwrap().contains("network-tenant: switch tor1 refused"), "{r}");
     // Nothing half-moved without a record: the intent is in the run, and each attempt says
     // which port it had moved (the first) before the switch refused the second.
-    let run = lease_run(&s);
     assert_eq!(run["context"]["portMove"], json!({"network": "tenant", "vlan": 100}), "{run}");
     let attempt = step_record(&run, "network-tenant");
     assert_eq!(attempt["result"], "failed", "{run}");
@@ -878,20 +863,12 @@ fn a_switch_that_reads_back_another_tag_fails_the_lease() {
     let ovs = metal_tests::ovs::Ovs::start();
     ovs.add_port("n1-p0");
     let s = TestScheduler::start(|_| {});
-    site(&s, ipmi(&sim), isolating());
-    cabled(&s, &ovs, Some(&ovs.lying_vsctl(7)), &[(MAC, "n1-p0")]);
-    reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
-    pass(&s);
-    installer_done(&s.url);
-    until_failed(&s);
-    let run = lease_run(&s);
-    assert_eq!(run["status"], "failed", "{run}");
+    let (_, run) = lease_start_fails(&s, &sim, &ovs, Some(&ovs.lying_vsctl(7)), &[(MAC, "n1-p0")]);
     let reason = run["lastError"].as_str().unwrap();
     assert!(
         reason.starts_with("switch tor1 reads port n1-p0 back on VLAN 7 (access) after it was set to access VLAN 100"),
         "{reason}"
     );
-    assert_eq!(s.node("n1")["maintenance"], true);
     let attempt = step_record(&run, "network-tenant");
     assert_eq!(attempt["detail"]["ports"][0]["after"], json!({"vlan": 7, "mode": "access"}), "{run}");
     assert_ne!(ovs.tag("n1-p0"), Some(10), "the switch took the commands; its answers are what failed");
