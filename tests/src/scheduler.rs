@@ -410,10 +410,10 @@ fn mtls_client(ca: &metal_protocol::SiteCa, key: SigningKey, chain: Vec<Vec<u8>>
 /// than the machine's (127.0.0.1).
 pub const INTRUDER: &str = "127.0.0.66";
 
-/// A client of the other host.
-fn intruder() -> reqwest::blocking::Client {
+/// A client whose requests come from `address` (a loopback address).
+fn client_from(address: &str) -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
-        .local_address(INTRUDER.parse::<std::net::IpAddr>().unwrap())
+        .local_address(address.parse::<std::net::IpAddr>().unwrap())
         .danger_accept_invalid_certs(true)
         .build()
         .unwrap()
@@ -421,17 +421,23 @@ fn intruder() -> reqwest::blocking::Client {
 
 /// The intruder's iPXE script for `mac` from the service at `url`.
 pub fn intruder_script(url: &str, mac: &str) -> String {
-    let answer = intruder().get(format!("{url}/boot/ipxe?mac={mac}")).send().unwrap();
+    let answer = client_from(INTRUDER).get(format!("{url}/boot/ipxe?mac={mac}")).send().unwrap();
     assert_eq!(answer.status(), 200);
     answer.text().unwrap()
 }
 
-/// The intruder's join at the boot listener `boot_url` with `token` and a key of its own:
-/// the status and the body.
-pub fn intruder_join(boot_url: &str, token: &str) -> (u16, Value) {
-    let key = metal_protocol::SigningKey::from_bytes(&[9; 32]).verifying_key();
+/// A join at the boot listener `boot_url` with `token`, from `address`, with the public key
+/// of the Ed25519 seed `[seed; 32]`: the status and the body.
+pub fn join_from(boot_url: &str, token: &str, address: &str, seed: u8) -> (u16, Value) {
+    let key = metal_protocol::SigningKey::from_bytes(&[seed; 32]).verifying_key();
     let body = serde_json::json!({"token": token,
                       "publicKey": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key.as_bytes())});
-    let answer = intruder().post(format!("{boot_url}{}", metal_protocol::boot::JOIN_PATH)).json(&body).send().unwrap();
+    let answer =
+        client_from(address).post(format!("{boot_url}{}", metal_protocol::boot::JOIN_PATH)).json(&body).send().unwrap();
     (answer.status().as_u16(), answer.json().unwrap())
+}
+
+/// The intruder's join with `token` and a key of its own.
+pub fn intruder_join(boot_url: &str, token: &str) -> (u16, Value) {
+    join_from(boot_url, token, INTRUDER, 9)
 }

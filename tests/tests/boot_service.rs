@@ -8,7 +8,7 @@ use std::time::Duration;
 use metal_boot::controller::{self, ControllerError, Joined, Retry};
 use metal_protocol::{InventoryReport, Role, WipeReport};
 use metal_scheduler::config::Config;
-use metal_tests::scheduler::{Admin as _, INTRUDER, TestScheduler, intruder_join, intruder_script};
+use metal_tests::scheduler::{Admin as _, INTRUDER, TestScheduler, intruder_join, intruder_script, join_from};
 use serde_json::{Value, json};
 
 const MAC: &str = "52:54:00:12:34:56";
@@ -564,4 +564,28 @@ fn a_commissioning_ramdisk_is_told_to_listen_for_lldp_when_the_site_says_so() {
     quiet.enrol("n1", MAC);
     let (_, script) = quiet.get_text(&format!("/boot/ipxe?mac={MAC}"));
     assert!(script.contains("metal.task=commission") && !script.contains("metal.lldp"), "{script}");
+}
+
+#[test]
+fn the_machine_asking_again_before_it_joined_gets_a_new_token_and_a_join_again_with_its_key_is_no_claim() {
+    let s = start();
+    s.enrol("n1", MAC);
+    // Its answer lost (a replica died before it answered): the same address asks again.
+    let first = first_boot(&s, "commission");
+    let second = first_boot(&s, "commission");
+    assert_ne!(first, second);
+    assert!(s.events("node.boot.contested").is_empty());
+    assert_eq!(s.events("node.boot.ramdisk").last().unwrap()["data"]["again"], true);
+    let (status, body) = join_from(&s.boot_url, &first, "127.0.0.1", 5);
+    assert_eq!(status, 403, "the first token is revoked: {body}");
+    // The ramdisk joins; its join's answer lost, it joins again with the same key and token.
+    let (status, once) = join_from(&s.boot_url, &second, "127.0.0.1", 5);
+    assert_eq!(status, 200, "{once}");
+    let (status, again) = join_from(&s.boot_url, &second, "127.0.0.1", 5);
+    assert_eq!((status, &again["nodeId"]), (200, &once["nodeId"]), "{again}");
+    assert!(s.events("node.boot.contested").is_empty());
+    // Joined: the same address asking for a script now is a second claim.
+    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert!(script.contains("two ramdisks claimed node n1") && !script.contains("metal.token"), "{script}");
+    assert_eq!(contested(&s)["second"], "127.0.0.1");
 }

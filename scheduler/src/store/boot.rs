@@ -67,6 +67,13 @@ pub fn live_token(conn: &mut dyn Conn, token: &str, now: OffsetDateTime) -> DbRe
     row.as_ref().map(token_from_row).transpose()
 }
 
+/// The token's record, used or not, expired or not.
+pub fn token(conn: &mut dyn Conn, token: &str) -> DbResult<Option<BootToken>> {
+    let row =
+        conn.query_opt(&format!("SELECT {TOKEN_COLUMNS} FROM boot_tokens WHERE token_hash = $1"), &[&hash(token)])?;
+    row.as_ref().map(token_from_row).transpose()
+}
+
 /// Uses a token once. Unknown, already used and expired tokens are FORBIDDEN, each with its
 /// own message.
 pub fn redeem_token(conn: &mut dyn Conn, token: &str, now: OffsetDateTime) -> Result<BootToken, ApiError> {

@@ -125,6 +125,22 @@ pub fn take(
     Ok(taken == 1)
 }
 
+/// Hands the boot's token anew (to the client it went to, nobody joined with it yet): the old
+/// token is revoked, the new one's hash recorded. False when somebody joined meanwhile.
+pub fn retake(conn: &mut dyn Conn, boot: &NodeBoot, token_hash: &str, now: OffsetDateTime) -> DbResult<bool> {
+    if let Some(old) = &boot.token_hash {
+        conn.execute(
+            "UPDATE boot_tokens SET used_at = $1 WHERE token_hash = $2 AND used_at IS NULL",
+            &[&to_millis(now), old],
+        )?;
+    }
+    let taken = conn.execute(
+        "UPDATE node_boots SET token_hash = $1, handed_at = $2 WHERE id = $3 AND joined_at IS NULL AND ended_at IS NULL",
+        &[&token_hash, &to_millis(now), &boot.id],
+    )?;
+    Ok(taken == 1)
+}
+
 /// Records the ramdisk that joined with the boot's token: its address and public key.
 pub fn joined(conn: &mut dyn Conn, boot_id: &str, from: &str, key: &str, now: OffsetDateTime) -> DbResult<()> {
     conn.execute(

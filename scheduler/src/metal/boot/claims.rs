@@ -3,6 +3,10 @@
 //! rules a script request, a join and a report follow live here, so the handlers only call
 //! them.
 //!
+//! A machine that asks again from the address its token went to, before anybody joined with
+//! it, gets a new token (its answer was lost); a join again with the key that joined gets
+//! its certificate again (nothing is given away: only that key's holder can use it).
+//!
 //! The one design decision: when two hosts claim one boot the platform cannot tell which is
 //! the machine, so neither wins. The boot ends contested (its token revoked), the event
 //! `node.boot.contested` names both addresses, and the node's run fails (a teardown
@@ -27,6 +31,10 @@ use crate::store::{self, Conn};
 pub enum Claim {
     /// The boot the scheduler started, not taken yet: this request takes it.
     Take(Box<NodeBoot>),
+    /// The boot was taken by this same address and nobody joined with its token yet: the
+    /// machine asking again (its answer lost, as when a replica died before it answered). It
+    /// gets a new token, and the first one is revoked.
+    Retake(Box<NodeBoot>),
     /// No boot was started (or the one started can no longer be taken): nothing to run.
     Unarmed,
     /// The boot was taken already: this request is a second claim (now contested).
@@ -74,6 +82,9 @@ pub fn contest(tx: &mut dyn Conn, boot: &NodeBoot, client: &str, what: &str, now
 /// The claim a script request from `client` makes on `node`'s open boot.
 pub fn claim(tx: &mut dyn Conn, node: &Node, client: &str, now: OffsetDateTime) -> ApiResult<Claim> {
     match store::boots::open(tx, &node.id, now)? {
+        Some(boot) if boot.taken() && boot.joined_key.is_none() && boot.handed_to.as_deref() == Some(client) => {
+            Ok(Claim::Retake(Box::new(boot)))
+        }
         Some(boot) if boot.taken() => Ok(Claim::Contested(contest(tx, &boot, client, "a second script request", now)?)),
         Some(boot) => Ok(Claim::Take(Box::new(boot))),
         None => Ok(Claim::Unarmed),

@@ -201,8 +201,9 @@ pub fn decide(
             lldp_wait: None,
         });
     }
-    let boot = match claims::claim(tx, &node, client, now)? {
-        Claim::Take(boot) => boot,
+    let (boot, again) = match claims::claim(tx, &node, client, now)? {
+        Claim::Take(boot) => (boot, false),
+        Claim::Retake(boot) => (boot, true),
         refused => {
             let refusal = match refused {
                 Claim::Contested(reason) => reason,
@@ -228,7 +229,13 @@ pub fn decide(
         _ => (BootTask::Install, deadlines.deploying, "node.boot.installer"),
     };
     let token = store::boot::issue_token(tx, &node.id, task, node.identity_generation, now, ttl)?;
-    if !store::boots::take(tx, &boot.id, task, &store::auth::hash(&token), client, now)? {
+    let hash = store::auth::hash(&token);
+    let handed = if again {
+        store::boots::retake(tx, &boot, &hash, now)?
+    } else {
+        store::boots::take(tx, &boot.id, task, &hash, client, now)?
+    };
+    if !handed {
         return Err(ApiError::Conflict(format!("boot {} of node {} was taken meanwhile", boot.id, node.id)));
     }
     store::events::append(
@@ -237,7 +244,7 @@ pub fn decide(
         &format!("node/{}", node.id),
         None,
         &json!({"node": node.id, "task": task, "identityGeneration": node.identity_generation, "boot": boot.id,
-                "armedBy": boot.armed_by, "client": client}),
+                "armedBy": boot.armed_by, "client": client, "again": again}),
         now,
     )?;
     let token = Some(token);

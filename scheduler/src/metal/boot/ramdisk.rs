@@ -67,7 +67,14 @@ pub async fn join(
                 .ok_or_else(|| ApiError::Forbidden("the join token is unknown".into()))?;
             let token = match store::boot::redeem_token(tx, &token, now) {
                 Ok(token) => token,
-                // A second join for one boot: somebody else holds its token.
+                // The ramdisk that joined, asking again (its answer was lost): the same key.
+                Err(ApiError::Forbidden(m))
+                    if m.contains("already used") && boot.joined_key.as_deref() == Some(key_stored.as_str()) =>
+                {
+                    store::boot::token(tx, &token)?
+                        .ok_or_else(|| ApiError::Forbidden("the join token is unknown".into()))?
+                }
+                // A second join for one boot with another key: somebody else holds its token.
                 Err(ApiError::Forbidden(m)) if m.contains("already used") => {
                     let reason = claims::contest(tx, &boot, &client, "a second join", now)?;
                     return Ok(Err(ApiError::Forbidden(format!("the join token was already used: {reason}"))));
