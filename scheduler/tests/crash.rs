@@ -272,20 +272,15 @@ fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as
     ] {
         let service = start(dir.path(), database.as_deref(), Some(point), "100ms");
         if point == "clean-up:before" {
-            // The ramdisk's part, while the service polls: the in-band check, the wipe report.
+            // The ramdisk's part, while the service polls: the in-band check in the boot the
+            // erase step started, then the wipe report in the boot that check's report armed.
             let reporter = metal_tests::scheduler::Reporter::of(dir.path(), &service.boot_url);
             let found = metal_tests::leases::inventory(&[("bmc", &version)]);
-            let receipt = reporter.post(
-                metal_protocol::Role::Ramdisk,
-                "n1",
-                2,
-                metal_protocol::InventoryReport::PAYLOAD_TYPE,
-                &found,
-            );
+            let firmware = reporter.ramdisk(&service.url, metal_tests::leases::MAC);
+            let receipt = firmware.post(metal_protocol::InventoryReport::PAYLOAD_TYPE, &found);
             assert_eq!(receipt["accepted"], true, "{receipt}");
-            let wipe = metal_tests::leases::wipe_report();
-            let receipt =
-                reporter.post(metal_protocol::Role::Ramdisk, "n1", 2, metal_protocol::WipeReport::PAYLOAD_TYPE, &wipe);
+            let erase = reporter.ramdisk(&service.url, metal_tests::leases::MAC);
+            let receipt = erase.post(metal_protocol::WipeReport::PAYLOAD_TYPE, &metal_tests::leases::wipe_report());
             assert_eq!(receipt["accepted"], true, "{receipt}");
         }
         crashed(service, point);

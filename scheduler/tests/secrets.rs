@@ -247,7 +247,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     assert_eq!(status, 200);
     s.until("the node back in ready", "/v1/nodes/n1", |n| n["state"] == "ready");
     let (_, runs) = s.call("GET", "/v1/nodes/n1/teardowns", None);
-    assert_eq!(runs[0]["history"][1]["detail"]["driver"], "fence-agents", "{runs}");
+    assert_eq!(runs[0]["history"][2]["detail"]["driver"], "fence-agents", "{runs}");
     assert_eq!(runs[0]["status"], "succeeded", "{runs}");
     let (sealed, last_password) = stored_bmc_password(&store_url, &master_key);
     assert!(metal_scheduler::secrets::is_sealed(&sealed));

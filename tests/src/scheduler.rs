@@ -228,22 +228,7 @@ impl TestScheduler {
     /// certificate the join gave (what a deploy's plan and image are served to).
     pub fn ramdisk_client(&self, node: &str, mac: &str) -> (reqwest::Client, Signer) {
         self.arm_boot(node);
-        let (status, script) = self.get_text(&format!("/boot/ipxe?mac={mac}"));
-        assert_eq!(status, 200, "{script}");
-        let (token, _) = Self::script_token(&script).unwrap_or_else(|| panic!("no ramdisk boot: {script}"));
-        let key = SigningKey::generate(&mut rand::rngs::OsRng);
-        let public_key =
-            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key.verifying_key().as_bytes());
-        let http = reqwest::blocking::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
-        let answer = http
-            .post(format!("{}{}", self.boot_url, metal_protocol::boot::JOIN_PATH))
-            .json(&serde_json::json!({"token": token, "publicKey": public_key}))
-            .send()
-            .unwrap();
-        assert_eq!(answer.status(), 200);
-        let joined: metal_protocol::boot::JoinResponse = answer.json().unwrap();
-        let chain = metal_protocol::identity::certificates_from_pem(&joined.certificate_chain).unwrap();
-        mtls_client(&self.ca(), key, chain)
+        join_boot(&self.ca(), &self.url, &self.boot_url, mac)
     }
 
     /// The token and task on the kernel line of an iPXE script.
@@ -369,15 +354,67 @@ impl Reporter {
         report: &T,
     ) -> Value {
         let (client, signer) = boot_client(&self.ca, role, node, generation);
-        let envelope = Envelope::sign_json(payload_type, report, &signer).unwrap();
-        let url = format!("{}{}", self.boot_url, metal_protocol::boot::REPORTS_PATH);
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let response = client.post(url).json(&envelope).send().await.unwrap();
-            assert_eq!(response.status(), 200);
-            response.json::<Value>().await.unwrap()
-        })
+        post_signed(&client, &signer, &self.boot_url, payload_type, report)
     }
+
+    /// The ramdisk of the boot the scheduler started for the machine with `mac`: it takes the
+    /// boot's token from the iPXE script of the service at `url` and joins with a fresh key.
+    pub fn ramdisk(&self, url: &str, mac: &str) -> Ramdisk {
+        let (client, signer) = join_boot(&self.ca, url, &self.boot_url, mac);
+        Ramdisk { client, signer, boot_url: self.boot_url.clone() }
+    }
+}
+
+/// A ramdisk that joined a boot (its key is the boot's: a wipe report it signs counts).
+pub struct Ramdisk {
+    client: reqwest::Client,
+    signer: Signer,
+    boot_url: String,
+}
+
+impl Ramdisk {
+    /// Signs `report` with the joined identity and posts it; returns the receipt.
+    pub fn post<T: serde::Serialize>(&self, payload_type: &str, report: &T) -> Value {
+        post_signed(&self.client, &self.signer, &self.boot_url, payload_type, report)
+    }
+}
+
+/// Signs `report` as `signer` and posts it over `client` to the boot listener at `boot_url`.
+fn post_signed<T: serde::Serialize>(
+    client: &reqwest::Client,
+    signer: &Signer,
+    boot_url: &str,
+    payload_type: &str,
+    report: &T,
+) -> Value {
+    let envelope = Envelope::sign_json(payload_type, report, signer).unwrap();
+    let url = format!("{boot_url}{}", metal_protocol::boot::REPORTS_PATH);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let response = client.post(url).json(&envelope).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.json::<Value>().await.unwrap()
+    })
+}
+
+/// Takes the token of the boot started for `mac` from the iPXE script of the service at `url`
+/// and joins its boot listener at `boot_url` with a fresh key: a client with the `ramdisk`
+/// certificate the join gave, and a signer with it.
+fn join_boot(ca: &metal_protocol::SiteCa, url: &str, boot_url: &str, mac: &str) -> (reqwest::Client, Signer) {
+    let http = reqwest::blocking::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+    let script = http.get(format!("{url}/boot/ipxe?mac={mac}")).send().unwrap().text().unwrap();
+    let (token, _) = TestScheduler::script_token(&script).unwrap_or_else(|| panic!("no ramdisk boot: {script}"));
+    let key = SigningKey::generate(&mut rand::rngs::OsRng);
+    let public_key = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key.verifying_key().as_bytes());
+    let answer = http
+        .post(format!("{boot_url}{}", metal_protocol::boot::JOIN_PATH))
+        .json(&serde_json::json!({"token": token, "publicKey": public_key}))
+        .send()
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let joined: metal_protocol::boot::JoinResponse = answer.json().unwrap();
+    let chain = metal_protocol::identity::certificates_from_pem(&joined.certificate_chain).unwrap();
+    mtls_client(ca, key, chain)
 }
 
 /// A client of a boot listener of `ca`'s site with a fresh `role` certificate of `node` at

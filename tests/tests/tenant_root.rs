@@ -490,14 +490,16 @@ fn a_wipe_report_from_before_the_erase_step_neither_counts_nor_stops_the_erase_b
     let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
     assert!(script.contains("nothing to run (no boot was started for it)"), "{script}");
     // A ramdisk still running from an earlier boot of this generation (as metal-sim's chaos
-    // met it) checks the firmware and reports a wipe: accepted, at this generation, before
-    // the erase step began.
+    // met it) checks the firmware and reports a wipe before the erase step began: the wipe
+    // is refused, for no ramdisk joined the node's current boot with that key.
     let generation = s.node("n1")["identityGeneration"].as_u64().unwrap();
     let firmware = inventory(&[("bmc", &version)]);
     s.post_report_as(Role::Ramdisk, "n1", generation, InventoryReport::PAYLOAD_TYPE, &firmware);
-    assert_eq!(
-        s.post_report_as(Role::Ramdisk, "n1", generation, WipeReport::PAYLOAD_TYPE, &wipe_report())["accepted"],
-        true
+    let early = s.post_report_as(Role::Ramdisk, "n1", generation, WipeReport::PAYLOAD_TYPE, &wipe_report());
+    assert_eq!(early["accepted"], false, "{early}");
+    assert!(
+        early["reason"].as_str().unwrap().starts_with("not-this-boot: the report is signed by a ramdisk"),
+        "{early}"
     );
     s.clock.advance(Duration::from_secs(1));
     pass(&s);

@@ -32,6 +32,9 @@ use crate::store::{self, Conn};
 /// The refusal of a genuine report whose erase failed (`WipeRefusal::DiskFailed`).
 const DISK_FAILED: &str = "disk-failed";
 
+/// The refusal of a ramdisk's report from outside the node's current boot.
+const NOT_THIS_BOOT: &str = "not-this-boot";
+
 /// Certificates are valid from a little before they are issued (clock skew).
 const BACKDATE: Duration = Duration::from_secs(300);
 
@@ -363,12 +366,22 @@ fn wipe_report(
     now: OffsetDateTime,
 ) -> ApiResult<ReportReceipt> {
     let node = node_or_404(tx, &identity.node)?;
-    let signer = envelope
+    let leaf = envelope
         .single_signature()
         .ok()
         .and_then(|signature| signature.certificate_ders().ok())
-        .and_then(|chain| chain.first().and_then(|der| read_unverified(der).ok()))
-        .map(|(identity, _)| identity.to_uri());
+        .and_then(|chain| chain.first().and_then(|der| read_unverified(der).ok()));
+    let signer = leaf.as_ref().map(|(identity, _)| identity.to_uri());
+    // A ramdisk's wipe counts only from the ramdisk that joined the node's current boot: a
+    // certificate of the same generation from a boot that was superseded or contested, or
+    // that the site CA issued elsewhere, vouches for nothing.
+    let of_this_boot = match &leaf {
+        Some((signed_by, key)) if signed_by.role == Role::Ramdisk => {
+            let boot = store::boots::open(tx, &node.id, now)?;
+            boot.and_then(|b| b.joined_key).as_deref() == Some(claims::key_text(key).as_str())
+        }
+        _ => true,
+    };
     let inventory = store::boot::get_inventory(tx, &node.id)?;
     let outcome = match &inventory {
         None => Err(("no-inventory", format!("node {} has no platform inventory to check a wipe against", node.id))),
@@ -382,7 +395,15 @@ fn wipe_report(
                 disks: &disks,
                 at: SystemTime::from(now),
             };
-            verify_wipe_report(envelope, ca.certificate(), &expect).map_err(|r| (r.code(), r.to_string()))
+            verify_wipe_report(envelope, ca.certificate(), &expect).map_err(|r| (r.code(), r.to_string())).and_then(
+                |report| match of_this_boot {
+                    true => Ok(report),
+                    false => Err((
+                        NOT_THIS_BOOT,
+                        format!("the report is signed by a ramdisk that did not join node {}'s current boot", node.id),
+                    )),
+                },
+            )
         }
     };
     let record = WipeReportRecord {
