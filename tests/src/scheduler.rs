@@ -366,6 +366,7 @@ impl Reporter {
 }
 
 /// A ramdisk that joined a boot (its key is the boot's: a wipe report it signs counts).
+#[derive(Debug)]
 pub struct Ramdisk {
     client: reqwest::Client,
     signer: Signer,
