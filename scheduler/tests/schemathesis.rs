@@ -1,5 +1,5 @@
 //! schemathesis (PyPI, installed by scripts/setup) against a running `metal-scheduler
-//! serve`, with every check it has (`--checks all`), every operation but the console's
+//! serve`, with every check it has (`--checks all`) but ST302 (below), every operation but the console's
 //! WebSocket (tested by api_console), a bounded number of examples from a fixed seed, and a
 //! Redfish BMC emulator (sushy-tools with an AccountService) behind node n1, so the BMC
 //! routes are exercised against a BMC. `tests/data/schemathesis.toml` says what is
@@ -60,6 +60,11 @@ fn schemathesis_finds_nothing_with_every_check_on_every_operation() {
         .arg("run")
         .arg(here.join("openapi.json"))
         .args(["--url", &s.url, "--checks", "all", "--max-examples", "10", "--seed", "1", "--workers", "1"])
+        // Every {id} is pinned (tests/data/schemathesis.toml), so the stateful phase's "created
+        // resource not found" (ST302) looks a resource the server named (a credential, a
+        // reservation) up under n1 or doomed by construction: a 404 there says nothing of the
+        // API. Every other check, the stateful phase's too, still runs.
+        .args(["--exclude-checks", "ensure_resource_availability"])
         .args(["--exclude-path", "/v1/nodes/{id}/console", "--request-timeout", "30", "--max-response-time", "30"])
         .args(["--warnings", "off", "--report-dir"])
         .arg(report.path())
