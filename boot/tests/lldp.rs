@@ -10,7 +10,6 @@ use std::time::Duration;
 struct Link {
     namespace: String,
     host: String,
-    socket: String,
     lldpd: Child,
     _dir: tempfile::TempDir,
 }
@@ -39,9 +38,9 @@ impl Link {
             .stderr(Stdio::null())
             .spawn()
             .expect("lldpd (scripts/setup installs it)");
-        let link = Link { namespace, host, socket, lldpd, _dir: dir };
+        let link = Link { namespace, host, lldpd, _dir: dir };
         let until = std::time::Instant::now() + Duration::from_secs(10);
-        while !std::path::Path::new(&link.socket).exists() {
+        while !std::path::Path::new(&socket).exists() {
             assert!(std::time::Instant::now() < until, "lldpd never made its socket");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -52,7 +51,7 @@ impl Link {
             &["update"],
         ] {
             let status = Command::new("ip")
-                .args(["netns", "exec", &link.namespace, "lldpcli", "-u", &link.socket])
+                .args(["netns", "exec", &link.namespace, "lldpcli", "-u", &socket])
                 .args(config)
                 .stdout(Stdio::null())
                 .status()
@@ -65,9 +64,15 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
+        // lldpd's monitor and its unprivileged child both live in the namespace (their
+        // titles name no socket): every process in it goes.
+        if let Ok(pids) = Command::new("ip").args(["netns", "pids", &self.namespace]).output() {
+            for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
         let _ = self.lldpd.kill();
         let _ = self.lldpd.wait();
-        let _ = Command::new("pkill").args(["-f", &self.socket]).status();
         let _ = Command::new("ip").args(["netns", "del", &self.namespace]).status();
         let _ = Command::new("ip").args(["link", "del", &self.host]).status();
     }
