@@ -138,9 +138,6 @@ pub enum StartError {
     },
 }
 
-/// The platform's own tenant, which owns platform pools (seed 000's `tenantId: 'root'`).
-pub const ROOT_TENANT: &str = "root";
-
 /// File in the data directory holding the first admin token (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 
@@ -176,7 +173,10 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
                 if store::auth::has_admin(tx)? {
                     return Ok(false);
                 }
-                let root = crate::model::tenant::Tenant { id: ROOT_TENANT.into(), name: "platform".into() };
+                let root = crate::model::tenant::Tenant {
+                    id: crate::model::tenant::ROOT_TENANT.into(),
+                    name: "platform".into(),
+                };
                 store::auth::create_tenant(tx, &root, now)?;
                 let (_, token) =
                     store::auth::create_credential(tx, CredentialRole::PlatformAdmin, None, "bootstrap admin", now)?;
@@ -256,7 +256,7 @@ pub async fn reap_once(app: &App) -> Result<usize, ApiError> {
 /// Writes every meter record that is due. Returns how many were written.
 pub async fn bill_once(app: &App) -> Result<usize, ApiError> {
     let now = app.clock.now();
-    let written = app.store.write(move |tx| store::billing::emit(tx, now)).await?;
+    let written = app.store.write(move |tx| crate::capacity::billing::emit(tx, now)).await?;
     if written > 0 {
         app.events.notify_waiters();
     }

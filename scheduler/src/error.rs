@@ -182,11 +182,5 @@ impl From<crate::secrets::SecretError> for ApiError {
     }
 }
 
-impl From<crate::store::DbError> for ApiError {
-    fn from(e: crate::store::DbError) -> Self {
-        ApiError::Internal(format!("database: {e}"))
-    }
-}
-
 /// Result of an API operation.
 pub type ApiResult<T> = Result<T, ApiError>;

@@ -2,8 +2,9 @@
 //! reservations, placement, billing) and the metal side (`src/metal`: nodes' workflows, the
 //! boot service, BMCs, images, provisioning) never import each other; they talk only through
 //! work rows (`store::work`). Shared model types, the store and the service shell sit below
-//! or above both. This test reads every source file of each side and fails on a path into
-//! the other.
+//! or above both: the types (model/, error, clock, duration, config, secrets) import only
+//! each other, and the store only the types. This test reads every source file of each place
+//! and fails on a path that runs the wrong way.
 
 use std::path::{Path, PathBuf};
 
@@ -56,36 +57,77 @@ fn crate_paths(text: &str) -> Vec<String> {
     found
 }
 
-fn violations(side: &str, forbidden: &str) -> Vec<String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(side);
+/// Files under `src/` at `places` (folders or files) with a `crate::` path whose first
+/// segment `allowed` rejects.
+fn violations(places: &[&str], allowed: impl Fn(&str) -> bool) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
-    sources(&root, &mut files);
-    assert!(!files.is_empty(), "no sources under {}", root.display());
+    for place in places {
+        let path = src.join(place);
+        if path.is_dir() {
+            sources(&path, &mut files);
+        } else {
+            assert!(path.is_file(), "no source {}", path.display());
+            files.push(path);
+        }
+    }
     let mut bad = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        let relative = file.strip_prefix(root.parent().unwrap()).unwrap().display().to_string();
-        if crate_paths(&text).iter().any(|p| p == forbidden) || text.contains(&format!("super::super::{forbidden}")) {
-            bad.push(relative);
+        let relative = file.strip_prefix(&src).unwrap().display().to_string();
+        let mut wrong: Vec<String> = crate_paths(&text).into_iter().filter(|p| !allowed(p)).collect();
+        wrong.extend(super_paths(&text).into_iter().filter(|p| !allowed(p)));
+        wrong.sort();
+        wrong.dedup();
+        if !wrong.is_empty() {
+            bad.push(format!("{relative} ({})", wrong.join(", ")));
         }
     }
     bad
 }
 
+/// The module named after every `super::super::` (from a file one folder down, a module at
+/// the crate root).
+fn super_paths(text: &str) -> Vec<String> {
+    text.match_indices("super::super::")
+        .map(|(i, _)| {
+            text[i + "super::super::".len()..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
+        })
+        .collect()
+}
+
+/// The types every layer may use: the domain model, the one error, clock, durations,
+/// configuration and secrets.
+const TYPES: [&str; 6] = ["model", "error", "clock", "duration", "config", "secrets"];
+
 #[test]
 fn the_capacity_side_never_imports_the_metal_side() {
-    let bad = violations("capacity", "metal");
+    let bad = violations(&["capacity"], |p| p != "metal");
     assert!(bad.is_empty(), "capacity files that import metal: {bad:?}");
 }
 
 #[test]
 fn the_metal_side_never_imports_the_capacity_side() {
-    let bad = violations("metal", "capacity");
+    let bad = violations(&["metal"], |p| p != "capacity");
     assert!(bad.is_empty(), "metal files that import capacity: {bad:?}");
+}
+
+#[test]
+fn the_types_import_only_the_types() {
+    let places = ["model", "error.rs", "clock.rs", "duration.rs", "config.rs", "secrets.rs"];
+    let bad = violations(&places, |p| TYPES.contains(&p));
+    assert!(bad.is_empty(), "type files that import what sits above them: {bad:?}");
+}
+
+#[test]
+fn the_store_imports_only_the_types_and_itself() {
+    let bad = violations(&["store"], |p| p == "store" || TYPES.contains(&p));
+    assert!(bad.is_empty(), "store files that import what sits above them: {bad:?}");
 }
 
 #[test]
 fn the_scan_finds_paths_in_use_groups_and_expressions() {
     let text = "use crate::{model::x, metal::y};\n// crate::capacity in a comment\nlet z = crate::capacity::f();";
     assert_eq!(crate_paths(text), ["model", "metal", "capacity"]);
+    assert_eq!(super_paths("use super::super::app::App;"), ["app"]);
 }

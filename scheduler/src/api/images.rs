@@ -7,9 +7,10 @@ use crate::api::ApiPath;
 use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
-use crate::app::{AppState, ROOT_TENANT};
+use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::model::image::{Image, ImageImport};
+use crate::model::tenant::ROOT_TENANT;
 use crate::store;
 
 /// The tenant a caller creates in: a tenant its own (naming another is refused), an admin

@@ -1,4 +1,5 @@
-//! Billing windows: pure arithmetic over a lease's billable interval.
+//! Billing: the windows (pure arithmetic over a lease's billable interval) and the meter
+//! pass that writes them as meter records.
 //!
 //! Windows sit on hour boundaries (UTC). A lease is billable from the moment it counts
 //! (bound, for node bindings; its start otherwise) until its allocation ends. Partial hours
@@ -6,6 +7,11 @@
 //! 0.5 + 1 + 1 + 0.25 node-hours. The GPU meter multiplies the same fraction by the GPUs
 //! healthy (platform-trusted health) at the start of the window, or at the start of billing
 //! for the first, partial window.
+
+use time::OffsetDateTime;
+
+use crate::clock::to_millis;
+use crate::store::{Conn, DbResult, billing};
 
 /// One hour in milliseconds.
 pub const HOUR_MS: i64 = 3_600_000;
@@ -53,6 +59,36 @@ pub fn due_windows(billable_from: i64, billable_to: i64, billed_until: Option<i6
         window_start = window_end;
     }
     windows
+}
+
+/// Emits every meter record that is due at `now`. Returns how many records were written.
+pub fn emit(conn: &mut dyn Conn, now: OffsetDateTime) -> DbResult<usize> {
+    let at = to_millis(now);
+    let billable = billing::billable(conn)?;
+    let mut written = 0;
+    let mut watermarks: Vec<(String, i64)> = Vec::new();
+    for lease in &billable {
+        for window in due_windows(lease.from, lease.to, lease.billed_until, at) {
+            let hours = window.hours();
+            let gpus = billing::healthy_gpus_at(conn, &lease.node, window.from)?;
+            #[allow(clippy::cast_precision_loss)] // GPU counts are small
+            let gpu_hours = gpus as f64 * hours;
+            for (meter, quantity) in [(NODE_HOURS, hours), (GPU_HOURS, gpu_hours)] {
+                if quantity > 0.0 {
+                    written +=
+                        billing::insert_meter(conn, lease, meter, window.window_start, window.to, quantity, now)?;
+                }
+            }
+            match watermarks.iter_mut().find(|(r, _)| *r == lease.reservation) {
+                Some((_, mark)) => *mark = (*mark).max(window.to),
+                None => watermarks.push((lease.reservation.clone(), window.to)),
+            }
+        }
+    }
+    for (reservation, mark) in watermarks {
+        billing::set_billed_until(conn, &reservation, mark)?;
+    }
+    Ok(written)
 }
 
 #[cfg(test)]

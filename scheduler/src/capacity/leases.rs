@@ -8,12 +8,10 @@ use serde_json::json;
 
 use crate::app::App;
 use crate::error::ApiError;
+use crate::model::reservation::BIND_LIMIT;
 use crate::model::reservation::ReservationState::{self, Active, Ended, Failed, Pending};
 use crate::store::work::{Side, WorkItem};
 use crate::store::{self, Conn};
-
-/// How long a node binding may wait for its deploy to bind before the lease fails (seed 000).
-pub const BIND_LIMIT: time::Duration = time::Duration::hours(2);
 
 /// Moves reservations along with the clock: pending ones whose start came become active,
 /// except node bindings, which queue their lease start instead (and fail when not bound

@@ -19,9 +19,10 @@ use time::OffsetDateTime;
 
 use crate::clock::to_millis;
 use crate::error::{ApiError, ApiResult};
+use crate::model::node::Candidate;
 use crate::model::reservation::{Binding, Reservation, ReservationCreate, ReservationState, Window};
 use crate::store::{self, Conn};
-use placement::{Ask, Candidate};
+use placement::Ask;
 
 /// Placement attempts before giving up on racing writers (PostgreSQL replicas).
 const ATTEMPTS: usize = 3;

@@ -10,31 +10,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::model::node::{Device, NodeState, Taint, Trust};
+use crate::model::node::{Candidate, NodeState, Taint, Trust};
 use crate::model::reservation::{DeviceRequest, Gang};
-
-/// What placement needs to know about a node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    /// Node id.
-    pub id: String,
-    /// Lifecycle state.
-    pub state: NodeState,
-    /// Maintenance.
-    pub maintenance: bool,
-    /// Cordoned.
-    pub cordoned: bool,
-    /// Trust.
-    pub trust: Trust,
-    /// Taints.
-    pub taints: Vec<Taint>,
-    /// Labels (topology).
-    pub labels: BTreeMap<String, String>,
-    /// Bookable devices.
-    pub devices: Vec<Device>,
-    /// Live bookings as [start, end) in milliseconds.
-    pub bookings: Vec<(i64, i64)>,
-}
 
 /// What is asked for.
 #[derive(Debug, Clone, Copy)]
@@ -248,7 +225,7 @@ fn refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::node::TaintEffect;
+    use crate::model::node::{Device, TaintEffect};
     use proptest::prelude::*;
 
     fn node(id: &str, rack: &str, gpus: usize) -> Candidate {

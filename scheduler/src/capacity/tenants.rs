@@ -28,7 +28,7 @@ pub struct TenantDeleted {
 
 /// Deletes `id` in one transaction; NOT_FOUND for no such tenant, CONFLICT for `root`.
 pub fn delete(tx: &mut dyn Conn, id: &str, now: OffsetDateTime) -> Result<TenantDeleted, ApiError> {
-    if id == crate::app::ROOT_TENANT {
+    if id == crate::model::tenant::ROOT_TENANT {
         return Err(ApiError::Conflict("the platform's own tenant (root) cannot be deleted".into()));
     }
     if store::auth::get_tenant(tx, id)?.is_none() {

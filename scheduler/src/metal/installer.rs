@@ -11,29 +11,14 @@
 //! kickstart line (host, user and package names, keys without their comments, hex tokens).
 
 use metal_protocol::cloudinit::{SeedInput, cloud_config, meta_data};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, ApiResult};
 use crate::model::node::Node;
-use crate::model::profile::{InstallerKind, InstallerSpec, ProfileSpec};
+use crate::model::profile::{InstallerKind, InstallerPlan, InstallerSpec, ProfileSpec};
 
 /// Where the controller serves an installer's files: `INSTALLER_PATH/TOKEN/NAME`.
 pub const INSTALLER_PATH: &str = "/boot/installer";
-
-/// What an installer deploy boots and is told, as stored for the node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InstallerPlan {
-    /// The installer.
-    pub installer: InstallerSpec,
-    /// The rendered configuration: the autoinstall user-data or the kickstart.
-    pub config: String,
-    /// The NoCloud meta-data (autoinstall).
-    pub meta_data: String,
-    /// The disk the installer writes: a by-id path or a kernel name.
-    pub disk: String,
-}
 
 /// The inputs of a rendering, validated.
 struct Inputs<'a> {

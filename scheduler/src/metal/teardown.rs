@@ -431,6 +431,19 @@ impl Steps<'_> {
     /// every disk passing read-back) after this step began lets the run go on; an in-band
     /// firmware check from its ramdisk that found drift quarantines.
     async fn erase(&self) -> Outcome {
+        // Booted before: power is read before the reports. A ramdisk posts its report and
+        // waits for the answer before it powers off, so a machine seen off here has its
+        // report, if it sent one, in the rows read next (read the other way round, a report
+        // landing between the two reads looked like a boot that ended without one, and the
+        // machine was booted into the ramdisk again after its erase).
+        let boots = self.run.context.get("eraseBoots").and_then(Value::as_i64).unwrap_or(0);
+        let power = match boots {
+            0 => None,
+            _ => match crate::metal::bmcs::power_status(self.app, &self.node.id).await {
+                Ok(power) => Some(power),
+                Err(e) => return bmc_retry("reading power", e),
+            },
+        };
         let id = self.node.id.clone();
         let read = self.app.store.read(move |tx| {
             Ok::<_, store::DbError>((store::boot::wipe_reports(tx, &id)?, store::boot::firmware_checks(tx, &id)?))
@@ -462,26 +475,20 @@ impl Steps<'_> {
                 json!({"wipeReport": refused.id, "signer": refused.signer}),
             );
         }
-        // Booted before: a machine still on is erasing; one that is off ended its boot
-        // without a report (the in-band firmware check runs first, or it rebooted), so it
-        // is booted again, a bounded number of times.
-        let boots = self.run.context.get("eraseBoots").and_then(Value::as_i64).unwrap_or(0);
-        if boots > 0 {
-            match crate::metal::bmcs::power_status(self.app, &self.node.id).await {
-                Ok(power) if power == "on" => {
-                    return Outcome::Waiting(format!(
-                        "the ramdisk is erasing (boot {boots}); waiting for its wipe report"
-                    ));
-                }
-                Ok(_) if boots >= MAX_ERASE_BOOTS => {
-                    return Outcome::Failed(
-                        format!("the machine powered off after {boots} ramdisk boots without a wipe report"),
-                        Value::Null,
-                    );
-                }
-                Ok(_) => {}
-                Err(e) => return bmc_retry("reading power", e),
+        // A machine still on is erasing; one that is off ended its boot without a report
+        // (the in-band firmware check runs first, or it rebooted), so it is booted again, a
+        // bounded number of times.
+        match power.as_deref() {
+            Some("on") => {
+                return Outcome::Waiting(format!("the ramdisk is erasing (boot {boots}); waiting for its wipe report"));
             }
+            Some(_) if boots >= MAX_ERASE_BOOTS => {
+                return Outcome::Failed(
+                    format!("the machine powered off after {boots} ramdisk boots without a wipe report"),
+                    Value::Null,
+                );
+            }
+            _ => {}
         }
         // Intent first: after a crash the step knows how often it booted the ramdisk.
         let mut context = self.run.context.clone();

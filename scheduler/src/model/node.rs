@@ -406,6 +406,29 @@ pub struct NodePatch {
     pub generation: Option<i64>,
 }
 
+/// What placement needs to know about a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Node id.
+    pub id: String,
+    /// Lifecycle state.
+    pub state: NodeState,
+    /// Maintenance.
+    pub maintenance: bool,
+    /// Cordoned.
+    pub cordoned: bool,
+    /// Trust.
+    pub trust: Trust,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Labels (topology).
+    pub labels: BTreeMap<String, String>,
+    /// Bookable devices.
+    pub devices: Vec<Device>,
+    /// Live bookings as [start, end) in milliseconds.
+    pub bookings: Vec<(i64, i64)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -102,6 +102,20 @@ pub struct InstallerSpec {
     pub source_url: String,
 }
 
+/// What an installer deploy boots and is told, as stored for the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallerPlan {
+    /// The installer.
+    pub installer: InstallerSpec,
+    /// The rendered configuration: the autoinstall user-data or the kickstart.
+    pub config: String,
+    /// The NoCloud meta-data (autoinstall).
+    pub meta_data: String,
+    /// The disk the installer writes: a by-id path or a kernel name.
+    pub disk: String,
+}
+
 /// `autoDeploy: {desired: N}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

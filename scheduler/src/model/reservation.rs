@@ -16,6 +16,8 @@ pub const MAX_DEVICE_COUNT: u32 = 1024;
 pub const MAX_GANG: u32 = 256;
 /// How far ahead a reservation may start.
 pub const MAX_LEAD: time::Duration = time::Duration::days(366);
+/// How long a node binding may wait for its deploy to bind before the lease fails (seed 000).
+pub const BIND_LIMIT: time::Duration = time::Duration::hours(2);
 
 /// Devices wanted on each node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -265,7 +267,7 @@ impl Reservation {
                 Some(_) => format!(
                     "waiting for its start at {}, then for its deploy, which must bind by {} (the 2-hour limit)",
                     at(self.start),
-                    at(self.start + crate::capacity::leases::BIND_LIMIT)
+                    at(self.start + BIND_LIMIT)
                 ),
                 None => format!("waiting for its start at {}", at(self.start)),
             });

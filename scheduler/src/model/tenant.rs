@@ -3,6 +3,9 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+/// The platform's own tenant, which owns platform pools (seed 000's `tenantId: 'root'`).
+pub const ROOT_TENANT: &str = "root";
+
 /// What a credential may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]

@@ -1,4 +1,5 @@
-//! Billing rows: device health history, the meter emission pass, and usage queries.
+//! Billing rows: device health history, billable allocations, meter records, and usage
+//! queries (the meter pass that writes them is `capacity::billing::emit`).
 //!
 //! A meter record's id is `reservation/node/meter/windowStart`, so emitting a window twice
 //! never bills twice; each reservation also keeps a `billed_until` watermark so a pass only
@@ -7,7 +8,6 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::capacity::billing::{GPU_HOURS, NODE_HOURS, due_windows};
 use crate::clock::{from_millis, to_millis};
 use crate::model::node::Device;
 use crate::model::reservation::ReservationCreate;
@@ -39,18 +39,24 @@ pub fn healthy_gpus_at(conn: &mut dyn Conn, node: &str, at: i64) -> DbResult<i64
     row.map_or(Ok(0), |r| r.get("gpus_healthy"))
 }
 
-struct Billable {
-    reservation: String,
-    tenant: String,
-    node: String,
-    from: i64,
-    to: i64,
-    billed_until: Option<i64>,
+/// A reservation's allocation on one node with billable time not yet metered.
+pub struct Billable {
+    /// The reservation.
+    pub reservation: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// The node.
+    pub node: String,
+    /// Billable from (milliseconds): its binding for a node binding, its start otherwise.
+    pub from: i64,
+    /// Billable to: the allocation's end.
+    pub to: i64,
+    /// The reservation's watermark: meters were emitted up to here.
+    pub billed_until: Option<i64>,
 }
 
-/// Emits every meter record that is due at `now`. Returns how many records were written.
-pub fn emit(conn: &mut dyn Conn, now: OffsetDateTime) -> DbResult<usize> {
-    let at = to_millis(now);
+/// Allocations of active, ended or cancelled reservations that are not billed to their end.
+pub fn billable(conn: &mut dyn Conn) -> DbResult<Vec<Billable>> {
     let rows = conn.query(
         "SELECT r.id, r.tenant_id, r.request, r.start_at, r.bound_at, r.billed_until, a.node_id, a.end_at \
          FROM reservations r JOIN allocations a ON a.reservation_id = r.id \
@@ -74,32 +80,17 @@ pub fn emit(conn: &mut dyn Conn, now: OffsetDateTime) -> DbResult<usize> {
             billed_until: row.get("billed_until")?,
         });
     }
-    let mut written = 0;
-    let mut watermarks: Vec<(String, i64)> = Vec::new();
-    for lease in &billable {
-        for window in due_windows(lease.from, lease.to, lease.billed_until, at) {
-            let hours = window.hours();
-            let gpus = healthy_gpus_at(conn, &lease.node, window.from)?;
-            #[allow(clippy::cast_precision_loss)] // GPU counts are small
-            let gpu_hours = gpus as f64 * hours;
-            for (meter, quantity) in [(NODE_HOURS, hours), (GPU_HOURS, gpu_hours)] {
-                if quantity > 0.0 {
-                    written += insert_meter(conn, lease, meter, window.window_start, window.to, quantity, now)?;
-                }
-            }
-            match watermarks.iter_mut().find(|(r, _)| *r == lease.reservation) {
-                Some((_, mark)) => *mark = (*mark).max(window.to),
-                None => watermarks.push((lease.reservation.clone(), window.to)),
-            }
-        }
-    }
-    for (reservation, mark) in watermarks {
-        conn.execute("UPDATE reservations SET billed_until = $1 WHERE id = $2", &[&mark, &reservation])?;
-    }
-    Ok(written)
+    Ok(billable)
 }
 
-fn insert_meter(
+/// Moves a reservation's billing watermark.
+pub fn set_billed_until(conn: &mut dyn Conn, reservation: &str, mark: i64) -> DbResult<()> {
+    conn.execute("UPDATE reservations SET billed_until = $1 WHERE id = $2", &[&mark, &reservation])?;
+    Ok(())
+}
+
+/// Writes one meter record (and its event) unless a record with its id exists: 1 when written.
+pub fn insert_meter(
     conn: &mut dyn Conn,
     lease: &Billable,
     meter: &str,

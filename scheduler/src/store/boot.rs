@@ -326,7 +326,7 @@ pub fn put_derived_plan(
 }
 
 /// The node's installer plan, when its deploy plan is one.
-pub fn installer_plan(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<crate::metal::installer::InstallerPlan>> {
+pub fn installer_plan(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<crate::model::profile::InstallerPlan>> {
     conn.query_opt("SELECT plan FROM deploy_plans WHERE node_id = $1 AND mode = 'installer'", &[&node_id])?
         .map(|row| row.json("plan"))
         .transpose()

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::capacity::placement::Candidate;
 use crate::clock::{from_millis, to_millis};
 use crate::error::ApiError;
+use crate::model::node::Candidate;
 use crate::model::pool::{Pool, PoolCapacity, PoolCreate, PoolPolicy};
 use crate::model::reservation::{Reservation, ReservationCreate, ReservationState};
 use crate::store::db::to_json;

@@ -76,6 +76,14 @@ impl DbError {
     }
 }
 
+/// A database failure reaches an API caller as an internal error (here, not in the error
+/// module, so that the types below the store never name it).
+impl From<DbError> for crate::error::ApiError {
+    fn from(e: DbError) -> Self {
+        crate::error::ApiError::Internal(format!("database: {e}"))
+    }
+}
+
 /// Result of a database call.
 pub type DbResult<T> = Result<T, DbError>;
 

@@ -44,7 +44,7 @@ pub struct Decision {
     /// The MAC it booted with (normalised).
     pub boot_mac: String,
     /// The installer plan, when the step is the installer.
-    pub installer: Option<crate::metal::installer::InstallerPlan>,
+    pub installer: Option<crate::model::profile::InstallerPlan>,
     /// Why a node whose step is a ramdisk task is sent to its next device instead: no boot
     /// was started for it, or its boot was claimed already (contested).
     pub refusal: Option<String>,
@@ -330,7 +330,7 @@ async fn script(
 async fn installer_of(
     app: &AppState,
     token: String,
-) -> ApiResult<(crate::store::boot::BootToken, crate::metal::installer::InstallerPlan)> {
+) -> ApiResult<(crate::store::boot::BootToken, crate::model::profile::InstallerPlan)> {
     let now = app.clock.now();
     app.store
         .read(move |tx| {
