@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::model::node::{Candidate, NodeState, Taint, Trust};
+use crate::model::node::{Candidate, NodeState, Trust};
 use crate::model::reservation::{DeviceRequest, Gang};
 
 /// What is asked for.
@@ -225,7 +225,7 @@ fn refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::node::{Device, TaintEffect};
+    use crate::model::node::{Device, Taint, TaintEffect};
     use proptest::prelude::*;
 
     fn node(id: &str, rack: &str, gpus: usize) -> Candidate {

@@ -40,6 +40,7 @@ pub fn healthy_gpus_at(conn: &mut dyn Conn, node: &str, at: i64) -> DbResult<i64
 }
 
 /// A reservation's allocation on one node with billable time not yet metered.
+#[derive(Debug)]
 pub struct Billable {
     /// The reservation.
     pub reservation: String,
