@@ -1,6 +1,6 @@
 //! Pools, reservations and whole-node placement over real HTTP against a real SQLite file.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

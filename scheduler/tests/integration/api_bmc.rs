@@ -3,7 +3,7 @@
 //! rotation through ipmi_sim (IPMI), one rotation at a time, and discovery bounded to
 //! three credentials.
 
-mod common;
+use crate::common;
 
 use common::{Site, error};
 use metal_scheduler::secrets::MasterKey;

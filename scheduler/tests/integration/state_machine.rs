@@ -1,7 +1,7 @@
 //! Property: whatever sequence of moves callers request through the store, a node only ever
 //! takes moves from the table, and a refused request changes nothing.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

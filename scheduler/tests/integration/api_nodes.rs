@@ -1,6 +1,6 @@
 //! The node API over real HTTP against a real SQLite file.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

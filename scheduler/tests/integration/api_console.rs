@@ -2,7 +2,7 @@
 //! line is a TCP socket this test plays the machine on: bytes go both ways, only admins get
 //! in, and every session is recorded.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

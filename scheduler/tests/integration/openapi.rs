@@ -1,5 +1,5 @@
 //! The OpenAPI document is generated from the code; the checked-in copy must match it.
-//! After an intended API change: `UPDATE_OPENAPI=1 cargo test -p metal-scheduler --test openapi`.
+//! After an intended API change: `UPDATE_OPENAPI=1 cargo test -p metal-scheduler --test integration openapi`.
 
 #[test]
 fn checked_in_openapi_matches_the_code() {
@@ -11,7 +11,7 @@ fn checked_in_openapi_matches_the_code() {
     let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         checked_in == generated,
-        "scheduler/openapi.json is stale: run UPDATE_OPENAPI=1 cargo test -p metal-scheduler --test openapi"
+        "scheduler/openapi.json is stale: run UPDATE_OPENAPI=1 cargo test -p metal-scheduler --test integration openapi"
     );
     let doc: serde_json::Value = serde_json::from_str(&generated).unwrap();
     for path in ["/v1/nodes", "/v1/nodes/{id}/transitions", "/v1/events", "/v1/credentials"] {

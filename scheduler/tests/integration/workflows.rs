@@ -3,7 +3,7 @@
 //! fenced out of every commit, attempts and deadlines are bounded, and at most one workflow
 //! runs per node.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! metalctl against a real scheduler: tables for people, JSON for scripts, API errors as
 //! their messages, token from the environment or a file.
 
-mod common;
+use crate::common;
 
 use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
@@ -252,7 +252,7 @@ fn metalctl_shows_what_the_boot_service_stored_and_sets_deploy_plans() {
     s.enrol("n1", "52:54:00:00:00:01");
     s.walk("n1", &["new", "commissioning"]);
     let mut inventory: InventoryReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/inventory-report.json")).unwrap();
     inventory.node_id = "n1".into();
     let receipt = s.post_report_as(Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &inventory);
     assert_eq!(receipt["accepted"], true, "{receipt}");
@@ -264,14 +264,14 @@ fn metalctl_shows_what_the_boot_service_stored_and_sets_deploy_plans() {
     assert!(shown.contains("nvme0n1  NVME0001  QEMU NVMe Ctrl  1073741824  nvme"), "{shown}");
 
     let mut wipe: WipeReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/wipe-report.json")).unwrap();
     wipe.node_id = "n1".into();
     s.post_report_as(Role::NodeTenant, "n1", 1, WipeReport::PAYLOAD_TYPE, &wipe);
     let o = run(&["node", "wipe-reports", "n1"], None);
     let shown = text(&o);
     assert!(shown.starts_with("RECEIVED") && shown.contains("false     role-not-allowed"), "{shown}");
 
-    let plan = include_str!("../../protocol/tests/golden/deploy-plan.json");
+    let plan = include_str!("../../../protocol/tests/golden/deploy-plan.json");
     let o = run(&["node", "deploy-plan", "n1", "-"], Some(plan));
     assert!(o.status.success() && text(&o).contains("deploy plan of n1 set"), "{}", text(&o));
     let o = run(&["node", "deploy-plan", "n1", "-"], Some("{\"image\": 1}"));
@@ -462,11 +462,11 @@ fn metalctl_lists_hosts_shows_one_and_prints_its_join_log() {
     s.enrol("n1", "52:54:00:00:00:01");
     s.walk("n1", &["new", "commissioning"]);
     let mut inventory: InventoryReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/inventory-report.json")).unwrap();
     inventory.node_id = "n1".into();
     assert_eq!(s.post_report_as(Role::Ramdisk, "n1", 1, InventoryReport::PAYLOAD_TYPE, &inventory)["accepted"], true);
     let mut plan: metal_protocol::DeployPlan =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/deploy-plan.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/deploy-plan.json")).unwrap();
     plan.cloud_init = Some(metal_tests::images::seed("n1-g1", "n1"));
     let plan = serde_json::to_string(&plan).unwrap();
     let o = metalctl(&s.url, &s.admin, &["node", "deploy-plan", "n1", "-"], Some(&plan));

@@ -3,7 +3,7 @@
 //! UTF-8, the console without a WebSocket upgrade, a method a route does not take. And the
 //! request metrics cannot be grown without bound by made-up methods.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 

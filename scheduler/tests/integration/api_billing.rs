@@ -1,7 +1,7 @@
 //! Billing over real HTTP: hourly windows, partial hours pro rata, GPUs healthy at each
 //! window's start, deterministic records that never bill twice, and usage queries.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

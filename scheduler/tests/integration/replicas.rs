@@ -5,7 +5,7 @@
 //! both is one node and one clean conflict; two replicas bootstrapping an empty database at
 //! the same moment both start, with one admin credential between them.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
