@@ -44,14 +44,14 @@ fn join(s: &TestScheduler, token: &str) -> Result<Joined, ControllerError> {
 
 fn inventory(node: &str) -> InventoryReport {
     let mut report: InventoryReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/inventory-report.json")).unwrap();
     report.node_id = node.into();
     report
 }
 
 fn wipe(node: &str) -> WipeReport {
     let mut report: WipeReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/wipe-report.json")).unwrap();
     report.node_id = node.into();
     report
 }
@@ -319,7 +319,7 @@ fn a_deploying_node_fetches_its_plan_and_its_task_report_ends_the_deploy() {
     // hand (YAML), so it is served as it was set.
     std::fs::create_dir_all(s.files_dir()).unwrap();
     std::fs::write(s.files_dir().join("metal-agent"), b"agent").unwrap();
-    let plan: Value = serde_json::from_str(include_str!("../../protocol/tests/golden/deploy-plan.json")).unwrap();
+    let plan: Value = serde_json::from_str(include_str!("../../../protocol/tests/golden/deploy-plan.json")).unwrap();
     let (status, body) = s.call("PUT", "/v1/nodes/n1/deploy-plan", Some(json!({"image": "nonsense"})));
     assert_eq!(status, 422, "{body}");
     let (status, body) = s.call("PUT", "/v1/nodes/n1/deploy-plan", Some(plan.clone()));
@@ -497,7 +497,7 @@ fn a_second_join_for_one_boot_is_contested_and_the_intruder_gets_no_certificate(
 fn a_deploys_plan_and_image_go_only_to_the_ramdisk_that_joined_its_boot() {
     let s = start();
     commissioned(&s);
-    let plan: Value = serde_json::from_str(include_str!("../../protocol/tests/golden/deploy-plan.json")).unwrap();
+    let plan: Value = serde_json::from_str(include_str!("../../../protocol/tests/golden/deploy-plan.json")).unwrap();
     assert_eq!(s.call("PUT", "/v1/nodes/n1/deploy-plan", Some(plan)).0, 204);
     s.walk("n1", &["ready", "allocated", "deploying"]);
     let joined = join(&s, &boot(&s, "deploy")).unwrap();

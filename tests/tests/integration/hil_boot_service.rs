@@ -102,7 +102,7 @@ fn pxe_commission_then_erase_with_a_signed_wipe_report_the_scheduler_accepts() {
     // 4. While it is releasing, wipe reports that do not hold up are refused with the reason.
     s.walk("hil-1", &["ready", "allocated", "deploying", "deployed", "releasing"]);
     let mut forged: WipeReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/wipe-report.json")).unwrap();
     forged.node_id = "hil-1".into();
     forged.inventory_disks = report.disks.iter().map(|d| d.identity.clone()).collect();
     let template = forged.disks[0].clone();
@@ -263,7 +263,7 @@ fn virtual_media_isos_boot_the_ramdisk_to_the_controller() {
 /// An inventory as commissioning stores it, with one disk of `size` bytes.
 fn small_inventory(node: &str, size: u64) -> InventoryReport {
     let mut report: InventoryReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/inventory-report.json")).unwrap();
     report.node_id = node.into();
     report.disks.truncate(1);
     report.disks[0].identity.size_bytes = size;

@@ -22,7 +22,7 @@ const DISK_BYTES: u64 = 2 << 30;
 /// `DISK_BYTES` with serial `SERIAL` (the commissioning boot itself is `hil_boot_service`'s).
 fn inventory(node: &str) -> InventoryReport {
     let mut report: InventoryReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/inventory-report.json")).unwrap();
     report.node_id = node.into();
     report.disks.truncate(1);
     let disk = &mut report.disks[0];

@@ -6,7 +6,7 @@
 //! answers 503 while the machine is leased makes the API answer 502 with the BMC's word, and
 //! answers again once it is back; at the end every site invariant holds (`chaos::check`).
 //!
-//! The simulation installs the process clock: one test per binary (nextest runs each test in
+//! The simulation installs the process clock: one test per process (nextest runs each test in
 //! its own process anyway).
 
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! what the tenant's deploy wrote is gone.
 //!
 //! The simulation installs the process clock, so each test of this crate runs in its own
-//! process (cargo nextest does; `cargo test` needs one test per binary).
+//! process (cargo nextest does; `cargo test` would need `--test-threads 1` and one test at a time).
 
 use metal_sim::machine::Activity;
 use metal_sim::site::{Options, Site};

@@ -19,7 +19,7 @@ fn commissioned(s: &TestScheduler, id: &str, mac: &str) {
     s.enrol(id, mac);
     s.walk(id, &["new", "commissioning"]);
     let mut report: InventoryReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/inventory-report.json")).unwrap();
     report.node_id = id.into();
     for disk in &mut report.disks {
         (disk.removable, disk.read_only) = (false, false);

@@ -277,7 +277,7 @@ fn a_restart_mid_import_resumes_the_download() {
 
 fn inventory(node: &str, cores: u32, memory: u64, disks: &[(&str, u64)]) -> InventoryReport {
     let mut report: InventoryReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/inventory-report.json")).unwrap();
     report.node_id = node.into();
     report.cpu.cores = cores;
     report.memory.total_bytes = memory;

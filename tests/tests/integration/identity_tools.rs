@@ -63,7 +63,7 @@ fn every_key_file_metal_writes_loads_with_openssl_and_a_certificate_never_outliv
 /// A golden wipe report about `node`, finished at `finished`, signed by `key` with `chain`.
 fn signed_report(key: SigningKey, chain: Vec<Vec<u8>>, finished: SystemTime) -> (Envelope, WipeReport) {
     let mut report: WipeReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/wipe-report.json")).unwrap();
     report.node_id = "n1".into();
     report.finished_at = finished.into();
     let envelope = Envelope::sign_json(WipeReport::PAYLOAD_TYPE, &report, &Signer::new(key, chain)).unwrap();

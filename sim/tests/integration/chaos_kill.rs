@@ -5,7 +5,7 @@
 //! quarantine and recover. Every write the API acknowledged is found after every kill, and
 //! every site invariant holds after every round.
 //!
-//! The simulation installs the process clock: one test per binary.
+//! The simulation installs the process clock: one test per process (nextest runs each alone).
 
 use std::time::Duration;
 

@@ -52,7 +52,7 @@ fn site() -> Site {
 
 fn inventory(node: &str) -> InventoryReport {
     let mut report: InventoryReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/inventory-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/inventory-report.json")).unwrap();
     report.node_id = node.into();
     report.disks.truncate(1);
     report.disks[0].identity.size_bytes = 100 * GIB;
@@ -321,7 +321,7 @@ fn a_deployed_os_joins_as_a_host_renews_and_loses_its_authority_when_the_identit
     let (ca, _) = tenant_config.site_ca().unwrap();
     let tenant = metal_agent::load_identity(&tenant_config, &ca).unwrap().unwrap();
     let mut wipe: WipeReport =
-        serde_json::from_str(include_str!("../../protocol/tests/golden/wipe-report.json")).unwrap();
+        serde_json::from_str(include_str!("../../../protocol/tests/golden/wipe-report.json")).unwrap();
     wipe.node_id = "n1".into();
     let receipt = client.post_report(&tenant.key, &tenant.chain, WipeReport::PAYLOAD_TYPE, &wipe).unwrap();
     assert!(!receipt.accepted && receipt.reason.as_deref().unwrap().starts_with("role-not-allowed"), "{receipt:?}");

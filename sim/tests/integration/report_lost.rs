@@ -8,7 +8,7 @@
 //! passes.
 //!
 //! The ramdisk's retries run in real time (about 30 s a boot): the slowest test of metal-sim,
-//! mostly asleep. The simulation installs the process clock: one test per binary.
+//! mostly asleep. The simulation installs the process clock: one test per process.
 
 use std::time::{Duration, Instant};
 
