@@ -181,12 +181,12 @@ fn redfish_payloads() {
 fn boot_query_strings() {
     run("boot_query", &[b"mac=", b"token=", b"%", b"%ff", b"&", b":"], |bytes| {
         let text = String::from_utf8_lossy(bytes);
-        let _ = metal_scheduler::model::node::normalize_mac(&text);
+        let _ = metal_types::model::node::normalize_mac(&text);
         let uri: Result<axum::http::Uri, _> = format!("/boot/ipxe?{text}").parse();
         if let Ok(uri) = uri {
             use axum::extract::Query;
             if let Ok(Query(query)) = Query::<metal_scheduler::metal::boot::ipxe::ScriptQuery>::try_from_uri(&uri) {
-                let _ = metal_scheduler::model::node::normalize_mac(&query.mac);
+                let _ = metal_types::model::node::normalize_mac(&query.mac);
             }
             let _ = Query::<metal_scheduler::metal::boot::ipxe::FileQuery>::try_from_uri(&uri);
         }
@@ -198,8 +198,8 @@ fn node_imports_checksum_files_and_durations() {
     run("text_inputs", &[b",", b"\"", b"\n", b";", b"=", b"  ", b"SHA256 (", b") = "], |bytes| {
         let text = String::from_utf8_lossy(bytes);
         let _ = metal_scheduler::api::parse_csv(&text);
-        let _ = metal_scheduler::model::image::parse_checksum_file(&text, "image.qcow2");
-        let _ = metal_scheduler::duration::parse_duration(&text);
+        let _ = metal_types::model::image::parse_checksum_file(&text, "image.qcow2");
+        let _ = metal_types::duration::parse_duration(&text);
     });
 }
 

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use crate::clock::Clock;
-use crate::config::Config;
-use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::model::node::NodeTransition;
-use crate::model::tenant::CredentialRole;
 use crate::store::{self, Conn, Store};
+use metal_types::clock::Clock;
+use metal_types::config::Config;
+use metal_types::error::ApiError;
+use metal_types::model::node::NodeTransition;
+use metal_types::model::tenant::CredentialRole;
 
 /// Everything a request handler needs.
 #[derive(Debug)]
@@ -121,7 +121,7 @@ pub enum StartError {
     Boot(String),
     /// The settings cannot stand together.
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] metal_types::config::ConfigError),
     /// The API listener's certificate could not be loaded or issued.
     #[error("API listener: {0}")]
     Tls(String),
@@ -173,8 +173,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
                 if store::auth::has_admin(tx)? {
                     return Ok(false);
                 }
-                let root = crate::model::tenant::Tenant {
-                    id: crate::model::tenant::ROOT_TENANT.into(),
+                let root = metal_types::model::tenant::Tenant {
+                    id: metal_types::model::tenant::ROOT_TENANT.into(),
                     name: "platform".into(),
                 };
                 store::auth::create_tenant(tx, &root, now)?;
@@ -230,7 +230,7 @@ pub async fn reap_once(app: &App) -> Result<usize, ApiError> {
             app.config.deadlines.for_state(node.state).map(|d| format!(" of {}s", d.as_secs())).unwrap_or_default();
         let request = NodeTransition {
             from: node.state,
-            to: crate::model::node::NodeState::Failed,
+            to: metal_types::model::node::NodeState::Failed,
             generation: Some(node.generation),
             owner: None,
             reason: Some(format!(

@@ -1,20 +1,12 @@
-//! The metal control plane: the service (`app`, `api`, `store`, `model`), its clock and
-//! configuration, the site CA's files, and the HTTP client `metalctl` uses.
+//! The metal control plane service (`app`, `api`, `store`, `capacity`, `metal`) and the site
+//! CA's files; its types live in `metal-types`, its command line in `metalctl`.
 
 pub mod api;
 pub mod app;
 pub mod ca_files;
 pub mod capacity;
-pub mod client;
-pub mod clock;
-pub mod config;
-pub mod duration;
-pub mod error;
-pub mod host_add;
 pub mod http_server;
 pub mod metal;
 pub mod metrics;
-pub mod model;
-pub mod secrets;
 pub mod server_tls;
 pub mod store;

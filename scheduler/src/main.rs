@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use metal_protocol::Role;
 use metal_scheduler::ca_files::{self, IssueRequest};
-use metal_scheduler::clock::SystemClock;
-use metal_scheduler::config::{Config, ConfigLayer};
-use metal_scheduler::duration::parse_duration;
+use metal_types::clock::SystemClock;
+use metal_types::config::{Config, ConfigLayer};
+use metal_types::duration::parse_duration;
 
 /// The metal control plane: nodes, pools, reservations, whole-node leases, teardown and billing.
 #[derive(Parser, Debug)]

@@ -15,7 +15,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use tracing::{info, warn};
 
-use crate::config::ApiTransport;
+use metal_types::config::ApiTransport;
 
 /// How long a certificate the site CA issues to a listener is valid.
 const VALIDITY: Duration = Duration::from_secs(30 * 86400);

@@ -211,10 +211,10 @@ pub async fn serve(
     config.boot.controller_url = controller_url;
     config.database_url = std::env::var("METAL_DATABASE_URL").ok().filter(|u| !u.is_empty());
     let key = std::env::var("METAL_MASTER_KEY").context("METAL_MASTER_KEY (the site's BMC master key) is not set")?;
-    config.master_key = Some(metal_scheduler::secrets::MasterKey::from_hex(&key).map_err(anyhow::Error::msg)?);
+    config.master_key = Some(metal_types::secrets::MasterKey::from_hex(&key).map_err(anyhow::Error::msg)?);
     let api = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     let boot = tokio::net::TcpListener::bind(boot_listen).await.with_context(|| format!("binding {boot_listen}"))?;
-    let app = metal_scheduler::app::start(config, Arc::new(metal_scheduler::clock::SystemClock))
+    let app = metal_scheduler::app::start(config, Arc::new(metal_types::clock::SystemClock))
         .await
         .context("starting the scheduler")?;
     let listeners = metal_scheduler::app::Listeners { api, boot: Some(boot), firmware: None };

@@ -121,9 +121,9 @@ pub fn scheduler_config(
     listen: SocketAddr,
     boot: SocketAddr,
     speed: f64,
-) -> metal_scheduler::config::Config {
-    let defaults = metal_scheduler::config::Config::default();
-    let mut config = metal_scheduler::config::Config {
+) -> metal_types::config::Config {
+    let defaults = metal_types::config::Config::default();
+    let mut config = metal_types::config::Config {
         listen,
         data_dir: data_dir.to_owned(),
         reaper_interval: REAPER,
@@ -244,8 +244,8 @@ impl Site {
                 // BMC passwords sealed at rest under a key of this run (and no warning per node).
                 let master_key = hex::encode(rand::random::<[u8; 32]>());
                 config.master_key =
-                    Some(metal_scheduler::secrets::MasterKey::from_hex(&master_key).map_err(anyhow::Error::msg)?);
-                let app = metal_scheduler::app::start(config, Arc::new(metal_scheduler::clock::SystemClock))
+                    Some(metal_types::secrets::MasterKey::from_hex(&master_key).map_err(anyhow::Error::msg)?);
+                let app = metal_scheduler::app::start(config, Arc::new(metal_types::clock::SystemClock))
                     .await
                     .context("starting the scheduler")?;
                 let listeners =

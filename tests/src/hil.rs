@@ -439,11 +439,11 @@ impl DeploySite {
 
     /// Starts both, with `image` as the mirror's `disk.img`; `configure` adjusts the
     /// scheduler's configuration.
-    pub fn serving(image: Vec<u8>, configure: impl FnOnce(&mut metal_scheduler::config::Config)) -> DeploySite {
+    pub fn serving(image: Vec<u8>, configure: impl FnOnce(&mut metal_types::config::Config)) -> DeploySite {
         let mirror = crate::images::Mirror::start([("disk.img".to_owned(), image.clone())].into(), Default::default());
         let ramdisk = ramdisk();
         let ca_file = mirror.ca_file.clone();
-        let scheduler = crate::scheduler::TestScheduler::start(move |c: &mut metal_scheduler::config::Config| {
+        let scheduler = crate::scheduler::TestScheduler::start(move |c: &mut metal_types::config::Config| {
             let port = c.boot.listen.unwrap().port();
             c.boot.controller_url = Some(format!("https://10.0.2.2:{port}"));
             c.boot.kernel_args = "console=ttyS0 panic=-1 rdinit=/bin/metal-boot".into();

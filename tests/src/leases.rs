@@ -149,3 +149,10 @@ pub const AGENTLESS_TEARDOWN_STEPS: [&str; 8] = [
 pub fn history_steps(run: &Value) -> Vec<&str> {
     run["history"].as_array().map(|h| h.iter().filter_map(|h| h["step"].as_str()).collect()).unwrap_or_default()
 }
+
+/// The `done` records of a run's history, in order: against a real BMC a step may be
+/// retried (an answer lost while the machine powers off), and each retry is on record with
+/// its error, but every step is done exactly once.
+pub fn done_records(run: &Value) -> Vec<&Value> {
+    run["history"].as_array().map(|h| h.iter().filter(|h| h["result"] == "done").collect()).unwrap_or_default()
+}

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use metal_protocol::{Envelope, Role, Signer, SigningKey};
 use metal_scheduler::app::{self, App};
-use metal_scheduler::clock::ManualClock;
-use metal_scheduler::config::Config;
+use metal_types::clock::ManualClock;
+use metal_types::config::Config;
 use serde_json::Value;
 
 /// A new, empty PostgreSQL database when `METAL_TEST_POSTGRES` names a server's admin URL

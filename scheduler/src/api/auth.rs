@@ -5,9 +5,9 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use crate::app::AppState;
-use crate::error::ApiError;
-use crate::model::tenant::CredentialRole;
 use crate::store::auth::{Credential, lookup};
+use metal_types::error::ApiError;
+use metal_types::model::tenant::CredentialRole;
 
 /// An authenticated caller.
 #[derive(Debug, Clone)]

@@ -13,9 +13,9 @@ use utoipa::ToSchema;
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::error::ApiResult;
 use crate::metal::bmcs;
-use crate::model::bmc::{
+use metal_types::error::ApiResult;
+use metal_types::model::bmc::{
     BmcInfo, BmcSpec, BootRequest, ConsoleSession, DiscoverRequest, DiscoverResult, MediaInfo, MediaRequest, Password,
     PowerRequest, PowerResult,
 };
@@ -38,7 +38,7 @@ pub struct RotateRequest {
 
 /// Set how to reach a node's BMC.
 #[utoipa::path(put, path = "/v1/nodes/{id}/bmc", params(("id" = String, Path, description = "node id")), request_body = BmcSpec,
-    responses((status = 200, body = BmcInfo), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = BmcInfo), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn put_bmc(
     State(app): State<AppState>,
     caller: Caller,
@@ -51,7 +51,7 @@ pub async fn put_bmc(
 
 /// How a node's BMC is reached (never its password).
 #[utoipa::path(get, path = "/v1/nodes/{id}/bmc", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = BmcInfo), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = BmcInfo), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_bmc(
     State(app): State<AppState>,
     caller: Caller,
@@ -63,7 +63,7 @@ pub async fn get_bmc(
 
 /// The node's power, read from its BMC now.
 #[utoipa::path(get, path = "/v1/nodes/{id}/power", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = PowerStatus), (status = 502, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = PowerStatus), (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn get_power(
     State(app): State<AppState>,
     caller: Caller,
@@ -75,7 +75,7 @@ pub async fn get_power(
 
 /// Power on, off, reset or cycle; answers once the BMC reports the result.
 #[utoipa::path(post, path = "/v1/nodes/{id}/power", params(("id" = String, Path, description = "node id")), request_body = PowerRequest,
-    responses((status = 200, body = PowerResult), (status = 502, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = PowerResult), (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn post_power(
     State(app): State<AppState>,
     caller: Caller,
@@ -88,7 +88,7 @@ pub async fn post_power(
 
 /// Set the boot override (read back).
 #[utoipa::path(post, path = "/v1/nodes/{id}/boot", params(("id" = String, Path, description = "node id")), request_body = BootRequest,
-    responses((status = 204), (status = 502, body = crate::error::ErrorBody)))]
+    responses((status = 204), (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn post_boot(
     State(app): State<AppState>,
     caller: Caller,
@@ -107,7 +107,7 @@ pub async fn post_boot(
 
 /// What the virtual CD holds.
 #[utoipa::path(get, path = "/v1/nodes/{id}/media", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = MediaInfo), (status = 502, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = MediaInfo), (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn get_media(
     State(app): State<AppState>,
     caller: Caller,
@@ -119,7 +119,7 @@ pub async fn get_media(
 
 /// Insert an ISO by URL as the virtual CD.
 #[utoipa::path(post, path = "/v1/nodes/{id}/media", params(("id" = String, Path, description = "node id")), request_body = MediaRequest,
-    responses((status = 200, body = MediaInfo), (status = 502, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = MediaInfo), (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn post_media(
     State(app): State<AppState>,
     caller: Caller,
@@ -132,7 +132,7 @@ pub async fn post_media(
 
 /// Eject the virtual CD.
 #[utoipa::path(delete, path = "/v1/nodes/{id}/media", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = MediaInfo), (status = 502, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = MediaInfo), (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn delete_media(
     State(app): State<AppState>,
     caller: Caller,
@@ -145,7 +145,7 @@ pub async fn delete_media(
 /// Everything the BMC reports: identity, health, power, temperatures, power draw,
 /// firmware, newest log entries (sections it lacks are `absent` with a reason).
 #[utoipa::path(get, path = "/v1/nodes/{id}/bmc/readings", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Object), (status = 502, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Object), (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn get_readings(
     State(app): State<AppState>,
     caller: Caller,
@@ -159,8 +159,8 @@ pub async fn get_readings(
 /// 409 while a workflow (a teardown, which rotates the credential itself) runs on the node,
 /// and with 422 when the BMC refuses the password.
 #[utoipa::path(post, path = "/v1/nodes/{id}/bmc/rotate", params(("id" = String, Path, description = "node id")), request_body = RotateRequest,
-    responses((status = 200, body = BmcInfo), (status = 409, body = crate::error::ErrorBody),
-        (status = 422, body = crate::error::ErrorBody), (status = 502, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = BmcInfo), (status = 409, body = metal_types::error::ErrorBody),
+        (status = 422, body = metal_types::error::ErrorBody), (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn rotate_bmc(
     State(app): State<AppState>,
     caller: Caller,
@@ -175,7 +175,7 @@ pub async fn rotate_bmc(
 /// Scan a private range for Redfish BMCs (at most 512 addresses, at most three
 /// credentials per BMC), optionally enrolling what a credential opened.
 #[utoipa::path(post, path = "/v1/bmcs/discover", request_body = DiscoverRequest,
-    responses((status = 200, body = DiscoverResult), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = DiscoverResult), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn discover(
     State(app): State<AppState>,
     caller: Caller,
@@ -190,7 +190,7 @@ pub async fn discover(
 /// cannot send an Authorization header here, offers the subprotocols `metal.console` and
 /// `metal.bearer.<base64url of its token>`.
 #[utoipa::path(get, path = "/v1/nodes/{id}/console", params(("id" = String, Path, description = "node id")),
-    responses((status = 101, description = "switching to the WebSocket protocol"), (status = 502, body = crate::error::ErrorBody)))]
+    responses((status = 101, description = "switching to the WebSocket protocol"), (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn console(
     State(app): State<AppState>,
     super::auth::SocketCaller(caller): super::auth::SocketCaller,
@@ -199,7 +199,10 @@ pub async fn console(
 ) -> ApiResult<Response> {
     caller.admin(&format!("node {id}"))?;
     let upgrade = upgrade.map_err(|rejection| {
-        crate::error::ApiError::invalid("upgrade", format!("the console is a WebSocket: {}", rejection.body_text()))
+        metal_types::error::ApiError::invalid(
+            "upgrade",
+            format!("the console is a WebSocket: {}", rejection.body_text()),
+        )
     })?;
     let (child, session) = bmcs::open_console(&app, &id, &caller.0.id).await?;
     tracing::info!(node = %id, credential = %caller.0.id, %session, "console session opened");

@@ -9,7 +9,7 @@ use axum::extract::{FromRequest, Request};
 use serde::de::{self, DeserializeOwned, IntoDeserializer as _, Visitor};
 use serde_json::{Map, Value};
 
-use crate::error::ApiError;
+use metal_types::error::ApiError;
 
 /// A JSON body whose rejections use the API's error shape.
 #[derive(Debug)]

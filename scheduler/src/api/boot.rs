@@ -8,13 +8,13 @@ use metal_protocol::DeployPlan;
 
 use crate::api::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::boot::{FirmwareCheckRecord, NodeBoot, NodeInventory, WipeReportDetail, WipeReportRecord};
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::boot::{FirmwareCheckRecord, NodeBoot, NodeInventory, WipeReportDetail, WipeReportRecord};
 
 /// The node's platform inventory (its last commissioning report).
 #[utoipa::path(get, path = "/v1/nodes/{id}/inventory", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = NodeInventory), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = NodeInventory), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_inventory(
     State(app): State<AppState>,
     caller: Caller,
@@ -28,7 +28,7 @@ pub async fn get_inventory(
 
 /// Every wipe report received for the node, accepted or refused with its reason.
 #[utoipa::path(get, path = "/v1/nodes/{id}/wipe-reports", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Vec<WipeReportRecord>), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Vec<WipeReportRecord>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn list_wipe_reports(
     State(app): State<AppState>,
     caller: Caller,
@@ -41,7 +41,7 @@ pub async fn list_wipe_reports(
 /// task its one token went to and to which client, where the ramdisk joined from, and why
 /// it ended (its task over, superseded, the node moved, contested by a second host).
 #[utoipa::path(get, path = "/v1/nodes/{id}/boots", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Vec<NodeBoot>), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Vec<NodeBoot>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn list_boots(
     State(app): State<AppState>,
     caller: Caller,
@@ -54,7 +54,7 @@ pub async fn list_boots(
 /// may take one ramdisk token, within the boot token's time. A boot through the BMC
 /// (`POST /v1/nodes/{id}/boot`, network or CD) starts one itself.
 #[utoipa::path(post, path = "/v1/nodes/{id}/boots", params(("id" = String, Path, description = "node id")),
-    responses((status = 201, body = NodeBoot), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = NodeBoot), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn arm_boot(
     State(app): State<AppState>,
     caller: Caller,
@@ -94,7 +94,7 @@ async fn node_rows<T: Send + 'static>(
 /// Sets the plan the node's ramdisk fetches when it next deploys (a `DeployPlan`, checked).
 #[utoipa::path(put, path = "/v1/nodes/{id}/deploy-plan", params(("id" = String, Path, description = "node id")),
     request_body = DeployPlan,
-    responses((status = 204), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 204), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn put_deploy_plan(
     State(app): State<AppState>,
     caller: Caller,
@@ -117,7 +117,7 @@ pub async fn put_deploy_plan(
 /// Every in-band firmware check of the node against its pool's baseline (the teardown's
 /// firmware step), compliant or with its drift.
 #[utoipa::path(get, path = "/v1/nodes/{id}/firmware-checks", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Vec<FirmwareCheckRecord>), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Vec<FirmwareCheckRecord>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn list_firmware_checks(
     State(app): State<AppState>,
     caller: Caller,
@@ -130,7 +130,7 @@ pub async fn list_firmware_checks(
 /// certificate that signed it (what the console prints as a certificate of sanitization).
 #[utoipa::path(get, path = "/v1/nodes/{id}/wipe-reports/{report}",
     params(("id" = String, Path, description = "node id"), ("report" = String, Path, description = "wipe report id")),
-    responses((status = 200, body = WipeReportDetail), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = WipeReportDetail), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_wipe_report(
     State(app): State<AppState>,
     caller: Caller,
@@ -161,7 +161,7 @@ pub async fn get_wipe_report(
 #[utoipa::path(get, path = "/v1/nodes/{id}/wipe-reports/{report}/envelope",
     params(("id" = String, Path, description = "node id"), ("report" = String, Path, description = "wipe report id")),
     responses((status = 200, description = "the DSSE envelope (JSON)", content_type = "application/json", body = Object),
-        (status = 404, body = crate::error::ErrorBody)))]
+        (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_wipe_envelope(
     State(app): State<AppState>,
     caller: Caller,

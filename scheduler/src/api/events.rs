@@ -14,9 +14,9 @@ use utoipa::IntoParams;
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::event::EventPage;
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::event::EventPage;
 
 /// Longest long-poll wait.
 const MAX_WAIT_SECS: u64 = 60;
@@ -47,7 +47,7 @@ async fn page_after(
     after: i64,
     scope: Option<String>,
     subject: Option<String>,
-) -> ApiResult<Vec<crate::model::event::Event>> {
+) -> ApiResult<Vec<metal_types::model::event::Event>> {
     Ok(app
         .store
         .read(move |conn| store::events::after(conn, after, PAGE, scope.as_deref(), subject.as_deref()))
@@ -103,7 +103,7 @@ pub async fn stream_events(
         async move {
             loop {
                 if let Some(event) = pending.pop() {
-                    let event: crate::model::event::Event = event;
+                    let event: metal_types::model::event::Event = event;
                     let sse = SseEvent::default()
                         .id(event.seq.to_string())
                         .event(event.kind.clone())

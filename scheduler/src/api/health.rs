@@ -5,8 +5,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use crate::app::AppState;
-use crate::error::ApiResult;
 use crate::store;
+use metal_types::error::ApiResult;
 
 /// Health: answers 200 when the database answers.
 #[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, description = "healthy", body = String)))]

@@ -5,11 +5,11 @@ use axum::extract::State;
 
 use crate::api::{ApiJson, ApiPath, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
 use crate::metal::boot::BootService;
-use crate::model::host::{Enrolment, EnrolmentCreate, Host, JoinInfo, JoinLogEntry};
-use crate::model::node::NodeState;
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::host::{Enrolment, EnrolmentCreate, Host, JoinInfo, JoinLogEntry};
+use metal_types::model::node::NodeState;
 use serde_json::json;
 
 /// Every host, by node id.
@@ -21,7 +21,7 @@ pub async fn list_hosts(State(app): State<AppState>, caller: Caller) -> ApiResul
 
 /// The host of a node.
 #[utoipa::path(get, path = "/v1/hosts/{id}", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Host), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Host), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_host(
     State(app): State<AppState>,
     caller: Caller,
@@ -36,7 +36,7 @@ pub async fn get_host(
 /// Every step of every join of a node, oldest first: tokens issued, certificates, each
 /// network and pool applied or refused, first boots that stopped, renewals.
 #[utoipa::path(get, path = "/v1/hosts/{id}/join-log", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Vec<JoinLogEntry>), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Vec<JoinLogEntry>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn join_log(
     State(app): State<AppState>,
     caller: Caller,
@@ -58,8 +58,8 @@ pub async fn join_log(
 /// current identity generation), shown once, with what the host needs to join over the
 /// pinned site CA. `metalctl host add` and the offline bundle use it.
 #[utoipa::path(post, path = "/v1/hosts/enrolments", request_body = EnrolmentCreate,
-    responses((status = 201, body = Enrolment), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = Enrolment), (status = 404, body = metal_types::error::ErrorBody),
+              (status = 409, body = metal_types::error::ErrorBody), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn create_enrolment(
     State(app): State<AppState>,
     caller: Caller,
@@ -68,7 +68,7 @@ pub async fn create_enrolment(
     caller.admin("hosts")?;
     request.setup.validate().map_err(|e| ApiError::invalid(format!("setup.{}", e.field), e.message))?;
     let ttl = match &request.ttl {
-        Some(text) => crate::duration::parse_duration(text).map_err(|e| ApiError::invalid("ttl", e))?,
+        Some(text) => metal_types::duration::parse_duration(text).map_err(|e| ApiError::invalid("ttl", e))?,
         None => app.config.boot.host_token_ttl,
     };
     if ttl.is_zero() || ttl > std::time::Duration::from_secs(7 * 86400) {
@@ -129,7 +129,7 @@ async fn join_template(app: &AppState) -> ApiResult<metal_protocol::cloudinit::F
 /// What a host needs to join, but a token: the boot listener's URL, the site CA and its
 /// pin, the join script's digest (the offline bundle carries them).
 #[utoipa::path(get, path = "/v1/hosts/join-info",
-    responses((status = 200, body = JoinInfo), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = JoinInfo), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn join_info(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<JoinInfo>> {
     caller.admin("hosts")?;
     let join = join_template(&app).await?;

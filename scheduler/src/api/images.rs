@@ -8,10 +8,10 @@ use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::image::{Image, ImageImport};
-use crate::model::tenant::ROOT_TENANT;
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::image::{Image, ImageImport};
+use metal_types::model::tenant::ROOT_TENANT;
 
 /// The tenant a caller creates in: a tenant its own (naming another is refused), an admin
 /// the one named or the platform's.
@@ -28,7 +28,7 @@ pub fn owning_tenant(caller: &Caller, named: Option<&str>) -> ApiResult<String> 
 /// Import an image by URL and checksum (or checksum file), or by catalog name.
 #[utoipa::path(post, path = "/v1/images", request_body = ImageImport,
     responses((status = 202, body = Image, description = "the import runs in the background"),
-              (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
+              (status = 409, body = metal_types::error::ErrorBody), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn import_image(
     State(app): State<AppState>,
     caller: Caller,
@@ -77,7 +77,7 @@ pub async fn list_images(State(app): State<AppState>, caller: Caller) -> ApiResu
 
 /// One image, with its import's progress.
 #[utoipa::path(get, path = "/v1/images/{id}", params(("id" = String, Path, description = "image id")),
-    responses((status = 200, body = Image), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Image), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_image(
     State(app): State<AppState>,
     caller: Caller,
@@ -88,7 +88,7 @@ pub async fn get_image(
 
 /// Make an image public, so every tenant's profiles may name it (platform only).
 #[utoipa::path(post, path = "/v1/images/{id}/promote", params(("id" = String, Path, description = "image id")),
-    responses((status = 200, body = Image), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Image), (status = 404, body = metal_types::error::ErrorBody), (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn promote_image(
     State(app): State<AppState>,
     caller: Caller,
@@ -102,7 +102,7 @@ pub async fn promote_image(
 
 /// Delete an image (and its files); refused while a profile version names it.
 #[utoipa::path(delete, path = "/v1/images/{id}", params(("id" = String, Path, description = "image id")),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 204), (status = 404, body = metal_types::error::ErrorBody), (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn delete_image(
     State(app): State<AppState>,
     caller: Caller,

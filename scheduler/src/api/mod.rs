@@ -12,7 +12,7 @@ mod health;
 mod hosts;
 mod images;
 mod nodes;
-pub use nodes::{CSV_COLUMNS, parse_csv};
+pub use nodes::parse_csv;
 mod pools;
 mod profiles;
 mod reservations;
@@ -31,7 +31,7 @@ use utoipa::OpenApi;
 pub use auth::Caller;
 
 use crate::app::AppState;
-use crate::error::ApiError;
+use metal_types::error::ApiError;
 
 /// Largest node import body (CSV or JSON): room for tens of thousands of nodes.
 const IMPORT_LIMIT: usize = 64 << 20;
@@ -49,47 +49,9 @@ pub struct ApiQuery<T>(pub T);
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct ApiPath<T>(pub T);
 
-impl From<axum::extract::rejection::QueryRejection> for ApiError {
-    fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
-        ApiError::invalid("query", rejection.body_text())
-    }
-}
-
-impl From<axum::extract::rejection::PathRejection> for ApiError {
-    fn from(rejection: axum::extract::rejection::PathRejection) -> Self {
-        ApiError::invalid("path", rejection.body_text())
-    }
-}
-
 impl<T: serde::Serialize> axum::response::IntoResponse for ApiJson<T> {
     fn into_response(self) -> Response {
         axum::Json(self.0).into_response()
-    }
-}
-
-/// A body rejection in the API's shape: over the size limit is 413, anything else a bad body,
-/// said without the JSON library's framing (what is wrong, not where its parser was).
-fn body_rejection(status: axum::http::StatusCode, text: String) -> ApiError {
-    if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-        return ApiError::TooLarge(text);
-    }
-    let text = text.strip_prefix("Failed to deserialize the JSON body into the target type: ").unwrap_or(&text);
-    let text = match text.rfind(" at line ") {
-        Some(at) if text[at..].contains(" column ") => &text[..at],
-        _ => text,
-    };
-    ApiError::BadBody(format!("the request body: {text}"))
-}
-
-impl From<axum::extract::rejection::JsonRejection> for ApiError {
-    fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
-        body_rejection(rejection.status(), rejection.body_text())
-    }
-}
-
-impl From<axum::extract::rejection::BytesRejection> for ApiError {
-    fn from(rejection: axum::extract::rejection::BytesRejection) -> Self {
-        body_rejection(rejection.status(), rejection.body_text())
     }
 }
 
@@ -169,7 +131,7 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         profiles::get_profile,
         profiles::provision,
     ),
-    components(schemas(crate::error::ErrorBody)),
+    components(schemas(metal_types::error::ErrorBody)),
     modifiers(&BearerAuth)
 )]
 #[derive(Debug)]

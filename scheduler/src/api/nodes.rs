@@ -13,10 +13,10 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::bmc::BmcSpec;
-use crate::model::node::{Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};
 use crate::store::{self, Conn, nodes::NewNode};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::bmc::BmcSpec;
+use metal_types::model::node::{CSV_COLUMNS, Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};
 
 fn validated(create: &NodeCreate, prefix: &str) -> ApiResult<NewNode> {
     let (taints, boot_mac) = create.validate(prefix)?;
@@ -42,7 +42,7 @@ fn ensure_pools_exist(conn: &mut dyn Conn, nodes: &[NewNode], prefix: &str) -> A
 
 /// Enrol one node (state `new`).
 #[utoipa::path(post, path = "/v1/nodes", request_body = NodeCreate,
-    responses((status = 201, body = Node), (status = 409, description = "id or boot MAC already enrolled", body = crate::error::ErrorBody)))]
+    responses((status = 201, body = Node), (status = 409, description = "id or boot MAC already enrolled", body = metal_types::error::ErrorBody)))]
 pub async fn create_node(
     State(app): State<AppState>,
     caller: Caller,
@@ -80,25 +80,6 @@ pub struct Skipped {
     /// Why.
     pub reason: String,
 }
-
-/// Parses the CSV import format: a header row naming columns `id` (required), `bootMac`,
-/// `labels` (`k=v;k=v`), `taints` (`k=v:NoSchedule;...`), `devices` (`class=count;...`,
-/// expanded to healthy atoms `class0..classN-1`).
-/// CSV columns a node import understands.
-pub const CSV_COLUMNS: [&str; 12] = [
-    "id",
-    "bootMac",
-    "poolId",
-    "labels",
-    "taints",
-    "devices",
-    "bmcProtocol",
-    "bmcAddress",
-    "bmcUsername",
-    "bmcPassword",
-    "bmcTls",
-    "bmcPrivilege",
-];
 
 /// A BMC from a CSV row's bmc* cells (`bmcTls` is `insecure` or `fingerprint=HEX`).
 fn csv_bmc(cells: &serde_json::Map<String, serde_json::Value>, line_no: usize) -> ApiResult<Option<BmcSpec>> {
@@ -319,7 +300,8 @@ pub async fn import_nodes(
         let bmc = match bmc {
             Some(spec) => {
                 validate_bmc(&spec, &format!("{at}bmc."))?;
-                let sealed = crate::secrets::seal(app.config.master_key.as_ref(), &node.id, &spec.login.password.0);
+                let sealed =
+                    metal_types::secrets::seal(app.config.master_key.as_ref(), &node.id, &spec.login.password.0);
                 Some((spec, sealed))
             }
             None => None,
@@ -372,7 +354,7 @@ pub async fn list_nodes(
 
 /// One node.
 #[utoipa::path(get, path = "/v1/nodes/{id}", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Node), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Node), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_node(
     State(app): State<AppState>,
     caller: Caller,
@@ -386,7 +368,7 @@ pub async fn get_node(
 
 /// Change maintenance, cordon, labels, taints or devices.
 #[utoipa::path(patch, path = "/v1/nodes/{id}", params(("id" = String, Path, description = "node id")), request_body = NodePatch,
-    responses((status = 200, body = Node), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Node), (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn patch_node(
     State(app): State<AppState>,
     caller: Caller,
@@ -433,7 +415,7 @@ fn patch_node_in(tx: &mut dyn Conn, id: &str, patch: &NodePatch, now: time::Offs
 
 /// Move a node along its lifecycle (compare-and-set on `from`, and `generation` if given).
 #[utoipa::path(post, path = "/v1/nodes/{id}/transitions", params(("id" = String, Path, description = "node id")), request_body = NodeTransition,
-    responses((status = 200, body = Node), (status = 409, description = "illegal move or lost race", body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Node), (status = 409, description = "illegal move or lost race", body = metal_types::error::ErrorBody)))]
 pub async fn transition_node(
     State(app): State<AppState>,
     caller: Caller,

@@ -8,13 +8,13 @@ use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::pool::{Pool, PoolCreate, PoolOffer};
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::pool::{Pool, PoolCreate, PoolOffer};
 
 /// Create a pool.
 #[utoipa::path(post, path = "/v1/pools", request_body = PoolCreate,
-    responses((status = 201, body = Pool), (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = Pool), (status = 409, body = metal_types::error::ErrorBody), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn create_pool(
     State(app): State<AppState>,
     caller: Caller,
@@ -91,7 +91,7 @@ pub async fn list_pools(State(app): State<AppState>, caller: Caller) -> ApiResul
 
 /// One pool.
 #[utoipa::path(get, path = "/v1/pools/{id}", params(("id" = String, Path, description = "pool id")),
-    responses((status = 200, body = Pool), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Pool), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_pool(
     State(app): State<AppState>,
     caller: Caller,

@@ -9,14 +9,14 @@ use axum::http::StatusCode;
 use super::images::owning_tenant;
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
 use crate::metal::provision::ProvisionOutcome;
-use crate::model::profile::{Profile, ProfileCreate, ProfileSpec, ProvisionRequest};
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::profile::{Profile, ProfileCreate, ProfileSpec, ProvisionRequest};
 
 /// Create a profile; its body is version 1.
 #[utoipa::path(post, path = "/v1/profiles", request_body = ProfileCreate,
-    responses((status = 201, body = Profile), (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = Profile), (status = 409, body = metal_types::error::ErrorBody), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn create_profile(
     State(app): State<AppState>,
     caller: Caller,
@@ -53,7 +53,7 @@ async fn visible(app: &AppState, caller: &Caller, id: String) -> ApiResult<Profi
 /// Add the next version of a profile (versions never change once made).
 #[utoipa::path(post, path = "/v1/profiles/{id}/versions", params(("id" = String, Path, description = "profile id")),
     request_body = ProfileSpec,
-    responses((status = 201, body = Profile), (status = 404, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = Profile), (status = 404, body = metal_types::error::ErrorBody), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn add_version(
     State(app): State<AppState>,
     caller: Caller,
@@ -90,7 +90,7 @@ pub async fn list_profiles(State(app): State<AppState>, caller: Caller) -> ApiRe
 
 /// One profile with every version.
 #[utoipa::path(get, path = "/v1/profiles/{id}", params(("id" = String, Path, description = "profile id")),
-    responses((status = 200, body = Profile), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Profile), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_profile(
     State(app): State<AppState>,
     caller: Caller,
@@ -103,8 +103,8 @@ pub async fn get_profile(
 /// smallest ready nodes outside pools that satisfy its zone, cores, memory and disk. A
 /// refusal counts each constraint. Machines with a BMC are network-booted at once.
 #[utoipa::path(post, path = "/v1/provision", request_body = ProvisionRequest,
-    responses((status = 200, body = ProvisionOutcome), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = ProvisionOutcome), (status = 404, body = metal_types::error::ErrorBody),
+              (status = 409, body = metal_types::error::ErrorBody), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn provision(
     State(app): State<AppState>,
     caller: Caller,

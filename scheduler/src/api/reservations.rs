@@ -14,9 +14,9 @@ use sha2::{Digest as _, Sha256};
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::reservation::{Reservation, ReservationCreate, ReservationState, Window};
 use crate::store::{self, capacity::StoredResponse};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationState, Window};
 
 fn visible(caller: &Caller, tenant: &str, what: &str) -> ApiResult<()> {
     match caller.tenant_scope() {
@@ -27,8 +27,8 @@ fn visible(caller: &Caller, tenant: &str, what: &str) -> ApiResult<()> {
 
 /// Create a reservation: validate, place whole nodes in the window, book them.
 #[utoipa::path(post, path = "/v1/reservations", request_body = ReservationCreate,
-    responses((status = 201, body = Reservation), (status = 409, description = "no placement (the message counts each constraint)", body = crate::error::ErrorBody),
-               (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = Reservation), (status = 409, description = "no placement (the message counts each constraint)", body = metal_types::error::ErrorBody),
+               (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn create_reservation(
     State(app): State<AppState>,
     caller: Caller,
@@ -113,7 +113,7 @@ fn create_in(
         return Ok(Created::Replay(stored));
     }
     // Only for a pool the tenant may see: placement answers for the others.
-    if let Some(crate::model::reservation::NodeProfile { profile_id: Some(id), profile_version }) = &request.node
+    if let Some(metal_types::model::reservation::NodeProfile { profile_id: Some(id), profile_version }) = &request.node
         && store::capacity::pool_access(tx, &request.pool_id, &request.tenant_id)?.is_some_and(|a| a.visible)
     {
         check_profile(tx, &request.tenant_id, id, *profile_version)?;
@@ -163,7 +163,7 @@ pub async fn list_reservations(State(app): State<AppState>, caller: Caller) -> A
 
 /// One reservation.
 #[utoipa::path(get, path = "/v1/reservations/{id}", params(("id" = String, Path, description = "reservation id")),
-    responses((status = 200, body = Reservation), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Reservation), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_reservation(
     State(app): State<AppState>,
     caller: Caller,
@@ -206,7 +206,7 @@ async fn change(
 
 /// Cancel a pending or active reservation; its nodes are free from now on.
 #[utoipa::path(post, path = "/v1/reservations/{id}/cancel", params(("id" = String, Path, description = "reservation id")),
-    responses((status = 200, body = Reservation), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Reservation), (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn cancel_reservation(
     State(app): State<AppState>,
     caller: Caller,
@@ -225,7 +225,7 @@ pub async fn cancel_reservation(
 
 /// Release an active lease before its end.
 #[utoipa::path(post, path = "/v1/reservations/{id}/release", params(("id" = String, Path, description = "reservation id")),
-    responses((status = 200, body = Reservation), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Reservation), (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn release_reservation(
     State(app): State<AppState>,
     caller: Caller,

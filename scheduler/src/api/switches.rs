@@ -7,13 +7,13 @@ use axum::http::StatusCode;
 
 use super::{ApiJson, ApiPath, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::switch::{NodePort, NodePortsPut, PortSource, SwitchCreate, SwitchInfo};
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::switch::{NodePort, NodePortsPut, PortSource, SwitchCreate, SwitchInfo};
 
 /// Register a switch.
 #[utoipa::path(post, path = "/v1/switches", request_body = SwitchCreate,
-    responses((status = 201, body = SwitchInfo), (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = SwitchInfo), (status = 409, body = metal_types::error::ErrorBody), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn create_switch(
     State(app): State<AppState>,
     caller: Caller,
@@ -22,7 +22,7 @@ pub async fn create_switch(
     caller.admin("switches")?;
     create.validate()?;
     let sealed = create.ssh_key.as_ref().map(|key| {
-        crate::secrets::seal(
+        metal_types::secrets::seal(
             app.config.master_key.as_ref(),
             &format!("switch/{}", create.id),
             &metal_bmc::Secret::new(key.as_str()),
@@ -42,7 +42,7 @@ pub async fn list_switches(State(app): State<AppState>, caller: Caller) -> ApiRe
 
 /// One switch.
 #[utoipa::path(get, path = "/v1/switches/{id}", params(("id" = String, Path, description = "switch id")),
-    responses((status = 200, body = SwitchInfo), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = SwitchInfo), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_switch(
     State(app): State<AppState>,
     caller: Caller,
@@ -56,7 +56,7 @@ pub async fn get_switch(
 
 /// Remove a switch no node port is on.
 #[utoipa::path(delete, path = "/v1/switches/{id}", params(("id" = String, Path, description = "switch id")),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 204), (status = 404, body = metal_types::error::ErrorBody), (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn delete_switch(
     State(app): State<AppState>,
     caller: Caller,
@@ -70,7 +70,7 @@ pub async fn delete_switch(
 
 /// The node's ports on the site's switches, with what the last move read back.
 #[utoipa::path(get, path = "/v1/nodes/{id}/ports", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Vec<NodePort>), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Vec<NodePort>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_ports(
     State(app): State<AppState>,
     caller: Caller,
@@ -91,8 +91,8 @@ pub async fn get_ports(
 /// Set the node's ports (`(switch, port)` per NIC), replacing what was known.
 #[utoipa::path(put, path = "/v1/nodes/{id}/ports", params(("id" = String, Path, description = "node id")),
     request_body = NodePortsPut,
-    responses((status = 200, body = Vec<NodePort>), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Vec<NodePort>), (status = 404, body = metal_types::error::ErrorBody),
+              (status = 409, body = metal_types::error::ErrorBody), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn put_ports(
     State(app): State<AppState>,
     caller: Caller,

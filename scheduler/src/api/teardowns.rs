@@ -6,15 +6,15 @@ use axum::extract::State;
 
 use crate::api::{ApiJson, ApiPath, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::node::{Node, NodeState};
-use crate::model::workflow::WorkflowRun;
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::node::{Node, NodeState};
+use metal_types::model::workflow::WorkflowRun;
 
 /// The node's teardowns, oldest first, each with its evidence record (every step's
 /// result, raw outcome and times).
 #[utoipa::path(get, path = "/v1/nodes/{id}/teardowns", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = [WorkflowRun]), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = [WorkflowRun]), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn list_teardowns(
     State(app): State<AppState>,
     caller: Caller,
@@ -34,8 +34,8 @@ pub async fn list_teardowns(
 /// Recover a quarantined tenant-root node (`metal.recover`): back to releasing, and the
 /// teardown runs again from its first step (a new run). Maintenance stays on.
 #[utoipa::path(post, path = "/v1/nodes/{id}/recover", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Node), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, description = "not a quarantined tenant-root node", body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Node), (status = 404, body = metal_types::error::ErrorBody),
+              (status = 409, description = "not a quarantined tenant-root node", body = metal_types::error::ErrorBody)))]
 pub async fn recover_node(
     State(app): State<AppState>,
     caller: Caller,

@@ -8,15 +8,15 @@ use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::tenant::{
+use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::tenant::{
     CredentialCreate, CredentialCreated, CredentialInfo, CredentialRole, Session, Tenant, TenantCreate,
 };
-use crate::store;
 
 /// Create a tenant.
 #[utoipa::path(post, path = "/v1/tenants", request_body = TenantCreate,
-    responses((status = 201, body = Tenant), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = Tenant), (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn create_tenant(
     State(app): State<AppState>,
     caller: Caller,
@@ -60,7 +60,7 @@ pub async fn list_tenants(State(app): State<AppState>, caller: Caller) -> ApiRes
 
 /// One tenant (a tenant member sees only its own).
 #[utoipa::path(get, path = "/v1/tenants/{id}", params(("id" = String, Path, description = "tenant id")),
-    responses((status = 200, body = Tenant), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Tenant), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn get_tenant(
     State(app): State<AppState>,
     caller: Caller,
@@ -80,8 +80,8 @@ pub async fn get_tenant(
 /// Delete a tenant: its live reservations end (node bindings are torn down), the machines of
 /// its own pools are retired, its credentials revoked.
 #[utoipa::path(delete, path = "/v1/tenants/{id}", params(("id" = String, Path, description = "tenant id")),
-    responses((status = 200, body = crate::capacity::tenants::TenantDeleted), (status = 404, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = crate::capacity::tenants::TenantDeleted), (status = 404, body = metal_types::error::ErrorBody),
+              (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn delete_tenant(
     State(app): State<AppState>,
     caller: Caller,
@@ -94,7 +94,7 @@ pub async fn delete_tenant(
 
 /// Create an API credential. The token is in this response only; it is stored hashed.
 #[utoipa::path(post, path = "/v1/credentials", request_body = CredentialCreate,
-    responses((status = 201, body = CredentialCreated), (status = 422, body = crate::error::ErrorBody)))]
+    responses((status = 201, body = CredentialCreated), (status = 422, body = metal_types::error::ErrorBody)))]
 pub async fn create_credential(
     State(app): State<AppState>,
     caller: Caller,
@@ -149,7 +149,7 @@ pub async fn list_credentials(State(app): State<AppState>, caller: Caller) -> Ap
 
 /// Revoke a credential: its token stops authenticating at once.
 #[utoipa::path(delete, path = "/v1/credentials/{id}", params(("id" = String, Path, description = "credential id")),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 204), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn revoke_credential(
     State(app): State<AppState>,
     caller: Caller,
@@ -174,7 +174,7 @@ pub async fn revoke_credential(
 
 /// Who the bearer token belongs to: its credential, role and tenant (what a client shows
 /// after signing in, and how it knows which views the API will answer).
-#[utoipa::path(get, path = "/v1/session", responses((status = 200, body = Session), (status = 401, body = crate::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/session", responses((status = 200, body = Session), (status = 401, body = metal_types::error::ErrorBody)))]
 pub async fn get_session(State(app): State<AppState>, caller: Caller) -> ApiJson<Session> {
     let Caller(credential) = caller;
     let now = app.clock.now();

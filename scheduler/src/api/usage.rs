@@ -9,9 +9,9 @@ use utoipa::IntoParams;
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::usage::Usage;
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::usage::Usage;
 
 /// Whose usage and when.
 #[derive(Debug, Deserialize, IntoParams)]

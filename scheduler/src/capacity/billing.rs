@@ -10,8 +10,8 @@
 
 use time::OffsetDateTime;
 
-use crate::clock::to_millis;
 use crate::store::{Conn, DbResult, billing};
+use metal_types::clock::to_millis;
 
 /// One hour in milliseconds.
 pub const HOUR_MS: i64 = 3_600_000;

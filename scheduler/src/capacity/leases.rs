@@ -7,11 +7,11 @@
 use serde_json::json;
 
 use crate::app::App;
-use crate::error::ApiError;
-use crate::model::reservation::BIND_LIMIT;
-use crate::model::reservation::ReservationState::{self, Active, Ended, Failed, Pending};
 use crate::store::work::{Side, WorkItem};
 use crate::store::{self, Conn};
+use metal_types::error::ApiError;
+use metal_types::model::reservation::BIND_LIMIT;
+use metal_types::model::reservation::ReservationState::{self, Active, Ended, Failed, Pending};
 
 /// Moves reservations along with the clock: pending ones whose start came become active,
 /// except node bindings, which queue their lease start instead (and fail when not bound
@@ -74,7 +74,7 @@ pub async fn tick(app: &App) -> Result<usize, ApiError> {
 /// Queues `lease.start` for each allocation of a node binding (once per allocation).
 fn request_leases(
     tx: &mut dyn Conn,
-    reservation: &crate::model::reservation::Reservation,
+    reservation: &metal_types::model::reservation::Reservation,
     now: time::OffsetDateTime,
 ) -> Result<bool, ApiError> {
     let node = reservation.request.node.as_ref();

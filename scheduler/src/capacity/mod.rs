@@ -17,11 +17,11 @@ use std::sync::Mutex;
 
 use time::OffsetDateTime;
 
-use crate::clock::to_millis;
-use crate::error::{ApiError, ApiResult};
-use crate::model::node::Candidate;
-use crate::model::reservation::{Binding, Reservation, ReservationCreate, ReservationState, Window};
 use crate::store::{self, Conn};
+use metal_types::clock::to_millis;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::node::Candidate;
+use metal_types::model::reservation::{Binding, Reservation, ReservationCreate, ReservationState, Window};
 use placement::Ask;
 
 /// Placement attempts before giving up on racing writers (PostgreSQL replicas).
@@ -29,7 +29,7 @@ const ATTEMPTS: usize = 3;
 
 /// A time as the database stores it (milliseconds), so the answer equals a later read.
 fn to_millis_round(t: OffsetDateTime) -> OffsetDateTime {
-    crate::clock::from_millis(to_millis(t))
+    metal_types::clock::from_millis(to_millis(t))
 }
 
 fn sorted(mut ids: Vec<String>) -> Vec<String> {

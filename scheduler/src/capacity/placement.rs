@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::model::node::{Candidate, NodeState, Trust};
-use crate::model::reservation::{DeviceRequest, Gang};
+use metal_types::model::node::{Candidate, NodeState, Trust};
+use metal_types::model::reservation::{DeviceRequest, Gang};
 
 /// What is asked for.
 #[derive(Debug, Clone, Copy)]
@@ -225,7 +225,7 @@ fn refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::node::{Device, Taint, TaintEffect};
+    use metal_types::model::node::{Device, Taint, TaintEffect};
     use proptest::prelude::*;
 
     fn node(id: &str, rack: &str, gpus: usize) -> Candidate {

@@ -9,10 +9,10 @@ use serde_json::json;
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use crate::error::ApiError;
-use crate::model::reservation::ReservationState;
 use crate::store::work::Side;
 use crate::store::{self, Conn};
+use metal_types::error::ApiError;
+use metal_types::model::reservation::ReservationState;
 
 /// What deleting a tenant did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -28,7 +28,7 @@ pub struct TenantDeleted {
 
 /// Deletes `id` in one transaction; NOT_FOUND for no such tenant, CONFLICT for `root`.
 pub fn delete(tx: &mut dyn Conn, id: &str, now: OffsetDateTime) -> Result<TenantDeleted, ApiError> {
-    if id == crate::model::tenant::ROOT_TENANT {
+    if id == metal_types::model::tenant::ROOT_TENANT {
         return Err(ApiError::Conflict("the platform's own tenant (root) cannot be deleted".into()));
     }
     if store::auth::get_tenant(tx, id)?.is_none() {

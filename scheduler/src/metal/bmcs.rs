@@ -8,9 +8,9 @@ use metal_bmc::redfish::{RedfishBmc, RedfishConfig, Timing};
 use metal_bmc::{Bmc, BmcError, BmcResult, Credential, Secret};
 
 use crate::app::App;
-use crate::error::{ApiError, ApiResult};
-use crate::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BootRequest, MediaInfo, PowerResult};
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BootRequest, MediaInfo, PowerResult};
 
 fn power_text(p: metal_bmc::PowerState) -> &'static str {
     match p {
@@ -22,7 +22,7 @@ fn power_text(p: metal_bmc::PowerState) -> &'static str {
 /// Sets a node's BMC, sealing the password when a master key is configured.
 pub async fn set(app: &App, node: String, spec: BmcSpec) -> ApiResult<BmcInfo> {
     spec.validate()?;
-    let sealed = crate::secrets::seal(app.config.master_key.as_ref(), &node, &spec.login.password.0);
+    let sealed = metal_types::secrets::seal(app.config.master_key.as_ref(), &node, &spec.login.password.0);
     if app.config.master_key.is_none() {
         tracing::warn!(%node, "BMC password stored unsealed: set METAL_MASTER_KEY to seal BMC passwords at rest");
     }
@@ -54,7 +54,7 @@ async fn stored(app: &App, node: &str) -> ApiResult<(BmcInfo, Secret)> {
                  --address ... --username ...` (PUT /v1/nodes/{node}/bmc)"
             ))
         })?;
-    let password = crate::secrets::open(app.config.master_key.as_ref(), node, &stored.secret)?;
+    let password = metal_types::secrets::open(app.config.master_key.as_ref(), node, &stored.secret)?;
     Ok((stored.info, password))
 }
 
@@ -136,7 +136,7 @@ async fn rotated(app: &App, node: &str, used: &Secret) -> ApiResult<Vec<Secret>>
     let Some(row) = app.store.read(move |c| store::bmcs::get(c, &id)).await? else { return Ok(Vec::new()) };
     let mut newer = Vec::new();
     for sealed in row.pending.iter().chain([&row.secret]) {
-        let secret = crate::secrets::open(app.config.master_key.as_ref(), node, sealed)?;
+        let secret = metal_types::secrets::open(app.config.master_key.as_ref(), node, sealed)?;
         if secret != *used && !newer.contains(&secret) {
             newer.push(secret);
         }
@@ -145,7 +145,7 @@ async fn rotated(app: &App, node: &str, used: &Secret) -> ApiResult<Vec<Secret>>
 }
 
 fn ipmi(info: &BmcInfo, credential: Credential) -> ApiResult<IpmiBmc> {
-    let (host, port) = crate::model::bmc::ipmi_address(&info.address)?;
+    let (host, port) = metal_types::model::bmc::ipmi_address(&info.address)?;
     let mut config = IpmiConfig::new(host, port, credential);
     if let Some(privilege) = info.privilege {
         config.privilege = privilege.as_str().to_owned();
@@ -280,7 +280,7 @@ pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
     let user = info(app, node.to_owned()).await?.username;
     refuse_while_running(app, node).await?;
     settle_abandoned(app, node).await?;
-    let sealed = crate::secrets::seal(app.config.master_key.as_ref(), node, &new);
+    let sealed = metal_types::secrets::seal(app.config.master_key.as_ref(), node, &new);
     let (id, now, ours) = (node.to_owned(), app.clock.now(), sealed.clone());
     app.store
         .write(move |tx| {
@@ -291,7 +291,7 @@ pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
             if store::bmcs::claim_pending(tx, &id, &ours, now)? {
                 return Ok(());
             }
-            let began = store::bmcs::get(tx, &id)?.and_then(|b| b.pending_at).map(crate::clock::to_rfc3339);
+            let began = store::bmcs::get(tx, &id)?.and_then(|b| b.pending_at).map(metal_types::clock::to_rfc3339);
             Err(ApiError::Conflict(format!(
                 "node {id}: another rotation of its BMC credential is in flight (since {}); try again when it \
                  ends (one that died is settled after {} minutes)",
@@ -389,7 +389,8 @@ async fn settle(app: &App, node: &str, sealed: &str) -> ApiResult<Settled> {
     let row = app.store.read(move |c| store::bmcs::get(c, &id)).await?;
     let Some(row) = row.filter(|r| r.pending.as_deref() == Some(sealed)) else { return Ok(Settled::Replaced) };
     let key = app.config.master_key.as_ref();
-    let (pending, current) = (crate::secrets::open(key, node, sealed)?, crate::secrets::open(key, node, &row.secret)?);
+    let (pending, current) =
+        (metal_types::secrets::open(key, node, sealed)?, metal_types::secrets::open(key, node, &row.secret)?);
     let (id, now, sealed) = (node.to_owned(), app.clock.now(), sealed.to_owned());
     match taken(&row.info, pending, current).await {
         Taken::Pending => {

@@ -10,9 +10,9 @@ use metal_bmc::redfish::{RedfishBmc, RedfishConfig, Timing, parse};
 use metal_bmc::{BmcError, Credential};
 
 use crate::app::App;
-use crate::error::{ApiError, ApiResult};
-use crate::model::bmc::{BmcProtocol, BmcSpec, DiscoverRequest, DiscoverResult, DiscoveredBmc};
 use crate::store;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::bmc::{BmcProtocol, BmcSpec, DiscoverRequest, DiscoverResult, DiscoveredBmc};
 
 /// Most addresses one scan probes.
 pub const MAX_ADDRESSES: u32 = 512;
@@ -49,7 +49,7 @@ pub fn addresses(range: &str) -> Result<Vec<Ipv4Addr>, ApiError> {
     Ok(ips)
 }
 
-fn login(c: &crate::model::bmc::BmcLogin) -> Credential {
+fn login(c: &metal_types::model::bmc::BmcLogin) -> Credential {
     Credential { user: c.username.clone(), password: c.password.0.clone() }
 }
 
@@ -163,7 +163,7 @@ async fn register(app: &App, request: &DiscoverRequest, found: &mut DiscoveredBm
         taints: Vec::new(),
         devices: Vec::new(),
     };
-    let sealed = crate::secrets::seal(app.config.master_key.as_ref(), &id, &spec.login.password.0);
+    let sealed = metal_types::secrets::seal(app.config.master_key.as_ref(), &id, &spec.login.password.0);
     let now = app.clock.now();
     let created = app
         .change(move |tx| {

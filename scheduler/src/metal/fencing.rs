@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
 
-use crate::model::bmc::{BmcInfo, BmcProtocol, BmcTls};
-use crate::model::pool::Fencing;
+use metal_types::model::bmc::{BmcInfo, BmcProtocol, BmcTls};
+use metal_types::model::pool::Fencing;
 
 /// How long one fencing command may run.
 pub const TIMEOUT: Duration = Duration::from_secs(120);
@@ -134,7 +134,7 @@ fn agent_options(target: &Target<'_>, action: &str) -> Result<(&'static str, Str
             "fence_redfish"
         }
         BmcProtocol::Ipmi => {
-            let (host, port) = crate::model::bmc::ipmi_address(&bmc.address).map_err(|e| e.to_string())?;
+            let (host, port) = metal_types::model::bmc::ipmi_address(&bmc.address).map_err(|e| e.to_string())?;
             lines.push(format!("ip={host}"));
             lines.push(format!("ipport={port}"));
             lines.push("lanplus=1".into());

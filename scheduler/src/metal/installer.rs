@@ -13,9 +13,9 @@
 use metal_protocol::cloudinit::{SeedInput, cloud_config, meta_data};
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult};
-use crate::model::node::Node;
-use crate::model::profile::{InstallerKind, InstallerPlan, InstallerSpec, ProfileSpec};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::node::Node;
+use metal_types::model::profile::{InstallerKind, InstallerPlan, InstallerSpec, ProfileSpec};
 
 /// Where the controller serves an installer's files: `INSTALLER_PATH/TOKEN/NAME`.
 pub const INSTALLER_PATH: &str = "/boot/installer";

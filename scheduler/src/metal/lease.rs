@@ -18,11 +18,11 @@ use time::OffsetDateTime;
 
 use super::workflow::{Definition, Hooks, Outcome, StepDef};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::node::{Deadlines, NodeState, NodeTransition};
-use crate::model::workflow::WorkflowRun;
 use crate::store::work::Side;
 use crate::store::{self, Conn};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
+use metal_types::model::workflow::WorkflowRun;
 
 /// The lease start: boot into the lessee's deploy, wait until it is deployed.
 pub static START: Definition = Definition {
@@ -253,7 +253,10 @@ async fn network_boot(app: &AppState, run: &WorkflowRun) -> Outcome {
 }
 
 /// The pool's network policy, when it isolates its tenants on the switch.
-async fn isolation(app: &AppState, run: &WorkflowRun) -> Result<Option<crate::model::pool::NetworkPolicy>, Outcome> {
+async fn isolation(
+    app: &AppState,
+    run: &WorkflowRun,
+) -> Result<Option<metal_types::model::pool::NetworkPolicy>, Outcome> {
     let id = run.node_id.clone();
     let pool = app
         .store
@@ -295,7 +298,7 @@ async fn boot_disk(app: &AppState, run: &WorkflowRun) -> Outcome {
         Ok(None) => return super::network::not_isolated(),
         Err(outcome) => return outcome,
     }
-    let request = crate::model::bmc::BootRequest { target: metal_bmc::BootTarget::Disk, persistent: false };
+    let request = metal_types::model::bmc::BootRequest { target: metal_bmc::BootTarget::Disk, persistent: false };
     let booted = async {
         crate::metal::bmcs::boot(app, &run.node_id, &request).await?;
         crate::metal::bmcs::power(app, &run.node_id, metal_bmc::PowerAction::On).await

@@ -31,9 +31,9 @@ pub fn definitions() -> [(&'static Definition, &'static dyn Hooks); 3] {
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::error::{ApiError, ApiResult};
-use crate::model::node::{Deadlines, NodeState, NodeTransition};
 use crate::store::{self, Conn};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
 
 /// Quarantines a node whose workflow failed: `failed` (from where it was), maintenance
 /// on, still tenant root and tenant-controlled, the failing step and its reason on the node

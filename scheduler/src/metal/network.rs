@@ -13,11 +13,11 @@ use serde_json::{Value, json};
 
 use super::workflow::{Effects, Outcome};
 use crate::app::App;
-use crate::error::ApiError;
-use crate::model::pool::{NetworkPolicy, Pool};
-use crate::model::switch::{NodePort, NodePortSpec, PortSource, SwitchAddress, SwitchDriver};
-use crate::model::workflow::WorkflowRun;
 use crate::store::{self, switches::StoredSwitch};
+use metal_types::error::ApiError;
+use metal_types::model::pool::{NetworkPolicy, Pool};
+use metal_types::model::switch::{NodePort, NodePortSpec, PortSource, SwitchAddress, SwitchDriver};
+use metal_types::model::workflow::WorkflowRun;
 
 /// The networks a port moves between, by name.
 pub const PROVISIONING: &str = "provisioning";
@@ -40,13 +40,14 @@ pub fn client(app: &App, stored: &StoredSwitch) -> Result<Box<dyn metal_switch::
             let sealed = stored.secret.as_deref().ok_or_else(|| {
                 ApiError::InvalidConfig(format!("switch {} is reached over SSH and has no key", info.id))
             })?;
-            let key = crate::secrets::open(app.config.master_key.as_ref(), &format!("switch/{}", info.id), sealed)
-                .map_err(|_| {
-                    ApiError::InvalidConfig(format!(
-                        "switch {}'s SSH key does not open (METAL_MASTER_KEY unset, or another key)",
-                        info.id
-                    ))
-                })?;
+            let key =
+                metal_types::secrets::open(app.config.master_key.as_ref(), &format!("switch/{}", info.id), sealed)
+                    .map_err(|_| {
+                        ApiError::InvalidConfig(format!(
+                            "switch {}'s SSH key does not open (METAL_MASTER_KEY unset, or another key)",
+                            info.id
+                        ))
+                    })?;
             let host_key = info.host_key.clone().unwrap_or_default();
             metal_switch::ovs::Transport::Ssh {
                 destination,

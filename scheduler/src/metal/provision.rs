@@ -14,11 +14,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::image::ImagePlan;
-use crate::model::node::{Node, NodeState, NodeTransition, Trust};
-use crate::model::profile::{ProfileVersion, ProvisionRequest};
 use crate::store::{self, Conn};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::image::ImagePlan;
+use metal_types::model::node::{Node, NodeState, NodeTransition, Trust};
+use metal_types::model::profile::{ProfileVersion, ProvisionRequest};
 
 /// Who owns nodes while provisioning moves them.
 const OWNER: &str = "provision";
@@ -198,7 +198,7 @@ pub fn deploy_done(
     tx: &mut dyn Conn,
     node: &Node,
     reason: String,
-    deadlines: &crate::model::node::Deadlines,
+    deadlines: &metal_types::model::node::Deadlines,
     now: time::OffsetDateTime,
 ) -> ApiResult<Node> {
     let request = NodeTransition {
@@ -255,7 +255,7 @@ fn allocate(
     request: &ProvisionRequest,
     scope: Option<&str>,
     take: Take,
-    deadlines: &crate::model::node::Deadlines,
+    deadlines: &metal_types::model::node::Deadlines,
     now: time::OffsetDateTime,
 ) -> ApiResult<Vec<String>> {
     let what = format!("profile {}", request.profile_id);

@@ -20,11 +20,11 @@ use time::OffsetDateTime;
 use super::bmcs::{Taken, logs_in};
 use super::workflow::{Definition, Effects, Hooks, Outcome, StepDef};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::node::{Deadlines, Node, NodeState, NodeTransition};
-use crate::model::pool::{AgentMode, Pool};
-use crate::model::workflow::WorkflowRun;
 use crate::store::{self, Conn};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition};
+use metal_types::model::pool::{AgentMode, Pool};
+use metal_types::model::workflow::WorkflowRun;
 
 const fn bmc_step(name: &'static str) -> StepDef {
     StepDef {
@@ -253,7 +253,8 @@ impl Steps<'_> {
             .and_then(|i| serde_json::from_value::<metal_protocol::inventory::InventoryReport>(i.inventory).ok())
             .map(|r| r.nics.into_iter().map(|n| n.mac).collect())
             .unwrap_or_default();
-        let password = match crate::secrets::open(self.app.config.master_key.as_ref(), &self.node.id, &bmc.secret) {
+        let password = match metal_types::secrets::open(self.app.config.master_key.as_ref(), &self.node.id, &bmc.secret)
+        {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(format!("the BMC credential cannot be opened: {e}"), Value::Null),
         };
@@ -285,7 +286,7 @@ impl Steps<'_> {
             Ok(None) => return Outcome::Failed(format!("node {} has no BMC", self.node.id), Value::Null),
             Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
         };
-        let open = |sealed: &str| crate::secrets::open(key.as_ref(), &self.node.id, sealed);
+        let open = |sealed: &str| metal_types::secrets::open(key.as_ref(), &self.node.id, sealed);
         let current = match open(&stored.secret) {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(format!("the BMC credential cannot be opened: {e}"), Value::Null),
@@ -297,7 +298,7 @@ impl Steps<'_> {
             let operators = stored.pending_by.as_deref() == Some(store::bmcs::API_ROTATION);
             let began = stored.pending_at.filter(|t| self.app.clock.now() - *t < crate::metal::bmcs::ROTATION_LEASE);
             if let (true, Some(began)) = (operators, began) {
-                let since = crate::clock::to_rfc3339(began);
+                let since = metal_types::clock::to_rfc3339(began);
                 return Outcome::Waiting(format!(
                     "an operator's rotation of the BMC credential is in flight (since {since})"
                 ));
@@ -324,7 +325,7 @@ impl Steps<'_> {
             }
         }
         let new = new_password();
-        let sealed = crate::secrets::seal(key.as_ref(), &self.node.id, &new);
+        let sealed = metal_types::secrets::seal(key.as_ref(), &self.node.id, &new);
         if let Err(outcome) = self.set_pending(Some(sealed.clone())).await {
             return outcome;
         }
@@ -436,13 +437,12 @@ impl Steps<'_> {
         // report, if it sent one, in the rows read next (read the other way round, a report
         // landing between the two reads looked like a boot that ended without one, and the
         // machine was booted into the ramdisk again after its erase).
+        // A power read that fails is only an error when no report settles the step (the
+        // read races the ramdisk powering off after its report).
         let boots = self.run.context.get("eraseBoots").and_then(Value::as_i64).unwrap_or(0);
         let power = match boots {
             0 => None,
-            _ => match crate::metal::bmcs::power_status(self.app, &self.node.id).await {
-                Ok(power) => Some(power),
-                Err(e) => return bmc_retry("reading power", e),
-            },
+            _ => Some(crate::metal::bmcs::power_status(self.app, &self.node.id).await),
         };
         let id = self.node.id.clone();
         let read = self.app.store.read(move |tx| {
@@ -478,6 +478,11 @@ impl Steps<'_> {
         // A machine still on is erasing; one that is off ended its boot without a report
         // (the in-band firmware check runs first, or it rebooted), so it is booted again, a
         // bounded number of times.
+        let power = match power {
+            Some(Err(e)) => return bmc_retry("reading power", e),
+            Some(Ok(power)) => Some(power),
+            None => None,
+        };
         match power.as_deref() {
             Some("on") => {
                 return Outcome::Waiting(format!("the ramdisk is erasing (boot {boots}); waiting for its wipe report"));

@@ -6,10 +6,10 @@ use time::OffsetDateTime;
 
 use super::lease::{self, LeaseRequest};
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::node::{Deadlines, NodeState, NodeTransition};
 use crate::store::work::{Side, WorkItem};
 use crate::store::{self, Conn};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
 
 /// Handles every queued metal work row; returns how many it handled.
 pub async fn drain_once(app: &AppState) -> ApiResult<usize> {

@@ -14,10 +14,10 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::model::workflow::{StepSpec, WorkflowRun};
 use crate::store::workflows::{Standing, Verdict};
 use crate::store::{self, Conn};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::workflow::{StepSpec, WorkflowRun};
 
 /// One step of a definition: its name and bounds.
 #[derive(Debug, Clone, Copy)]

@@ -5,9 +5,9 @@ use rand::RngCore as _;
 use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 
-use crate::clock::to_millis;
-use crate::model::tenant::{CredentialInfo, CredentialRole, Tenant};
 use crate::store::{Conn, DbResult, Row};
+use metal_types::clock::to_millis;
+use metal_types::model::tenant::{CredentialInfo, CredentialRole, Tenant};
 
 /// Prefix of every token, so leaked tokens are recognisable by scanners.
 pub const TOKEN_PREFIX: &str = "mtl_";

@@ -8,11 +8,11 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::model::node::Device;
-use crate::model::reservation::ReservationCreate;
-use crate::model::usage::UsageRecord;
 use crate::store::{Conn, DbResult, events};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::model::node::Device;
+use metal_types::model::reservation::ReservationCreate;
+use metal_types::model::usage::UsageRecord;
 
 /// Records the node's platform-trusted healthy GPU count as of `at`.
 pub fn record_health(
@@ -114,7 +114,7 @@ pub fn insert_meter(
         "billing.metered",
         &format!("reservation/{}", lease.reservation),
         Some(&lease.tenant),
-        &json!({"meter": meter, "node": lease.node, "windowStart": crate::clock::to_rfc3339(from_millis(window_start)), "quantity": quantity}),
+        &json!({"meter": meter, "node": lease.node, "windowStart": metal_types::clock::to_rfc3339(from_millis(window_start)), "quantity": quantity}),
         now,
     )?;
     Ok(1)

@@ -4,10 +4,10 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::error::ApiError;
-use crate::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BmcTls, ConsoleSession, IpmiPrivilege};
 use crate::store::{Conn, DbError, DbResult, Row, events};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
+use metal_types::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BmcTls, ConsoleSession, IpmiPrivilege};
 
 /// A BMC row with its stored secret.
 #[derive(Debug, Clone)]
@@ -42,7 +42,7 @@ fn from_row(row: &Row) -> DbResult<StoredBmc> {
             tls: row.json::<Option<BmcTls>>("tls")?,
             system_id: row.get("system_id")?,
             privilege: row.get::<Option<String>>("privilege")?.as_deref().and_then(IpmiPrivilege::parse),
-            credential_sealed: crate::secrets::is_sealed(&secret),
+            credential_sealed: metal_types::secrets::is_sealed(&secret),
             health: row.get("health")?,
             generation: row.get("generation")?,
         },
@@ -257,8 +257,8 @@ pub fn console_sessions(conn: &mut dyn Conn, node: &str) -> DbResult<Vec<Console
         Ok(ConsoleSession {
             id: r.get("id")?,
             credential_id: r.get("credential_id")?,
-            started_at: crate::clock::from_millis(r.get("started_at")?),
-            ended_at: r.get::<Option<i64>>("ended_at")?.map(crate::clock::from_millis),
+            started_at: metal_types::clock::from_millis(r.get("started_at")?),
+            ended_at: r.get::<Option<i64>>("ended_at")?.map(metal_types::clock::from_millis),
             bytes_in: r.get("bytes_in")?,
             bytes_out: r.get("bytes_out")?,
         })

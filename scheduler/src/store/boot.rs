@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::error::ApiError;
-use crate::model::boot::{BootTask, FirmwareCheckRecord, NodeInventory, WipeReportRecord};
 use crate::store::auth::{hash, new_secret};
 use crate::store::{Conn, DbResult, Row};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
+use metal_types::model::boot::{BootTask, FirmwareCheckRecord, NodeInventory, WipeReportRecord};
 
 /// What a one-time token was issued for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,9 +235,9 @@ pub fn firmware_checks(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<Firmw
 /// until the step has a report accepted since it began (so a report from a ramdisk of an
 /// earlier boot, arriving before the step, neither counts for it nor stops the erase being
 /// served), and not due once the run is past it.
-pub fn due(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<crate::model::boot::Due> {
-    if node.state != crate::model::node::NodeState::Releasing {
-        return Ok(crate::model::boot::Due { firmware: false, erase: false });
+pub fn due(conn: &mut dyn Conn, node: &metal_types::model::node::Node) -> DbResult<metal_types::model::boot::Due> {
+    if node.state != metal_types::model::node::NodeState::Releasing {
+        return Ok(metal_types::model::boot::Due { firmware: false, erase: false });
     }
     let erase_step = crate::store::workflows::running_for(conn, &node.id)?.and_then(|run| {
         let at = run.steps.iter().position(|s| s.name == "erase")?;
@@ -259,12 +259,12 @@ pub fn due(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<cra
             )?
             .is_none(),
     };
-    Ok(crate::model::boot::Due { firmware: firmware_due(conn, node)?, erase })
+    Ok(metal_types::model::boot::Due { firmware: firmware_due(conn, node)?, erase })
 }
 
 /// Whether a releasing node still needs its firmware checked: its pool has a baseline and
 /// no compliant check was recorded at its current generation (every lifecycle move bumps it).
-fn firmware_due(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<bool> {
+fn firmware_due(conn: &mut dyn Conn, node: &metal_types::model::node::Node) -> DbResult<bool> {
     let Some(pool) = node.pool_id.as_deref() else { return Ok(false) };
     let baseline = crate::store::capacity::get_pool(conn, pool)?
         .and_then(|p| p.policy.firmware_baseline)
@@ -326,7 +326,10 @@ pub fn put_derived_plan(
 }
 
 /// The node's installer plan, when its deploy plan is one.
-pub fn installer_plan(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<crate::model::profile::InstallerPlan>> {
+pub fn installer_plan(
+    conn: &mut dyn Conn,
+    node_id: &str,
+) -> DbResult<Option<metal_types::model::profile::InstallerPlan>> {
     conn.query_opt("SELECT plan FROM deploy_plans WHERE node_id = $1 AND mode = 'installer'", &[&node_id])?
         .map(|row| row.json("plan"))
         .transpose()

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::model::boot::{BootTask, NodeBoot};
 use crate::store::{Conn, DbResult, Row};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::model::boot::{BootTask, NodeBoot};
 
 const COLUMNS: &str = "id, node_id, armed_by, run_id, armed_at, expires_at, task, token_hash, handed_to, \
                        joined_from, joined_key, ended, contested_by";

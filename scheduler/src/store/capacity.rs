@@ -6,13 +6,13 @@ use std::collections::HashMap;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::error::ApiError;
-use crate::model::node::Candidate;
-use crate::model::pool::{Pool, PoolCapacity, PoolCreate, PoolPolicy};
-use crate::model::reservation::{Reservation, ReservationCreate, ReservationState};
 use crate::store::db::to_json;
 use crate::store::{Conn, DbError, DbResult, Row, events};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
+use metal_types::model::node::Candidate;
+use metal_types::model::pool::{Pool, PoolCapacity, PoolCreate, PoolPolicy};
+use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationState};
 
 // ---- pools ----------------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ pub fn get_pool(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Pool>> {
 }
 
 /// The pool a node is in, if any.
-pub fn pool_of(conn: &mut dyn Conn, node: &crate::model::node::Node) -> DbResult<Option<Pool>> {
+pub fn pool_of(conn: &mut dyn Conn, node: &metal_types::model::node::Node) -> DbResult<Option<Pool>> {
     match &node.pool_id {
         Some(id) => get_pool(conn, id),
         None => Ok(None),
@@ -108,13 +108,13 @@ pub fn capacity(conn: &mut dyn Conn, pool: &str, now: OffsetDateTime) -> DbResul
     let mut rollup = PoolCapacity::default();
     // Every node of the pool but the retired counts: a dedicated-root lease hands its node to
     // the tenant (tenant-controlled trust) and it is still the pool's, leased.
-    for n in nodes.iter().filter(|n| n.state != crate::model::node::NodeState::Retired) {
+    for n in nodes.iter().filter(|n| n.state != metal_types::model::node::NodeState::Retired) {
         rollup.capacity += 1;
         let leased = n.bookings.iter().any(|&(s, e)| s <= at && at < e);
         if leased {
             rollup.leased += 1;
-        } else if n.trust == crate::model::node::Trust::Platform
-            && n.state == crate::model::node::NodeState::Ready
+        } else if n.trust == metal_types::model::node::Trust::Platform
+            && n.state == metal_types::model::node::NodeState::Ready
             && !n.maintenance
             && !n.cordoned
         {

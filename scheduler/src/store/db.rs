@@ -78,9 +78,9 @@ impl DbError {
 
 /// A database failure reaches an API caller as an internal error (here, not in the error
 /// module, so that the types below the store never name it).
-impl From<DbError> for crate::error::ApiError {
+impl From<DbError> for metal_types::error::ApiError {
     fn from(e: DbError) -> Self {
-        crate::error::ApiError::Internal(format!("database: {e}"))
+        metal_types::error::ApiError::Internal(format!("database: {e}"))
     }
 }
 

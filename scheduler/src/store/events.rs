@@ -2,10 +2,10 @@
 
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::model::event::Event;
 use crate::store::db::ToValue;
 use crate::store::{Conn, DbResult};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::model::event::Event;
 
 /// Appends an event in the caller's transaction and returns its sequence number. The
 /// counter row's UPDATE serialises appenders, so sequence numbers have no gaps or reuse.

@@ -6,10 +6,10 @@ use std::time::Duration;
 use metal_protocol::join::HostSetup;
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::model::host::{Host, HostState, JoinLogEntry};
 use crate::store::auth::{hash, new_secret};
 use crate::store::{Conn, DbResult, Row};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::model::host::{Host, HostState, JoinLogEntry};
 
 /// Who an enrolment token was issued to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

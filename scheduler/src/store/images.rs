@@ -8,11 +8,11 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::error::ApiError;
-use crate::model::image::{Image, ImageOrigin, ImagePlan, ImageProgress, ImageState};
 use crate::store::db::to_json;
 use crate::store::{Conn, DbResult, Row, events};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
+use metal_types::model::image::{Image, ImageOrigin, ImagePlan, ImageProgress, ImageState};
 
 const COLUMNS: &str = "id, generation, tenant_id, name, public, state, source, bytes_done, bytes_total, rate_bps, \
                        attempts, error, source_format, plan, created_at, updated_at";

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::error::ApiError;
-use crate::model::node::{Deadlines, Device, Node, NodeState, NodeTransition, Taint};
 use crate::store::db::to_json;
 use crate::store::{Backend, Conn, DbResult, Row, events};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
+use metal_types::model::node::{Deadlines, Device, Node, NodeState, NodeTransition, Taint};
 
 const COLUMNS: &str = "id, generation, state, failed_from, state_reason, owner, deadline, power, maintenance, cordoned, \
     tenant_root, trust, identity_generation, lease_id, release_wipe, boot_mac, pool_id, labels, taints, devices, created_at, updated_at, \

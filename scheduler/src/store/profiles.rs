@@ -5,12 +5,12 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::error::ApiError;
-use crate::model::image::ImageState;
-use crate::model::profile::{Profile, ProfileSpec, ProfileVersion};
 use crate::store::db::to_json;
 use crate::store::{Conn, DbResult, events, images};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
+use metal_types::model::image::ImageState;
+use metal_types::model::profile::{Profile, ProfileSpec, ProfileVersion};
 
 /// Resolves `spec.image` for a profile of `tenant`: the image id (none for an installer
 /// deploy).

@@ -5,11 +5,11 @@
 
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::error::ApiError;
-use crate::model::pool::VlanRange;
-use crate::model::switch::{NodePort, NodePortSpec, PortSource, SwitchCreate, SwitchInfo};
 use crate::store::{Conn, DbResult, Row};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
+use metal_types::model::pool::VlanRange;
+use metal_types::model::switch::{NodePort, NodePortSpec, PortSource, SwitchCreate, SwitchInfo};
 
 /// A switch as stored: what the API shows and the sealed key.
 #[derive(Debug, Clone)]

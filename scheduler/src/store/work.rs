@@ -8,9 +8,9 @@
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
 use crate::store::db::to_json;
 use crate::store::{Conn, DbResult};
+use metal_types::clock::{from_millis, to_millis};
 
 /// Whose queue a row is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,11 +10,11 @@
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::clock::{from_millis, to_millis};
-use crate::error::ApiError;
-use crate::model::workflow::{StepRecord, StepSpec, WorkflowRun};
 use crate::store::db::to_json;
 use crate::store::{Conn, DbResult, Row};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
+use metal_types::model::workflow::{StepRecord, StepSpec, WorkflowRun};
 
 const COLUMNS: &str = "id, node_id, definition, steps, step_index, attempt, status, context, owner, lease_until, \
                        fence, not_before, step_started, step_deadline, last_error, created_at, updated_at, finished_at";
@@ -299,7 +299,7 @@ pub fn record(
             }
         }
         (Verdict::Retry { error, detail, again }, None) => {
-            append_history(conn, run, "retry", detail, now)?;
+            append_history(conn, run, "retry", &retry_detail(error, detail), now)?;
             let n = conn.execute(
                 "UPDATE workflow_runs SET attempt = attempt + 1, not_before = $1, last_error = $2, updated_at = $3 \
                  WHERE id = $4 AND fence = $5 AND status = 'running'",
@@ -321,6 +321,19 @@ pub fn record(
         return Err(fenced(run));
     }
     Ok(standing)
+}
+
+/// A retry's record: its error, with what the step saw (an object's fields, or `detail`).
+fn retry_detail(error: &str, detail: &Value) -> Value {
+    match detail {
+        Value::Object(fields) => {
+            let mut fields = fields.clone();
+            fields.insert("error".into(), error.into());
+            Value::Object(fields)
+        }
+        Value::Null => serde_json::json!({"error": error}),
+        other => serde_json::json!({"error": error, "detail": other}),
+    }
 }
 
 /// Gives the claim up (the run stays where it is, for whoever is due next), fenced.

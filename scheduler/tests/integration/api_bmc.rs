@@ -6,8 +6,8 @@
 use crate::common;
 
 use common::{Site, error};
-use metal_scheduler::secrets::MasterKey;
 use metal_tests::emulators::{Files, IpmiSim, SUSHY_PASSWORD, Sushy};
+use metal_types::secrets::MasterKey;
 use serde_json::{Value, json};
 
 async fn site_with_node(key: bool) -> Site {
@@ -166,7 +166,7 @@ async fn rotate_on(replica: &Site, password: &str) -> (u16, Value) {
 /// Puts `password` in n1's pending slot as an operator's rotation begun `ago`.
 async fn pending(site: &Site, password: &str, ago: time::Duration) {
     let key = site.app.config.master_key.clone();
-    let sealed = metal_scheduler::secrets::seal(key.as_ref(), "n1", &metal_bmc::Secret::new(password));
+    let sealed = metal_types::secrets::seal(key.as_ref(), "n1", &metal_bmc::Secret::new(password));
     let began = site.app.clock.now() - ago;
     let claimed = site
         .app

@@ -15,7 +15,7 @@ use metal_tests::scheduler::TestScheduler;
 use serde_json::Value;
 
 fn metalctl(s: &TestScheduler, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_metalctl"))
+    Command::new(metal_tests::bins::metalctl())
         .args(["--url", &s.url])
         .args(args)
         .env("METAL_TOKEN", &s.admin)

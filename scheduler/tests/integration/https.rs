@@ -18,7 +18,7 @@ fn serve(data: &Path, env: &[(&str, &str)]) -> Served {
 }
 
 fn metalctl(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_metalctl"))
+    Command::new(metal_tests::bins::metalctl())
         .args(args)
         .env("HOME", home)
         .env_remove("METAL_URL")

@@ -1,11 +1,13 @@
 //! The seed's rule, kept by the layout: the capacity side (`src/capacity`: pools,
 //! reservations, placement, billing) and the metal side (`src/metal`: nodes' workflows, the
 //! boot service, BMCs, images, provisioning) never import each other; they talk only through
-//! work rows (`store::work`). Shared model types, the store and the service shell sit below
-//! or above both: the types (model/, error, clock, duration, config, secrets) import only
-//! each other, and the store only the types. This test reads every source file of each place
-//! and fails on a path that runs the wrong way.
+//! work rows (`store::work`). The types (`metal-types`: model, error, clock, duration, config,
+//! secrets) are a crate below the service, so the compiler keeps them from importing it; the
+//! store imports only itself and the types. Inside the service crate this test reads every
+//! source file of each place and fails on a path that runs the wrong way; across crates it
+//! reads `cargo metadata` and fails on a dependency that points up the table of layers.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -96,10 +98,6 @@ fn super_paths(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The types every layer may use: the domain model, the one error, clock, durations,
-/// configuration and secrets.
-const TYPES: [&str; 6] = ["model", "error", "clock", "duration", "config", "secrets"];
-
 #[test]
 fn the_capacity_side_never_imports_the_metal_side() {
     let bad = violations(&["capacity"], |p| p != "metal");
@@ -113,16 +111,87 @@ fn the_metal_side_never_imports_the_capacity_side() {
 }
 
 #[test]
-fn the_types_import_only_the_types() {
-    let places = ["model", "error.rs", "clock.rs", "duration.rs", "config.rs", "secrets.rs"];
-    let bad = violations(&places, |p| TYPES.contains(&p));
-    assert!(bad.is_empty(), "type files that import what sits above them: {bad:?}");
+fn the_store_imports_only_itself() {
+    let bad = violations(&["store"], |p| p == "store");
+    assert!(bad.is_empty(), "store files that import what sits above them: {bad:?}");
+}
+
+/// The workspace's crates by layer, lowest first: a crate may depend (normal or build
+/// dependencies) only on crates of lower layers; dev-dependencies are free.
+const LAYERS: [&[&str]; 8] = [
+    &["metal-clock", "metal-protocol", "metal-switch"],
+    &["metal-bmc", "metal-image", "metal-erase"],
+    &["metal-firmware"],
+    &["metal-boot"],
+    &["metal-agent", "metal-types"],
+    &["metal-scheduler", "metalctl"],
+    &["metal-tests"],
+    &["metal-sim", "metal-fuzz"],
+];
+
+/// The resolved graph for this machine's platform (all platforms would need every
+/// platform's crates downloaded).
+fn metadata() -> serde_json::Value {
+    let platform = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--offline", "--filter-platform", &platform])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]
-fn the_store_imports_only_the_types_and_itself() {
-    let bad = violations(&["store"], |p| p == "store" || TYPES.contains(&p));
-    assert!(bad.is_empty(), "store files that import what sits above them: {bad:?}");
+fn the_crates_depend_one_way() {
+    let meta = metadata();
+    let names: HashMap<&str, &str> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p["name"].as_str().unwrap()))
+        .collect();
+    let layer = |crate_name: &str| LAYERS.iter().position(|l| l.contains(&crate_name));
+    let mut bad = Vec::new();
+    for node in meta["resolve"]["nodes"].as_array().unwrap() {
+        let member = names[node["id"].as_str().unwrap()];
+        if !meta["workspace_members"].as_array().unwrap().contains(&node["id"]) {
+            continue;
+        }
+        let Some(own) = layer(member) else {
+            bad.push(format!("{member} is in no layer: add it to LAYERS"));
+            continue;
+        };
+        for dep in node["deps"].as_array().unwrap() {
+            let kinds = dep["dep_kinds"].as_array().unwrap();
+            let dep_name = names[dep["pkg"].as_str().unwrap()];
+            if kinds.iter().any(|k| k["kind"] != "dev") && layer(dep_name).is_some_and(|l| l >= own) {
+                bad.push(format!("{member} depends on {dep_name}, which is not below it"));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn metalctl_builds_without_the_service_or_its_server_stack() {
+    // `cargo tree -p` resolves features as `cargo build -p metalctl` does (cargo metadata
+    // unifies the workspace's: there metal-types' `axum` feature, which only the service
+    // turns on, would look like metalctl's).
+    let platform = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["tree", "-p", "metalctl", "-e", "normal,build", "--prefix", "none", "-f", "{p}"])
+        .args(["--locked", "--offline", "--target", &platform])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let closure: Vec<&str> = text.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    for server in ["metal-scheduler", "axum", "rusqlite", "postgres", "tokio-tungstenite"] {
+        assert!(!closure.contains(&server), "metalctl depends on {server}:\n{text}");
+    }
+    assert!(closure.contains(&"metal-types") && closure.contains(&"reqwest"), "{text}");
 }
 
 #[test]

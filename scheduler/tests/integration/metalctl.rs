@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use metal_tests::scheduler::Admin as _;
 
 fn metalctl(url: &str, token: &str, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_metalctl"))
+    let mut child = Command::new(metal_tests::bins::metalctl())
         .args(args)
         .env("METAL_URL", url)
         .env("METAL_TOKEN", token)
@@ -98,7 +98,7 @@ fn metalctl_drives_nodes_tenants_and_events() {
     );
 
     // Missing configuration is named.
-    let o = Command::new(env!("CARGO_BIN_EXE_metalctl"))
+    let o = Command::new(metal_tests::bins::metalctl())
         .args(["node", "list"])
         .env_remove("METAL_URL")
         .env("METALCTL_CONFIG", "/nonexistent")
@@ -396,9 +396,9 @@ fn node_moves_are_checked_by_the_command_line_and_the_api_says_what_is_wrong_wit
 
 #[test]
 fn metalctl_shows_teardown_evidence_recovers_only_quarantined_leases_and_deletes_tenants() {
-    use metal_scheduler::clock::Clock as _;
-    use metal_scheduler::model::workflow::StepSpec;
     use metal_scheduler::store::workflows::{self, Verdict};
+    use metal_types::clock::Clock as _;
+    use metal_types::model::workflow::StepSpec;
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let site = runtime.block_on(common::Site::start());
     let (url, admin) = (site.url.clone(), site.admin.clone());
@@ -416,7 +416,7 @@ fn metalctl_shows_teardown_evidence_recovers_only_quarantined_leases_and_deletes
             workflows::create(tx, "run-1", "n1", "metal-tenant-root-release@1", &steps, &serde_json::json!({}), now)?;
             let run = workflows::claim_due(tx, "w", now, now + std::time::Duration::from_secs(60), 1)?.remove(0);
             workflows::record(tx, &run, &Verdict::Done(serde_json::json!({"power": "off"})), now)?;
-            Ok::<_, metal_scheduler::error::ApiError>(())
+            Ok::<_, metal_types::error::ApiError>(())
         }))
         .unwrap();
     let o = run(&["node", "teardowns", "n1"]);

@@ -97,7 +97,7 @@ fn the_readme_walkthrough_runs_as_written() {
     let served = Served::spawn(command);
     let password_file = home.path().join("bmc-n1.pass");
     std::fs::write(&password_file, SUSHY_PASSWORD).unwrap();
-    let bin = Path::new(env!("CARGO_BIN_EXE_metalctl")).parent().unwrap();
+    let bin = metal_tests::bins::metalctl().parent().unwrap();
     let bmc_address = sushy.endpoint.trim_start_matches("https://").to_owned();
 
     // What a reader puts in for their own site.

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use common::Site;
 use metal_scheduler::app;
-use metal_scheduler::clock::ManualClock;
-use metal_scheduler::config::Config;
+use metal_types::clock::ManualClock;
+use metal_types::config::Config;
 use serde_json::{Value, json};
 use time::macros::datetime;
 

@@ -126,7 +126,7 @@ fn database_text(data: &Path, database: Option<&str>) -> String {
 }
 
 fn metalctl(home: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_metalctl")).args(args).env("HOME", home).output().unwrap();
+    let out = Command::new(metal_tests::bins::metalctl()).args(args).env("HOME", home).output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "metalctl {args:?}: {text}");
     text
@@ -145,8 +145,8 @@ fn stored_bmc_password(url: &str, key: &str) -> (String, String) {
             .await
             .unwrap()
     });
-    let key = metal_scheduler::secrets::MasterKey::from_hex(key).unwrap();
-    let password = metal_scheduler::secrets::open(Some(&key), "n1", &stored).unwrap().expose().to_owned();
+    let key = metal_types::secrets::MasterKey::from_hex(key).unwrap();
+    let password = metal_types::secrets::open(Some(&key), "n1", &stored).unwrap().expose().to_owned();
     (stored, password)
 }
 
@@ -210,7 +210,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     answers.push(metalctl(home.path(), &["bmc", "rotate", "n1", "--password-file", rotated_file.to_str().unwrap()]));
     answers.push(metalctl(home.path(), &["bmc", "power", "n1", "status"]));
     let (sealed, stored) = stored_bmc_password(&store_url, &master_key);
-    assert!(metal_scheduler::secrets::is_sealed(&sealed), "stored unsealed: {sealed}");
+    assert!(metal_types::secrets::is_sealed(&sealed), "stored unsealed: {sealed}");
     assert_eq!(stored, rotated_password, "the rotation is stored");
 
     // A ramdisk's one-time token: handed out in an iPXE script, redeemed by the join.
@@ -250,7 +250,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     assert_eq!(runs[0]["history"][2]["detail"]["driver"], "fence-agents", "{runs}");
     assert_eq!(runs[0]["status"], "succeeded", "{runs}");
     let (sealed, last_password) = stored_bmc_password(&store_url, &master_key);
-    assert!(metal_scheduler::secrets::is_sealed(&sealed));
+    assert!(metal_types::secrets::is_sealed(&sealed));
     assert_ne!(last_password, rotated_password, "the teardown rotated the BMC");
     for path in ["/v1/nodes", "/v1/nodes/n1", "/v1/nodes/n1/bmc", "/v1/events?after=0", "/v1/credentials", "/metrics"] {
         s.call("GET", path, None);

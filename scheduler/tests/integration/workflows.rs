@@ -8,10 +8,10 @@ use crate::common;
 use std::time::Duration;
 
 use common::Site;
-use metal_scheduler::clock::Clock as _;
-use metal_scheduler::error::ApiError;
-use metal_scheduler::model::workflow::{StepSpec, WorkflowRun};
 use metal_scheduler::store::workflows::{self, Standing, Verdict};
+use metal_types::clock::Clock as _;
+use metal_types::error::ApiError;
+use metal_types::model::workflow::{StepSpec, WorkflowRun};
 use serde_json::json;
 
 fn steps() -> Vec<StepSpec> {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use metal_boot::controller::{self, ControllerError, Joined, Retry};
 use metal_protocol::{InventoryReport, Role, WipeReport};
-use metal_scheduler::config::Config;
 use metal_tests::scheduler::{Admin as _, INTRUDER, TestScheduler, intruder_join, intruder_script, join_from};
+use metal_types::config::Config;
 use serde_json::{Value, json};
 
 const MAC: &str = "52:54:00:12:34:56";

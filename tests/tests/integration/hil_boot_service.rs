@@ -9,9 +9,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use metal_protocol::{InventoryReport, Role, WipeReport};
-use metal_scheduler::config::Config;
 use metal_tests::hil::{BootFrom, Bus, Console, DISK_MARKER, Guest, MIB, filled, tftp_dir};
 use metal_tests::scheduler::{Admin as _, TestScheduler};
+use metal_types::config::Config;
 use serde_json::Value;
 
 /// A scheduler whose boot service guests reach at 10.0.2.2 and that serves the test ramdisk

@@ -10,10 +10,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use metal_protocol::{InventoryReport, Role};
-use metal_scheduler::config::Config;
 use metal_tests::controller::Misbehaviour;
 use metal_tests::images::{Mirror, zstd_cli};
 use metal_tests::scheduler::{Admin as _, TestScheduler};
+use metal_types::config::Config;
 use serde_json::{Value, json};
 use sha2::Digest as _;
 

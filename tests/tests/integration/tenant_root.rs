@@ -268,7 +268,7 @@ fn a_teardown_waits_for_an_operators_rotation_in_flight_and_settles_one_that_die
     // An operator's rotation claimed the BMC's pending slot just now, and then died before
     // it reached the BMC.
     let sealed =
-        metal_scheduler::secrets::seal(s.app.config.master_key.as_ref(), "n1", &metal_bmc::Secret::new("Operator-1"));
+        metal_types::secrets::seal(s.app.config.master_key.as_ref(), "n1", &metal_bmc::Secret::new("Operator-1"));
     let now = s.app.clock.now();
     let claim = s.app.store.write(move |tx| metal_scheduler::store::bmcs::claim_pending(tx, "n1", &sealed, now));
     assert!(s.block_on(claim).unwrap());

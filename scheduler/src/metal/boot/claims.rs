@@ -20,11 +20,11 @@ use serde_json::json;
 use time::OffsetDateTime;
 use tracing::warn;
 
-use crate::error::{ApiError, ApiResult};
-use crate::model::boot::NodeBoot;
-use crate::model::boot::{BootStep, BootTask, boot_step};
-use crate::model::node::Node;
 use crate::store::{self, Conn};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::boot::NodeBoot;
+use metal_types::model::boot::{BootStep, BootTask, boot_step};
+use metal_types::model::node::Node;
 
 /// What a script request may be handed for a node whose step is a ramdisk task.
 #[derive(Debug)]

@@ -30,11 +30,11 @@ use tracing::{info, warn};
 
 use crate::api::ApiJson;
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
 use crate::metal::boot::{BootService, ClientAddr, Peer};
-use crate::model::host::{Host, HostState};
-use crate::model::node::{Node, NodeState, Trust};
 use crate::store::{self, Conn};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::host::{Host, HostState};
+use metal_types::model::node::{Node, NodeState, Trust};
 
 /// The agent binary's name in the boot files directory.
 pub const AGENT_FILE: &str = "metal-agent";

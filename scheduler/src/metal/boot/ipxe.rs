@@ -16,13 +16,13 @@ use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use crate::app::AppState;
-use crate::config::BootConfig;
-use crate::error::{ApiError, ApiResult};
 use crate::metal::boot::claims::{self, Claim};
 use crate::metal::boot::{BootService, ClientAddr};
-use crate::model::boot::{BootStep, BootTask, boot_step};
-use crate::model::node::{Deadlines, NodeState, NodeTransition, normalize_mac};
 use crate::store::{self, Conn};
+use metal_types::config::BootConfig;
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::boot::{BootStep, BootTask, boot_step};
+use metal_types::model::node::{Deadlines, NodeState, NodeTransition, normalize_mac};
 
 /// The files a ramdisk boot fetches, by the names the script uses.
 pub const FILES: [&str; 2] = ["vmlinuz", "initrd"];
@@ -44,7 +44,7 @@ pub struct Decision {
     /// The MAC it booted with (normalised).
     pub boot_mac: String,
     /// The installer plan, when the step is the installer.
-    pub installer: Option<crate::model::profile::InstallerPlan>,
+    pub installer: Option<metal_types::model::profile::InstallerPlan>,
     /// Why a node whose step is a ramdisk task is sent to its next device instead: no boot
     /// was started for it, or its boot was claimed already (contested).
     pub refusal: Option<String>,
@@ -330,7 +330,7 @@ async fn script(
 async fn installer_of(
     app: &AppState,
     token: String,
-) -> ApiResult<(crate::store::boot::BootToken, crate::model::profile::InstallerPlan)> {
+) -> ApiResult<(crate::store::boot::BootToken, metal_types::model::profile::InstallerPlan)> {
     let now = app.clock.now();
     app.store
         .read(move |tx| {
@@ -364,7 +364,7 @@ pub async fn installer_file(
     service.limiter.check(address)?;
     let (found, plan) = installer_of(&app, token.clone()).await?;
     let base = base_url(&headers, app.config.listen);
-    use crate::model::profile::InstallerKind::{Autoinstall, Kickstart};
+    use metal_types::model::profile::InstallerKind::{Autoinstall, Kickstart};
     let body = match (name.as_str(), plan.installer.kind) {
         ("user-data", Autoinstall) | ("ks.cfg", Kickstart) => {
             crate::metal::installer::served_config(&plan, &base, &token)

@@ -22,8 +22,8 @@ use tracing::info;
 
 use crate::app::{App, StartError};
 use crate::ca_files;
-use crate::config::Config;
-use crate::error::ApiError;
+use metal_types::config::Config;
+use metal_types::error::ApiError;
 
 /// Directory of the site CA inside the data directory.
 pub const CA_DIR: &str = "ca";

@@ -23,11 +23,11 @@ use tracing::{info, warn};
 
 use crate::api::ApiJson;
 use crate::app::AppState;
-use crate::error::{ApiError, ApiResult};
 use crate::metal::boot::{BootService, ClientAddr, Peer, claims};
-use crate::model::boot::{BootStep, WipeReportRecord, boot_step};
-use crate::model::node::{Deadlines, Node, NodeState, NodeTransition, Trust};
 use crate::store::{self, Conn};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::boot::{BootStep, WipeReportRecord, boot_step};
+use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition, Trust};
 
 /// The refusal of a genuine report whose erase failed (`WipeRefusal::DiskFailed`).
 const DISK_FAILED: &str = "disk-failed";

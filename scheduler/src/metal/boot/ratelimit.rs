@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::error::ApiError;
+use metal_types::error::ApiError;
 
 /// Buckets above this many addresses are pruned of the full ones.
 const MAX_TRACKED: usize = 65_536;

@@ -47,7 +47,7 @@ pub fn router(app: AppState) -> Router {
         .route(REPORTS_PATH, post(ramdisk::reports))
         .route(PLAN_PATH, get(ramdisk::plan))
         .route(&format!("{IMAGES_PATH}/{{id}}"), get(ramdisk::image))
-        .fallback(|| async { crate::error::ApiError::NotFound("route".into()) })
+        .fallback(|| async { metal_types::error::ApiError::NotFound("route".into()) })
         .with_state(app)
 }
 

@@ -21,10 +21,10 @@ use tokio::io::AsyncWriteExt as _;
 use tracing::{info, warn};
 
 use crate::app::{App, AppState};
-use crate::error::ApiError;
 use crate::metal::images::{CHUNK_SIZE, LEVEL, remove_quietly};
-use crate::model::image::{Image, ImagePlan, ImageProgress, file_name, parse_checksum_file};
 use crate::store::{self, images::Verdict};
+use metal_types::error::ApiError;
+use metal_types::model::image::{Image, ImagePlan, ImageProgress, file_name, parse_checksum_file};
 
 /// How often progress reaches the database.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -143,7 +143,7 @@ fn spawn_renewer(app: AppState, id: String, lost: Arc<AtomicBool>) -> tokio::tas
 
 async fn import(app: &AppState, image: &Image, lost: &AtomicBool) -> Result<Verdict, Stop> {
     let service = &app.images;
-    let url = crate::model::image::check_url("url", &image.origin.url)?;
+    let url = metal_types::model::image::check_url("url", &image.origin.url)?;
     let expected = match (&image.origin.checksum, &image.origin.checksum_url) {
         (Some(digest), _) => digest.clone(),
         (None, Some(checksum_url)) => {

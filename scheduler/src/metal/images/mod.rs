@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::app::StartError;
-use crate::config::Config;
-use crate::model::image::{Catalog, DEFAULT_CATALOG};
+use metal_types::config::Config;
+use metal_types::model::image::{Catalog, DEFAULT_CATALOG};
 
 /// Chunk size of the served form and of the plans derived from it (one zstd frame each).
 pub const CHUNK_SIZE: u64 = 4 << 20;

@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 
-use crate::error::ApiError;
+use metal_types::error::ApiError;
 
 /// A Range header this server cannot satisfy (416).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use metal_scheduler::app::{self, App};
-use metal_scheduler::clock::ManualClock;
-use metal_scheduler::config::Config;
+use metal_types::clock::ManualClock;
+use metal_types::config::Config;
 use serde_json::Value;
 use time::macros::datetime;
 
@@ -116,8 +116,8 @@ impl Site {
     /// `lease.bound` work row for each allocation (the whole contract between the sides),
     /// then capacity's pass over its queue.
     pub async fn bound_by_metal(&self, reservation: &str) {
-        use metal_scheduler::clock::Clock as _;
         use metal_scheduler::store::{capacity, work};
+        use metal_types::clock::Clock as _;
         let (id, now) = (reservation.to_owned(), self.clock.now());
         self.app
             .store

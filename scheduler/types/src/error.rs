@@ -4,9 +4,7 @@
 //! `{"error": {"code": "...", "message": "...", "field": "..."}}`. Internal errors are logged
 //! with their detail and answered with a generic message, so nothing internal leaks.
 
-use axum::Json;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -156,15 +154,6 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        if let ApiError::Internal(detail) = &self {
-            tracing::error!(error = %detail, "internal error");
-        }
-        (self.status(), Json(self.body())).into_response()
-    }
-}
-
 impl From<metal_bmc::BmcError> for ApiError {
     fn from(e: metal_bmc::BmcError) -> Self {
         match e {
@@ -179,6 +168,66 @@ impl From<metal_bmc::BmcError> for ApiError {
 impl From<crate::secrets::SecretError> for ApiError {
     fn from(e: crate::secrets::SecretError) -> Self {
         ApiError::InvalidConfig(e.to_string())
+    }
+}
+
+#[cfg(feature = "axum")]
+mod axum_impls {
+    //! The HTTP answer, and axum's extractor rejections in the API's shape (here, where the
+    //! orphan rule lets them be).
+
+    use axum::Json;
+    use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
+    use axum::response::{IntoResponse, Response};
+    use http::StatusCode;
+
+    use super::ApiError;
+
+    impl IntoResponse for ApiError {
+        fn into_response(self) -> Response {
+            if let ApiError::Internal(detail) = &self {
+                tracing::error!(error = %detail, "internal error");
+            }
+            (self.status(), Json(self.body())).into_response()
+        }
+    }
+
+    impl From<QueryRejection> for ApiError {
+        fn from(rejection: QueryRejection) -> Self {
+            ApiError::invalid("query", rejection.body_text())
+        }
+    }
+
+    impl From<PathRejection> for ApiError {
+        fn from(rejection: PathRejection) -> Self {
+            ApiError::invalid("path", rejection.body_text())
+        }
+    }
+
+    /// A body rejection in the API's shape: over the size limit is 413, anything else a bad
+    /// body, said without the JSON library's framing (what is wrong, not where its parser was).
+    fn body_rejection(status: StatusCode, text: String) -> ApiError {
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::TooLarge(text);
+        }
+        let text = text.strip_prefix("Failed to deserialize the JSON body into the target type: ").unwrap_or(&text);
+        let text = match text.rfind(" at line ") {
+            Some(at) if text[at..].contains(" column ") => &text[..at],
+            _ => text,
+        };
+        ApiError::BadBody(format!("the request body: {text}"))
+    }
+
+    impl From<JsonRejection> for ApiError {
+        fn from(rejection: JsonRejection) -> Self {
+            body_rejection(rejection.status(), rejection.body_text())
+        }
+    }
+
+    impl From<BytesRejection> for ApiError {
+        fn from(rejection: BytesRejection) -> Self {
+            body_rejection(rejection.status(), rejection.body_text())
+        }
     }
 }
 

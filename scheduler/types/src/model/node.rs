@@ -117,6 +117,25 @@ impl FromStr for NodeState {
     }
 }
 
+/// The columns of a node import's CSV (`POST /v1/nodes/import`, `metalctl node import`):
+/// `id` (required), `bootMac`, `poolId`, `labels` (`k=v;k=v`), `taints`
+/// (`k=v:NoSchedule;...`), `devices` (`class=count;...`, expanded to healthy atoms
+/// `class0..classN-1`) and the node's BMC (`bmcTls` is `insecure` or `fingerprint=HEX`).
+pub const CSV_COLUMNS: [&str; 12] = [
+    "id",
+    "bootMac",
+    "poolId",
+    "labels",
+    "taints",
+    "devices",
+    "bmcProtocol",
+    "bmcAddress",
+    "bmcUsername",
+    "bmcPassword",
+    "bmcTls",
+    "bmcPrivilege",
+];
+
 /// How long each in-progress state may last before the reaper fails it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadlines {

@@ -195,8 +195,8 @@ pub fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
 }
 
 /// Checks an `http(s)://` URL with a host.
-pub fn check_url(field: &str, url: &str) -> Result<reqwest::Url, ApiError> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| ApiError::invalid(field, format!("{url:?}: {e}")))?;
+pub fn check_url(field: &str, url: &str) -> Result<url::Url, ApiError> {
+    let parsed = url::Url::parse(url).map_err(|e| ApiError::invalid(field, format!("{url:?}: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err(ApiError::invalid(field, format!("{url:?}: must be an http:// or https:// URL with a host")));
     }
@@ -218,7 +218,7 @@ pub fn parse_digest(hex: &str) -> Result<Digest, String> {
 }
 
 /// The file name at the end of a URL's path.
-pub fn file_name(url: &reqwest::Url) -> String {
+pub fn file_name(url: &url::Url) -> String {
     url.path_segments().and_then(|mut s| s.next_back()).unwrap_or_default().to_owned()
 }
 

@@ -146,7 +146,7 @@ impl IpmiPrivilege {
 }
 
 fn is_loopback_url(address: &str) -> bool {
-    reqwest::Url::parse(address)
+    url::Url::parse(address)
         .ok()
         .and_then(|u| u.host_str().map(str::to_owned))
         .is_some_and(|h| h == "localhost" || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()))
@@ -161,7 +161,7 @@ impl BmcSpec {
         self.login.password.check("password")?;
         match self.protocol {
             BmcProtocol::Redfish => {
-                let url = reqwest::Url::parse(&self.address)
+                let url = url::Url::parse(&self.address)
                     .map_err(|_| ApiError::invalid("address", "must be a URL such as https://10.0.0.5"))?;
                 match url.scheme() {
                     "https" if self.tls.is_none() => {

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use metal_scheduler::client::{Client, ClientError};
-use metal_scheduler::host_add::{self, AddOptions, Target};
+use metalctl::client::{Client, ClientError};
+use metalctl::host_add::{self, AddOptions, Target};
 use serde_json::{Value, json};
 
 use super::{Output, print, read_input};

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use metal_scheduler::client::{Client, ClientConfig, ClientError, RequestBody, Transport, config_path, table};
+use metalctl::client::{Client, ClientConfig, ClientError, RequestBody, Transport, config_path, table};
 use serde_json::{Value, json};
 
 /// Command-line client of the metal-scheduler HTTP API.
@@ -147,7 +147,7 @@ enum NodeCommand {
     },
     /// Move a node from one lifecycle state to another (compare-and-set: refused when the node
     /// is not in --from, or the move is not allowed).
-    #[command(after_long_help = metal_scheduler::model::node::moves_help())]
+    #[command(after_long_help = metal_types::model::node::moves_help())]
     Move {
         /// The node id.
         id: String,
@@ -440,13 +440,13 @@ fn import_help() -> String {
          (a cell with a comma is double-quoted). Columns: {}. labels are key=value;key=value, taints \
          key=value:Effect;..., devices class=count;..., bmcTls insecure or fingerprint=HEX.\n\nJSON: an array of \
          nodes as POST /v1/nodes takes them, each with an optional bmc as `bmc set` takes it.",
-        metal_scheduler::api::CSV_COLUMNS.join(", ")
+        metal_types::model::node::CSV_COLUMNS.join(", ")
     )
 }
 
 /// The lifecycle states, as the command line takes them.
 fn state_names() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(metal_scheduler::model::node::NodeState::ALL.map(|s| s.as_str()))
+    clap::builder::PossibleValuesParser::new(metal_types::model::node::NodeState::ALL.map(|s| s.as_str()))
 }
 
 fn key_values(items: &[String], what: &str) -> Result<serde_json::Map<String, Value>, ClientError> {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use metal_scheduler::client::{Client, ClientError, RequestBody};
+use metalctl::client::{Client, ClientError, RequestBody};
 use serde_json::{Value, json};
 
 use super::{Output, print, read_input};
