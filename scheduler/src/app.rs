@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
-use crate::store::{self, Conn, Store};
+use metal_store::{self as store, Conn, Store};
 use metal_types::clock::Clock;
 use metal_types::config::Config;
 use metal_types::error::ApiError;

@@ -9,4 +9,3 @@ pub mod http_server;
 pub mod metal;
 pub mod metrics;
 pub mod server_tls;
-pub mod store;

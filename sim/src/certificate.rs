@@ -26,7 +26,7 @@ pub async fn for_node(site: &Site, node: &str) -> anyhow::Result<(String, usize)
     let app = site.app()?;
     let envelope = app
         .store
-        .read(move |conn| metal_scheduler::store::boot::wipe_envelope(conn, &owner, &report_id))
+        .read(move |conn| metal_store::boot::wipe_envelope(conn, &owner, &report_id))
         .await
         .map_err(|e| anyhow::anyhow!("reading wipe report {id}: {e}"))?
         .with_context(|| format!("wipe report {id} has no envelope"))?;

@@ -92,8 +92,7 @@ impl TestScheduler {
     /// directory (replicas serve images from shared storage) and the same clock (replicas'
     /// clocks agree), configured by `configure`.
     pub fn replica(&self, configure: impl FnOnce(&mut Config)) -> TestScheduler {
-        let database =
-            self.database_url.clone().unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(self.dir.path()));
+        let database = self.database_url.clone().unwrap_or_else(|| metal_store::Store::sqlite_url(self.dir.path()));
         let images = self.dir.path().join("images");
         let ca = self.dir.path().join(metal_scheduler::metal::boot::CA_DIR);
         let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use crate::app::AppState;
-use crate::store::auth::{Credential, lookup};
+use metal_store::auth::{Credential, lookup};
 use metal_types::error::ApiError;
 use metal_types::model::tenant::CredentialRole;
 

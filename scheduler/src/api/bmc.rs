@@ -220,5 +220,5 @@ pub async fn console_sessions(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Vec<ConsoleSession>>> {
     caller.admin(&format!("node {id}"))?;
-    Ok(ApiJson(app.store.read(move |c| crate::store::bmcs::console_sessions(c, &id)).await?))
+    Ok(ApiJson(app.store.read(move |c| metal_store::bmcs::console_sessions(c, &id)).await?))
 }

@@ -8,7 +8,7 @@ use metal_protocol::DeployPlan;
 
 use crate::api::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::store;
+use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::{FirmwareCheckRecord, NodeBoot, NodeInventory, WipeReportDetail, WipeReportRecord};
 

@@ -5,7 +5,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use crate::app::AppState;
-use crate::store;
+use metal_store as store;
 use metal_types::error::ApiResult;
 
 /// Health: answers 200 when the database answers.

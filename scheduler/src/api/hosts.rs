@@ -6,7 +6,7 @@ use axum::extract::State;
 use crate::api::{ApiJson, ApiPath, Caller};
 use crate::app::AppState;
 use crate::metal::boot::BootService;
-use crate::store;
+use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::host::{Enrolment, EnrolmentCreate, Host, JoinInfo, JoinLogEntry};
 use metal_types::model::node::NodeState;

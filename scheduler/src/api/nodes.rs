@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::store::{self, Conn, nodes::NewNode};
+use metal_store::{self as store, Conn, nodes::NewNode};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::BmcSpec;
 use metal_types::model::node::{CSV_COLUMNS, Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};

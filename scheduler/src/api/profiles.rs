@@ -10,7 +10,7 @@ use super::images::owning_tenant;
 use super::{ApiJson, Caller};
 use crate::app::AppState;
 use crate::metal::provision::ProvisionOutcome;
-use crate::store;
+use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::profile::{Profile, ProfileCreate, ProfileSpec, ProvisionRequest};
 

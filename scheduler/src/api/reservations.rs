@@ -14,7 +14,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::store::{self, capacity::StoredResponse};
+use metal_store::{self as store, capacity::StoredResponse};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationState, Window};
 

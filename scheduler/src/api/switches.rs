@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 
 use super::{ApiJson, ApiPath, Caller};
 use crate::app::AppState;
-use crate::store;
+use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::switch::{NodePort, NodePortsPut, PortSource, SwitchCreate, SwitchInfo};
 

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::store;
+use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::tenant::{
     CredentialCreate, CredentialCreated, CredentialInfo, CredentialRole, Session, Tenant, TenantCreate,

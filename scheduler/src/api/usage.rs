@@ -9,7 +9,7 @@ use utoipa::IntoParams;
 
 use super::{ApiJson, Caller};
 use crate::app::AppState;
-use crate::store;
+use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::usage::Usage;
 

@@ -10,7 +10,7 @@
 
 use time::OffsetDateTime;
 
-use crate::store::{Conn, DbResult, billing};
+use metal_store::{Conn, DbResult, billing};
 use metal_types::clock::to_millis;
 
 /// One hour in milliseconds.

@@ -7,8 +7,8 @@
 use serde_json::json;
 
 use crate::app::App;
-use crate::store::work::{Side, WorkItem};
-use crate::store::{self, Conn};
+use metal_store::work::{Side, WorkItem};
+use metal_store::{self as store, Conn};
 use metal_types::error::ApiError;
 use metal_types::model::reservation::BIND_LIMIT;
 use metal_types::model::reservation::ReservationState::{self, Active, Ended, Failed, Pending};

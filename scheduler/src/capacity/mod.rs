@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use time::OffsetDateTime;
 
-use crate::store::{self, Conn};
+use metal_store::{self as store, Conn};
 use metal_types::clock::to_millis;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::node::Candidate;

@@ -9,8 +9,8 @@ use serde_json::json;
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use crate::store::work::Side;
-use crate::store::{self, Conn};
+use metal_store::work::Side;
+use metal_store::{self as store, Conn};
 use metal_types::error::ApiError;
 use metal_types::model::reservation::ReservationState;
 

@@ -8,7 +8,7 @@ use metal_bmc::redfish::{RedfishBmc, RedfishConfig, Timing};
 use metal_bmc::{Bmc, BmcError, BmcResult, Credential, Secret};
 
 use crate::app::App;
-use crate::store;
+use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BootRequest, MediaInfo, PowerResult};
 

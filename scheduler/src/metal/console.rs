@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::Child;
 
 use crate::app::AppState;
-use crate::store;
+use metal_store as store;
 
 fn as_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)

@@ -10,7 +10,7 @@ use metal_bmc::redfish::{RedfishBmc, RedfishConfig, Timing, parse};
 use metal_bmc::{BmcError, Credential};
 
 use crate::app::App;
-use crate::store;
+use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::{BmcProtocol, BmcSpec, DiscoverRequest, DiscoverResult, DiscoveredBmc};
 

@@ -18,8 +18,8 @@ use time::OffsetDateTime;
 
 use super::workflow::{Definition, Hooks, Outcome, StepDef};
 use crate::app::AppState;
-use crate::store::work::Side;
-use crate::store::{self, Conn};
+use metal_store::work::Side;
+use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
 use metal_types::model::workflow::WorkflowRun;

@@ -31,7 +31,7 @@ pub fn definitions() -> [(&'static Definition, &'static dyn Hooks); 3] {
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::store::{self, Conn};
+use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
 

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::workflow::{Effects, Outcome};
 use crate::app::App;
-use crate::store::{self, switches::StoredSwitch};
+use metal_store::{self as store, switches::StoredSwitch};
 use metal_types::error::ApiError;
 use metal_types::model::pool::{NetworkPolicy, Pool};
 use metal_types::model::switch::{NodePort, NodePortSpec, PortSource, SwitchAddress, SwitchDriver};
@@ -174,7 +174,7 @@ pub fn not_isolated() -> Outcome {
 /// or a system name equal to the switch's id) and a port gets that port, unless an operator
 /// set the node's ports (theirs stand). Returns the ports learned (none: nothing changed).
 pub fn learn_ports(
-    tx: &mut dyn crate::store::Conn,
+    tx: &mut dyn metal_store::Conn,
     node_id: &str,
     report: &metal_protocol::InventoryReport,
     now: time::OffsetDateTime,

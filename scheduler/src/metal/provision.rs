@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::app::AppState;
-use crate::store::{self, Conn};
+use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::image::ImagePlan;
 use metal_types::model::node::{Node, NodeState, NodeTransition, Trust};

@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 use super::bmcs::{Taken, logs_in};
 use super::workflow::{Definition, Effects, Hooks, Outcome, StepDef};
 use crate::app::AppState;
-use crate::store::{self, Conn};
+use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition};
 use metal_types::model::pool::{AgentMode, Pool};

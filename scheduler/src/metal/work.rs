@@ -6,8 +6,8 @@ use time::OffsetDateTime;
 
 use super::lease::{self, LeaseRequest};
 use crate::app::AppState;
-use crate::store::work::{Side, WorkItem};
-use crate::store::{self, Conn};
+use metal_store::work::{Side, WorkItem};
+use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
 

@@ -14,8 +14,8 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use crate::app::AppState;
-use crate::store::workflows::{Standing, Verdict};
-use crate::store::{self, Conn};
+use metal_store::workflows::{Standing, Verdict};
+use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::workflow::{StepSpec, WorkflowRun};
 

@@ -53,7 +53,7 @@ async fn a_redfish_bmc_is_driven_through_the_api_with_its_password_sealed() {
     assert!(!info.to_string().contains(SUSHY_PASSWORD));
     let (_, got) = site.admin("GET", "/v1/nodes/n1/bmc", None).await;
     assert_eq!(got, info);
-    if site.app.store.backend() == metal_scheduler::store::Backend::Sqlite {
+    if site.app.store.backend() == metal_store::Backend::Sqlite {
         assert!(!contains(&stored_bytes(&site), SUSHY_PASSWORD), "the password is stored in clear");
     }
 
@@ -168,12 +168,8 @@ async fn pending(site: &Site, password: &str, ago: time::Duration) {
     let key = site.app.config.master_key.clone();
     let sealed = metal_types::secrets::seal(key.as_ref(), "n1", &metal_bmc::Secret::new(password));
     let began = site.app.clock.now() - ago;
-    let claimed = site
-        .app
-        .store
-        .write(move |tx| metal_scheduler::store::bmcs::claim_pending(tx, "n1", &sealed, began))
-        .await
-        .unwrap();
+    let claimed =
+        site.app.store.write(move |tx| metal_store::bmcs::claim_pending(tx, "n1", &sealed, began)).await.unwrap();
     assert!(claimed, "the slot was free");
 }
 

@@ -214,7 +214,7 @@ fn a_replica_killed_mid_run_is_taken_over_by_the_other() {
     let other = tempfile::tempdir().unwrap();
     std::fs::copy(dir.path().join("admin.token"), other.path().join("admin.token")).unwrap();
     metal_tests::scheduler::copy_dir(&dir.path().join("ca"), &other.path().join("ca"));
-    let database = database.unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(dir.path()));
+    let database = database.unwrap_or_else(|| metal_store::Store::sqlite_url(dir.path()));
     // The first replica polls often and dies at the fence step; the second polls slower,
     // so the first one gets the run, and takes it over once the dead one's claim lapses.
     let first = start(dir.path(), Some(&database), Some("fence:before"), "100ms");

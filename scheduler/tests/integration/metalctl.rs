@@ -396,7 +396,7 @@ fn node_moves_are_checked_by_the_command_line_and_the_api_says_what_is_wrong_wit
 
 #[test]
 fn metalctl_shows_teardown_evidence_recovers_only_quarantined_leases_and_deletes_tenants() {
-    use metal_scheduler::store::workflows::{self, Verdict};
+    use metal_store::workflows::{self, Verdict};
     use metal_types::clock::Clock as _;
     use metal_types::model::workflow::StepSpec;
     let runtime = tokio::runtime::Runtime::new().unwrap();

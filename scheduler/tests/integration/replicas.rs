@@ -103,7 +103,7 @@ async fn two_replicas_bootstrapping_one_empty_database_both_start_with_one_admin
         let shared = tempfile::tempdir().unwrap();
         let database = match common::database_url().await {
             Some(url) => url,
-            None => metal_scheduler::store::Store::sqlite_url(shared.path()),
+            None => metal_store::Store::sqlite_url(shared.path()),
         };
         let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let start = |dir: &tempfile::TempDir| {

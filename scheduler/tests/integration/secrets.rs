@@ -136,9 +136,9 @@ fn metalctl(home: &Path, args: &[&str]) -> String {
 fn stored_bmc_password(url: &str, key: &str) -> (String, String) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let stored: String = runtime.block_on(async {
-        let store = metal_scheduler::store::Store::open(url).await.unwrap();
+        let store = metal_store::Store::open(url).await.unwrap();
         store
-            .read(|conn| -> Result<String, metal_scheduler::store::DbError> {
+            .read(|conn| -> Result<String, metal_store::DbError> {
                 let row = conn.query_opt("SELECT secret FROM bmcs WHERE node_id = 'n1'", &[])?.unwrap();
                 row.get("secret")
             })
@@ -158,7 +158,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     let (data, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let postgres = postgres_with_password();
     let database = postgres.as_ref().map(|(url, _)| url.clone());
-    let store_url = database.clone().unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(data.path()));
+    let store_url = database.clone().unwrap_or_else(|| metal_store::Store::sqlite_url(data.path()));
     let command_lines = CommandLines::watch();
 
     let make = |boot: u16| {

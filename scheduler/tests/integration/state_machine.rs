@@ -5,7 +5,7 @@ use crate::common;
 
 use std::collections::BTreeMap;
 
-use metal_scheduler::store::{Store, nodes};
+use metal_store::{Store, nodes};
 use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
 use proptest::prelude::*;
 use time::macros::datetime;

@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::Site;
-use metal_scheduler::store::workflows::{self, Standing, Verdict};
+use metal_store::workflows::{self, Standing, Verdict};
 use metal_types::clock::Clock as _;
 use metal_types::error::ApiError;
 use metal_types::model::workflow::{StepSpec, WorkflowRun};

@@ -42,7 +42,7 @@ fn drive(s: &TestScheduler, what: &str, timeout: Duration, done: impl Fn(&TestSc
             return node;
         }
         if Instant::now() > deadline {
-            let runs = s.block_on(s.app.store.read(|tx| metal_scheduler::store::workflows::for_node(tx, "hil-tr", "")));
+            let runs = s.block_on(s.app.store.read(|tx| metal_store::workflows::for_node(tx, "hil-tr", "")));
             let last = runs.ok().and_then(|r| r.last().cloned());
             let step = last.as_ref().map(|r| (r.current().map(|c| c.name.clone()), r.last_error.clone()));
             panic!("{what}: the node is still {node}\nits workflow is at {step:?}");

@@ -17,7 +17,7 @@ use metal_agent::{Joined, setup};
 use metal_boot::controller::{self, ControllerError, Retry};
 use metal_protocol::join::{HostSetup, JoinFailure};
 use metal_protocol::{InventoryReport, WipeReport};
-use metal_scheduler::store;
+use metal_store as store;
 use metal_tests::images::Mirror;
 use metal_tests::scheduler::{Admin as _, TestScheduler};
 use serde_json::{Value, json};

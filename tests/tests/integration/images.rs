@@ -116,7 +116,7 @@ fn a_dropped_transfer_resumes_with_range_and_the_image_is_stored_seekable() {
     // chunk marked.
     let plan = {
         let id = id.to_owned();
-        s.block_on(s.app.store.read(move |tx| metal_scheduler::store::images::plan(tx, &id))).unwrap().unwrap()
+        s.block_on(s.app.store.read(move |tx| metal_store::images::plan(tx, &id))).unwrap().unwrap()
     };
     assert_eq!(plan.chunks.sha256.len(), 3);
     assert_eq!(plan.chunks.sha256[0], sha256(&raw[..4 * MIB]));

@@ -185,7 +185,7 @@ fn leased_and_deployed(s: &TestScheduler) -> String {
     later(s);
     let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
     let node = s.node("n1");
-    let runs = s.block_on(s.app.store.read(|tx| metal_scheduler::store::workflows::for_node(tx, "n1", ""))).unwrap();
+    let runs = s.block_on(s.app.store.read(|tx| metal_store::workflows::for_node(tx, "n1", ""))).unwrap();
     assert_eq!(r["state"], "active", "{r}\n{node}\n{runs:?}");
     reservation
 }
@@ -270,7 +270,7 @@ fn a_teardown_waits_for_an_operators_rotation_in_flight_and_settles_one_that_die
     let sealed =
         metal_types::secrets::seal(s.app.config.master_key.as_ref(), "n1", &metal_bmc::Secret::new("Operator-1"));
     let now = s.app.clock.now();
-    let claim = s.app.store.write(move |tx| metal_scheduler::store::bmcs::claim_pending(tx, "n1", &sealed, now));
+    let claim = s.app.store.write(move |tx| metal_store::bmcs::claim_pending(tx, "n1", &sealed, now));
     assert!(s.block_on(claim).unwrap());
     release(&s, &reservation);
     let run = &teardowns(&s)[0];
@@ -733,9 +733,7 @@ fn step_record<'a>(run: &'a Value, step: &str) -> &'a Value {
 /// The lease-start run of n1.
 fn lease_run(s: &TestScheduler) -> Value {
     let runs = s
-        .block_on(
-            s.app.store.read(|tx| metal_scheduler::store::workflows::for_node(tx, "n1", "metal-tenant-root-lease")),
-        )
+        .block_on(s.app.store.read(|tx| metal_store::workflows::for_node(tx, "n1", "metal-tenant-root-lease")))
         .unwrap();
     serde_json::to_value(runs.last().unwrap()).unwrap()
 }

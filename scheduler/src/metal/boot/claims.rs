@@ -20,7 +20,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 use tracing::warn;
 
-use crate::store::{self, Conn};
+use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::NodeBoot;
 use metal_types::model::boot::{BootStep, BootTask, boot_step};

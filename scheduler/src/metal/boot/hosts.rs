@@ -31,7 +31,7 @@ use tracing::{info, warn};
 use crate::api::ApiJson;
 use crate::app::AppState;
 use crate::metal::boot::{BootService, ClientAddr, Peer};
-use crate::store::{self, Conn};
+use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::host::{Host, HostState};
 use metal_types::model::node::{Node, NodeState, Trust};

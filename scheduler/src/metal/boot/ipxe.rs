@@ -18,7 +18,7 @@ use tracing::{info, warn};
 use crate::app::AppState;
 use crate::metal::boot::claims::{self, Claim};
 use crate::metal::boot::{BootService, ClientAddr};
-use crate::store::{self, Conn};
+use metal_store::{self as store, Conn};
 use metal_types::config::BootConfig;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::{BootStep, BootTask, boot_step};
@@ -330,7 +330,7 @@ async fn script(
 async fn installer_of(
     app: &AppState,
     token: String,
-) -> ApiResult<(crate::store::boot::BootToken, metal_types::model::profile::InstallerPlan)> {
+) -> ApiResult<(metal_store::boot::BootToken, metal_types::model::profile::InstallerPlan)> {
     let now = app.clock.now();
     app.store
         .read(move |tx| {

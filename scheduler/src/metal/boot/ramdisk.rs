@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use crate::api::ApiJson;
 use crate::app::AppState;
 use crate::metal::boot::{BootService, ClientAddr, Peer, claims};
-use crate::store::{self, Conn};
+use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::{BootStep, WipeReportRecord, boot_step};
 use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition, Trust};

@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use crate::app::{App, AppState};
 use crate::metal::images::{CHUNK_SIZE, LEVEL, remove_quietly};
-use crate::store::{self, images::Verdict};
+use metal_store::{self as store, images::Verdict};
 use metal_types::error::ApiError;
 use metal_types::model::image::{Image, ImagePlan, ImageProgress, file_name, parse_checksum_file};
 

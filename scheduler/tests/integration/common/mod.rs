@@ -58,8 +58,7 @@ impl Site {
     pub async fn replica(&self) -> Site {
         let dir = tempfile::tempdir().unwrap();
         std::fs::copy(self._dir.path().join(app::ADMIN_TOKEN_FILE), dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap();
-        let database =
-            self.database_url.clone().unwrap_or_else(|| metal_scheduler::store::Store::sqlite_url(self._dir.path()));
+        let database = self.database_url.clone().unwrap_or_else(|| metal_store::Store::sqlite_url(self._dir.path()));
         Site::start_in(dir, Some(database), self.clock.clone(), |_| {}).await
     }
 
@@ -116,7 +115,7 @@ impl Site {
     /// `lease.bound` work row for each allocation (the whole contract between the sides),
     /// then capacity's pass over its queue.
     pub async fn bound_by_metal(&self, reservation: &str) {
-        use metal_scheduler::store::{capacity, work};
+        use metal_store::{capacity, work};
         use metal_types::clock::Clock as _;
         let (id, now) = (reservation.to_owned(), self.clock.now());
         self.app
@@ -133,7 +132,7 @@ impl Site {
                         now,
                     )?;
                 }
-                Ok::<_, metal_scheduler::store::DbError>(())
+                Ok::<_, metal_store::DbError>(())
             })
             .await
             .unwrap();

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::store::db::to_json;
-use crate::store::{Backend, Conn, DbResult, Row, events};
+use crate::db::to_json;
+use crate::{Backend, Conn, DbResult, Row, events};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::node::{Deadlines, Device, Node, NodeState, NodeTransition, Taint};
@@ -28,7 +28,7 @@ fn node_from_row(row: &Row) -> DbResult<Node> {
         failed_from: failed_from
             .map(|t| t.parse::<NodeState>())
             .transpose()
-            .map_err(|message| crate::store::DbError::Decode { column: "failed_from".into(), message })?,
+            .map_err(|message| crate::DbError::Decode { column: "failed_from".into(), message })?,
         state_reason: row.get("state_reason")?,
         owner: row.get("owner")?,
         deadline: deadline.map(from_millis),
@@ -73,7 +73,7 @@ pub fn insert(conn: &mut dyn Conn, node: &NewNode, now: OffsetDateTime) -> DbRes
     if conn.query_opt("SELECT id FROM nodes WHERE id = $1 OR boot_mac = $2", &[&node.id, &node.boot_mac])?.is_some() {
         return Ok(None);
     }
-    let inserted = crate::store::db::insert_unique(
+    let inserted = crate::db::insert_unique(
         conn,
         "INSERT INTO nodes (id, generation, state, power, maintenance, cordoned, tenant_root, trust, \
          identity_generation, boot_mac, labels, taints, devices, created_at, updated_at, pool_id) \
@@ -91,8 +91,8 @@ pub fn insert(conn: &mut dyn Conn, node: &NewNode, now: OffsetDateTime) -> DbRes
     if !inserted {
         return Ok(None); // enrolled by another writer since we looked
     }
-    let created = get(conn, &node.id)?.ok_or(crate::store::DbError::NoRow)?;
-    crate::store::billing::record_health(conn, &created.id, created.generation, &created.devices, now)?;
+    let created = get(conn, &node.id)?.ok_or(crate::DbError::NoRow)?;
+    crate::billing::record_health(conn, &created.id, created.generation, &created.devices, now)?;
     events::append(conn, "node.created", &format!("node/{}", node.id), None, &json!({"node": node.id}), now)?;
     Ok(Some(created))
 }
@@ -218,7 +218,7 @@ pub fn update_attributes(
             expected_generation.unwrap_or_default()
         )));
     }
-    crate::store::billing::record_health(conn, &node.id, node.generation, &node.devices, now)?;
+    crate::billing::record_health(conn, &node.id, node.generation, &node.devices, now)?;
     events::append(
         conn,
         "node.updated",

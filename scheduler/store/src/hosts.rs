@@ -6,8 +6,8 @@ use std::time::Duration;
 use metal_protocol::join::HostSetup;
 use time::OffsetDateTime;
 
-use crate::store::auth::{hash, new_secret};
-use crate::store::{Conn, DbResult, Row};
+use crate::auth::{hash, new_secret};
+use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::model::host::{Host, HostState, JoinLogEntry};
 
@@ -94,7 +94,7 @@ pub fn issue_token(
     ttl: Duration,
 ) -> DbResult<(String, String)> {
     let TokenRequest { node_id, identity_generation, profile, setup, origin } = request;
-    crate::store::nodes::lock(conn, node_id)?;
+    crate::nodes::lock(conn, node_id)?;
     conn.execute("DELETE FROM enrolment_tokens WHERE node_id = $1 AND used_at IS NULL", &[&node_id])?;
     let token = new_secret();
     let id = format!("enr-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
@@ -132,7 +132,7 @@ pub fn lapse_expired(conn: &mut dyn Conn, now: OffsetDateTime) -> DbResult<Vec<E
     for row in &rows {
         let digest: String = row.get("token_hash")?;
         let node: String = row.get("node_id")?;
-        crate::store::nodes::lock(conn, &node)?;
+        crate::nodes::lock(conn, &node)?;
         let marked = conn.execute(
             "UPDATE enrolment_tokens SET lapsed_at = $1 WHERE token_hash = $2 AND used_at IS NULL AND lapsed_at IS NULL",
             &[&to_millis(now), &digest],
@@ -192,7 +192,7 @@ pub fn find_token(
     let Some(row) = conn.query_opt(&select, &[&digest])? else {
         return Ok(Err(TokenRefusal::Unknown));
     };
-    crate::store::nodes::lock(conn, &token_from_row(&row)?.node_id)?;
+    crate::nodes::lock(conn, &token_from_row(&row)?.node_id)?;
     // Read again under the lock: another replica may have used or withdrawn it meanwhile.
     let Some(row) = conn.query_opt(&select, &[&digest])? else {
         return Ok(Err(TokenRefusal::Unknown));
@@ -250,7 +250,7 @@ fn host_from_row(row: &Row) -> DbResult<Host> {
 /// Records a join: the node's host, replacing an earlier one of the node (whose row
 /// generation it continues, so a compare-and-set on the old row fails).
 pub fn put(conn: &mut dyn Conn, host: &Host, now: OffsetDateTime) -> DbResult<Host> {
-    crate::store::nodes::lock(conn, &host.node_id)?;
+    crate::nodes::lock(conn, &host.node_id)?;
     let previous = conn.query_opt("SELECT generation FROM hosts WHERE node_id = $1", &[&host.node_id])?;
     let generation = match previous {
         Some(row) => row.get::<i64>("generation")? + 1,
@@ -336,7 +336,7 @@ pub fn log(
     detail: &str,
     now: OffsetDateTime,
 ) -> DbResult<()> {
-    crate::store::nodes::lock(conn, node_id)?;
+    crate::nodes::lock(conn, node_id)?;
     let row =
         conn.query_one("SELECT COALESCE(MAX(seq), 0) AS last FROM host_join_log WHERE node_id = $1", &[&node_id])?;
     let seq = row.get::<i64>("last")? + 1;
@@ -371,7 +371,7 @@ pub fn join_log(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<JoinLogEntry
 /// A teardown's clean-up: the node's host and its enrolment tokens go (the log stays).
 /// Returns how many host rows and tokens were removed.
 pub fn forget(conn: &mut dyn Conn, node_id: &str) -> DbResult<(u64, u64)> {
-    crate::store::nodes::lock(conn, node_id)?;
+    crate::nodes::lock(conn, node_id)?;
     let hosts = conn.execute("DELETE FROM hosts WHERE node_id = $1", &[&node_id])?;
     let tokens = conn.execute("DELETE FROM enrolment_tokens WHERE node_id = $1", &[&node_id])?;
     Ok((hosts, tokens))

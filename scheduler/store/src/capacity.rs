@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::store::db::to_json;
-use crate::store::{Conn, DbError, DbResult, Row, events};
+use crate::db::to_json;
+use crate::{Conn, DbError, DbResult, Row, events};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::node::Candidate;
@@ -24,7 +24,7 @@ pub fn insert_pool(conn: &mut dyn Conn, id: &str, create: &PoolCreate, now: Offs
     if get_pool(conn, id)?.is_some() {
         return Err(ApiError::Conflict(format!("pool {id} already exists")));
     }
-    let inserted = crate::store::db::insert_unique(
+    let inserted = crate::db::insert_unique(
         conn,
         "INSERT INTO pools (id, generation, tenant_id, site_id, class, policy, created_at) VALUES ($1, 1, $2, $3, $4, $5, $6)",
         &[&id, &create.tenant_id, &create.site_id, &create.class, &to_json(&create.policy)?, &to_millis(now)],
@@ -82,7 +82,7 @@ pub fn offer(conn: &mut dyn Conn, pool: &str, tenant: &str, now: OffsetDateTime)
     let exists =
         conn.query_opt("SELECT pool_id FROM pool_offers WHERE pool_id = $1 AND tenant_id = $2", &[&pool, &tenant])?;
     if exists.is_none()
-        && crate::store::db::insert_unique(
+        && crate::db::insert_unique(
             conn,
             "INSERT INTO pool_offers (pool_id, tenant_id) VALUES ($1, $2)",
             &[&pool, &tenant],
@@ -167,7 +167,7 @@ pub fn candidates(conn: &mut dyn Conn, pool: &str) -> DbResult<Vec<Candidate>> {
 /// makes concurrent bookers of the node (other replicas) wait for each other; SQLite's one
 /// writer already excludes them.
 pub fn lock_candidate(conn: &mut dyn Conn, node: &str) -> DbResult<Option<Candidate>> {
-    crate::store::nodes::lock(conn, node)?;
+    crate::nodes::lock(conn, node)?;
     let rows = conn.query(
         "SELECT n.id, n.state, n.maintenance, n.cordoned, n.trust, n.taints, n.labels, n.devices, a.start_at, a.end_at \
          FROM nodes n LEFT JOIN allocations a ON a.node_id = n.id AND a.live = 1 WHERE n.id = $1",
@@ -370,9 +370,9 @@ pub fn set_state(
             for (allocation, node) in allocations(conn, id)? {
                 let payload = json!({"reservation": id, "allocation": allocation, "node": node,
                                      "reason": reason.unwrap_or(to.as_str())});
-                crate::store::work::enqueue(
+                crate::work::enqueue(
                     conn,
-                    crate::store::work::Side::Metal,
+                    crate::work::Side::Metal,
                     &format!("lease-end/{allocation}"),
                     "lease.end",
                     &payload,
@@ -469,7 +469,7 @@ pub fn record_response(
     stored: &StoredResponse,
     now: OffsetDateTime,
 ) -> DbResult<bool> {
-    crate::store::db::insert_unique(
+    crate::db::insert_unique(
         conn,
         "INSERT INTO idempotency (tenant_id, key, body_hash, status, response, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
         &[&tenant, &key, &stored.body_hash, &i64::from(stored.status), &stored.response, &to_millis(now)],

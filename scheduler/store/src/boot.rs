@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::store::auth::{hash, new_secret};
-use crate::store::{Conn, DbResult, Row};
+use crate::auth::{hash, new_secret};
+use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::boot::{BootTask, FirmwareCheckRecord, NodeInventory, WipeReportRecord};
@@ -239,7 +239,7 @@ pub fn due(conn: &mut dyn Conn, node: &metal_types::model::node::Node) -> DbResu
     if node.state != metal_types::model::node::NodeState::Releasing {
         return Ok(metal_types::model::boot::Due { firmware: false, erase: false });
     }
-    let erase_step = crate::store::workflows::running_for(conn, &node.id)?.and_then(|run| {
+    let erase_step = crate::workflows::running_for(conn, &node.id)?.and_then(|run| {
         let at = run.steps.iter().position(|s| s.name == "erase")?;
         Some((usize::try_from(run.step_index).unwrap_or(usize::MAX).cmp(&at), run.step_started))
     });
@@ -266,9 +266,8 @@ pub fn due(conn: &mut dyn Conn, node: &metal_types::model::node::Node) -> DbResu
 /// no compliant check was recorded at its current generation (every lifecycle move bumps it).
 fn firmware_due(conn: &mut dyn Conn, node: &metal_types::model::node::Node) -> DbResult<bool> {
     let Some(pool) = node.pool_id.as_deref() else { return Ok(false) };
-    let baseline = crate::store::capacity::get_pool(conn, pool)?
-        .and_then(|p| p.policy.firmware_baseline)
-        .is_some_and(|b| !b.is_empty());
+    let baseline =
+        crate::capacity::get_pool(conn, pool)?.and_then(|p| p.policy.firmware_baseline).is_some_and(|b| !b.is_empty());
     if !baseline {
         return Ok(false);
     }

@@ -4,7 +4,7 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::store::{Conn, DbError, DbResult, Row, events};
+use crate::{Conn, DbError, DbResult, Row, events};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BmcTls, ConsoleSession, IpmiPrivilege};
@@ -75,13 +75,13 @@ pub fn put(
     sealed: &str,
     now: OffsetDateTime,
 ) -> Result<BmcInfo, ApiError> {
-    if crate::store::nodes::get(conn, node)?.is_none() {
+    if crate::nodes::get(conn, node)?.is_none() {
         return Err(ApiError::NotFound(format!("node {node}")));
     }
-    let tls = crate::store::db::to_json(&spec.tls)?;
+    let tls = crate::db::to_json(&spec.tls)?;
     let at = to_millis(now);
     let privilege = spec.privilege.map(IpmiPrivilege::as_str);
-    let params: [&dyn crate::store::db::ToValue; 9] = [
+    let params: [&dyn crate::db::ToValue; 9] = [
         &node,
         &spec.protocol.as_str(),
         &spec.address,

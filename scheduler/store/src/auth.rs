@@ -5,7 +5,7 @@ use rand::RngCore as _;
 use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 
-use crate::store::{Conn, DbResult, Row};
+use crate::{Conn, DbResult, Row};
 use metal_types::clock::to_millis;
 use metal_types::model::tenant::{CredentialInfo, CredentialRole, Tenant};
 
@@ -38,7 +38,7 @@ pub(crate) fn new_secret() -> String {
 }
 
 /// SHA-256 of a secret token, hex: what the database keeps instead of the token.
-pub(crate) fn hash(token: &str) -> String {
+pub fn hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
@@ -83,7 +83,7 @@ pub fn create_tenant(conn: &mut dyn Conn, tenant: &Tenant, now: OffsetDateTime) 
     if conn.query_opt("SELECT id FROM tenants WHERE id = $1", &[&tenant.id])?.is_some() {
         return Ok(false);
     }
-    crate::store::db::insert_unique(
+    crate::db::insert_unique(
         conn,
         "INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)",
         &[&tenant.id, &tenant.name, &to_millis(now)],

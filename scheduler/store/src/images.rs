@@ -8,8 +8,8 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::store::db::to_json;
-use crate::store::{Conn, DbResult, Row, events};
+use crate::db::to_json;
+use crate::{Conn, DbResult, Row, events};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::image::{Image, ImageOrigin, ImagePlan, ImageProgress, ImageState};
@@ -77,7 +77,7 @@ pub fn insert(
     claim: Claim<'_>,
     now: OffsetDateTime,
 ) -> Result<Image, ApiError> {
-    if crate::store::auth::get_tenant(conn, tenant_id)?.is_none() {
+    if crate::auth::get_tenant(conn, tenant_id)?.is_none() {
         return Err(ApiError::invalid("tenantId", format!("no tenant {tenant_id}")));
     }
     let taken = || ApiError::Conflict(format!("tenant {tenant_id} already has an image named {name}"));

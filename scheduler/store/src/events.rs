@@ -2,8 +2,8 @@
 
 use time::OffsetDateTime;
 
-use crate::store::db::ToValue;
-use crate::store::{Conn, DbResult};
+use crate::db::ToValue;
+use crate::{Conn, DbResult};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::model::event::Event;
 

@@ -1,4 +1,4 @@
-//! Schema migrations: the numbered SQL files in `scheduler/migrations`, compiled in, run in
+//! Schema migrations: the numbered SQL files in `scheduler/store/migrations`, compiled in, run in
 //! order inside the store's first transaction on both backends. Each applied migration is
 //! recorded with its SHA-256, and a database whose recorded migration differs from the
 //! checked-in file refuses to open rather than run on a schema nobody wrote.
@@ -8,22 +8,22 @@ use sha2::{Digest as _, Sha256};
 use super::db::{Conn, DbError, DbResult};
 
 const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "core", include_str!("../../migrations/0001_core.sql")),
-    (2, "capacity", include_str!("../../migrations/0002_capacity.sql")),
-    (3, "billing", include_str!("../../migrations/0003_billing.sql")),
-    (4, "row-locks", include_str!("../../migrations/0004_row_locks.sql")),
-    (5, "bmcs", include_str!("../../migrations/0005_bmcs.sql")),
-    (6, "console-sessions", include_str!("../../migrations/0006_console_sessions.sql")),
-    (7, "boot", include_str!("../../migrations/0007_boot.sql")),
-    (8, "firmware-checks", include_str!("../../migrations/0008_firmware_checks.sql")),
-    (9, "images-profiles", include_str!("../../migrations/0009_images_profiles.sql")),
-    (10, "workflows", include_str!("../../migrations/0010_workflows.sql")),
-    (11, "hosts", include_str!("../../migrations/0011_hosts.sql")),
-    (12, "wipe-generation", include_str!("../../migrations/0012_wipe_generation.sql")),
-    (13, "event-filters", include_str!("../../migrations/0013_event_filters.sql")),
-    (14, "bmc-pending-at", include_str!("../../migrations/0014_bmc_pending_at.sql")),
-    (15, "node-boots", include_str!("../../migrations/0015_node_boots.sql")),
-    (16, "switches", include_str!("../../migrations/0016_switches.sql")),
+    (1, "core", include_str!("../migrations/0001_core.sql")),
+    (2, "capacity", include_str!("../migrations/0002_capacity.sql")),
+    (3, "billing", include_str!("../migrations/0003_billing.sql")),
+    (4, "row-locks", include_str!("../migrations/0004_row_locks.sql")),
+    (5, "bmcs", include_str!("../migrations/0005_bmcs.sql")),
+    (6, "console-sessions", include_str!("../migrations/0006_console_sessions.sql")),
+    (7, "boot", include_str!("../migrations/0007_boot.sql")),
+    (8, "firmware-checks", include_str!("../migrations/0008_firmware_checks.sql")),
+    (9, "images-profiles", include_str!("../migrations/0009_images_profiles.sql")),
+    (10, "workflows", include_str!("../migrations/0010_workflows.sql")),
+    (11, "hosts", include_str!("../migrations/0011_hosts.sql")),
+    (12, "wipe-generation", include_str!("../migrations/0012_wipe_generation.sql")),
+    (13, "event-filters", include_str!("../migrations/0013_event_filters.sql")),
+    (14, "bmc-pending-at", include_str!("../migrations/0014_bmc_pending_at.sql")),
+    (15, "node-boots", include_str!("../migrations/0015_node_boots.sql")),
+    (16, "switches", include_str!("../migrations/0016_switches.sql")),
 ];
 
 /// Brings the schema up to date.

@@ -5,7 +5,7 @@
 
 use time::OffsetDateTime;
 
-use crate::store::{Conn, DbResult, Row};
+use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::pool::VlanRange;
@@ -46,7 +46,7 @@ pub fn insert(
     sealed: Option<&str>,
     now: OffsetDateTime,
 ) -> Result<SwitchInfo, ApiError> {
-    let inserted = crate::store::db::insert_unique(
+    let inserted = crate::db::insert_unique(
         conn,
         "INSERT INTO switches (id, driver, address, command, secret, host_key, chassis_id, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -132,7 +132,7 @@ pub fn set_ports(
         if get(conn, &port.switch_id)?.is_none() {
             return Err(ApiError::invalid(format!("ports[{i}].switchId"), format!("no switch {}", port.switch_id)));
         }
-        let inserted = crate::store::db::insert_unique(
+        let inserted = crate::db::insert_unique(
             conn,
             "INSERT INTO node_ports (node_id, mac, switch_id, port, source) VALUES ($1, $2, $3, $4, $5)",
             &[&node_id, &port.mac, &port.switch_id, &port.port, &source_text],

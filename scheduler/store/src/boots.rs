@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::store::{Conn, DbResult, Row};
+use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::model::boot::{BootTask, NodeBoot};
 
@@ -29,7 +29,7 @@ fn from_row(row: &Row) -> DbResult<NodeBoot> {
         task: task
             .map(|t| t.parse())
             .transpose()
-            .map_err(|message| crate::store::DbError::Decode { column: "task".into(), message })?,
+            .map_err(|message| crate::DbError::Decode { column: "task".into(), message })?,
         token_hash: row.get("token_hash")?,
         handed_to: row.get("handed_to")?,
         joined_from: row.get("joined_from")?,

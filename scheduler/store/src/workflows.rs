@@ -10,8 +10,8 @@
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::store::db::to_json;
-use crate::store::{Conn, DbResult, Row};
+use crate::db::to_json;
+use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::workflow::{StepRecord, StepSpec, WorkflowRun};
@@ -57,7 +57,7 @@ pub fn create(
 ) -> Result<WorkflowRun, ApiError> {
     let first = steps.first().ok_or_else(|| ApiError::Internal(format!("workflow {definition} has no steps")))?;
     let at = to_millis(now);
-    let inserted = crate::store::db::insert_unique(
+    let inserted = crate::db::insert_unique(
         conn,
         "INSERT INTO workflow_runs (id, node_id, definition, steps, step_index, attempt, status, context, fence, \
          not_before, step_started, step_deadline, created_at, updated_at) \

@@ -5,8 +5,8 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::store::db::to_json;
-use crate::store::{Conn, DbResult, events, images};
+use crate::db::to_json;
+use crate::{Conn, DbResult, events, images};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::image::ImageState;
@@ -65,7 +65,7 @@ pub fn insert(
     spec: &ProfileSpec,
     now: OffsetDateTime,
 ) -> Result<Profile, ApiError> {
-    if crate::store::auth::get_tenant(conn, tenant)?.is_none() {
+    if crate::auth::get_tenant(conn, tenant)?.is_none() {
         return Err(ApiError::invalid("tenantId", format!("no tenant {tenant}")));
     }
     let taken = || ApiError::Conflict(format!("profile {id} already exists"));

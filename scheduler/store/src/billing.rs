@@ -8,7 +8,7 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::store::{Conn, DbResult, events};
+use crate::{Conn, DbResult, events};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::model::node::Device;
 use metal_types::model::reservation::ReservationCreate;

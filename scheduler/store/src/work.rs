@@ -8,8 +8,8 @@
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::store::db::to_json;
-use crate::store::{Conn, DbResult};
+use crate::db::to_json;
+use crate::{Conn, DbResult};
 use metal_types::clock::{from_millis, to_millis};
 
 /// Whose queue a row is on.
@@ -53,7 +53,7 @@ pub fn enqueue(
     payload: &Value,
     now: OffsetDateTime,
 ) -> DbResult<bool> {
-    crate::store::db::insert_unique(
+    crate::db::insert_unique(
         conn,
         &format!(
             "INSERT INTO {} (id, kind, payload, state, created_at) VALUES ($1, $2, $3, 'queued', $4)",
