@@ -188,7 +188,7 @@ pub fn host_inventory(node: &str) -> InventoryReport {
     let devices = metal_erase::device::discover(&roots).unwrap_or_default();
     inventory.tests = vec![metal_boot::checks::disks(&devices, 8), metal_boot::checks::nics(&inventory.nics)];
     inventory.tool =
-        metal_protocol::inventory::Tool { name: "metal-agent".into(), version: env!("CARGO_PKG_VERSION").into() };
+        metal_protocol::tool::Tool { name: "metal-agent".into(), version: env!("CARGO_PKG_VERSION").into() };
     inventory
 }
 

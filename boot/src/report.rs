@@ -1,7 +1,8 @@
 //! The commissioning report: the inventory, the in-band firmware versions and, when asked
 //! for, the four basic tests.
 
-use metal_protocol::inventory::{Cpu, InventoryReport, Tool};
+use metal_protocol::inventory::{Cpu, InventoryReport};
+use metal_protocol::tool::Tool;
 
 use crate::checks;
 use crate::inventory::{self, SystemPaths};

@@ -7,7 +7,7 @@
 use std::time::SystemTime;
 
 pub use metal_protocol::identity::SigningIdentity;
-use metal_protocol::inventory::Tool;
+use metal_protocol::tool::Tool;
 use metal_protocol::wipe::{DiskWipe, WipePolicy, WipeResult};
 use metal_protocol::{CaCertificate, DiskIdentity, Envelope, Identity, WipeExpectation, WipeRefusal, WipeReport};
 use time::OffsetDateTime;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use metal_protocol::firmware::{Comparison, ComponentCheck, FirmwareReport, FirmwareVersion};
-use metal_protocol::inventory::Tool;
+use metal_protocol::tool::Tool;
 use time::OffsetDateTime;
 
 /// Why there is nothing to check against.

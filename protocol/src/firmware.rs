@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::inventory::Tool;
+use crate::tool::Tool;
 
 /// One component's firmware version as read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 
 use crate::disk::{DiskIdentity, Transport};
 use crate::firmware::FirmwareVersion;
+use crate::tool::Tool;
 
 /// The inventory and basic test results of one machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -213,16 +214,6 @@ pub struct TestResult {
     pub details: String,
     /// Wall time in milliseconds.
     pub duration_ms: u64,
-}
-
-/// The program that produced a report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Tool {
-    /// Program name, e.g. "metal-erase".
-    pub name: String,
-    /// Its version.
-    pub version: String,
 }
 
 /// Where a machine's kernel views live (`/sys`, `/proc`, `/dev`); the running system by

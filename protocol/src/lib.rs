@@ -19,6 +19,7 @@ pub mod identity;
 pub mod inventory;
 pub mod join;
 pub mod lldp;
+pub mod tool;
 pub mod wipe;
 
 pub use attest::{WipeExpectation, WipeRefusal, verify_wipe_report};

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::disk::DiskIdentity;
-use crate::inventory::Tool;
+use crate::tool::Tool;
 
 /// The signed result of erasing a node's disks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
-use crate::site::{GPUS, POOL, Site};
+use crate::site::{GPUS, Options, POOL, Site};
 
 /// The tenant that leases.
 pub const TENANT: &str = "acme";
@@ -20,6 +20,18 @@ pub const STAGE: Duration = Duration::from_secs(180);
 
 /// The lessee's OS image: 16 MiB.
 pub const IMAGE_BYTES: u64 = 16 << 20;
+
+/// A site whose every machine commissioned and whose tenant is prepared ([`prepare`]):
+/// where a lease starts from. A machine that fails to commission is an error.
+pub async fn prepared(options: &Options) -> anyhow::Result<Site> {
+    let site = Site::start(options).await?;
+    let failed = site.commission().await?;
+    if !failed.is_empty() {
+        bail!("machines failed to commission: {}", failed.join(", "));
+    }
+    prepare(&site).await?;
+    Ok(site)
+}
 
 /// Creates the tenant, offers it the pool, imports and promotes an OS image and creates the
 /// lessee's profile on it; the image's id and SHA-256.

@@ -10,6 +10,7 @@ pub mod api;
 pub mod certificate;
 pub mod chaos;
 pub mod clock;
+pub mod config;
 pub mod control;
 pub mod demo;
 pub mod disk;

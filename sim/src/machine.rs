@@ -26,6 +26,23 @@ use crate::fault::{Fault, Faults};
 use crate::network::LossyRelay;
 use crate::tree::Hardware;
 
+/// The BMC firmware version every simulated BMC starts with.
+pub const BMC_VERSION: &str = "5.10.0";
+/// How long a sushy-flavored BMC reads the old power state after a reset (sushy's fake
+/// driver took 1 to 11 s).
+pub const SUSHY_POWER_LAG: Duration = Duration::from_millis(1500);
+
+/// How a BMC speaks Redfish.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Flavor {
+    /// As the DMTF schema reads.
+    #[default]
+    Standard,
+    /// With sushy-tools' quirks.
+    SushyTools,
+}
+
 /// Lines of console output kept per machine.
 const CONSOLE_LINES: usize = 200;
 
@@ -120,7 +137,7 @@ impl State {
     /// before the first change of a burst (an off and on again reads on throughout).
     fn note_power_change(&mut self) {
         let before = match self.power_changed {
-            Some((at, before)) if at.elapsed() < crate::redfish::SUSHY_POWER_LAG => before,
+            Some((at, before)) if at.elapsed() < SUSHY_POWER_LAG => before,
             _ => self.power_on,
         };
         self.power_changed = Some((std::time::Instant::now(), before));
@@ -162,7 +179,7 @@ pub struct Machine {
     /// The scheduler's API (where iPXE chains to).
     pub api_url: String,
     /// How its BMC speaks Redfish.
-    pub flavor: crate::redfish::Flavor,
+    pub flavor: Flavor,
     state: Mutex<State>,
     console: Mutex<VecDeque<String>>,
 }
@@ -184,7 +201,7 @@ impl Machine {
             disk_files,
             faults: Arc::default(),
             api_url,
-            flavor: crate::redfish::Flavor::default(),
+            flavor: Flavor::default(),
             state: Mutex::new(State {
                 power_on: false,
                 epoch: 0,
@@ -192,7 +209,7 @@ impl Machine {
                 media: None,
                 activity: Activity::Off,
                 bmc_password,
-                bmc_version: crate::redfish::BMC_VERSION.into(),
+                bmc_version: BMC_VERSION.into(),
                 boots: 0,
                 power_changed: None,
             }),

@@ -23,10 +23,8 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::fault::Fault;
-use crate::machine::{BootSource, Machine};
+use crate::machine::{BootSource, Flavor, Machine, SUSHY_POWER_LAG};
 
-/// The BMC firmware version every simulated BMC starts with.
-pub const BMC_VERSION: &str = "5.10.0";
 /// The BMC's one account.
 pub const USER: &str = "admin";
 /// The first line of a simulated firmware image: `metal-sim-firmware COMPONENT VERSION`.
@@ -36,20 +34,6 @@ const RESET_TYPES: [&str; 5] = ["On", "ForceOff", "GracefulShutdown", "ForceRest
 /// sushy-tools' (libvirt driver) reset types.
 const SUSHY_RESET_TYPES: [&str; 7] =
     ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "Nmi", "ForceOn"];
-/// How long a sushy-flavored BMC reads the old power state after a reset (sushy's fake
-/// driver took 1 to 11 s).
-pub const SUSHY_POWER_LAG: Duration = Duration::from_millis(1500);
-
-/// How a BMC speaks Redfish.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Flavor {
-    /// As the DMTF schema reads.
-    #[default]
-    Standard,
-    /// With sushy-tools' quirks.
-    SushyTools,
-}
 
 impl Flavor {
     fn reset_types(self) -> &'static [&'static str] {

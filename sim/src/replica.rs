@@ -204,7 +204,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let clock = Arc::new(SimClock::open(&data_dir.join(CLOCK_FILE))?);
     metal_clock::install(clock.clone()).context("the replica needs the process clock")?;
-    let mut config = crate::site::scheduler_config(data_dir, listen, boot_listen, clock.speed());
+    let mut config = crate::config::scheduler_config(data_dir, listen, boot_listen, clock.speed());
     // A claim lapses on the simulated clock: `claim` of real time, renewed every third of it.
     config.workflow_claim = claim.mul_f64(clock.speed().max(1.0));
     config.workflow_renew = Some(claim / 3);

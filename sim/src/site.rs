@@ -110,46 +110,6 @@ pub struct Site {
     _temporary: Option<tempfile::TempDir>,
 }
 
-/// How often the scheduler's periodic pass (reaper, reservations, billing) runs, in real time.
-const REAPER: Duration = Duration::from_millis(200);
-
-/// The scheduler's configuration on a simulated site: `listen` and `boot` its addresses, the
-/// store in `data_dir` (SQLite, unless a database URL is set after), its periodic passes
-/// frequent in real time, so simulated time is not wasted.
-pub fn scheduler_config(
-    data_dir: &Path,
-    listen: SocketAddr,
-    boot: SocketAddr,
-    speed: f64,
-) -> metal_types::config::Config {
-    let defaults = metal_types::config::Config::default();
-    let mut config = metal_types::config::Config {
-        listen,
-        data_dir: data_dir.to_owned(),
-        reaper_interval: REAPER,
-        workflow_interval: Duration::from_millis(100),
-        // A workflow step's claim lapses on the simulated clock and is renewed on the real
-        // one: it lasts as long in real time as in production and is renewed every third of
-        // that, so no step runs twice. (An image import's lease is stretched the same way
-        // but renewed only every third of its stretched length: imports here take seconds,
-        // well inside one lease.)
-        workflow_claim: lasting(defaults.workflow_claim, speed),
-        workflow_renew: Some(defaults.workflow_claim / 3),
-        ..Default::default()
-    };
-    config.images.lease = lasting(defaults.images.lease, speed);
-    config.boot.listen = Some(boot);
-    config.boot.site = "sim".into();
-    // Every simulated machine talks from 127.0.0.1: one address for the whole fleet.
-    config.boot.rate_per_minute = 1_000_000;
-    config
-}
-
-/// A lease of `real` real time as the simulated clock running at `speed` counts it.
-fn lasting(real: Duration, speed: f64) -> Duration {
-    real.mul_f64(speed.max(1.0))
-}
-
 /// The node id of the `index`th machine (from 1).
 pub fn node_id(index: usize) -> String {
     format!("n{index:03}")
@@ -239,7 +199,8 @@ impl Site {
                     .with_context(|| format!("binding {}", options.listen))?;
                 let boot_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
                 let api_address = api_listener.local_addr()?;
-                let mut config = scheduler_config(&data_dir, api_address, boot_listener.local_addr()?, options.speed);
+                let mut config =
+                    crate::config::scheduler_config(&data_dir, api_address, boot_listener.local_addr()?, options.speed);
                 config.database_url.clone_from(&options.database_url);
                 // BMC passwords sealed at rest under a key of this run (and no warning per node).
                 let master_key = hex::encode(rand::random::<[u8; 32]>());
@@ -296,7 +257,7 @@ impl Site {
             let bmc_url = format!("http://{}", listener.local_addr()?);
             let mut machine = Machine::new(id.clone(), hardware, paths, disk_files, api_url.clone(), password.clone());
             if options.sushy_every > 0 && index % options.sushy_every == 0 {
-                machine.flavor = crate::redfish::Flavor::SushyTools;
+                machine.flavor = crate::machine::Flavor::SushyTools;
             }
             let machine = Arc::new(machine);
             for (_, fault) in options.faults.iter().filter(|(node, _)| *node == id) {
@@ -314,19 +275,6 @@ impl Site {
         let control = crate::control::Control { files, machines: machines.clone(), clock: clock.clone() };
         tokio::spawn(crate::control::serve(Arc::new(control), control_listener));
         Ok(Site { clock, scheduler, admin, machines, control_url, data_dir, _temporary: temporary })
-    }
-
-    /// A site whose every machine commissioned and whose tenant is prepared
-    /// (`lease::prepare`): where a lease starts from. A machine that fails to commission is
-    /// an error.
-    pub async fn prepared(options: &Options) -> anyhow::Result<Site> {
-        let site = Site::start(options).await?;
-        let failed = site.commission().await?;
-        if !failed.is_empty() {
-            bail!("machines failed to commission: {}", failed.join(", "));
-        }
-        crate::lease::prepare(&site).await?;
-        Ok(site)
     }
 
     /// The scheduler, when it runs in this process.
@@ -354,7 +302,7 @@ impl Site {
             Scheduler::InProcess(app) => {
                 metal_scheduler::app::bill_once(app).await.map_err(|e| anyhow::anyhow!("billing: {e}"))?;
             }
-            Scheduler::Replicas(_) => tokio::time::sleep(REAPER * 5).await,
+            Scheduler::Replicas(_) => tokio::time::sleep(crate::config::REAPER * 5).await,
         }
         Ok(now)
     }

@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 use ed25519_dalek::SigningKey;
 use metal_protocol::deploy::SeedVolume;
 use metal_protocol::firmware::{Comparison, ComponentCheck};
-use metal_protocol::inventory::{Cpu, Dimm, Disk, Dmi, Memory, Nic, TestKind, TestResult, Tool};
+use metal_protocol::inventory::{Cpu, Dimm, Disk, Dmi, Memory, Nic, TestKind, TestResult};
+use metal_protocol::tool::Tool;
 use metal_protocol::wipe::{
     DeviceCommand, NistCategory, RejectedMethod, SanitizeMethod, Verification, VerifyMode, WipePolicy, WipeResult,
 };

@@ -8,7 +8,7 @@ use clap::Subcommand;
 use metalctl::client::{Client, ClientError, RequestBody};
 use serde_json::{Value, json};
 
-use super::{Output, print, read_input};
+use metalctl::output::{Output, print, read_input};
 
 /// How to trust a Redfish BMC's certificate (one of them for https).
 #[derive(clap::Args, Debug)]

@@ -8,7 +8,7 @@ use metalctl::client::{Client, ClientError};
 use metalctl::host_add::{self, AddOptions, Target};
 use serde_json::{Value, json};
 
-use super::{Output, print, read_input};
+use metalctl::output::{Output, print, read_input};
 
 const HOST_COLUMNS: [(&str, &str); 7] = [
     ("NODE", "nodeId"),

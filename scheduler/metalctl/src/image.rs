@@ -10,7 +10,7 @@ use clap::Subcommand;
 use metalctl::client::{Client, ClientError, RequestBody};
 use serde_json::{Value, json};
 
-use super::{Output, print, read_input};
+use metalctl::output::{Output, print, read_input};
 
 const IMAGE_COLUMNS: [(&str, &str); 7] = [
     ("ID", "id"),

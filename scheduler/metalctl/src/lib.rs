@@ -1,5 +1,7 @@
 //! What `metalctl` does beyond parsing its command line: the HTTP client for the scheduler's
-//! API (`client`) and joining machines that already run an OS (`host_add`).
+//! API (`client`), joining machines that already run an OS (`host_add`), and how results
+//! print and input is read (`output`).
 
 pub mod client;
 pub mod host_add;
+pub mod output;

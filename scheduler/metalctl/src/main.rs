@@ -5,12 +5,12 @@ mod host;
 mod image;
 mod switch;
 
-use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use metalctl::client::{Client, ClientConfig, ClientError, RequestBody, Transport, config_path, table};
+use metalctl::output::{Output, print, read_input};
 use serde_json::{Value, json};
 
 /// Command-line client of the metal-scheduler HTTP API.
@@ -40,12 +40,6 @@ struct Cli {
     output: Output,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Output {
-    Table,
-    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -461,24 +455,6 @@ fn key_values(items: &[String], what: &str) -> Result<serde_json::Map<String, Va
 }
 
 /// A file's text, or stdin's for `-`.
-fn read_input(file: &std::path::Path) -> Result<String, ClientError> {
-    if file.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).map_err(|e| ClientError::Config(format!("stdin: {e}")))?;
-        Ok(text)
-    } else {
-        std::fs::read_to_string(file).map_err(|e| ClientError::Config(format!("{}: {e}", file.display())))
-    }
-}
-
-fn print(output: Output, value: &Value, columns: &[(&str, &str)]) {
-    match (output, value) {
-        (Output::Json, v) => println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
-        (Output::Table, Value::Array(rows)) => print!("{}", table(rows, columns)),
-        (Output::Table, row) => print!("{}", table(std::slice::from_ref(row), columns)),
-    }
-}
-
 /// PATCHes a node's attributes and prints the result.
 fn patch_node(client: &Client, out: Output, id: &str, body: Value) -> Result<(), ClientError> {
     print_nodes(out, &client.request("PATCH", &format!("/v1/nodes/{id}"), Some(RequestBody::Json(body)))?);

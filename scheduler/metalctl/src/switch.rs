@@ -7,7 +7,7 @@ use clap::Subcommand;
 use metalctl::client::{Client, ClientError, RequestBody};
 use serde_json::{Value, json};
 
-use super::{Output, print, read_input};
+use metalctl::output::{Output, print, read_input};
 
 #[derive(Subcommand, Debug)]
 pub enum SwitchCommand {

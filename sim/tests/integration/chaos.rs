@@ -8,7 +8,7 @@
 //! late): their leases and teardowns end as the others' do.
 
 use metal_sim::chaos;
-use metal_sim::site::{Options, Site};
+use metal_sim::site::Options;
 use metal_tests::scheduler::postgres_database;
 
 #[test]
@@ -17,7 +17,7 @@ fn leases_with_random_faults_keep_every_invariant() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let options = Options { nodes: 6, speed: 120.0, seed: 11, database_url, sushy_every: 2, ..Options::default() };
-        let site = Site::prepared(&options).await.unwrap();
+        let site = metal_sim::lease::prepared(&options).await.unwrap();
         let plan = chaos::Plan { rounds: 3, per_round: 3, fault_rate: 0.5, kill_every: None, seed: 11 };
         let counts = chaos::run(&site, &plan).await.unwrap();
         println!("{counts}");

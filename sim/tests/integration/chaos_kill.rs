@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use metal_sim::chaos;
-use metal_sim::site::{Options, Replicas, Site};
+use metal_sim::site::{Options, Replicas};
 use metal_tests::scheduler::postgres_database;
 
 #[test]
@@ -23,7 +23,7 @@ fn killed_scheduler_replicas_lose_no_acknowledged_write_and_keep_every_invariant
             Replicas { count, program: env!("CARGO_BIN_EXE_metal-sim").into(), claim: Duration::from_secs(3) };
         let options =
             Options { nodes: 5, speed: 120.0, seed: 21, database_url, replicas: Some(replicas), ..Options::default() };
-        let site = Site::prepared(&options).await.unwrap();
+        let site = metal_sim::lease::prepared(&options).await.unwrap();
         assert_eq!(site.replicas().len(), count);
         assert!(site.app().is_err(), "the scheduler is not in this process");
         let plan = chaos::Plan {

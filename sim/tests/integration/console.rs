@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use metal_sim::fault::Fault;
 use metal_sim::lease::{TENANT, lease, reaches};
-use metal_sim::site::{Options, Site};
+use metal_sim::site::Options;
 use metal_tests::emulators::{IpmiSim, answer_on_serial_line};
 use serde_json::json;
 
@@ -28,7 +28,9 @@ fn console_dir() -> std::path::PathBuf {
 fn the_console_in_a_real_browser_against_a_simulated_site() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let site = Site::prepared(&Options { nodes: 5, speed: 120.0, seed: 11, ..Options::default() }).await.unwrap();
+        let site = metal_sim::lease::prepared(&Options { nodes: 5, speed: 120.0, seed: 11, ..Options::default() })
+            .await
+            .unwrap();
         let leased = lease(&site, 2, "1d").await.unwrap();
         let (clean, refused) = (leased[0].1.clone(), leased[1].1.clone());
         site.machine(&refused).unwrap().faults.set(Fault::IgnoreDiscard, true);

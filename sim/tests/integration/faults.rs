@@ -27,9 +27,15 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
     let database_url = postgres_database();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let site = Site::prepared(&Options { nodes: 5, speed: 120.0, seed: 3, database_url, ..Options::default() })
-            .await
-            .unwrap();
+        let site = metal_sim::lease::prepared(&Options {
+            nodes: 5,
+            speed: 120.0,
+            seed: 3,
+            database_url,
+            ..Options::default()
+        })
+        .await
+        .unwrap();
         let leased: Vec<String> = lease(&site, 4, "2d").await.unwrap().into_iter().map(|(_, n)| n).collect();
         let mut distinct = leased.clone();
         distinct.sort();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use metal_sim::fault::Fault;
 use metal_sim::lease::{lease, reaches};
-use metal_sim::site::{Options, Site};
+use metal_sim::site::Options;
 use metal_tests::scheduler::postgres_database;
 
 #[test]
@@ -22,9 +22,15 @@ fn a_lost_wipe_report_is_erased_again_and_a_network_that_stays_lossy_quarantines
     let database_url = postgres_database();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let site = Site::prepared(&Options { nodes: 2, speed: 120.0, seed: 5, database_url, ..Options::default() })
-            .await
-            .unwrap();
+        let site = metal_sim::lease::prepared(&Options {
+            nodes: 2,
+            speed: 120.0,
+            seed: 5,
+            database_url,
+            ..Options::default()
+        })
+        .await
+        .unwrap();
         let leased: Vec<String> = lease(&site, 2, "1d").await.unwrap().into_iter().map(|(_, n)| n).collect();
         let (heals, lossy) = (site.machine(&leased[0]).unwrap(), site.machine(&leased[1]).unwrap());
         heals.faults.set(Fault::ReportLost, true);
