@@ -1,11 +1,14 @@
-//! The metal control plane service (`app`, `api`, `store`, `capacity`, `metal`) and the site
-//! CA's files; its types live in `metal-types`, its command line in `metalctl`.
+//! The metal control plane service, `metal-scheduler`: its binary's start-up (`main.rs`) and
+//! the names the simulator, the tests and the fuzzers use, re-exported from the crates the
+//! service is made of: `metal-types` (API types, the error, config, clock), `metal-store`
+//! (persistence), `metal-service` (state, capacity and metal sides) and `metal-api` (routes,
+//! handlers, the OpenAPI document, serving). Its command line is `metalctl`.
 
-pub mod api;
-pub mod app;
-pub mod ca_files;
-pub mod capacity;
-pub mod http_server;
-pub mod metal;
-pub mod metrics;
-pub mod server_tls;
+pub use metal_api as api;
+pub use metal_service::{ca_files, capacity, http_server, metal, metrics, server_tls};
+
+/// The application state and its start-up (`metal-service`), and serving it (`metal-api`).
+pub mod app {
+    pub use metal_api::{Listeners, serve};
+    pub use metal_service::app::*;
+}

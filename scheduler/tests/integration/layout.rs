@@ -1,11 +1,12 @@
-//! The seed's rule, kept by the layout: the capacity side (`src/capacity`: pools,
-//! reservations, placement, billing) and the metal side (`src/metal`: nodes' workflows, the
+//! The seed's rule, kept by the layout: the capacity side (`metal-service`'s `capacity`:
+//! pools, reservations, placement, billing) and the metal side (its `metal`: nodes' workflows, the
 //! boot service, BMCs, images, provisioning) never import each other; they talk only through
 //! work rows (`store::work`). The types (`metal-types`: model, error, clock, duration, config,
 //! secrets) and the store (`metal-store`, on the types alone) are crates below the service,
-//! so the compiler keeps them from importing it. Inside the service crate this test reads every
-//! source file of each place and fails on a path that runs the wrong way; across crates it
-//! reads `cargo metadata` and fails on a dependency that points up the table of layers.
+//! so the compiler keeps them from importing it; the API (`metal-api`) sits above the service.
+//! Inside `metal-service` this test reads every source file of each side and fails on a path
+//! that runs the wrong way; across crates it reads `cargo metadata` and fails on a dependency
+//! that points up the table of layers.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -59,10 +60,10 @@ fn crate_paths(text: &str) -> Vec<String> {
     found
 }
 
-/// Files under `src/` at `places` (folders or files) with a `crate::` path whose first
+/// Files under `service/src/` at `places` (folders or files) with a `crate::` path whose first
 /// segment `allowed` rejects.
 fn violations(places: &[&str], allowed: impl Fn(&str) -> bool) -> Vec<String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("service/src");
     let mut files = Vec::new();
     for place in places {
         let path = src.join(place);
@@ -112,13 +113,15 @@ fn the_metal_side_never_imports_the_capacity_side() {
 
 /// The workspace's crates by layer, lowest first: a crate may depend (normal or build
 /// dependencies) only on crates of lower layers; dev-dependencies are free.
-const LAYERS: [&[&str]; 9] = [
+const LAYERS: [&[&str]; 11] = [
     &["metal-clock", "metal-protocol", "metal-switch"],
     &["metal-bmc", "metal-image", "metal-erase"],
     &["metal-firmware"],
     &["metal-boot"],
     &["metal-agent", "metal-types"],
     &["metal-store", "metalctl"],
+    &["metal-service"],
+    &["metal-api"],
     &["metal-scheduler"],
     &["metal-tests"],
     &["metal-sim", "metal-fuzz"],

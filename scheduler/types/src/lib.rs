@@ -6,5 +6,7 @@ pub mod clock;
 pub mod config;
 pub mod duration;
 pub mod error;
+#[cfg(feature = "axum")]
+pub mod extract;
 pub mod model;
 pub mod secrets;

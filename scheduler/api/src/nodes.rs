@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use axum::body::Bytes;
 use axum::extract::State;
 
-use crate::api::{ApiPath, ApiQuery};
+use crate::{ApiPath, ApiQuery};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiJson, Caller};
-use crate::app::AppState;
+use metal_service::app::AppState;
 use metal_store::{self as store, Conn, nodes::NewNode};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::BmcSpec;

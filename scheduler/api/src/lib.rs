@@ -1,9 +1,9 @@
-//! The HTTP API: routes, the JSON extractor that answers in the API's error shape, the
-//! request-counting middleware and the OpenAPI document generated from the handlers.
+//! The HTTP API: routes, the request-counting middleware, the OpenAPI document generated
+//! from the handlers, and serving them (`serve`). Its extractors (`ApiJson`, `ApiPath`,
+//! `ApiQuery`) live in `metal_types::extract`, so the boot service's handlers use them too.
 
 mod auth;
 mod bmc;
-mod body;
 mod boot;
 mod console;
 pub mod contract;
@@ -16,6 +16,8 @@ pub use nodes::parse_csv;
 mod pools;
 mod profiles;
 mod reservations;
+mod serve;
+pub use serve::{Listeners, serve};
 mod switches;
 mod teardowns;
 mod tenants;
@@ -30,30 +32,13 @@ use utoipa::OpenApi;
 
 pub use auth::Caller;
 
-use crate::app::AppState;
+use metal_service::app::AppState;
 use metal_types::error::ApiError;
 
 /// Largest node import body (CSV or JSON): room for tens of thousands of nodes.
 const IMPORT_LIMIT: usize = 64 << 20;
 
-pub use body::ApiJson;
-
-/// Query strings whose rejections use the API's error shape (INVALID_INPUT naming the query).
-#[derive(Debug, axum::extract::FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(ApiError))]
-pub struct ApiQuery<T>(pub T);
-
-/// Path parameters whose rejections use the API's error shape (a segment that is not UTF-8,
-/// or not of the parameter's type).
-#[derive(Debug, axum::extract::FromRequestParts)]
-#[from_request(via(axum::extract::Path), rejection(ApiError))]
-pub struct ApiPath<T>(pub T);
-
-impl<T: serde::Serialize> axum::response::IntoResponse for ApiJson<T> {
-    fn into_response(self) -> Response {
-        axum::Json(self.0).into_response()
-    }
-}
+pub use metal_types::extract::{ApiJson, ApiPath, ApiQuery};
 
 /// The OpenAPI document of every route.
 #[derive(OpenApi)]
@@ -161,7 +146,7 @@ pub fn openapi_json() -> String {
 }
 
 async fn count_requests(state: axum::extract::State<AppState>, request: Request, next: Next) -> Response {
-    let method = crate::metrics::method_label(request.method());
+    let method = metal_service::metrics::method_label(request.method());
     let route =
         request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
     let response = next.run(request).await;
@@ -188,11 +173,11 @@ pub fn firmware_router(state: AppState) -> Router {
 fn firmware_routes() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(health::healthz))
-        .route("/boot/ipxe", get(crate::metal::boot::ipxe::ipxe_script))
-        .route("/boot/grub", get(crate::metal::boot::ipxe::grub_script))
-        .route("/boot/files/{name}", get(crate::metal::boot::ipxe::file))
-        .route("/boot/installer/{token}/done", post(crate::metal::boot::ipxe::installer_done))
-        .route("/boot/installer/{token}/{name}", get(crate::metal::boot::ipxe::installer_file))
+        .route("/boot/ipxe", get(metal_service::metal::boot::ipxe::ipxe_script))
+        .route("/boot/grub", get(metal_service::metal::boot::ipxe::grub_script))
+        .route("/boot/files/{name}", get(metal_service::metal::boot::ipxe::file))
+        .route("/boot/installer/{token}/done", post(metal_service::metal::boot::ipxe::installer_done))
+        .route("/boot/installer/{token}/{name}", get(metal_service::metal::boot::ipxe::installer_file))
 }
 
 fn api_routes() -> Router<AppState> {
@@ -260,7 +245,7 @@ fn finish(routes: Router<AppState>, state: AppState) -> Router {
     routes
         .fallback(|state: axum::extract::State<AppState>, method: axum::http::Method| async move {
             // Unmatched paths count under one label, whatever a client asks for.
-            state.metrics.count_request(crate::metrics::method_label(&method), "unmatched", 404);
+            state.metrics.count_request(metal_service::metrics::method_label(&method), "unmatched", 404);
             ApiError::NotFound("route".into())
         })
         .method_not_allowed_fallback(|method: axum::http::Method| async move {

@@ -3,11 +3,11 @@
 
 use axum::extract::State;
 
-use crate::api::ApiPath;
+use crate::ApiPath;
 use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
-use crate::app::AppState;
+use metal_service::app::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::image::{Image, ImageImport};
@@ -49,7 +49,7 @@ pub async fn import_image(
             .await?
     };
     app.events.notify_waiters();
-    crate::metal::images::import::spawn(app.clone(), id);
+    metal_service::metal::images::import::spawn(app.clone(), id);
     Ok((StatusCode::ACCEPTED, ApiJson(image)))
 }
 

@@ -3,9 +3,9 @@
 
 use axum::extract::State;
 
-use crate::api::{ApiJson, ApiPath, Caller};
-use crate::app::AppState;
-use crate::metal::boot::BootService;
+use crate::{ApiJson, ApiPath, Caller};
+use metal_service::app::AppState;
+use metal_service::metal::boot::BootService;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::host::{Enrolment, EnrolmentCreate, Host, JoinInfo, JoinLogEntry};
@@ -121,7 +121,7 @@ pub async fn create_enrolment(
 async fn join_template(app: &AppState) -> ApiResult<metal_protocol::cloudinit::FirstBootJoin> {
     let service = BootService::of(app)
         .map_err(|_| ApiError::InvalidConfig("hosts join on the boot listener (set boot-listen)".into()))?;
-    crate::metal::boot::hosts::join_template(service).await.ok_or_else(|| {
+    metal_service::metal::boot::hosts::join_template(service).await.ok_or_else(|| {
         ApiError::InvalidConfig("the boot files have no metal-agent to serve (see boot-files-dir)".into())
     })
 }

@@ -2,13 +2,13 @@
 
 use axum::extract::State;
 
-use crate::api::ApiQuery;
+use crate::ApiQuery;
 use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
 use super::{ApiJson, Caller};
-use crate::app::AppState;
+use metal_service::app::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::usage::Usage;

@@ -28,11 +28,11 @@ use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
-use crate::api::ApiJson;
 use crate::app::AppState;
 use crate::metal::boot::{BootService, ClientAddr, Peer};
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
+use metal_types::extract::ApiJson;
 use metal_types::model::host::{Host, HostState};
 use metal_types::model::node::{Node, NodeState, Trust};
 

@@ -5,15 +5,15 @@
 use axum::extract::State;
 use axum::extract::ws::WebSocketUpgrade;
 
-use crate::api::ApiPath;
+use crate::ApiPath;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{ApiJson, Caller};
-use crate::app::AppState;
-use crate::metal::bmcs;
+use metal_service::app::AppState;
+use metal_service::metal::bmcs;
 use metal_types::error::ApiResult;
 use metal_types::model::bmc::{
     BmcInfo, BmcSpec, BootRequest, ConsoleSession, DiscoverRequest, DiscoverResult, MediaInfo, MediaRequest, Password,
@@ -182,7 +182,7 @@ pub async fn discover(
     ApiJson(request): ApiJson<DiscoverRequest>,
 ) -> ApiResult<ApiJson<DiscoverResult>> {
     caller.admin("bmcs")?;
-    Ok(ApiJson(crate::metal::discovery::discover(&app, request).await?))
+    Ok(ApiJson(metal_service::metal::discovery::discover(&app, request).await?))
 }
 
 /// The node's serial console as a WebSocket (IPMI Serial-over-LAN): binary messages both
@@ -208,7 +208,7 @@ pub async fn console(
     tracing::info!(node = %id, credential = %caller.0.id, %session, "console session opened");
     // A browser offers its token as a subprotocol (auth.rs) and needs one answered back.
     let upgrade = upgrade.protocols([super::auth::CONSOLE_PROTOCOL]);
-    Ok(upgrade.on_upgrade(move |socket| crate::metal::console::bridge(app, socket, child, session)))
+    Ok(upgrade.on_upgrade(move |socket| metal_service::metal::console::bridge(app, socket, child, session)))
 }
 
 /// The node's console sessions, newest first (audit).

@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn every_listed_name_and_non_empty_string_is_constrained_in_the_real_document() {
-        let document: Value = serde_json::from_str(&crate::api::openapi_json()).unwrap();
+        let document: Value = serde_json::from_str(&crate::openapi_json()).unwrap();
         let schemas = &document["components"]["schemas"];
         for (schema, property) in NAMES {
             assert_eq!(schemas[schema]["properties"][property]["pattern"], NAME_PATTERN, "{schema}.{property}");

@@ -7,9 +7,9 @@
 
 use axum::extract::State;
 
-use crate::api::{ApiPath, ApiQuery};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use metal_types::extract::{ApiPath, ApiQuery};
 use serde::Deserialize;
 use serde_json::json;
 use time::OffsetDateTime;

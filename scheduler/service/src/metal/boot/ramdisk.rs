@@ -21,11 +21,11 @@ use serde_json::json;
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
-use crate::api::ApiJson;
 use crate::app::AppState;
 use crate::metal::boot::{BootService, ClientAddr, Peer, claims};
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
+use metal_types::extract::ApiJson;
 use metal_types::model::boot::{BootStep, WipeReportRecord, boot_step};
 use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition, Trust};
 
@@ -519,7 +519,7 @@ pub async fn reports(
 pub async fn image(
     State(app): State<AppState>,
     Extension(peer): Extension<Peer>,
-    crate::api::ApiPath(id): crate::api::ApiPath<String>,
+    metal_types::extract::ApiPath(id): metal_types::extract::ApiPath<String>,
     headers: axum::http::HeaderMap,
 ) -> ApiResult<axum::response::Response> {
     let service = BootService::of(&app)?;

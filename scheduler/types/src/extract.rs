@@ -1,4 +1,6 @@
-//! JSON request bodies, read the way the OpenAPI document describes them. serde's derived
+//! The API's extractors, whose rejections answer in its error shape (`ApiJson`, `ApiPath`,
+//! `ApiQuery`; behind the `axum` feature), and JSON request bodies read the way the OpenAPI
+//! document describes them. serde's derived
 //! structs also accept a JSON array (the fields in order), so `[null, null]` would pass as
 //! a node patch although the schema says object: [`ApiJson`] parses the body, then
 //! deserializes it through [`Strict`], which lets a struct come only from an object, at
@@ -9,11 +11,28 @@ use axum::extract::{FromRequest, Request};
 use serde::de::{self, DeserializeOwned, IntoDeserializer as _, Visitor};
 use serde_json::{Map, Value};
 
-use metal_types::error::ApiError;
+use crate::error::ApiError;
 
 /// A JSON body whose rejections use the API's error shape.
 #[derive(Debug)]
 pub struct ApiJson<T>(pub T);
+
+impl<T: serde::Serialize> axum::response::IntoResponse for ApiJson<T> {
+    fn into_response(self) -> axum::response::Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// Query strings whose rejections use the API's error shape (INVALID_INPUT naming the query).
+#[derive(Debug, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
+
+/// Path parameters whose rejections use the API's error shape (a segment that is not UTF-8,
+/// or not of the parameter's type).
+#[derive(Debug, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;

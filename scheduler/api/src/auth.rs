@@ -4,7 +4,7 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
-use crate::app::AppState;
+use metal_service::app::AppState;
 use metal_store::auth::{Credential, lookup};
 use metal_types::error::ApiError;
 use metal_types::model::tenant::CredentialRole;

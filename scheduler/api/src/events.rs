@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use axum::extract::State;
 
-use crate::api::ApiQuery;
+use crate::ApiQuery;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::Stream;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::{ApiJson, Caller};
-use crate::app::AppState;
+use metal_service::app::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::event::EventPage;

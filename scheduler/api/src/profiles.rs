@@ -3,13 +3,13 @@
 
 use axum::extract::State;
 
-use crate::api::ApiPath;
+use crate::ApiPath;
 use axum::http::StatusCode;
 
 use super::images::owning_tenant;
 use super::{ApiJson, Caller};
-use crate::app::AppState;
-use crate::metal::provision::ProvisionOutcome;
+use metal_service::app::AppState;
+use metal_service::metal::provision::ProvisionOutcome;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::profile::{Profile, ProfileCreate, ProfileSpec, ProvisionRequest};
@@ -111,5 +111,5 @@ pub async fn provision(
     ApiJson(request): ApiJson<ProvisionRequest>,
 ) -> ApiResult<ApiJson<ProvisionOutcome>> {
     caller.admin("provision")?;
-    Ok(ApiJson(crate::metal::provision::provision(&app, request, None).await?))
+    Ok(ApiJson(metal_service::metal::provision::provision(&app, request, None).await?))
 }

@@ -3,11 +3,11 @@
 
 use axum::extract::State;
 
-use crate::api::ApiPath;
+use crate::ApiPath;
 use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
-use crate::app::AppState;
+use metal_service::app::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::tenant::{
@@ -80,16 +80,16 @@ pub async fn get_tenant(
 /// Delete a tenant: its live reservations end (node bindings are torn down), the machines of
 /// its own pools are retired, its credentials revoked.
 #[utoipa::path(delete, path = "/v1/tenants/{id}", params(("id" = String, Path, description = "tenant id")),
-    responses((status = 200, body = crate::capacity::tenants::TenantDeleted), (status = 404, body = metal_types::error::ErrorBody),
+    responses((status = 200, body = metal_service::capacity::tenants::TenantDeleted), (status = 404, body = metal_types::error::ErrorBody),
               (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn delete_tenant(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<crate::capacity::tenants::TenantDeleted>> {
+) -> ApiResult<ApiJson<metal_service::capacity::tenants::TenantDeleted>> {
     caller.admin(&format!("tenant {id}"))?;
     let now = app.clock.now();
-    Ok(ApiJson(app.change(move |tx| crate::capacity::tenants::delete(tx, &id, now)).await?))
+    Ok(ApiJson(app.change(move |tx| metal_service::capacity::tenants::delete(tx, &id, now)).await?))
 }
 
 /// Create an API credential. The token is in this response only; it is stored hashed.

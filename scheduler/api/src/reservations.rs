@@ -7,13 +7,13 @@
 
 use axum::extract::State;
 
-use crate::api::ApiPath;
+use crate::ApiPath;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest as _, Sha256};
 
 use super::{ApiJson, Caller};
-use crate::app::AppState;
+use metal_service::app::AppState;
 use metal_store::{self as store, capacity::StoredResponse};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationState, Window};
@@ -122,7 +122,7 @@ fn create_in(
     // and internal errors are not, so a corrected retry with the same key can succeed.
     // A refusal that asks for a retry (placement raced other writers) is not an answer to
     // keep: the retry must be able to succeed.
-    let outcome = match crate::capacity::place_and_book(&app.placement, tx, request, window, now) {
+    let outcome = match metal_service::capacity::place_and_book(&app.placement, tx, request, window, now) {
         Ok(reservation) => Ok(reservation),
         Err(e @ (ApiError::Conflict(_) | ApiError::NotFound(_))) => Err(e),
         Err(other) => return Err(other),

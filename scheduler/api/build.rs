@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let console = manifest.join("../console");
+    let console = manifest.join("../../console");
     let dist = console.join("dist");
     // Watch dist once it exists; until then the console directory, whose time changes when
     // dist appears (watching a missing path would rebuild the scheduler every time).

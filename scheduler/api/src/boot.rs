@@ -3,11 +3,11 @@
 
 use axum::extract::State;
 
-use crate::api::ApiPath;
+use crate::ApiPath;
 use metal_protocol::DeployPlan;
 
-use crate::api::{ApiJson, Caller};
-use crate::app::AppState;
+use crate::{ApiJson, Caller};
+use metal_service::app::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::{FirmwareCheckRecord, NodeBoot, NodeInventory, WipeReportDetail, WipeReportRecord};
