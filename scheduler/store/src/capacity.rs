@@ -13,6 +13,7 @@ use metal_types::error::ApiError;
 use metal_types::model::node::Candidate;
 use metal_types::model::pool::{Pool, PoolCapacity, PoolCreate, PoolPolicy};
 use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationState};
+use metal_types::work::{LeaseEnd, MetalWork};
 
 // ---- pools ----------------------------------------------------------------------------
 
@@ -368,16 +369,13 @@ pub fn set_state(
         // A node binding's nodes are torn down by the metal side.
         if current.request.binding.is_some() {
             for (allocation, node) in allocations(conn, id)? {
-                let payload = json!({"reservation": id, "allocation": allocation, "node": node,
-                                     "reason": reason.unwrap_or(to.as_str())});
-                crate::work::enqueue(
-                    conn,
-                    crate::work::Side::Metal,
-                    &format!("lease-end/{allocation}"),
-                    "lease.end",
-                    &payload,
-                    now,
-                )?;
+                let end = LeaseEnd {
+                    reservation: id.to_owned(),
+                    allocation,
+                    node,
+                    reason: reason.unwrap_or(to.as_str()).to_owned(),
+                };
+                crate::work::ask_metal(conn, &MetalWork::LeaseEnd(end), now)?;
             }
         }
     }

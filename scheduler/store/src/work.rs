@@ -1,7 +1,7 @@
 //! Work rows, the only contract between the capacity side and the metal side: each side
 //! inserts a row for the other inside the transaction that made the change (capacity asks
 //! metal to start or end a lease; metal tells capacity a lease bound, was refused or
-//! failed). A row's id is the request's unique key, so asking twice is asking once, and a
+//! failed), typed by `metal_types::work`. A row's id is the request's unique key, so asking twice is asking once, and a
 //! row is taken by the compare-and-set that marks it done, inside the transaction that
 //! handles it: handled exactly once, whichever replica gets there first.
 
@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 use crate::db::to_json;
 use crate::{Conn, DbResult};
 use metal_types::clock::{from_millis, to_millis};
+use metal_types::work::{CapacityNotice, MetalWork};
 
 /// Whose queue a row is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,9 +44,18 @@ pub struct WorkItem {
     pub created_at: OffsetDateTime,
 }
 
-/// Queues `kind` for `side` under the unique key `id`; false when that key was queued
-/// before (by this or another replica).
-pub fn enqueue(
+/// Asks the metal side for `work`; false when its key was queued before (by this or another
+/// replica).
+pub fn ask_metal(conn: &mut dyn Conn, work: &MetalWork, now: OffsetDateTime) -> DbResult<bool> {
+    enqueue(conn, Side::Metal, &work.key(), work.kind(), &work.payload(), now)
+}
+
+/// Tells the capacity side `notice`; false when its key was queued before.
+pub fn notify_capacity(conn: &mut dyn Conn, notice: &CapacityNotice, now: OffsetDateTime) -> DbResult<bool> {
+    enqueue(conn, Side::Capacity, &notice.key(), notice.kind(), &notice.payload(), now)
+}
+
+fn enqueue(
     conn: &mut dyn Conn,
     side: Side,
     id: &str,

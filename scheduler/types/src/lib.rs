@@ -10,3 +10,4 @@ pub mod error;
 pub mod extract;
 pub mod model;
 pub mod secrets;
+pub mod work;

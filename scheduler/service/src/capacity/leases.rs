@@ -4,14 +4,13 @@
 //! `lease.failed`) move the reservation on. Ending a node binding asks for its teardown
 //! (`lease.end`, queued by `store::capacity::set_state`). Only work rows cross over.
 
-use serde_json::json;
-
 use crate::app::App;
 use metal_store::work::{Side, WorkItem};
 use metal_store::{self as store, Conn};
 use metal_types::error::ApiError;
 use metal_types::model::reservation::BIND_LIMIT;
 use metal_types::model::reservation::ReservationState::{self, Active, Ended, Failed, Pending};
+use metal_types::work::{CapacityNotice, LeaseStart, MetalWork};
 
 /// Moves reservations along with the clock: pending ones whose start came become active,
 /// except node bindings, which queue their lease start instead (and fail when not bound
@@ -80,12 +79,16 @@ fn request_leases(
     let node = reservation.request.node.as_ref();
     let mut queued = false;
     for (allocation, node_id) in store::capacity::allocations(tx, &reservation.id)? {
-        let payload = json!({"reservation": reservation.id, "allocation": allocation, "node": node_id,
-                             "tenant": reservation.tenant_id,
-                             "profileId": node.and_then(|n| n.profile_id.clone()),
-                             "profileVersion": node.and_then(|n| n.profile_version)});
-        queued |=
-            store::work::enqueue(tx, Side::Metal, &format!("lease-start/{allocation}"), "lease.start", &payload, now)?;
+        let start = LeaseStart {
+            reservation: reservation.id.clone(),
+            allocation,
+            node: node_id,
+            tenant: reservation.tenant_id.clone(),
+            // A node binding always names its profile (the request's validation).
+            profile_id: node.and_then(|n| n.profile_id.clone()).unwrap_or_default(),
+            profile_version: node.and_then(|n| n.profile_version),
+        };
+        queued |= store::work::ask_metal(tx, &MetalWork::LeaseStart(start), now)?;
     }
     Ok(queued)
 }
@@ -95,31 +98,33 @@ pub async fn drain_once(app: &App) -> Result<usize, ApiError> {
     app.drain(Side::Capacity, notice).await
 }
 
-fn text<'a>(item: &'a WorkItem, key: &str) -> &'a str {
-    item.payload.get(key).and_then(serde_json::Value::as_str).unwrap_or_default()
-}
-
 /// One metal notice, in the transaction that takes it. A reservation that moved on
 /// meanwhile (released, failed by the bind limit) is left as it is.
 fn notice(tx: &mut dyn Conn, item: &WorkItem, now: time::OffsetDateTime) -> Result<String, ApiError> {
-    let (reservation, allocation) = (text(item, "reservation"), text(item, "allocation"));
-    let moved = match item.kind.as_str() {
-        "lease.bound" => {
+    let notice = match CapacityNotice::parse(&item.kind, &item.payload) {
+        Ok(Some(notice)) => notice,
+        Ok(None) => return Ok(format!("unknown kind {}: ignored", item.kind)),
+        Err(e) => return Err(ApiError::Internal(format!("work {}: {e}", item.id))),
+    };
+    let lease = notice.lease();
+    let (reservation, allocation) = (lease.reservation.as_str(), lease.allocation.as_str());
+    let reason = lease.reason.as_deref().unwrap_or_default();
+    let moved = match notice {
+        CapacityNotice::LeaseBound(_) => {
             if !store::capacity::mark_bound(tx, allocation, now)? {
                 return Ok(format!("{allocation} waits for the other allocations of {reservation} to bind"));
             }
-            let reason = format!("bound: every node deployed its profile (last {})", text(item, "node"));
+            let reason = format!("bound: every node deployed its profile (last {})", lease.node);
             store::capacity::set_state(tx, reservation, &[Pending], Active, Some(&reason), now)
         }
-        "lease.refused" => {
-            let reason = format!("lease refused: {}", text(item, "reason"));
+        CapacityNotice::LeaseRefused(_) => {
+            let reason = format!("lease refused: {reason}");
             store::capacity::set_state(tx, reservation, &[Pending], Failed, Some(&reason), now)
         }
-        "lease.failed" => {
-            let reason = format!("lease failed: {}", text(item, "reason"));
+        CapacityNotice::LeaseFailed(_) => {
+            let reason = format!("lease failed: {reason}");
             store::capacity::set_state(tx, reservation, &[Pending, Active], Failed, Some(&reason), now)
         }
-        other => return Ok(format!("unknown kind {other}: ignored")),
     };
     match moved {
         Ok(r) => Ok(format!("reservation {} is {}", r.id, r.state.as_str())),

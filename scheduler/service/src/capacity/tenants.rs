@@ -9,10 +9,10 @@ use serde_json::json;
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use metal_store::work::Side;
 use metal_store::{self as store, Conn};
 use metal_types::error::ApiError;
 use metal_types::model::reservation::ReservationState;
+use metal_types::work::{MetalWork, PoolRetire};
 
 /// What deleting a tenant did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -54,8 +54,8 @@ pub fn delete(tx: &mut dyn Conn, id: &str, now: OffsetDateTime) -> Result<Tenant
         })
         .collect::<Result<_, _>>()?;
     for pool in &pools {
-        let payload = json!({"pool": pool, "reason": reason});
-        store::work::enqueue(tx, Side::Metal, &format!("pool-retire/{pool}"), "pool.retire", &payload, now)?;
+        let retire = PoolRetire { pool: pool.clone(), reason: reason.to_owned() };
+        store::work::ask_metal(tx, &MetalWork::PoolRetire(retire), now)?;
     }
     store::auth::delete_tenant(tx, id, now)?;
     let deleted = TenantDeleted { tenant_id: id.to_owned(), reservations, pools };

@@ -18,11 +18,11 @@ use time::OffsetDateTime;
 
 use super::workflow::{Definition, Hooks, Outcome, StepDef};
 use crate::app::AppState;
-use metal_store::work::Side;
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
 use metal_types::model::workflow::WorkflowRun;
+use metal_types::work::{self, CapacityNotice, LeaseNotice};
 
 /// The lease start: boot into the lessee's deploy, wait until it is deployed.
 pub static START: Definition = Definition {
@@ -57,24 +57,6 @@ const SWITCH_STEP: StepDef = StepDef {
     poll: Duration::from_secs(5),
 };
 
-/// What `lease.start` carries (capacity's allocation of one node).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseRequest {
-    /// The reservation.
-    pub reservation: String,
-    /// The allocation (the lease's id on the node).
-    pub allocation: String,
-    /// The node.
-    pub node: String,
-    /// The lessee.
-    pub tenant: String,
-    /// The profile to deploy.
-    pub profile_id: String,
-    /// Its exact version (required).
-    pub profile_version: Option<u32>,
-}
-
 /// A lease start that cannot go ahead, and why.
 struct Refusal(String);
 
@@ -82,7 +64,7 @@ struct Refusal(String);
 /// or refuses it (`node.tenant-root.refused`, the node untouched) and tells capacity.
 pub fn start(
     tx: &mut dyn Conn,
-    request: &LeaseRequest,
+    request: &work::LeaseStart,
     controller_url: Option<&str>,
     deadlines: &Deadlines,
     now: OffsetDateTime,
@@ -93,14 +75,13 @@ pub fn start(
             let data = json!({"node": request.node, "reservation": request.reservation,
                               "allocation": request.allocation, "tenant": request.tenant, "reason": reason});
             store::events::append(tx, "node.tenant-root.refused", &format!("node/{}", request.node), None, &data, now)?;
-            store::work::enqueue(
-                tx,
-                Side::Capacity,
-                &format!("lease-refused/{}", request.allocation),
-                "lease.refused",
-                &data,
-                now,
-            )?;
+            let notice = LeaseNotice {
+                reservation: request.reservation.clone(),
+                allocation: request.allocation.clone(),
+                node: request.node.clone(),
+                reason: Some(reason.clone()),
+            };
+            store::work::notify_capacity(tx, &CapacityNotice::LeaseRefused(notice), now)?;
             Ok(format!("refused: {reason}"))
         }
     }
@@ -108,7 +89,7 @@ pub fn start(
 
 fn begin(
     tx: &mut dyn Conn,
-    request: &LeaseRequest,
+    request: &work::LeaseStart,
     controller_url: Option<&str>,
     deadlines: &Deadlines,
     now: OffsetDateTime,
@@ -227,6 +208,16 @@ fn begin(
 /// The lease start's steps and end hooks.
 #[derive(Debug)]
 pub struct LeaseStart;
+
+/// The capacity side's notice about the run's lease.
+fn lease_notice(run: &WorkflowRun, reason: Option<String>) -> LeaseNotice {
+    LeaseNotice {
+        reservation: context_str(run, "reservation").to_owned(),
+        allocation: context_str(run, "allocation").to_owned(),
+        node: run.node_id.clone(),
+        reason,
+    }
+}
 
 fn context_str<'a>(run: &'a WorkflowRun, key: &str) -> &'a str {
     run.context.get(key).and_then(Value::as_str).unwrap_or_default()
@@ -357,16 +348,14 @@ impl Hooks for LeaseStart {
                           "tenant": run.context["tenant"], "profile": run.context["profileId"],
                           "version": run.context["profileVersion"]});
         store::events::append(tx, "node.tenant-root.bound", &format!("node/{}", run.node_id), None, &data, now)?;
-        store::work::enqueue(tx, Side::Capacity, &format!("lease-bound/{allocation}"), "lease.bound", &data, now)?;
+        store::work::notify_capacity(tx, &CapacityNotice::LeaseBound(lease_notice(run, None)), now)?;
         Ok(())
     }
 
     fn failed(&self, tx: &mut dyn Conn, run: &WorkflowRun, reason: &str, now: OffsetDateTime) -> ApiResult<()> {
         super::quarantine(tx, &run.node_id, reason, now)?;
-        let allocation = context_str(run, "allocation");
-        let data = json!({"node": run.node_id, "allocation": allocation, "reservation": run.context["reservation"],
-                          "reason": reason});
-        store::work::enqueue(tx, Side::Capacity, &format!("lease-failed/{allocation}"), "lease.failed", &data, now)?;
+        let notice = lease_notice(run, Some(reason.to_owned()));
+        store::work::notify_capacity(tx, &CapacityNotice::LeaseFailed(notice), now)?;
         Ok(())
     }
 }

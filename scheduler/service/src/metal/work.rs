@@ -4,23 +4,19 @@
 
 use time::OffsetDateTime;
 
-use super::lease::{self, LeaseRequest};
+use super::lease;
 use crate::app::AppState;
 use metal_store::work::{Side, WorkItem};
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
+use metal_types::work::{LeaseEnd, MetalWork, PoolRetire};
 
 /// Handles every queued metal work row; returns how many it handled.
 pub async fn drain_once(app: &AppState) -> ApiResult<usize> {
     let controller_url = app.boot.as_ref().map(|b| b.controller_url.clone());
     let deadlines = app.config.deadlines;
     app.drain(Side::Metal, move |tx, item, now| handle(tx, item, controller_url.as_deref(), &deadlines, now)).await
-}
-
-fn payload<T: serde::de::DeserializeOwned>(item: &WorkItem) -> ApiResult<T> {
-    serde_json::from_value(item.payload.clone())
-        .map_err(|e| ApiError::Internal(format!("work {} ({}): {e}", item.id, item.kind)))
 }
 
 fn handle(
@@ -30,19 +26,19 @@ fn handle(
     deadlines: &Deadlines,
     now: OffsetDateTime,
 ) -> ApiResult<String> {
-    match item.kind.as_str() {
-        "lease.start" => lease::start(tx, &payload::<LeaseRequest>(item)?, controller_url, deadlines, now),
-        "lease.end" => end(tx, &payload::<LeaseEnd>(item)?, deadlines, now),
-        "pool.retire" => retire_pool(tx, item, now),
-        other => Ok(format!("unknown kind {other}: ignored")),
+    match MetalWork::parse(&item.kind, &item.payload) {
+        Ok(Some(MetalWork::LeaseStart(start))) => lease::start(tx, &start, controller_url, deadlines, now),
+        Ok(Some(MetalWork::LeaseEnd(request))) => end(tx, &request, deadlines, now),
+        Ok(Some(MetalWork::PoolRetire(retire))) => retire_pool(tx, &retire, now),
+        Ok(None) => Ok(format!("unknown kind {}: ignored", item.kind)),
+        Err(e) => Err(ApiError::Internal(format!("work {}: {e}", item.id))),
     }
 }
 
 /// Retires the machines of a deleted tenant's pool: every node that may move to retired
 /// now does (the rest are named in the result, for an operator).
-fn retire_pool(tx: &mut dyn Conn, item: &WorkItem, now: OffsetDateTime) -> ApiResult<String> {
-    let pool = item.payload.get("pool").and_then(serde_json::Value::as_str).unwrap_or_default();
-    let reason = item.payload.get("reason").and_then(serde_json::Value::as_str).unwrap_or("pool retired");
+fn retire_pool(tx: &mut dyn Conn, retire: &PoolRetire, now: OffsetDateTime) -> ApiResult<String> {
+    let (pool, reason) = (retire.pool.as_str(), retire.reason.as_str());
     let (mut retired, mut left) = (Vec::new(), Vec::new());
     for node in store::nodes::list(tx, None)?.into_iter().filter(|n| n.pool_id.as_deref() == Some(pool)) {
         if !node.state.can_move_to(NodeState::Retired) {
@@ -60,20 +56,6 @@ fn retire_pool(tx: &mut dyn Conn, item: &WorkItem, now: OffsetDateTime) -> ApiRe
         retired.push(node.id);
     }
     Ok(format!("pool {pool}: retired [{}]; left [{}]", retired.join(", "), left.join(", ")))
-}
-
-/// What `lease.end` carries.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseEnd {
-    /// The reservation.
-    pub reservation: String,
-    /// The allocation that ended.
-    pub allocation: String,
-    /// The node.
-    pub node: String,
-    /// Why it ended.
-    pub reason: String,
 }
 
 /// Ends a lease: a deployed node starts its teardown; a node still deploying has its lease

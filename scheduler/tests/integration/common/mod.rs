@@ -117,20 +117,14 @@ impl Site {
     pub async fn bound_by_metal(&self, reservation: &str) {
         use metal_store::{capacity, work};
         use metal_types::clock::Clock as _;
+        use metal_types::work::{CapacityNotice, LeaseNotice};
         let (id, now) = (reservation.to_owned(), self.clock.now());
         self.app
             .store
             .write(move |tx| {
                 for (allocation, node) in capacity::allocations(tx, &id)? {
-                    let payload = serde_json::json!({"reservation": id, "allocation": allocation, "node": node});
-                    work::enqueue(
-                        tx,
-                        work::Side::Capacity,
-                        &format!("lease-bound/{allocation}"),
-                        "lease.bound",
-                        &payload,
-                        now,
-                    )?;
+                    let notice = LeaseNotice { reservation: id.clone(), allocation, node, reason: None };
+                    work::notify_capacity(tx, &CapacityNotice::LeaseBound(notice), now)?;
                 }
                 Ok::<_, metal_store::DbError>(())
             })
