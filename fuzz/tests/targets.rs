@@ -185,10 +185,10 @@ fn boot_query_strings() {
         let uri: Result<axum::http::Uri, _> = format!("/boot/ipxe?{text}").parse();
         if let Ok(uri) = uri {
             use axum::extract::Query;
-            if let Ok(Query(query)) = Query::<metal_scheduler::metal::boot::ipxe::ScriptQuery>::try_from_uri(&uri) {
+            if let Ok(Query(query)) = Query::<metal_service::metal::boot::ipxe::ScriptQuery>::try_from_uri(&uri) {
                 let _ = metal_types::model::node::normalize_mac(&query.mac);
             }
-            let _ = Query::<metal_scheduler::metal::boot::ipxe::FileQuery>::try_from_uri(&uri);
+            let _ = Query::<metal_service::metal::boot::ipxe::FileQuery>::try_from_uri(&uri);
         }
     });
 }
@@ -197,7 +197,7 @@ fn boot_query_strings() {
 fn node_imports_checksum_files_and_durations() {
     run("text_inputs", &[b",", b"\"", b"\n", b";", b"=", b"  ", b"SHA256 (", b") = "], |bytes| {
         let text = String::from_utf8_lossy(bytes);
-        let _ = metal_scheduler::api::parse_csv(&text);
+        let _ = metal_api::parse_csv(&text);
         let _ = metal_types::model::image::parse_checksum_file(&text, "image.qcow2");
         let _ = metal_types::duration::parse_duration(&text);
     });

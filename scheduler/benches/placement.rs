@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::Request;
-use metal_scheduler::app::{self, App};
+use metal_service::app::{self, App};
 use metal_types::clock::ManualClock;
 use metal_types::config::Config;
 use rand::{Rng as _, SeedableRng as _};
@@ -66,7 +66,7 @@ impl Bench {
             .header("content-type", "application/json")
             .body(Body::from(body.to_string()))
             .unwrap();
-        let response = metal_scheduler::api::router(self.app.clone()).oneshot(request).await.unwrap();
+        let response = metal_api::router(self.app.clone()).oneshot(request).await.unwrap();
         let status = response.status().as_u16();
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
         (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
@@ -123,7 +123,7 @@ async fn over_http(nodes: usize, count: usize, clients: usize) {
     let bench = setup(nodes).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1/reservations", listener.local_addr().unwrap());
-    let router = metal_scheduler::api::router(bench.app.clone());
+    let router = metal_api::router(bench.app.clone());
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     let http = reqwest::Client::new();
     let bodies = Arc::new(workload(count));

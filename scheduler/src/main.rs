@@ -1,4 +1,5 @@
-//! `metal-scheduler`: parses the command line and dispatches to the library.
+//! `metal-scheduler`: parses the command line and dispatches to the crates below it (`metal-service`
+//! starts the service, `metal-api` serves it).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use metal_protocol::Role;
-use metal_scheduler::ca_files::{self, IssueRequest};
+use metal_service::ca_files::{self, IssueRequest};
 use metal_types::clock::SystemClock;
 use metal_types::config::{Config, ConfigLayer};
 use metal_types::duration::parse_duration;
@@ -50,7 +51,7 @@ struct ServeArgs {
     /// image-import-attempts, image-import-backoff, image-import-lease; each also as METAL_<KEY> with dashes as
     /// underscores). Environment only: METAL_MASTER_KEY (64 hex digits, seals BMC passwords at
     /// rest; without it they are stored unsealed, with a warning) and METAL_LOG (log filter,
-    /// e.g. info or metal_scheduler=debug; default info).
+    /// e.g. info or metal_service=debug; default info).
     #[arg(long, env = "METAL_CONFIG")]
     config: Option<PathBuf>,
     /// Address and port to listen on [default: 127.0.0.1:7450].
@@ -128,8 +129,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(address) => Some(bind(address, "boot-http-listen").await?),
             None => None,
         };
-        let app = metal_scheduler::app::start(config, std::sync::Arc::new(SystemClock)).await?;
-        metal_scheduler::app::serve(app, metal_scheduler::app::Listeners { api, boot, firmware }).await?;
+        let app = metal_service::app::start(config, std::sync::Arc::new(SystemClock)).await?;
+        metal_api::serve(app, metal_api::Listeners { api, boot, firmware }).await?;
         anyhow::Ok(())
     })
 }
@@ -174,7 +175,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("certificate: {}", files.cert.display());
         }
         Command::Serve(args) => serve(args)?,
-        Command::Openapi => print!("{}", metal_scheduler::api::openapi_json()),
+        Command::Openapi => print!("{}", metal_api::openapi_json()),
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! The site's scheduler as replicas in processes of their own (`metal-sim scheduler`), so that
-//! chaos can `kill -9` one at any moment and start it again: the same `metal_scheduler` code
+//! chaos can `kill -9` one at any moment and start it again: the same scheduler code
 //! the in-process site runs, on the same store (one SQLite file, or one PostgreSQL database
 //! for two replicas at once) and on the site's clock, which each replica maps from the data
 //! directory. The BMC master key reaches a replica in its environment, never on its command
@@ -214,11 +214,11 @@ pub async fn serve(
     config.master_key = Some(metal_types::secrets::MasterKey::from_hex(&key).map_err(anyhow::Error::msg)?);
     let api = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     let boot = tokio::net::TcpListener::bind(boot_listen).await.with_context(|| format!("binding {boot_listen}"))?;
-    let app = metal_scheduler::app::start(config, Arc::new(metal_types::clock::SystemClock))
+    let app = metal_service::app::start(config, Arc::new(metal_types::clock::SystemClock))
         .await
         .context("starting the scheduler")?;
-    let listeners = metal_scheduler::app::Listeners { api, boot: Some(boot), firmware: None };
-    metal_scheduler::app::serve(app, listeners).await?;
+    let listeners = metal_api::Listeners { api, boot: Some(boot), firmware: None };
+    metal_api::serve(app, listeners).await?;
     Ok(())
 }
 

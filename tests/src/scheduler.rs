@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metal_protocol::{Envelope, Role, Signer, SigningKey};
-use metal_scheduler::app::{self, App};
+use metal_service::app::{self, App};
 use metal_types::clock::ManualClock;
 use metal_types::config::Config;
 use serde_json::Value;
@@ -94,9 +94,9 @@ impl TestScheduler {
     pub fn replica(&self, configure: impl FnOnce(&mut Config)) -> TestScheduler {
         let database = self.database_url.clone().unwrap_or_else(|| metal_store::Store::sqlite_url(self.dir.path()));
         let images = self.dir.path().join("images");
-        let ca = self.dir.path().join(metal_scheduler::metal::boot::CA_DIR);
+        let ca = self.dir.path().join(metal_service::metal::boot::CA_DIR);
         let dir = tempfile::tempdir().unwrap();
-        copy_dir(&ca, &dir.path().join(metal_scheduler::metal::boot::CA_DIR));
+        copy_dir(&ca, &dir.path().join(metal_service::metal::boot::CA_DIR));
         std::fs::copy(self.dir.path().join(app::ADMIN_TOKEN_FILE), dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap();
         TestScheduler::start_in(dir, Some(database), Some(self.clock.clone()), move |config| {
             config.images.dir = Some(images);
@@ -131,11 +131,11 @@ impl TestScheduler {
         }
         let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
         let fingerprint = app.boot.as_ref().unwrap().ca_fingerprint.clone();
-        let router = metal_scheduler::api::router(app.clone());
-        runtime.spawn(metal_scheduler::http_server::serve(api, router, std::future::pending()));
+        let router = metal_api::router(app.clone());
+        runtime.spawn(metal_service::http_server::serve(api, router, std::future::pending()));
         let boot_app = app.clone();
         runtime.spawn(async move {
-            metal_scheduler::metal::boot::tls::serve(boot_app, boot, std::future::pending()).await.unwrap()
+            metal_service::metal::boot::tls::serve(boot_app, boot, std::future::pending()).await.unwrap()
         });
         TestScheduler {
             url: format!("http://127.0.0.1:{port}"),
@@ -170,7 +170,7 @@ impl TestScheduler {
 
     /// The site CA (to issue test certificates of other roles).
     pub fn ca(&self) -> metal_protocol::SiteCa {
-        metal_scheduler::ca_files::load(&self.data_dir().join(metal_scheduler::metal::boot::CA_DIR)).unwrap()
+        metal_service::ca_files::load(&self.data_dir().join(metal_service::metal::boot::CA_DIR)).unwrap()
     }
 
     /// An admin API call: status and JSON body (or the text as a JSON string).
@@ -338,7 +338,7 @@ pub struct Reporter {
 impl Reporter {
     /// The CA of the service whose data directory is `data_dir`, reached at `boot_url`.
     pub fn of(data_dir: &Path, boot_url: &str) -> Reporter {
-        let ca = metal_scheduler::ca_files::load(&data_dir.join(metal_scheduler::metal::boot::CA_DIR)).unwrap();
+        let ca = metal_service::ca_files::load(&data_dir.join(metal_service::metal::boot::CA_DIR)).unwrap();
         Reporter { ca, boot_url: boot_url.to_owned() }
     }
 

@@ -4,7 +4,7 @@
 #[test]
 fn checked_in_openapi_matches_the_code() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi.json");
-    let generated = metal_scheduler::api::openapi_json();
+    let generated = metal_api::openapi_json();
     if std::env::var_os("UPDATE_OPENAPI").is_some() {
         std::fs::write(&path, &generated).unwrap();
     }

@@ -10,7 +10,7 @@ use crate::common;
 use std::sync::Arc;
 
 use common::Site;
-use metal_scheduler::app;
+use metal_service::app;
 use metal_types::clock::ManualClock;
 use metal_types::config::Config;
 use serde_json::{Value, json};

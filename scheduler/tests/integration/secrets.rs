@@ -222,7 +222,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     assert_eq!(task, "commission", "{script}");
     let file = http.get(format!("{}/boot/files/vmlinuz?token={ramdisk_token}", s.admin.url)).send().unwrap();
     answers.push(file.text().unwrap());
-    let ca = metal_scheduler::ca_files::load(&data.path().join("ca")).unwrap();
+    let ca = metal_service::ca_files::load(&data.path().join("ca")).unwrap();
     let pin = metal_bmc::tls::parse_fingerprint(&ca.certificate().fingerprint_sha256()).unwrap();
     let tls = metal_bmc::tls::client_config(&metal_bmc::tls::TlsTrust::CaFingerprint(pin)).unwrap();
     let boot_http = reqwest::blocking::Client::builder().use_preconfigured_tls(tls).build().unwrap();

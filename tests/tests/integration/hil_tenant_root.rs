@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use metal_scheduler::{capacity, metal};
+use metal_service::{capacity, metal};
 use metal_tests::emulators::{SUSHY_PASSWORD, Sushy};
 use metal_tests::hil::{BootFrom, Bus, DISK_MARKER, Guest, MIB, filled, tftp_dir};
 use metal_tests::scheduler::{Admin as _, TestScheduler};
@@ -313,7 +313,7 @@ fn lease_end_to_end(kind: Kind) {
             assert_eq!(domain.settle("shut off", Duration::from_secs(60)), "shut off")
         }
     }
-    assert!(s.block_on(metal_scheduler::app::bill_once(&s.app)).unwrap() > 0);
+    assert!(s.block_on(metal_service::app::bill_once(&s.app)).unwrap() > 0);
     let (_, usage) = s.call("GET", "/v1/usage?tenantId=acme", None);
     assert!(usage["totals"]["node.metal.hours"].as_f64().unwrap() > 0.0, "{usage}");
 }

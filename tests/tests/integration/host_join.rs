@@ -458,7 +458,7 @@ fn an_enrolment_token_that_lapses_unused_is_reported_and_refused_afterwards() {
     let config = site.deployed("52:54:00:00:00:05", &site.dir.path().join("root"));
     s.clock.advance(s.app.config.boot.host_token_ttl + Duration::from_secs(1));
     // The lapse pass tells of a host that never came, once.
-    let lapse = || s.block_on(metal_scheduler::metal::boot::hosts::lapse_once(&s.app)).unwrap();
+    let lapse = || s.block_on(metal_service::metal::boot::hosts::lapse_once(&s.app)).unwrap();
     assert_eq!((lapse(), lapse()), (1, 0));
     let missing = s.events("host.join.missing");
     assert!(missing[0]["data"]["reason"].as_str().unwrap().contains("never reached the join service"), "{missing:?}");

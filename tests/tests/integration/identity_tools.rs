@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use metal_protocol::identity::signing_key_pem;
 use metal_protocol::{Envelope, Role, Signer, SigningKey, WipeReport};
-use metal_scheduler::ca_files::{self, IssueRequest};
+use metal_service::ca_files::{self, IssueRequest};
 
 const DAY: Duration = Duration::from_secs(86400);
 

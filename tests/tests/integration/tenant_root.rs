@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use metal_boot::controller::{self, Retry};
 use metal_protocol::{InventoryReport, Role, WipeReport};
-use metal_scheduler::{capacity, metal};
+use metal_service::{capacity, metal};
 use metal_tests::emulators::{IpmiSim, SUSHY_PASSWORD, Sushy};
 use metal_tests::leases::{MAC, installer_done, inventory, ipmi, ok, reserve, site, wipe_report};
 use metal_tests::scheduler::{Admin as _, INTRUDER, TestScheduler, intruder_script};
@@ -155,7 +155,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert_eq!(ready.last().unwrap()["data"]["evidence"], run["id"], "{ready:?}");
 
     // The meter rows: the four bound minutes, billed to acme.
-    assert!(s.block_on(metal_scheduler::app::bill_once(&s.app)).unwrap() > 0);
+    assert!(s.block_on(metal_service::app::bill_once(&s.app)).unwrap() > 0);
     let (_, usage) = s.call("GET", "/v1/usage?tenantId=acme", None);
     let hours = usage["totals"]["node.metal.hours"].as_f64().unwrap();
     assert!((hours - 240.0 / 3600.0).abs() < 1e-9, "bound at the deploy's end, released 240 s later: {usage}");

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use metal_scheduler::app::{self, App};
+use metal_service::app::{self, App};
 use metal_types::clock::ManualClock;
 use metal_types::config::Config;
 use serde_json::Value;
@@ -75,8 +75,8 @@ impl Site {
         let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let router = metal_scheduler::api::router(app.clone());
-        tokio::spawn(metal_scheduler::http_server::serve(listener, router, std::future::pending()));
+        let router = metal_api::router(app.clone());
+        tokio::spawn(metal_service::http_server::serve(listener, router, std::future::pending()));
         Site { url, admin, clock, app, http: reqwest::Client::new(), database_url: database, _dir: dir }
     }
 
@@ -130,7 +130,7 @@ impl Site {
             })
             .await
             .unwrap();
-        metal_scheduler::capacity::leases::drain_once(&self.app).await.unwrap();
+        metal_service::capacity::leases::drain_once(&self.app).await.unwrap();
     }
 
     /// Creates `tenant`'s profile `id` (version 1, an installer deploy), which node bindings
