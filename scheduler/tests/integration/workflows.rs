@@ -87,16 +87,10 @@ async fn a_claim_is_exclusive_and_an_owner_whose_claim_lapsed_commits_nothing() 
     assert_eq!(record(&other, &current, retry).await.unwrap(), Standing::Failed);
     let done = other.app.store.read(|tx| workflows::get(tx, "run-1")).await.unwrap().unwrap();
     assert_eq!(done.last_error.as_deref(), Some("BMC busy (2 attempts, no attempts left)"));
-    let results: Vec<String> = other
-        .app
-        .store
-        .read(|tx| workflows::history(tx, "run-1"))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|h| format!("{}:{}:{}", h.step, h.result, h.fence))
-        .collect();
+    let history = other.app.store.read(|tx| workflows::history(tx, "run-1")).await.unwrap();
+    let results: Vec<String> = history.iter().map(|h| format!("{}:{}:{}", h.step, h.result, h.fence)).collect();
     assert_eq!(results, ["observe:done:2", "act:retry:2", "act:failed:2"]);
+    assert_eq!(history[1].detail, json!({"error": "BMC busy"}), "a retry is on record with its error");
 
     // The node is free for a new workflow once the old one ended.
     start_run(&site, "run-3").await.unwrap();

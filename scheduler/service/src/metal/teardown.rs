@@ -478,10 +478,9 @@ impl Steps<'_> {
         // A machine still on is erasing; one that is off ended its boot without a report
         // (the in-band firmware check runs first, or it rebooted), so it is booted again, a
         // bounded number of times.
-        let power = match power {
-            Some(Err(e)) => return bmc_retry("reading power", e),
-            Some(Ok(power)) => Some(power),
-            None => None,
+        let power = match power.transpose() {
+            Ok(power) => power,
+            Err(e) => return bmc_retry("reading power", e),
         };
         match power.as_deref() {
             Some("on") => {
