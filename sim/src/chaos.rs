@@ -1,7 +1,9 @@
 //! Rounds of dedicated-root leases with faults drawn from a seed, and the invariants that
 //! must hold whatever the faults did: no node booked twice in overlapping windows, no meter
 //! window missing or doubled, no node `ready` after a lease without a complete teardown
-//! record and an accepted wipe report, every teardown step with a deadline. Quarantined
+//! record and an accepted wipe report, every teardown step with a deadline; on a site with a
+//! switch, as the switch has it: every live lease's machine on a tenant VLAN of its own and
+//! every ready machine on the provisioning VLAN. Quarantined
 //! nodes have their faults cleared, are recovered and taken out of maintenance before the
 //! next round. The counts say what was run and checked.
 //!
@@ -26,7 +28,8 @@ use crate::lease::{bound, reaches, recover, reserve};
 use crate::site::Site;
 
 /// Faults a round draws from: each ends in a quarantine the operator can recover from.
-const DRAWN: [Fault; 4] = [Fault::RefuseRotation, Fault::FirmwareDrift, Fault::IgnoreDiscard, Fault::ReadErrors];
+const DRAWN: [Fault; 5] =
+    [Fault::RefuseRotation, Fault::FirmwareDrift, Fault::IgnoreDiscard, Fault::ReadErrors, Fault::SwitchRefuses];
 
 /// What a chaos run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -296,6 +299,36 @@ pub async fn check(site: &Site) -> anyhow::Result<usize> {
             bail!("{id} is ready without a wipe report accepted in its last teardown");
         }
         checked += 3;
+    }
+    checked += check_wire(site, reservations, &nodes)?;
+    Ok(checked)
+}
+
+/// On a site with a switch, what the switch itself says (not the scheduler's records): each
+/// live lease's machine on a tenant VLAN no other lease has, each ready machine on the
+/// provisioning VLAN. How many checks held.
+fn check_wire(site: &Site, reservations: &[Value], nodes: &Value) -> anyhow::Result<usize> {
+    use crate::switch::{PROVISIONING_VLAN, TENANT_VLANS, port_of};
+    let Some(switch) = &site.switch else { return Ok(0) };
+    let ports = switch.ports();
+    let vlan = |node: &str| ports.get(&port_of(node)).map(|p| p.tag).with_context(|| format!("{node}: no port"));
+    let mut checked = 0;
+    let mut tenants: BTreeMap<u16, String> = BTreeMap::new();
+    for r in reservations.iter().filter(|r| r["state"] == "active") {
+        for node in r["nodes"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            let tag = vlan(node)?;
+            ensure!((TENANT_VLANS.0..=TENANT_VLANS.1).contains(&tag), "{node} is leased and on VLAN {tag}");
+            if let Some(other) = tenants.insert(tag, node.to_owned()) {
+                bail!("{node} and {other} are leased and share VLAN {tag}");
+            }
+            checked += 1;
+        }
+    }
+    for node in nodes.as_array().into_iter().flatten().filter(|n| n["state"] == "ready") {
+        let id = node["id"].as_str().unwrap_or("?");
+        let tag = vlan(id)?;
+        ensure!(tag == PROVISIONING_VLAN, "{id} is ready and its port is on VLAN {tag}, not provisioning");
+        checked += 1;
     }
     Ok(checked)
 }

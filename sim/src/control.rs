@@ -6,6 +6,9 @@
 //! - `GET /sim/machines`, `GET /sim/machines/ID/console`
 //! - `PUT /sim/machines/ID/faults/FAULT`, `DELETE /sim/machines/ID/faults/FAULT`
 //! - `GET /sim/clock`, `POST /sim/clock/advance {"seconds": N}`
+//! - `GET /sim/switch/ports`, `GET /sim/switch/ports/PORT`, `PUT /sim/switch/ports/PORT {"tag": V}`
+//!   (the simulated switch, which its `ovs-vsctl` drives; 409 when the port's machine has the
+//!   `switch-refuses` fault)
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,6 +23,7 @@ use serde_json::{Value, json};
 use crate::clock::SimClock;
 use crate::fault::Fault;
 use crate::machine::Machine;
+use crate::switch::{Port, SimSwitch};
 
 /// What the control endpoint serves.
 #[derive(Debug)]
@@ -30,6 +34,8 @@ pub struct Control {
     pub machines: Vec<Arc<Machine>>,
     /// The clock.
     pub clock: Arc<SimClock>,
+    /// The switch, when the site has one.
+    pub switch: Option<Arc<SimSwitch>>,
 }
 
 type Shared = State<Arc<Control>>;
@@ -99,6 +105,35 @@ async fn advance(State(control): Shared, Json(body): Json<Value>) -> Answer {
     Ok(Json(clock_view(&control.clock)))
 }
 
+fn switch(control: &Control) -> Result<&SimSwitch, (StatusCode, String)> {
+    control.switch.as_deref().ok_or((StatusCode::NOT_FOUND, "this site has no switch".to_owned()))
+}
+
+async fn switch_ports(State(control): Shared) -> Answer {
+    Ok(Json(json!(switch(&control)?.ports())))
+}
+
+async fn switch_port(State(control): Shared, Path(port): Path<String>) -> Answer {
+    let found = switch(&control)?.port(&port).ok_or((StatusCode::NOT_FOUND, format!("no port {port}")))?;
+    Ok(Json(json!(found)))
+}
+
+async fn move_port(State(control): Shared, Path(port): Path<String>, Json(to): Json<Port>) -> Answer {
+    let refuses = crate::switch::node_of(&port)
+        .and_then(|node| control.machines.iter().find(|m| m.id == node))
+        .is_some_and(|m| m.faults.has(Fault::SwitchRefuses));
+    if refuses {
+        return Err((StatusCode::CONFLICT, format!("port {port} is locked by another session (simulated refusal)")));
+    }
+    if !(1..=metal_switch::MAX_VLAN).contains(&to.tag) {
+        return Err((StatusCode::UNPROCESSABLE_ENTITY, format!("tag {}: not a VLAN", to.tag)));
+    }
+    if !switch(&control)?.set(&port, to.tag) {
+        return Err((StatusCode::NOT_FOUND, format!("no port {port}")));
+    }
+    Ok(Json(json!(to)))
+}
+
 /// Serves `control` on `listener` until the runtime ends.
 pub async fn serve(control: Arc<Control>, listener: tokio::net::TcpListener) {
     let router = axum::Router::new()
@@ -108,6 +143,8 @@ pub async fn serve(control: Arc<Control>, listener: tokio::net::TcpListener) {
         .route("/sim/machines/{id}/faults/{fault}", put(set_fault).delete(clear_fault))
         .route("/sim/clock", get(clock))
         .route("/sim/clock/advance", post(advance))
+        .route("/sim/switch/ports", get(switch_ports))
+        .route("/sim/switch/ports/{port}", get(switch_port).put(move_port))
         .with_state(control);
     if let Err(e) = axum::serve(listener, router).await {
         tracing::error!(error = %e, "the simulator's control endpoint stopped");

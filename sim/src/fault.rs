@@ -2,7 +2,7 @@
 //! over the simulator's API, each on or off at any moment: a BMC that times out, answers 5xx,
 //! lies about power or refuses a password rotation; firmware that drifted from the baseline;
 //! a disk that ignores discards (and sanitize commands) or fails reads; a network that loses
-//! the ramdisk's reports.
+//! the ramdisk's reports; a switch that refuses to move the machine's port.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -26,11 +26,13 @@ pub enum Fault {
     ReadErrors,
     /// The ramdisk joins, and every report it sends after is lost on the network.
     ReportLost,
+    /// The switch refuses to move the machine's port to another VLAN.
+    SwitchRefuses,
 }
 
 impl Fault {
     /// Every fault, in a fixed order.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::BmcTimeout,
         Fault::BmcUnavailable,
         Fault::BmcLiesAboutPower,
@@ -39,6 +41,7 @@ impl Fault {
         Fault::IgnoreDiscard,
         Fault::ReadErrors,
         Fault::ReportLost,
+        Fault::SwitchRefuses,
     ];
 
     /// The fault's name on the command line and in the API.
@@ -52,6 +55,7 @@ impl Fault {
             Fault::IgnoreDiscard => "ignore-discard",
             Fault::ReadErrors => "read-errors",
             Fault::ReportLost => "report-lost",
+            Fault::SwitchRefuses => "switch-refuses",
         }
     }
 

@@ -102,7 +102,8 @@ pub async fn bound(site: &Site, reservations: Vec<String>) -> anyhow::Result<Vec
         site.until("the lease bound (deployed)", STAGE, || async {
             let r = admin.get(&format!("/v1/reservations/{id}")).await?;
             if matches!(r["state"].as_str(), Some("failed" | "cancelled")) {
-                bail!("reservation {id} ended: {r}");
+                let node = r["nodes"][0].as_str().unwrap_or_default();
+                bail!("reservation {id} ended: {r}\n{}", diagnose(site, node).await);
             }
             Ok(r["state"] == "active")
         })
@@ -163,6 +164,21 @@ pub async fn diagnose(site: &Site, node: &str) -> String {
             run["status"].as_str().unwrap_or("?"),
             run["lastError"].as_str().unwrap_or("-")
         );
+    }
+    if let Ok(app) = site.app() {
+        let id = node.to_owned();
+        let runs = app.store.read(move |tx| metal_store::workflows::for_node(tx, &id, "")).await;
+        if let Some(run) = runs.ok().and_then(|r| r.into_iter().next_back()) {
+            let step = run.current().map_or("-", |s| s.name.as_str());
+            let _ = writeln!(
+                text,
+                "last workflow {} ({:?}) at {step}, attempt {}: {}",
+                run.definition,
+                run.status,
+                run.attempt,
+                run.last_error.as_deref().unwrap_or("no error")
+            );
+        }
     }
     if let Some(machine) = site.machine(node) {
         let _ = writeln!(text, "{node}'s machine: {:?}; console:", machine.state().activity);

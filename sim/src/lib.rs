@@ -22,6 +22,7 @@ pub mod redfish;
 pub mod replica;
 pub mod scale;
 pub mod site;
+pub mod switch;
 pub mod tree;
 
 /// Has the C allocator hand every buffer of 128 KiB or more straight back to the system when

@@ -7,7 +7,8 @@
 //! machine's trees and disks (join with the one-time token, mTLS, signed reports); then the
 //! machine powers off or reboots as the kernel line says (a failed task powers off). A disk
 //! boot finds an OS when the first disk has a boot signature, and the machine then runs it
-//! (idles, powered on).
+//! (idles, powered on). A machine cabled to the site's switch gets no answer to a network
+//! boot unless its port is on the provisioning or the cleaning VLAN (see [`crate::switch`]).
 //!
 //! A running task cannot be cut short: a power-off during one takes effect at once for
 //! the BMC, and what the task does after it is ignored by the machine. Its reports still
@@ -17,7 +18,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use metal_protocol::inventory::SystemPaths;
 
@@ -113,7 +114,7 @@ pub struct State {
     pub boots: u64,
     /// When the power last changed, and what it was before the first of the changes that
     /// followed each other within a lagging BMC's lag (what such a BMC still reads).
-    pub power_changed: Option<(std::time::Instant, bool)>,
+    pub power_changed: Option<(Instant, bool)>,
 }
 
 impl std::fmt::Debug for State {
@@ -140,7 +141,7 @@ impl State {
             Some((at, before)) if at.elapsed() < SUSHY_POWER_LAG => before,
             _ => self.power_on,
         };
-        self.power_changed = Some((std::time::Instant::now(), before));
+        self.power_changed = Some((Instant::now(), before));
     }
 
     /// The power state a BMC that lags by `lag` reads now.
@@ -180,6 +181,9 @@ pub struct Machine {
     pub api_url: String,
     /// How its BMC speaks Redfish.
     pub flavor: Flavor,
+    /// The switch its NIC is cabled to (port `NODE-p0`), when the site has one: its port's
+    /// VLAN decides whether a network boot reaches the boot service.
+    pub switch: Option<Arc<crate::switch::SimSwitch>>,
     state: Mutex<State>,
     console: Mutex<VecDeque<String>>,
 }
@@ -202,6 +206,7 @@ impl Machine {
             faults: Arc::default(),
             api_url,
             flavor: Flavor::default(),
+            switch: None,
             state: Mutex::new(State {
                 power_on: false,
                 epoch: 0,
@@ -341,6 +346,21 @@ impl Machine {
 
     /// iPXE's chain to the scheduler, then the ramdisk task; false when the machine reboots.
     fn network_boot(self: &Arc<Self>, epoch: u64) -> bool {
+        if self.flavor == Flavor::SushyTools {
+            // sushy-tools' machines take longer to boot than their BMC's lag: a ramdisk that
+            // ended (and powered off) within it would leave the BMC's read-back of the power-on
+            // waiting for a state that came and went. Twice the lag leaves a poll's margin.
+            let changed = self.state().power_changed.map(|(at, _)| at);
+            if let Some(wait) = changed.map(|at| (at + SUSHY_POWER_LAG * 2).saturating_duration_since(Instant::now())) {
+                std::thread::sleep(wait);
+            }
+        }
+        if let Some(switch) = &self.switch
+            && let Err(e) = switch.reaches_boot_service(&crate::switch::port_of(&self.id))
+        {
+            self.say(&format!("PXE: {e}; booting the next device"));
+            return self.disk_boot(epoch);
+        }
         let script = match self.script() {
             Ok(script) => script,
             Err(e) => {

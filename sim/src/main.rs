@@ -41,7 +41,7 @@ struct Cli {
     machines_dir: Option<PathBuf>,
     /// A fault a machine has from the start, as NODE=FAULT (repeatable). Faults: bmc-timeout,
     /// bmc-unavailable, bmc-lies-about-power, refuse-rotation, firmware-drift, ignore-discard,
-    /// read-errors, report-lost.
+    /// read-errors, report-lost, switch-refuses.
     #[arg(long = "fault", global = true, value_parser = parse_assignment)]
     faults: Vec<(String, Fault)>,
     /// Every Nth machine's BMC has the quirks sushy-tools showed: no PowerCycle, a Once boot
@@ -49,6 +49,12 @@ struct Cli {
     /// the old value for 1.5 s after a reset (0: none).
     #[arg(long, global = true, default_value_t = 0)]
     sushy_quirks_every: usize,
+    /// No switch. By default every machine is cabled to a simulated Open vSwitch-like switch
+    /// that the scheduler drives through this program run as `ovs-vsctl`, and the pool
+    /// isolates tenants on it: VLAN 10 provisioning, 20 cleaning, 100 to 4094 one per lease
+    /// (so at most 3,995 leases at once).
+    #[arg(long, global = true)]
+    no_switch: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -145,6 +151,12 @@ fn parse_rate(text: &str) -> Result<f64, String> {
 }
 
 fn main() -> ExitCode {
+    // Run as `ovs-vsctl` (the link a site with a switch makes): the simulated switch's.
+    let mut args = std::env::args();
+    let name = args.next().map(PathBuf::from);
+    if name.as_deref().and_then(|n| n.file_name()) == Some(std::ffi::OsStr::new(metal_sim::switch::VSCTL)) {
+        return metal_sim::switch::vsctl_main(&args.collect::<Vec<_>>());
+    }
     let cli = Cli::parse();
     metal_sim::return_freed_buffers();
     let default_log = match cli.command {
@@ -210,6 +222,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         faults: cli.faults,
         replicas,
         sushy_every: cli.sushy_quirks_every,
+        switch_program: if cli.no_switch {
+            None
+        } else {
+            Some(std::env::current_exe().context("finding this program, the switch's ovs-vsctl")?)
+        },
     };
     let started = std::time::Instant::now();
     let site = Site::start(&options).await?;

@@ -1,7 +1,8 @@
 //! The simulated site: the real scheduler (the `metal_service` and `metal_api` libraries, the same code
 //! `metal-scheduler serve` runs: store, HTTP API, boot service, workflows) in this process,
 //! a Redfish BMC per machine on its own loopback address, machines that boot the real
-//! ramdisk code, and a file server for OS and firmware images. The clock is installed for
+//! ramdisk code, a file server for OS and firmware images, and (when asked) the top-of-rack
+//! switch every machine is cabled to, with the pool isolating tenants on it. The clock is installed for
 //! the whole process before anything reads it.
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -17,6 +18,7 @@ use crate::api::Api;
 use crate::clock::SimClock;
 use crate::fault::Fault;
 use crate::machine::Machine;
+use crate::switch::SimSwitch;
 use crate::tree::Hardware;
 
 /// The first octets of every simulated BMC's address: 127.77.X.Y.
@@ -52,6 +54,10 @@ pub struct Options {
     pub replicas: Option<Replicas>,
     /// Every how many machines one has a BMC with sushy-tools' quirks (0: none).
     pub sushy_every: usize,
+    /// The `metal-sim` executable, for a site with a switch: the scheduler manages the
+    /// simulated switch by running it as `ovs-vsctl`, and the pool isolates its tenants on
+    /// the switch (see [`crate::switch`]). `None`: no switch, no isolation.
+    pub switch_program: Option<PathBuf>,
 }
 
 /// Scheduler replicas in processes of their own (`metal-sim scheduler`).
@@ -78,6 +84,7 @@ impl Default for Options {
             faults: Vec::new(),
             replicas: None,
             sushy_every: 0,
+            switch_program: None,
         }
     }
 }
@@ -107,6 +114,8 @@ pub struct Site {
     pub control_url: String,
     /// The scheduler's data directory.
     pub data_dir: PathBuf,
+    /// The switch every machine is cabled to, when the site has one.
+    pub switch: Option<Arc<SimSwitch>>,
     _temporary: Option<tempfile::TempDir>,
 }
 
@@ -234,6 +243,12 @@ impl Site {
         std::fs::create_dir_all(&files)?;
         let control_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let control_url = format!("http://{}", control_listener.local_addr()?);
+        let cabling = match &options.switch_program {
+            Some(program) => {
+                Some(cabling(&data_dir, program, &control_listener.local_addr()?.to_string(), options.nodes)?)
+            }
+            None => None,
+        };
 
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(options.seed);
         let listeners = bmc_listeners(options.nodes).await?;
@@ -258,12 +273,13 @@ impl Site {
             if options.sushy_every > 0 && index % options.sushy_every == 0 {
                 machine.flavor = crate::machine::Flavor::SushyTools;
             }
+            machine.switch = cabling.as_ref().map(|c| c.switch.clone());
             let machine = Arc::new(machine);
             for (_, fault) in options.faults.iter().filter(|(node, _)| *node == id) {
                 machine.faults.set(*fault, true);
             }
             tokio::spawn(crate::redfish::serve(machine.clone(), listener));
-            enrol(&admin, &machine, index, &bmc_url, &password).await?;
+            enrol(&admin, &machine, index, &bmc_url, &password, cabling.as_ref()).await?;
             machines.push(machine);
         }
         for (node, _) in &options.faults {
@@ -271,9 +287,11 @@ impl Site {
                 bail!("--fault names {node}, which is not a machine of this site (n001 to {})", node_id(options.nodes));
             }
         }
-        let control = crate::control::Control { files, machines: machines.clone(), clock: clock.clone() };
+        let switch = cabling.map(|c| c.switch);
+        let control =
+            crate::control::Control { files, machines: machines.clone(), clock: clock.clone(), switch: switch.clone() };
         tokio::spawn(crate::control::serve(Arc::new(control), control_listener));
-        Ok(Site { clock, scheduler, admin, machines, control_url, data_dir, _temporary: temporary })
+        Ok(Site { clock, scheduler, admin, machines, control_url, data_dir, switch, _temporary: temporary })
     }
 
     /// The scheduler, when it runs in this process.
@@ -375,15 +393,48 @@ impl Site {
     }
 }
 
-/// Creates the node of `machine` in the pool, with its BMC.
-async fn enrol(admin: &Api, machine: &Machine, index: usize, bmc_url: &str, password: &str) -> anyhow::Result<()> {
+/// The site's switch and how the scheduler reaches it.
+struct Cabling {
+    switch: Arc<SimSwitch>,
+    /// The switch's registration (`POST /v1/switches`).
+    registration: Value,
+}
+
+/// A switch with a port for each of `nodes` machines, managed through `DATA_DIR/bin/ovs-vsctl`
+/// (a link to `program`) against the simulator's endpoint at `control`.
+fn cabling(data_dir: &Path, program: &Path, control: &str, nodes: usize) -> anyhow::Result<Cabling> {
+    let bin = data_dir.join("bin");
+    std::fs::create_dir_all(&bin)?;
+    let vsctl = bin.join(crate::switch::VSCTL);
+    let _ = std::fs::remove_file(&vsctl);
+    std::os::unix::fs::symlink(program, &vsctl)
+        .with_context(|| format!("linking {} to {}", vsctl.display(), program.display()))?;
+    let switch = Arc::new(SimSwitch::new((1..=nodes).map(|i| crate::switch::port_of(&node_id(i)))));
+    let registration = json!({"id": crate::switch::SWITCH, "driver": "ovs", "address": format!("ovsdb:tcp:{control}"),
+                              "command": vsctl.display().to_string()});
+    Ok(Cabling { switch, registration })
+}
+
+/// Creates the node of `machine` in the pool, with its BMC (and the pool, and the switch
+/// when there is one, with the first); its port on the switch when there is one.
+async fn enrol(
+    admin: &Api,
+    machine: &Machine,
+    index: usize,
+    bmc_url: &str,
+    password: &str,
+    cabling: Option<&Cabling>,
+) -> anyhow::Result<()> {
     if index == 1 {
+        let mut policy = json!({"tenantRoot": true, "firmwareBaseline": {"bios": BIOS_VERSION}});
+        if let Some(cabling) = cabling {
+            admin.post("/v1/switches", cabling.registration.clone()).await?;
+            policy["network"] = crate::switch::network_policy();
+        }
         admin
             .post(
                 "/v1/pools",
-                json!({"id": POOL, "tenantId": "root", "siteId": "sim", "class": "metal-dedicated",
-                       "policy": {"tenantRoot": true,
-                                  "firmwareBaseline": {"bios": BIOS_VERSION}}}),
+                json!({"id": POOL, "tenantId": "root", "siteId": "sim", "class": "metal-dedicated", "policy": policy}),
             )
             .await?;
     }
@@ -403,5 +454,10 @@ async fn enrol(admin: &Api, machine: &Machine, index: usize, bmc_url: &str, pass
             &json!({"protocol": "redfish", "address": bmc_url, "username": crate::redfish::USER, "password": password}),
         )
         .await?;
+    if cabling.is_some() {
+        let port = json!({"mac": machine.hardware.mac, "switchId": crate::switch::SWITCH,
+                          "port": crate::switch::port_of(&machine.id)});
+        admin.call("PUT", &format!("/v1/nodes/{}/ports", machine.id), &json!({"ports": [port]})).await?;
+    }
     Ok(())
 }

@@ -21,8 +21,15 @@ fn killed_scheduler_replicas_lose_no_acknowledged_write_and_keep_every_invariant
     runtime.block_on(async {
         let replicas =
             Replicas { count, program: env!("CARGO_BIN_EXE_metal-sim").into(), claim: Duration::from_secs(3) };
-        let options =
-            Options { nodes: 5, speed: 120.0, seed: 21, database_url, replicas: Some(replicas), ..Options::default() };
+        let options = Options {
+            nodes: 5,
+            speed: 120.0,
+            seed: 21,
+            database_url,
+            replicas: Some(replicas),
+            switch_program: Some(env!("CARGO_BIN_EXE_metal-sim").into()),
+            ..Options::default()
+        };
         let site = metal_sim::lease::prepared(&options).await.unwrap();
         assert_eq!(site.replicas().len(), count);
         assert!(site.app().is_err(), "the scheduler is not in this process");

@@ -1,6 +1,8 @@
 //! Faults at the end of a lease, one per machine, on one simulated site: firmware that
 //! drifted from the pool's baseline, a disk that acknowledges its sanitize and keeps the
-//! data, and a disk whose reads fail. Each machine is quarantined by the step that found
+//! data, a disk whose reads fail, and a switch that refuses to move the machine's port off
+//! its tenant VLAN (the machine stays cut off, on the lease's VLAN, until an operator
+//! recovers it; then the switch has it on provisioning). Each machine is quarantined by the step that found
 //! its fault, with that step's evidence, and keeps the tenant's data off the ready pool;
 //! the machine without a fault comes back ready under a new identity generation. A BMC that
 //! answers 503 while the machine is leased makes the API answer 502 with the BMC's word, and
@@ -28,23 +30,29 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let site = metal_sim::lease::prepared(&Options {
-            nodes: 5,
+            nodes: 6,
             speed: 120.0,
             seed: 3,
             database_url,
+            switch_program: Some(env!("CARGO_BIN_EXE_metal-sim").into()),
             ..Options::default()
         })
         .await
         .unwrap();
-        let leased: Vec<String> = lease(&site, 4, "2d").await.unwrap().into_iter().map(|(_, n)| n).collect();
+        let leased: Vec<String> = lease(&site, 5, "2d").await.unwrap().into_iter().map(|(_, n)| n).collect();
         let mut distinct = leased.clone();
         distinct.sort();
         distinct.dedup();
-        assert_eq!(distinct.len(), 4, "four leases, four nodes: {leased:?}");
+        assert_eq!(distinct.len(), 5, "five leases, five nodes: {leased:?}");
         for node in &leased {
             assert!(tenant_data_left(&site, node), "{node}: the deploy wrote the lessee's image");
         }
-        let [clean, drifted, keeps_data, unreadable] = [0, 1, 2, 3].map(|i| leased[i].clone());
+        let [clean, drifted, keeps_data, unreadable, stuck] = [0, 1, 2, 3, 4].map(|i| leased[i].clone());
+        let switch = site.switch.as_ref().unwrap();
+        let vlan = |node: &str| switch.port(&metal_sim::switch::port_of(node)).unwrap().tag;
+        let tenant_vlan = vlan(&stuck);
+        assert!(tenant_vlan >= 100, "a lease's machine is on a tenant VLAN: {tenant_vlan}");
+        site.machine(&stuck).unwrap().faults.set(Fault::SwitchRefuses, true);
         site.machine(&drifted).unwrap().faults.set(Fault::FirmwareDrift, true);
         site.machine(&keeps_data).unwrap().faults.set(Fault::IgnoreDiscard, true);
         site.machine(&unreadable).unwrap().faults.set(Fault::ReadErrors, true);
@@ -60,7 +68,7 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
 
         site.clock.advance(Duration::from_secs(2 * 86_400));
         reaches(&site, &clean, "ready").await.unwrap();
-        for node in [&drifted, &keeps_data, &unreadable] {
+        for node in [&drifted, &keeps_data, &unreadable, &stuck] {
             reaches(&site, node, "failed").await.unwrap();
         }
 
@@ -82,6 +90,19 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
         let unread = reason(&unreadable).await;
         assert!(unread.contains("erase") && unread.contains("disk"), "{unread}");
         assert!(tenant_data_left(&site, &drifted), "quarantined before the erase: nothing was erased");
+
+        let refused = reason(&stuck).await;
+        assert!(
+            refused.starts_with("network-cleaning: switch tor1 refused: ovs-vsctl: transaction error: port")
+                && refused.contains("locked"),
+            "{refused}"
+        );
+        assert_eq!(vlan(&stuck), tenant_vlan, "the switch did not move it: still on the lease's VLAN");
+        assert!(tenant_data_left(&site, &stuck), "no ramdisk booted: nothing was erased");
+        site.machine(&stuck).unwrap().faults.set(Fault::SwitchRefuses, false);
+        metal_sim::lease::recover(&site, &stuck).await.unwrap();
+        assert_eq!(vlan(&stuck), metal_sim::switch::PROVISIONING_VLAN, "recovered: back on provisioning");
+        assert!(!tenant_data_left(&site, &stuck));
 
         let n = site.admin.get(&format!("/v1/nodes/{clean}")).await.unwrap();
         assert_eq!((n["identityGeneration"].as_i64(), n["trust"].as_str()), (Some(3), Some("platform")), "{n}");
