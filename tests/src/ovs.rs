@@ -2,6 +2,10 @@
 //! directory, with the userspace (`netdev`) datapath, since this kernel has no openvswitch
 //! module. `ovs-vswitchd` runs in a network namespace of its own (`unshare --net`), so its
 //! ports' tap devices of one test never meet another test's. Dropped, both daemons end.
+//!
+//! [`Ovs::wire`] cables a host to a port: a network namespace of its own whose `eth0` is one
+//! end of a veth pair, the other end the switch's port, so that tests can try to reach one
+//! host from another (ping, arping, curl) and capture what crosses (tcpdump).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -20,7 +24,7 @@ pub struct Ovs {
     /// Its OVSDB remote (`unix:PATH`), the `--db` of `ovs-vsctl`.
     pub db: String,
     database: Option<Guard>,
-    _vswitchd: Guard,
+    vswitchd: Guard,
 }
 
 fn daemon(dir: &Path, program: &str, args: &[String], wrap: &[&str]) -> Guard {
@@ -68,10 +72,9 @@ impl Ovs {
             assert!(Instant::now() < until, "ovsdb-server never made its socket");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let mut ovs =
-            Ovs { database: Some(database), _vswitchd: Guard(Command::new("true").spawn().unwrap()), db, dir };
+        let mut ovs = Ovs { database: Some(database), vswitchd: Guard(Command::new("true").spawn().unwrap()), db, dir };
         ovs.vsctl(&["--no-wait", "init"]);
-        ovs._vswitchd = daemon(
+        ovs.vswitchd = daemon(
             ovs.dir.path(),
             "ovs-vswitchd",
             &[
@@ -123,5 +126,141 @@ impl Ovs {
         std::fs::write(&script, body).unwrap();
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         script
+    }
+
+    /// Cables a new host to port `port` on access VLAN `vlan`: a network namespace whose
+    /// `eth0`, at `address` (`A.B.C.D/N`), is a veth pair's end; the other end is the port,
+    /// made in the switch daemon's namespace (no name is ever made in this one).
+    pub fn wire(&self, port: &str, address: &str, vlan: u16) -> WiredHost {
+        static HOSTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = HOSTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let namespace = format!("metal-host-{}-{n}", std::process::id());
+        run("ip", &["netns", "add", &namespace]);
+        let mut host =
+            WiredHost { namespace, address: address.split('/').next().unwrap().to_owned(), mac: String::new() };
+        let switch_side = self.vswitchd.0.id().to_string();
+        let ns = host.namespace.as_str();
+        run("ip", &["-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", &switch_side]);
+        run("nsenter", &[&format!("--net=/proc/{switch_side}/ns/net"), "ip", "link", "set", port, "up"]);
+        run("ip", &["-n", ns, "addr", "add", address, "dev", "eth0"]);
+        run("ip", &["-n", ns, "link", "set", "eth0", "up"]);
+        // A veth leaves TCP and UDP checksums to the receiving NIC; OVS's userspace datapath
+        // forwards the frame as it is, and the host at the other end drops it (ping, whose
+        // checksum is in software, would still pass). Checksums in software, as on a wire.
+        run("ip", &["netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"]);
+        run("ip", &["-n", ns, "link", "set", "lo", "up"]);
+        self.vsctl(&["add-port", BRIDGE, port, &format!("tag={vlan}"), "vlan_mode=access"]);
+        let shown = host.exec("cat", &["/sys/class/net/eth0/address"]);
+        host.mac = String::from_utf8(shown.stdout).unwrap().trim().to_owned();
+        host
+    }
+}
+
+/// Runs a command that must succeed.
+fn run(program: &str, args: &[&str]) {
+    let output = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(output.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// A host cabled to a switch port ([`Ovs::wire`]). Dropped, its namespace goes, and its
+/// veth pair with it.
+#[derive(Debug)]
+pub struct WiredHost {
+    /// Its network namespace.
+    pub namespace: String,
+    /// Its address (without the prefix length).
+    pub address: String,
+    /// Its NIC's MAC.
+    pub mac: String,
+}
+
+impl WiredHost {
+    /// Runs `program ARGS` in the host's namespace; its output.
+    pub fn exec(&self, program: &str, args: &[&str]) -> std::process::Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.namespace, program])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("ip netns exec {program}: {e}"))
+    }
+
+    /// Whether `address` answers one ping within a second.
+    pub fn pings(&self, address: &str) -> bool {
+        self.exec("ping", &["-c", "1", "-W", "1", "-n", address]).status.success()
+    }
+
+    /// Whether `address` answers an ARP request (a broadcast: reaches whatever shares the
+    /// VLAN) within a second.
+    pub fn arpings(&self, address: &str) -> bool {
+        self.exec("arping", &["-c", "1", "-w", "1", "-I", "eth0", address]).status.success()
+    }
+
+    /// Whether an HTTP GET of `url` gets an answer within two seconds.
+    pub fn fetches(&self, url: &str) -> bool {
+        self.exec("curl", &["-sf", "--noproxy", "*", "-o", "/dev/null", "--max-time", "2", url]).status.success()
+    }
+
+    /// Serves HTTP on `port` at the host's address until dropped (Python's http.server).
+    pub fn serve_http(&self, port: u16) -> Guard {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.namespace, "python3", "-m", "http.server", "--bind", &self.address])
+            .arg(port.to_string())
+            .current_dir(std::env::temp_dir())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let guard = Guard(child);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !self.fetches(&format!("http://{}:{port}/", self.address)) {
+            assert!(Instant::now() < until, "http.server in {} never answered", self.namespace);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        guard
+    }
+
+    /// Captures the frames `eth0` receives from `mac` until [`Capture::frames`].
+    pub fn capture_from(&self, mac: &str) -> Capture {
+        let dir = tempfile::tempdir().unwrap();
+        let (out, err) = (dir.path().join("frames"), dir.path().join("tcpdump.err"));
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.namespace, "tcpdump", "-i", "eth0", "-n", "-e", "-l", "-Q", "in"])
+            .args(["ether", "src", mac])
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let capture = Capture { tcpdump: Some(Guard(child)), out, _dir: dir };
+        let until = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&err).unwrap_or_default().contains("listening on") {
+            assert!(Instant::now() < until, "tcpdump never listened: {}", std::fs::read_to_string(&err).unwrap());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        capture
+    }
+}
+
+impl Drop for WiredHost {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.namespace]).status();
+    }
+}
+
+/// A running tcpdump ([`WiredHost::capture_from`]).
+#[derive(Debug)]
+pub struct Capture {
+    tcpdump: Option<Guard>,
+    out: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Capture {
+    /// Stops the capture; the frames it saw, one line each.
+    pub fn frames(mut self) -> Vec<String> {
+        // tcpdump writes each frame's line as it sees it (-l); a moment for the last one.
+        std::thread::sleep(Duration::from_millis(300));
+        self.tcpdump = None;
+        std::fs::read_to_string(&self.out).unwrap().lines().map(str::to_owned).collect()
     }
 }

@@ -10,8 +10,12 @@
 //! ready; a BMC that refuses the rotation quarantines the node, and recover runs the
 //! teardown again; a teardown waits for an operator's rotation in flight. In a pool that
 //! isolates tenants on the switch (a real Open vSwitch), the lease's ports move to its
-//! tenant VLAN before the OS boots and the teardown moves them to cleaning and back; a
-//! switch that is unreachable, refuses, or reads back another tag quarantines.
+//! tenant VLAN before the OS boots and the teardown moves them to cleaning and back; hosts
+//! cabled to the switch show what that does on the wire: the leased machine's port reaches
+//! neither the provisioning network's service nor another machine (ping, arping and curl
+//! fail, and a capture on their ports sees none of its frames) while the other machine
+//! does, and once ready it reaches them again. A switch that is unreachable, refuses, or
+//! reads back another tag quarantines.
 
 use std::time::Duration;
 
@@ -742,11 +746,18 @@ fn lease_run(s: &TestScheduler) -> Value {
 fn an_isolated_lease_moves_its_ports_to_a_tenant_vlan_before_the_os_boots_and_the_teardown_moves_them_back() {
     let sim = IpmiSim::start();
     let ovs = metal_tests::ovs::Ovs::start();
-    ovs.add_port("n1-p0");
+    // Hosts on the switch: n1's NIC (what its OS sends from), the provisioning network's
+    // service (an HTTP server standing for the boot service and the API), another machine.
+    let machine = ovs.wire("n1-p0", "10.88.0.11/24", 10);
+    let service = ovs.wire("svc-p0", "10.88.0.1/24", 10);
+    let other = ovs.wire("n2-p0", "10.88.0.12/24", 10);
+    let _http = service.serve_http(8080);
+    let url = "http://10.88.0.1:8080/";
     let s = TestScheduler::start(|_| {});
     let version = site(&s, ipmi(&sim), isolating());
     cabled(&s, &ovs, None, &[(MAC, "n1-p0")]);
     assert_eq!(ovs.tag("n1-p0"), Some(10));
+    assert!(machine.pings(&service.address) && machine.fetches(url), "a ready machine reaches provisioning");
 
     // The deploy runs on the provisioning VLAN; then the ports move, then the OS boots.
     let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
@@ -769,6 +780,22 @@ fn an_isolated_lease_moves_its_ports_to_a_tenant_vlan_before_the_os_boots_and_th
     let ports = ok(&s, "GET", "/v1/nodes/n1/ports", Value::Null);
     assert_eq!((ports[0]["network"].as_str(), ports[0]["vlan"].as_u64()), (Some("tenant"), Some(100)), "{ports}");
 
+    // Leased, the machine reaches nothing on provisioning, and no frame of its crosses.
+    let captures = [service.capture_from(&machine.mac), other.capture_from(&machine.mac)];
+    for (address, what) in [(&service.address, "the service"), (&other.address, "the other machine")] {
+        assert!(!machine.pings(address), "the lessee pinged {what}");
+        assert!(!machine.arpings(address), "the lessee's ARP reached {what}");
+    }
+    assert!(!machine.fetches(url), "the lessee reached the service over HTTP");
+    for capture in captures {
+        let frames = capture.frames();
+        assert!(frames.is_empty(), "frames from the lessee crossed: {frames:?}");
+    }
+    // ... while the other machine still does, and a capture does see frames that cross.
+    let seen = service.capture_from(&other.mac);
+    assert!(other.pings(&service.address) && other.arpings(&service.address) && other.fetches(url));
+    assert!(!seen.frames().is_empty(), "the capture saw the other machine's frames");
+
     // The teardown: cleaning right after power-off, before the ramdisk boots.
     ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
     pass(&s);
@@ -782,6 +809,8 @@ fn an_isolated_lease_moves_its_ports_to_a_tenant_vlan_before_the_os_boots_and_th
     let node = s.node("n1");
     assert_eq!(node["state"], "ready", "{node}");
     assert_eq!(ovs.tag("n1-p0"), Some(10), "back on provisioning before ready");
+    assert!(machine.pings(&service.address) && machine.fetches(url), "ready again: it reaches provisioning");
+    assert!(machine.pings(&other.address), "and the other machine");
     let run = &teardowns(&s)[0];
     let back = &step_record(run, "network-provisioning")["detail"];
     assert_eq!(
