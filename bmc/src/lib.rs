@@ -22,6 +22,9 @@ pub use model::{
 pub use secret::{Credential, Secret};
 
 /// Polls `bmc` until it reports `want`, or fails after `settle` naming the last state seen.
+/// The reads back off: the first comes an eighth of `poll` after the one before, each wait
+/// doubles up to `poll`, so a BMC that is quick is read back quickly and a slow one is not
+/// asked every moment.
 pub(crate) async fn wait_for_power<B: Bmc + ?Sized>(
     bmc: &B,
     name: &str,
@@ -31,6 +34,7 @@ pub(crate) async fn wait_for_power<B: Bmc + ?Sized>(
     poll: std::time::Duration,
 ) -> BmcResult<()> {
     let deadline = tokio::time::Instant::now() + settle;
+    let mut wait = poll / 8;
     loop {
         let now = bmc.power_state().await?;
         if now == want {
@@ -44,7 +48,8 @@ pub(crate) async fn wait_for_power<B: Bmc + ?Sized>(
                 message: format!("power is still {now:?}"),
             });
         }
-        tokio::time::sleep(poll).await;
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(poll);
     }
 }
 

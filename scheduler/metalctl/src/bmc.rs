@@ -8,7 +8,7 @@ use clap::Subcommand;
 use metalctl::client::{Client, ClientError, RequestBody};
 use serde_json::{Value, json};
 
-use metalctl::output::{Output, print, read_input};
+use metalctl::output::{Output, READING_COLUMNS, print, read_input, reading_rows};
 
 /// How to trust a Redfish BMC's certificate (one of them for https).
 #[derive(clap::Args, Debug)]
@@ -214,7 +214,10 @@ pub fn run(client: &Client, out: Output, command: BmcCommand) -> Result<(), Clie
         }
         BmcCommand::Readings { node } => {
             let readings = client.request("GET", &format!("/v1/nodes/{node}/bmc/readings"), None)?;
-            print(Output::Json, &readings, &[]);
+            match out {
+                Output::Json => print(out, &readings, &[]),
+                Output::Table => print(out, &Value::Array(reading_rows(&readings)), &READING_COLUMNS),
+            }
         }
         BmcCommand::Rotate { node, password_file } => {
             let new = json!({"password": password(password_file.as_ref())?});

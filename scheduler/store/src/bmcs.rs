@@ -175,6 +175,19 @@ pub fn promote_pending(conn: &mut dyn Conn, node: &str, sealed: &str, now: Offse
     Ok(n == 1)
 }
 
+/// What is recorded of the node's BMC readings: the node's power and its BMC's health (each
+/// `None` when there is none).
+pub fn recorded(conn: &mut dyn Conn, node: &str) -> DbResult<(Option<String>, Option<String>)> {
+    let row = conn.query_opt(
+        "SELECT n.power AS power, b.health AS health FROM nodes n LEFT JOIN bmcs b ON b.node_id = n.id WHERE n.id = $1",
+        &[&node],
+    )?;
+    Ok(match row {
+        Some(row) => (row.get("power")?, row.get("health")?),
+        None => (None, None),
+    })
+}
+
 /// Records the health the BMC reported; an event when it changed, a warning one when it is
 /// not OK.
 pub fn record_health(conn: &mut dyn Conn, node: &str, health: Option<&str>, now: OffsetDateTime) -> DbResult<()> {

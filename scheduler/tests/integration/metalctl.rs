@@ -226,6 +226,15 @@ fn metalctl_drives_a_bmc_with_passwords_off_the_command_line() {
     assert!(o.status.success() && text(&o).contains("on"), "{}", text(&o));
     let o = run(&["-o", "json", "bmc", "power", "n1", "status"], None);
     assert_eq!(serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["power"], "on", "{}", text(&o));
+    // Readings: a table for people (a row per reading), the read model whole as JSON.
+    let o = run(&["bmc", "readings", "n1"], None);
+    let table = text(&o);
+    assert!(o.status.success() && table.starts_with("SECTION"), "{table}");
+    let power = table.lines().find(|l| l.starts_with("power ")).unwrap_or_default();
+    assert_eq!(power.split_whitespace().collect::<Vec<_>>(), ["power", "on"], "{table}");
+    let o = run(&["-o", "json", "bmc", "readings", "n1"], None);
+    let model: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(model["power"], serde_json::json!({"status": "present", "value": "on"}), "{model}");
     let o = run(&["bmc", "boot", "n1", "pxe"], None);
     assert!(text(&o).contains("n1 boots from pxe next time"), "{}", text(&o));
     let dir = tempfile::tempdir().unwrap();

@@ -167,11 +167,41 @@ pub async fn open_console(app: &App, node: &str, credential_id: &str) -> ApiResu
     Ok((child, session))
 }
 
-async fn record_power(app: &App, node: &str, power: metal_bmc::PowerState) -> ApiResult<()> {
-    let (node, now) = (node.to_owned(), app.clock.now());
-    app.store.write(move |tx| store::bmcs::record_power(tx, &node, power_text(power), now)).await?;
+/// Records what a BMC read: the power and (`Some`) the health. Only news is written: what
+/// is recorded is read first, and a write (which waits in the store's one write queue,
+/// behind whatever a thousand teardowns are writing) happens only when something changed,
+/// so a reading is answered as soon as the BMC answered.
+async fn record_reading(
+    app: &App,
+    node: &str,
+    power: Option<metal_bmc::PowerState>,
+    health: Option<Option<String>>,
+) -> ApiResult<()> {
+    let id = node.to_owned();
+    let (recorded_power, recorded_health) = app.store.read(move |tx| store::bmcs::recorded(tx, &id)).await?;
+    let power = power.map(power_text).filter(|p| recorded_power.as_deref() != Some(*p));
+    let health = health.filter(|h| *h != recorded_health);
+    if power.is_none() && health.is_none() {
+        return Ok(());
+    }
+    let (id, now) = (node.to_owned(), app.clock.now());
+    app.store
+        .write(move |tx| {
+            if let Some(power) = power {
+                store::bmcs::record_power(tx, &id, power, now)?;
+            }
+            if let Some(health) = health {
+                store::bmcs::record_health(tx, &id, health.as_deref(), now)?;
+            }
+            Ok::<_, ApiError>(())
+        })
+        .await?;
     app.events.notify_waiters();
     Ok(())
+}
+
+async fn record_power(app: &App, node: &str, power: metal_bmc::PowerState) -> ApiResult<()> {
+    record_reading(app, node, Some(power), None).await
 }
 
 /// The node's power as its BMC reports it now (and recorded on the node).
@@ -252,13 +282,7 @@ fn media_info(status: metal_bmc::MediaStatus) -> MediaInfo {
 /// than OK raises an event).
 pub async fn read_model(app: &App, node: &str) -> ApiResult<serde_json::Value> {
     let model = on_bmc(app, node, |bmc| bmc.read_model()).await?;
-    if let Some(power) = model.power.present() {
-        record_power(app, node, *power).await?;
-    }
-    let health = model.health.present().cloned();
-    let (id, now) = (node.to_owned(), app.clock.now());
-    app.store.write(move |tx| store::bmcs::record_health(tx, &id, health.as_deref(), now)).await?;
-    app.events.notify_waiters();
+    record_reading(app, node, model.power.present().copied(), Some(model.health.present().cloned())).await?;
     serde_json::to_value(&model).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
