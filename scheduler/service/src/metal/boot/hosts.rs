@@ -97,17 +97,14 @@ echo "metal-join: joined; metal-agent.service is running"
     )
 }
 
-/// The SHA-256 of a file, hex.
-async fn file_sha256(path: &std::path::Path) -> std::io::Result<String> {
-    let bytes = tokio::fs::read(path).await?;
-    Ok(hex::encode(Sha256::digest(&bytes)))
-}
-
 /// The join script as served now (with the agent's current digest), or why there is none.
 async fn current_script(service: &BootService) -> Result<String, String> {
     let path = service.files_dir.join(AGENT_FILE);
-    let digest =
-        file_sha256(&path).await.map_err(|e| format!("no {AGENT_FILE} in the boot files ({}): {e}", path.display()))?;
+    let digest = service
+        .digests
+        .sha256(&path)
+        .await
+        .map_err(|e| format!("no {AGENT_FILE} in the boot files ({}): {e}", path.display()))?;
     Ok(install_script(&digest))
 }
 

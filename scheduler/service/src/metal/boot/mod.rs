@@ -5,6 +5,7 @@
 //! for; and the join service (`hosts`), where a deployed OS becomes a host. Unauthenticated requests are rate-limited per client address (`ratelimit`).
 
 pub mod claims;
+pub mod digests;
 pub mod hosts;
 pub mod ipxe;
 pub mod ramdisk;
@@ -43,6 +44,8 @@ pub struct BootService {
     pub listen: SocketAddr,
     /// Per-address limits on the unauthenticated endpoints.
     pub limiter: ratelimit::RateLimiter,
+    /// Digests of the served files (`metal-agent`'s), computed once per version.
+    pub digests: digests::FileDigests,
 }
 
 impl BootService {
@@ -74,6 +77,7 @@ impl BootService {
             files_dir: config.boot.files_dir.clone().unwrap_or_else(|| config.data_dir.join("boot")),
             listen,
             limiter: ratelimit::RateLimiter::new(config.boot.rate_per_minute),
+            digests: digests::FileDigests::default(),
         }))
     }
 
