@@ -8,6 +8,7 @@
 //! `#[serde(flatten)]` with `deny_unknown_fields` produces, and which no body can satisfy)
 //! are merged into the one closed object the server actually accepts.
 
+use metal_types::model::{bmc, tenant};
 use serde_json::{Map, Value, json};
 
 /// What `metal_protocol::identity::validate_name` accepts: 1 to 64 of A-Z a-z 0-9 . _ -,
@@ -31,14 +32,14 @@ const NAMES: &[(&str, &str)] = &[
 ];
 
 /// The body properties the server refuses empty, with their greatest length where it
-/// has one.
-const NON_EMPTY: &[(&str, &str, Option<u64>)] = &[
-    ("TenantCreate", "name", Some(200)),
-    ("CredentialCreate", "name", Some(200)),
-    ("BmcSpec", "username", Some(64)),
+/// has one (the validators' own bounds).
+const NON_EMPTY: &[(&str, &str, Option<usize>)] = &[
+    ("TenantCreate", "name", Some(tenant::NAME_MAX)),
+    ("CredentialCreate", "name", Some(tenant::NAME_MAX)),
+    ("BmcSpec", "username", Some(bmc::USERNAME_MAX)),
     ("BmcSpec", "address", None),
-    ("BmcSpec", "password", Some(128)),
-    ("RotateRequest", "password", Some(128)),
+    ("BmcSpec", "password", Some(bmc::Password::MAX_LEN)),
+    ("RotateRequest", "password", Some(bmc::Password::MAX_LEN)),
     ("MediaRequest", "url", None),
 ];
 

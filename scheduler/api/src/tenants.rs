@@ -11,7 +11,7 @@ use metal_service::app::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::tenant::{
-    CredentialCreate, CredentialCreated, CredentialInfo, CredentialRole, Session, Tenant, TenantCreate,
+    CredentialCreate, CredentialCreated, CredentialInfo, CredentialRole, NAME_MAX, Session, Tenant, TenantCreate,
 };
 
 /// Create a tenant.
@@ -26,8 +26,8 @@ pub async fn create_tenant(
     metal_protocol::identity::validate_name("tenant id", &create.id)
         .map_err(|e| ApiError::invalid("id", e.to_string()))?;
     let name = create.name.unwrap_or_else(|| create.id.clone());
-    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
-        return Err(ApiError::invalid("name", "must be 1 to 200 printable characters"));
+    if name.is_empty() || name.len() > NAME_MAX || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid("name", format!("must be 1 to {NAME_MAX} printable characters")));
     }
     let tenant = Tenant { id: create.id, name };
     let now = app.clock.now();
@@ -101,8 +101,8 @@ pub async fn create_credential(
     ApiJson(create): ApiJson<CredentialCreate>,
 ) -> ApiResult<(StatusCode, ApiJson<CredentialCreated>)> {
     caller.admin("credentials")?;
-    if create.name.trim().is_empty() || create.name.len() > 200 {
-        return Err(ApiError::invalid("name", "must be 1 to 200 characters"));
+    if create.name.trim().is_empty() || create.name.len() > NAME_MAX {
+        return Err(ApiError::invalid("name", format!("must be 1 to {NAME_MAX} characters")));
     }
     let tenant_id = match (create.role, create.tenant_id.clone()) {
         (CredentialRole::TenantMember, None) => {

@@ -152,11 +152,14 @@ fn is_loopback_url(address: &str) -> bool {
         .is_some_and(|h| h == "localhost" || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()))
 }
 
+/// The longest BMC user name taken, in bytes.
+pub const USERNAME_MAX: usize = 64;
+
 impl BmcSpec {
     /// Checks the fields, naming the first one that is wrong.
     pub fn validate(&self) -> Result<(), ApiError> {
-        if self.login.username.is_empty() || self.login.username.len() > 64 {
-            return Err(ApiError::invalid("username", "must be 1 to 64 characters"));
+        if self.login.username.is_empty() || self.login.username.len() > USERNAME_MAX {
+            return Err(ApiError::invalid("username", format!("must be 1 to {USERNAME_MAX} characters")));
         }
         self.login.password.check("password")?;
         match self.protocol {

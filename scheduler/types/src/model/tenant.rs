@@ -36,6 +36,9 @@ pub struct Tenant {
     pub name: String,
 }
 
+/// The longest display name of a tenant or an API credential, in bytes.
+pub const NAME_MAX: usize = 200;
+
 /// Creates a tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
