@@ -133,7 +133,10 @@ pub fn run_host(client: &Client, out: Output, command: HostCommand) -> Result<()
             for (target, result) in &results {
                 match result {
                     Ok(text) => {
-                        let joined = text.lines().find(|l| l.starts_with("joined as")).unwrap_or("joined");
+                        let joined = text
+                            .lines()
+                            .find(|l| l.starts_with("joined as") || l.starts_with("already joined"))
+                            .unwrap_or("joined");
                         println!("{}: {joined}", target.node);
                     }
                     Err(e) => eprintln!("{}: {e}", target.node),

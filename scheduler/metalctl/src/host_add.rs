@@ -223,8 +223,28 @@ METAL_AGENT_SOURCE="$t/metal-agent" METAL_CONFIG_DIR="$d" sh "$t/join.sh"
     ))
 }
 
-/// Joins one machine over SSH; returns what the join printed there.
+/// The host of `node` when it has joined already (its current identity generation's): its
+/// role and generation, as `ROLE, identity generation N`.
+fn joined_already(client: &Client, node: &str) -> Result<Option<String>, String> {
+    match client.request("GET", &format!("/v1/hosts/{node}"), None) {
+        Ok(host) if host["state"] == "joined" => {
+            Ok(Some(format!("{}, identity generation {}", field(&host, "role")?, host["identityGeneration"])))
+        }
+        Ok(_) | Err(ClientError::Api { status: 404, .. }) => Ok(None),
+        Err(e) => Err(format!("host {node}: {e}")),
+    }
+}
+
+/// Joins one machine over SSH; returns what the join printed there. A node whose host has
+/// joined already is left as it is, with no enrolment token issued: its agent keeps the
+/// identity it has, so a token would only lie about unused.
 pub fn add(client: &Client, target: &Target, options: &AddOptions) -> Result<String, String> {
+    if let Some(joined) = joined_already(client, &target.node)? {
+        return Ok(format!(
+            "already joined ({joined}); no enrolment token issued (metalctl host forget {} first to join it anew)",
+            target.node
+        ));
+    }
     let enrolment = enrol(client, &target.node, &options.setup, None)?;
     let files = fetch(enrolment, options.boot_url.as_deref())?;
     let script = stage_script(&files)?;

@@ -151,7 +151,7 @@ fn a_running_machine_joins_over_ssh_and_with_the_offline_bundle() {
         "{added}"
     );
     // A file of machines: one that cannot be reached fails alone, and the others go on (the
-    // guest again, which keeps the identity it has).
+    // guest again, which has joined: left as it is, with no token issued for nothing).
     let listing = dir.path().join("hosts.txt");
     std::fs::write(&listing, format!("ops@127.0.0.1:{} unreachable\nops@127.0.0.1:{port} hil-add\n", free_port()))
         .unwrap();
@@ -160,8 +160,15 @@ fn a_running_machine_joins_over_ssh_and_with_the_offline_bundle() {
     args.extend(ssh_opts);
     let o = metalctl(&s, &args);
     assert!(!o.status.success() && text(&o).contains("unreachable: the join on 127.0.0.1 failed"), "{}", text(&o));
-    assert!(text(&o).contains("1 of 2 machines did not join") && text(&o).contains("hil-add: joined"), "{}", text(&o));
+    assert!(text(&o).contains("1 of 2 machines did not join"), "{}", text(&o));
+    let skipped = format!(
+        "hil-add: already joined (node, identity generation {}); no enrolment token",
+        added["identityGeneration"]
+    );
+    assert!(text(&o).contains(&skipped), "{}", text(&o));
     assert_eq!(host(&s, "hil-add")["joinedAt"], added["joinedAt"], "the guest kept its join");
+    let tokens = s.events("host.enrolment.created");
+    assert_eq!(tokens.iter().filter(|e| e["data"]["node"] == "hil-add").count(), 1, "{tokens:?}");
 
     // The offline bundle, carried over by hand and run there.
     let bundle = dir.path().join("metal-join.tar.gz");
