@@ -7,5 +7,6 @@
 
 pub mod digest;
 pub mod format;
+pub mod layout;
 pub mod manifest;
 pub mod seekable;

@@ -27,6 +27,22 @@ pub fn seed(instance_id: &str, hostname: &str) -> metal_protocol::deploy::CloudI
     .unwrap()
 }
 
+/// `image` with a DOS partition table written over its first sector: one Linux partition
+/// from 1 MiB to its end, and the boot signature (an import refuses an image without a
+/// partition table: a deploy could never add its seed).
+pub fn with_mbr(mut image: Vec<u8>) -> Vec<u8> {
+    assert!(image.len() > MIB, "an image with a partition from 1 MiB is more than 1 MiB");
+    let sectors = u32::try_from((image.len() - MIB) / 512).unwrap();
+    image[446..512].fill(0);
+    let entry = &mut image[446..462];
+    entry[4] = 0x83;
+    entry[8..12].copy_from_slice(&2048u32.to_le_bytes());
+    entry[12..16].copy_from_slice(&sectors.to_le_bytes());
+    image[510] = 0x55;
+    image[511] = 0xaa;
+    image
+}
+
 /// An 8 MiB GPT disk image (made with sfdisk) with one Linux partition named `root` from
 /// 1 MiB to 7 MiB, full of never-zero data.
 pub fn gpt_image(dir: &std::path::Path) -> Vec<u8> {

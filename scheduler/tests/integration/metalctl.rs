@@ -298,7 +298,7 @@ fn metalctl_imports_images_makes_profiles_and_says_why_provisioning_cannot_run()
         std::time::Duration::from_secs(86400),
     )
     .unwrap();
-    let image: Vec<u8> = (0..3u32 << 20).map(|i| u8::try_from(i % 251).unwrap()).collect();
+    let image = metal_tests::images::with_mbr((0..3u32 << 20).map(|i| u8::try_from(i % 251).unwrap()).collect());
     let mirror = metal_tests::controller::ImageServer::start(&ca, &[], [("os.img".to_owned(), image.clone())].into());
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("ca.pem");

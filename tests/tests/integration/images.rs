@@ -19,8 +19,8 @@ use sha2::Digest as _;
 
 const MIB: usize = 1 << 20;
 
-/// A 12 MiB raw disk image: pseudo-random (incompressible) data with an all-zero 4 MiB
-/// chunk in the middle.
+/// A 12 MiB raw disk image: a DOS partition table, then pseudo-random (incompressible) data
+/// with an all-zero 4 MiB chunk in the middle.
 fn raw_image() -> Vec<u8> {
     let mut raw = Vec::with_capacity(12 * MIB);
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -30,7 +30,7 @@ fn raw_image() -> Vec<u8> {
         x ^= x << 17;
         raw.push(if (4 * MIB..8 * MIB).contains(&i) { 0 } else { x.to_le_bytes()[0] });
     }
-    raw
+    metal_tests::images::with_mbr(raw)
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -179,6 +179,24 @@ fn a_wrong_checksum_fails_the_import_and_keeps_nothing() {
     let (status, answer) =
         s.call("POST", "/v1/images", Some(json!({"url": mirror.server.url("d.zst"), "checksum": wrong})));
     assert_eq!(status, 409, "the name is taken: {answer}");
+}
+
+#[test]
+fn an_image_without_a_partition_table_fails_its_import_with_why_and_keeps_nothing() {
+    let mut raw = raw_image();
+    raw[510..512].fill(0);
+    let file = zstd(&raw);
+    let mirror = mirror(HashMap::from([("bare.zst".to_owned(), file.clone())]), Misbehaviour::default());
+    let s = scheduler(&mirror, |_| {});
+    let started = import(&s, json!({"url": mirror.server.url("bare.zst"), "checksum": sha256(&file)}));
+    let image = wait(&s, started["id"].as_str().unwrap());
+    assert_eq!(image["state"], "failed", "{image}");
+    let error = image["error"].as_str().unwrap();
+    assert!(
+        error.contains("no partition table (neither GPT nor MBR)") && error.contains("could never deploy"),
+        "{error}"
+    );
+    assert_eq!(std::fs::read_dir(images_dir(&s)).unwrap().count(), 0, "no file kept");
 }
 
 /// A qcow2 of `raw` made by qemu-img.

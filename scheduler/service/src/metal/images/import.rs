@@ -476,7 +476,7 @@ fn convert(files: &ImportFiles) -> Result<(ImagePlan, String), String> {
     let open = |path: &std::path::Path| std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()));
     let mut head = [0u8; 8];
     let n = metal_image::manifest::read_full(&mut open(part)?, &mut head).map_err(|e| e.to_string())?;
-    let (input, format): (Box<dyn Read + Send>, String) = if head[..n].starts_with(QCOW2_MAGIC) {
+    let (mut input, format): (Box<dyn Read + Send>, String) = if head[..n].starts_with(QCOW2_MAGIC) {
         qcow2_to_raw(part, raw)?;
         (Box::new(BufReader::with_capacity(1 << 20, open(raw)?)), "qcow2".into())
     } else {
@@ -486,6 +486,17 @@ fn convert(files: &ImportFiles) -> Result<(ImagePlan, String), String> {
             metal_image::format::decoder(format, input).map_err(|e| format!("decoding the {format:?} image: {e}"))?;
         (decoded, format!("{format:?}").to_lowercase())
     };
+    // The partition table first, before a byte is compressed: an image without one can never
+    // deploy (the deploy adds the cloud-init seed as a partition of the image's own table).
+    let mut head = vec![0u8; metal_image::layout::HEAD_BYTES];
+    let n = metal_image::manifest::read_full(&mut input, &mut head).map_err(|e| format!("reading the image: {e}"))?;
+    head.truncate(n);
+    if n > 0 && metal_image::layout::partition_table(&head).is_none() {
+        return Err("the image has no partition table (neither GPT nor MBR): a deploy adds the cloud-init seed \
+                    as a partition of the image's own table, so this image could never deploy"
+            .into());
+    }
+    let input = std::io::Cursor::new(head).chain(input);
     let out = std::fs::File::create(tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
     let mut writer = BufWriter::with_capacity(1 << 20, out);
     let seekable = metal_image::seekable::write_seekable(input, &mut writer, CHUNK_SIZE, LEVEL)
