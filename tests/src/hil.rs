@@ -395,13 +395,7 @@ pub fn bootable_image() -> Vec<u8> {
     image[..code.len()].copy_from_slice(&code);
     let message = format!("{DISK_MARKER}\r\n\0");
     image[code.len()..code.len() + message.len()].copy_from_slice(message.as_bytes());
-    let entry = &mut image[446..462];
-    entry[4] = 0x83;
-    entry[8..12].copy_from_slice(&2048u32.to_le_bytes());
-    entry[12..16].copy_from_slice(&u32::try_from((8 * MIB - MIB) / 512).unwrap().to_le_bytes());
-    image[510] = 0x55;
-    image[511] = 0xaa;
-    image
+    crate::images::with_mbr(image)
 }
 
 /// A disk image of `size` bytes full of a nonzero pattern (so an erase is seen).

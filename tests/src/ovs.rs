@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::emulators::Guard;
+use crate::emulators::{Guard, run};
 
 /// The bridge every port is on.
 pub const BRIDGE: &str = "br-metal";
@@ -135,31 +135,40 @@ impl Ovs {
         static HOSTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = HOSTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let namespace = format!("metal-host-{}-{n}", std::process::id());
-        run("ip", &["netns", "add", &namespace]);
+        run(Command::new("ip").args(["netns", "add", &namespace]));
         let mut host =
             WiredHost { namespace, address: address.split('/').next().unwrap().to_owned(), mac: String::new() };
         let switch_side = self.vswitchd.0.id().to_string();
         let ns = host.namespace.as_str();
-        run("ip", &["-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", &switch_side]);
-        run("nsenter", &[&format!("--net=/proc/{switch_side}/ns/net"), "ip", "link", "set", port, "up"]);
-        run("ip", &["-n", ns, "addr", "add", address, "dev", "eth0"]);
-        run("ip", &["-n", ns, "link", "set", "eth0", "up"]);
+        run(Command::new("ip").args([
+            "-n",
+            ns,
+            "link",
+            "add",
+            "eth0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            port,
+            "netns",
+            &switch_side,
+        ]));
+        run(Command::new("nsenter")
+            .arg(format!("--net=/proc/{switch_side}/ns/net"))
+            .args(["ip", "link", "set", port, "up"]));
+        run(Command::new("ip").args(["-n", ns, "addr", "add", address, "dev", "eth0"]));
+        run(Command::new("ip").args(["-n", ns, "link", "set", "eth0", "up"]));
         // A veth leaves TCP and UDP checksums to the receiving NIC; OVS's userspace datapath
         // forwards the frame as it is, and the host at the other end drops it (ping, whose
         // checksum is in software, would still pass). Checksums in software, as on a wire.
-        run("ip", &["netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"]);
-        run("ip", &["-n", ns, "link", "set", "lo", "up"]);
+        run(Command::new("ip").args(["netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"]));
+        run(Command::new("ip").args(["-n", ns, "link", "set", "lo", "up"]));
         self.vsctl(&["add-port", BRIDGE, port, &format!("tag={vlan}"), "vlan_mode=access"]);
         let shown = host.exec("cat", &["/sys/class/net/eth0/address"]);
         host.mac = String::from_utf8(shown.stdout).unwrap().trim().to_owned();
         host
     }
-}
-
-/// Runs a command that must succeed.
-fn run(program: &str, args: &[&str]) {
-    let output = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"));
-    assert!(output.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
 }
 
 /// A host cabled to a switch port ([`Ovs::wire`]). Dropped, its namespace goes, and its
