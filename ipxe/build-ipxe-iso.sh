@@ -5,6 +5,13 @@
 #
 #   ipxe/build-ipxe-iso.sh --url http://10.0.0.1:7450 OUT.iso            # BIOS: isolinux
 #   ipxe/build-ipxe-iso.sh --url http://10.0.0.1:7450 --hybrid OUT.iso   # BIOS + UEFI: GRUB
+#   ipxe/build-ipxe-iso.sh --url URL [--hybrid] --claim-template DIR/media.iso
+#
+# --claim-template: the scheduler's virtual-media template (boot-media-url; the file goes in
+# the boot files directory as media.iso). Its scripts ask for /boot/ipxe?claim=PLACEHOLDER
+# (GRUB: /boot/grub?claim=), and the scheduler serves each teardown boot a copy with the
+# placeholder replaced by that boot's claim, so only that ISO takes the boot, not any host
+# that names the machine's MAC.
 #
 # BIOS: isolinux starts ipxe.lkrn (package ipxe) with the script as its initrd; iPXE runs an
 # initrd that starts with "#!ipxe" as its script. --hybrid: grub-mkrescue; under BIOS GRUB
@@ -17,14 +24,18 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+# The same 64 characters as metal_service::metal::boot::media::PLACEHOLDER.
+placeholder=metal-media-claim-placeholder-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
 url=
 hybrid=0
+claim=
 out=
 while [ $# -gt 0 ]; do
   case $1 in
     --url) url=${2:-}; shift 2 ;;
     --hybrid) hybrid=1; shift ;;
+    --claim-template) claim="claim=$placeholder\&"; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "build-ipxe-iso: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "build-ipxe-iso: one output file only" >&2; exit 2; }; out=$1; shift ;;
@@ -46,7 +57,7 @@ done
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-sed "s|@METAL_URL@|$url|g" "$here/metal.ipxe" > "$stage/metal.ipx"
+sed -e "s|@METAL_URL@|$url|g" -e "s|/boot/ipxe?mac=|/boot/ipxe?${claim}mac=|" "$here/metal.ipxe" > "$stage/metal.ipx"
 cp /usr/lib/ipxe/ipxe.lkrn "$stage/ipxe.lkr"
 
 if [ "$hybrid" = 1 ]; then
@@ -75,7 +86,7 @@ menuentry "metal: network boot through $url" {
       for card in efinet0 efinet1 efinet2 efinet3; do
         eval "set mac=\\\$net_\${card}_dhcp_mac"
         if [ -n "\$mac" ]; then
-          source "\${metal}/boot/grub?mac=\$mac"
+          source "\${metal}/boot/grub?${claim//\\/}mac=\$mac"
         fi
       done
       echo "metal: no answer from $url (not enrolled yet?); asking again in 10 s"

@@ -47,7 +47,8 @@ struct ServeArgs {
     /// tls-key-file, and allow-plain-http (plain HTTP on an address other than loopback is
     /// refused without it); for the boot service boot-listen, boot-http-listen, boot-controller-url, boot-files-dir,
     /// boot-auto-enrol, boot-token-ttl, boot-certificate-validity, boot-rate-limit,
-    /// boot-kernel-args, boot-lldp-wait, host-token-ttl, host-certificate-validity (a deployed OS's join), and for the image store image-dir, image-catalog, image-ca-file,
+    /// boot-kernel-args, boot-lldp-wait, boot-media-url (teardowns boot per-boot ISOs by virtual media),
+    /// host-token-ttl, host-certificate-validity (a deployed OS's join), and for the image store image-dir, image-catalog, image-ca-file,
     /// image-import-attempts, image-import-backoff, image-import-lease; each also as METAL_<KEY> with dashes as
     /// underscores). Environment only: METAL_MASTER_KEY (64 hex digits, seals BMC passwords at
     /// rest; without it they are stored unsealed, with a warning) and METAL_LOG (log filter,

@@ -108,7 +108,7 @@ pub struct Sushy {
     pub endpoint: String,
     pub pki: Pki,
     _guard: Guard,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Sushy {
@@ -172,7 +172,18 @@ impl Sushy {
             .spawn()
             .expect("sushy-emulator (scripts/setup installs it)");
         wait_for_tcp(port, &mut child, "sushy-emulator");
-        Sushy { endpoint: format!("https://127.0.0.1:{port}"), pki, _guard: Guard(child), _dir: dir }
+        Sushy { endpoint: format!("https://127.0.0.1:{port}"), pki, _guard: Guard(child), dir }
+    }
+
+    /// The virtual-media images sushy downloaded with this file name: it keeps each one in a
+    /// directory of its own under its TMPDIR, as a BMC keeps the ISO it mounted.
+    pub fn downloaded(&self, name: &str) -> Vec<std::path::PathBuf> {
+        let Ok(entries) = std::fs::read_dir(self.dir.path()) else { return Vec::new() };
+        entries
+            .flatten()
+            .map(|e| e.path().join(name))
+            .filter(|p| p.is_file())
+            .collect()
     }
 }
 

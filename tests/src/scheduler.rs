@@ -119,6 +119,7 @@ impl TestScheduler {
         let (port, boot_port) = (api.local_addr().unwrap().port(), boot.local_addr().unwrap().port());
         let mut config =
             Config { data_dir: dir.path().to_path_buf(), database_url: database_url.clone(), ..Config::default() };
+        config.listen = api.local_addr().unwrap();
         config.boot.listen = Some(boot.local_addr().unwrap());
         configure(&mut config);
         let started_here = clock.is_none();
@@ -189,6 +190,17 @@ impl TestScheduler {
         (response.status().as_u16(), response.text().unwrap())
     }
 
+    /// An unauthenticated GET of bytes, with a Range header when `range` is given: status
+    /// and body.
+    pub fn get_bytes(&self, path: &str, range: Option<&str>) -> (u16, Vec<u8>) {
+        let mut request = self.http.get(format!("{}{path}", self.url));
+        if let Some(range) = range {
+            request = request.header("Range", range);
+        }
+        let response = request.send().unwrap();
+        (response.status().as_u16(), response.bytes().unwrap().to_vec())
+    }
+
     /// Enrols a node with this boot MAC (state new).
     pub fn enrol(&self, id: &str, mac: &str) {
         let (status, body) = self.call("POST", "/v1/nodes", Some(serde_json::json!({"id": id, "bootMac": mac})));
@@ -236,6 +248,29 @@ impl TestScheduler {
         let value = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_owned);
         Some((value("metal.token=")?, value("metal.task=")?))
     }
+}
+
+/// Turns virtual-media boots on in `config`: per-boot ISOs served at `url` (as BMCs and the
+/// ISO's iPXE reach the service), from a template `ipxe/build-ipxe-iso.sh --claim-template`
+/// builds now (isolinux: BIOS) into the boot files directory.
+pub fn with_media(config: &mut Config, url: &str) {
+    let files = config.boot.files_dir.clone().unwrap_or_else(|| config.data_dir.join("boot"));
+    std::fs::create_dir_all(&files).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ipxe/build-ipxe-iso.sh");
+    let output = std::process::Command::new(script)
+        .args(["--url", url, "--claim-template"])
+        .arg(files.join(metal_service::metal::boot::media::TEMPLATE))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "build-ipxe-iso.sh: {}", String::from_utf8_lossy(&output.stderr));
+    config.boot.media_url = Some(url.to_owned());
+}
+
+/// The claim a per-boot ISO's script carries (as the machine's iPXE finds it in the ISO).
+pub fn claim_in_iso(iso: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(iso);
+    let at = text.find("/boot/ipxe?claim=")? + "/boot/ipxe?claim=".len();
+    Some(text[at..].split('&').next()?.to_owned())
 }
 
 /// What the lease fixtures need of a running scheduler, in this process ([`TestScheduler`])

@@ -176,6 +176,7 @@ fn firmware_routes() -> Router<AppState> {
         .route("/boot/ipxe", get(metal_service::metal::boot::ipxe::ipxe_script))
         .route("/boot/grub", get(metal_service::metal::boot::ipxe::grub_script))
         .route("/boot/files/{name}", get(metal_service::metal::boot::ipxe::file))
+        .route("/boot/media/{claim}/{name}", get(metal_service::metal::boot::media::iso_file))
         .route("/boot/installer/{token}/done", post(metal_service::metal::boot::ipxe::installer_done))
         .route("/boot/installer/{token}/{name}", get(metal_service::metal::boot::ipxe::installer_file))
 }

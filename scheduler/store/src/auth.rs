@@ -31,7 +31,7 @@ fn parse_role(stored: &str) -> CredentialRole {
 }
 
 /// 256 random bits, hex.
-pub(crate) fn new_secret() -> String {
+pub fn new_secret() -> String {
     let mut secret = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut secret);
     hex::encode(secret)

@@ -15,7 +15,7 @@ use metal_types::clock::{from_millis, to_millis};
 use metal_types::model::boot::{BootTask, NodeBoot};
 
 const COLUMNS: &str = "id, node_id, armed_by, run_id, armed_at, expires_at, task, token_hash, handed_to, \
-                       joined_from, joined_key, ended, contested_by";
+                       joined_from, joined_key, ended, contested_by, claim_hash";
 
 fn from_row(row: &Row) -> DbResult<NodeBoot> {
     let task: Option<String> = row.get("task")?;
@@ -36,6 +36,7 @@ fn from_row(row: &Row) -> DbResult<NodeBoot> {
         joined_key: row.get("joined_key")?,
         ended: row.get("ended")?,
         contested_by: row.get("contested_by")?,
+        claim_hash: row.get("claim_hash")?,
     })
 }
 
@@ -63,15 +64,42 @@ pub fn arm(
     now: OffsetDateTime,
     ttl: Duration,
 ) -> DbResult<String> {
+    arm_claimed(conn, node_id, armed_by, run_id, None, now, ttl)
+}
+
+/// [`arm`], for a boot that only the holder of the claim whose SHA-256 is `claim_hash` may
+/// take (a virtual-media boot: the per-boot ISO carries the claim), when there is one.
+pub fn arm_claimed(
+    conn: &mut dyn Conn,
+    node_id: &str,
+    armed_by: &str,
+    run_id: Option<&str>,
+    claim_hash: Option<&str>,
+    now: OffsetDateTime,
+    ttl: Duration,
+) -> DbResult<String> {
     let id = format!("boot-{}", uuid::Uuid::new_v4().simple());
     end(conn, node_id, &format!("superseded by {id} ({armed_by})"), now)?;
     conn.execute(
-        "INSERT INTO node_boots (id, node_id, seq, armed_by, run_id, armed_at, expires_at) \
+        "INSERT INTO node_boots (id, node_id, seq, armed_by, run_id, armed_at, expires_at, claim_hash) \
          SELECT CAST($1 AS TEXT), CAST($2 AS TEXT), COALESCE(MAX(seq), 0) + 1, CAST($3 AS TEXT), CAST($4 AS TEXT), \
-         CAST($5 AS BIGINT), CAST($6 AS BIGINT) FROM node_boots WHERE node_id = $2",
-        &[&id, &node_id, &armed_by, &run_id, &to_millis(now), &to_millis(now + ttl)],
+         CAST($5 AS BIGINT), CAST($6 AS BIGINT), CAST($7 AS TEXT) FROM node_boots WHERE node_id = $2",
+        &[&id, &node_id, &armed_by, &run_id, &to_millis(now), &to_millis(now + ttl), &claim_hash],
     )?;
     Ok(id)
+}
+
+/// The open boot that carries the claim whose SHA-256 is `claim_hash` (as [`open`] reads
+/// open: not ended and, untaken, not expired).
+pub fn open_by_claim(conn: &mut dyn Conn, claim_hash: &str, now: OffsetDateTime) -> DbResult<Option<NodeBoot>> {
+    let row = conn.query_opt(
+        &format!(
+            "SELECT {COLUMNS} FROM node_boots WHERE claim_hash = $1 AND ended_at IS NULL \
+             AND (handed_at IS NOT NULL OR expires_at > $2) ORDER BY seq DESC LIMIT 1"
+        ),
+        &[&claim_hash, &to_millis(now)],
+    )?;
+    row.as_ref().map(from_row).transpose()
 }
 
 /// The node's open boot: the newest that has not ended, and, when nobody took it yet, can

@@ -24,6 +24,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (14, "bmc-pending-at", include_str!("../migrations/0014_bmc_pending_at.sql")),
     (15, "node-boots", include_str!("../migrations/0015_node_boots.sql")),
     (16, "switches", include_str!("../migrations/0016_switches.sql")),
+    (17, "media-claims", include_str!("../migrations/0017_media_claims.sql")),
 ];
 
 /// Brings the schema up to date.

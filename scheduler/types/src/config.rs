@@ -171,6 +171,11 @@ pub struct BootConfig {
     /// How long a commissioning ramdisk listens for each NIC's LLDP neighbour (`metal.lldp`),
     /// whose switch ports the node then gets; zero (the default) does not listen.
     pub lldp_wait: Duration,
+    /// The plain-HTTP URL BMCs fetch per-boot virtual-media ISOs at (the firmware routes:
+    /// `boot-http-listen`'s, or the API's when it is plain HTTP). Set, the teardown boots its
+    /// ramdisk from virtual media wherever the BMC has it, from `FILES_DIR/media.iso`, the
+    /// template `ipxe/build-ipxe-iso.sh --claim-template` builds.
+    pub media_url: Option<String>,
     /// Site name for a CA created on first start (the SPIFFE trust domain).
     pub site: String,
 }
@@ -190,6 +195,7 @@ impl Default for BootConfig {
             rate_per_minute: 120,
             kernel_args: "console=tty0 console=ttyS0,115200".into(),
             lldp_wait: Duration::ZERO,
+            media_url: None,
             site: "metal".into(),
         }
     }
@@ -265,6 +271,8 @@ pub struct ConfigLayer {
     pub boot_kernel_args: Option<String>,
     /// `boot-lldp-wait = "35s"` (commissioning learns switch ports by LLDP).
     pub boot_lldp_wait: Option<String>,
+    /// `boot-media-url = "http://10.0.0.1:7451"` (teardowns boot from virtual media).
+    pub boot_media_url: Option<String>,
     /// `site = "metal"`.
     pub site: Option<String>,
     /// `image-dir = "/var/lib/metal/images"`.
@@ -357,6 +365,7 @@ impl ConfigLayer {
             boot_rate_limit,
             boot_kernel_args: get("METAL_BOOT_KERNEL_ARGS"),
             boot_lldp_wait: get("METAL_BOOT_LLDP_WAIT"),
+            boot_media_url: get("METAL_BOOT_MEDIA_URL"),
             site: get("METAL_SITE"),
             image_dir: get("METAL_IMAGE_DIR").map(PathBuf::from),
             image_catalog: get("METAL_IMAGE_CATALOG").map(PathBuf::from),
@@ -437,6 +446,15 @@ impl ConfigLayer {
         }
         if let Some(v) = self.boot_lldp_wait {
             boot.lldp_wait = duration("boot-lldp-wait", &v)?;
+        }
+        if let Some(v) = self.boot_media_url {
+            if !v.starts_with("http://") || v.len() <= "http://".len() {
+                return Err(config_error(
+                    "boot-media-url",
+                    format!("{v:?} must be an http:// URL (the ISO's boot loaders fetch over plain HTTP)"),
+                ));
+            }
+            boot.media_url = Some(v.trim_end_matches('/').to_owned());
         }
         if let Some(v) = self.boot_certificate_validity {
             boot.certificate_validity = duration("boot-certificate-validity", &v)?;

@@ -925,3 +925,90 @@ fn an_unreachable_switch_quarantines_the_teardown_with_the_switchs_own_message()
     let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
     assert_eq!((status, power["power"].as_str()), (200, Some("off")), "powered off, and no ramdisk booted: {power}");
 }
+
+/// The ramdisk of a virtual-media boot: it asks by the claim its ISO carries, and joins.
+fn ramdisk_by_claim(s: &TestScheduler, claim: &str, task: &str) -> controller::Joined {
+    let (status, script) = s.get_text(&format!("/boot/ipxe?claim={claim}&mac={MAC}"));
+    assert_eq!(status, 200, "{script}");
+    let (token, found) = TestScheduler::script_token(&script).unwrap_or_else(|| panic!("no ramdisk boot: {script}"));
+    assert_eq!(found, task, "{script}");
+    controller::join(&s.boot_url, &s.fingerprint, &token, Retry { attempts: 1, backoff: Duration::from_millis(1) })
+        .unwrap()
+}
+
+#[test]
+fn a_teardown_boots_its_ramdisk_from_a_per_boot_iso_that_a_host_naming_the_mac_cannot_take() {
+    let sushy = Sushy::start_with_accounts();
+    let s = TestScheduler::start(|c| metal_tests::scheduler::with_media(c, &format!("http://{}", c.listen)));
+    let bmc = json!({"protocol": "redfish", "address": sushy.endpoint, "username": "admin", "password": SUSHY_PASSWORD,
+                     "tls": {"mode": "fingerprint", "value": sushy.pki.fingerprint}});
+    // sushy's manager reports its firmware as 1.00 (its readings, before the first, none).
+    site(&s, bmc, json!({"firmwareBaseline": {"bmc": "1.00"}}));
+    let version = "1.00";
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+
+    // The erase step mounted a per-boot ISO: the BMC fetched it from the service, and its
+    // script carries the claim (the answers show the URL without it).
+    let run = &teardowns(&s)[0];
+    assert_eq!(run["lastError"], "booted the ramdisk to erase every disk (boot 1, from virtual media (a per-boot ISO mounted))");
+    assert_eq!(run["context"]["eraseBootPath"], "virtual media (a per-boot ISO mounted)", "{run}");
+    let isos = sushy.downloaded("metal.iso");
+    assert_eq!(isos.len(), 1, "the BMC downloaded one ISO: {isos:?}");
+    let claim = metal_tests::scheduler::claim_in_iso(&std::fs::read(&isos[0]).unwrap()).unwrap();
+    assert_eq!(claim.len(), 64, "{claim}");
+    let media = ok(&s, "GET", "/v1/nodes/n1/media", Value::Null);
+    assert_eq!(media["inserted"], true, "{media}");
+    assert!(media["image"].as_str().unwrap().ends_with("/boot/media/(claim)/metal.iso"), "{media}");
+    assert!(!media.to_string().contains(&claim), "{media}");
+    // The ISO as served is the one the BMC has, and only while its boot is open.
+    let iso = format!("/boot/media/{claim}/metal.iso");
+    assert_eq!(s.get_bytes(&iso, None), (200, std::fs::read(&isos[0]).unwrap()));
+    let descriptor = s.get_bytes(&iso, Some("bytes=32768-32773"));
+    assert_eq!(descriptor, (206, b"\x01CD001".to_vec()), "the primary volume descriptor");
+
+    // A host naming the machine's MAC gets nothing, and contests nothing.
+    let script = intruder_script(&s.url, MAC);
+    assert!(!script.contains("token="), "{script}");
+    assert!(script.contains("its boot is from virtual media"), "{script}");
+    let guessed = "0".repeat(64);
+    let (status, script) = s.get_text(&format!("/boot/ipxe?claim={guessed}&mac={MAC}"));
+    assert_eq!(status, 200);
+    assert!(script.contains("is over, booting the next device") && !script.contains("token="), "{script}");
+    assert_eq!(s.get_bytes(&format!("/boot/media/{guessed}/metal.iso"), None).0, 404);
+
+    // The machine's ramdisk takes the boot by its ISO's claim, checks the firmware in band;
+    // its report arms the erase with the same claim (the ISO stays mounted), so its reboot
+    // takes that boot from the same ISO.
+    let joined = ramdisk_by_claim(&s, &claim, "firmware");
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", version)])).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    // Its reboot powers the machine off (as a machine whose reboot ends in the firmware
+    // would): the step boots it again from the ISO still mounted, not a new one.
+    ok(&s, "POST", "/v1/nodes/n1/power", json!({"action": "off"}));
+    later(&s);
+    let run = &teardowns(&s)[0];
+    let again = "booted the ramdisk to erase every disk (boot 2, from virtual media (the per-boot ISO still mounted))";
+    assert_eq!(run["lastError"], again, "{run}");
+    assert_eq!(sushy.downloaded("metal.iso").len(), 1, "no second ISO");
+    let joined = ramdisk_by_claim(&s, &claim, "erase");
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &wipe_report()).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    later(&s);
+    later(&s);
+    let node = s.node("n1");
+    let run = &teardowns(&s)[0];
+    assert_eq!((node["state"].as_str(), node["identityGeneration"].as_i64()), (Some("ready"), Some(3)), "{node}\n{run}");
+    assert!(s.events("node.boot.contested").is_empty(), "a request by MAC contests no media boot");
+    let ramdisk_boots = s.events("node.boot.ramdisk");
+    let by_media: Vec<_> = ramdisk_boots.iter().rev().take(2).map(|e| e["data"]["byMedia"].clone()).collect();
+    assert_eq!(by_media, [json!(true), json!(true)], "{ramdisk_boots:?}");
+    let path = &step_record(run, "erase")["detail"]["bootPath"];
+    assert_eq!(path, "virtual media (the per-boot ISO still mounted)", "the last boot's: {run}");
+    assert_eq!(step_record(run, "clean-up")["detail"]["bootMediaEjected"], true, "{run}");
+    assert_eq!(ok(&s, "GET", "/v1/nodes/n1/media", Value::Null)["inserted"], false);
+    // Its boot over, the ISO's URL serves nothing and its claim takes nothing.
+    assert_eq!(s.get_bytes(&iso, None).0, 404);
+    let (_, script) = s.get_text(&format!("/boot/ipxe?claim={claim}&mac={MAC}"));
+    assert!(!script.contains("token="), "{script}");
+}

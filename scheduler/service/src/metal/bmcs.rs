@@ -274,8 +274,114 @@ pub async fn media_status(app: &App, node: &str) -> ApiResult<MediaInfo> {
     on_bmc(app, node, |bmc| bmc.media_status()).await.map(media_info)
 }
 
+/// What an answer shows of the virtual CD: a per-boot ISO's claim is hidden.
 fn media_info(status: metal_bmc::MediaStatus) -> MediaInfo {
-    MediaInfo { inserted: status.inserted, image: status.image }
+    MediaInfo { inserted: status.inserted, image: status.image.map(crate::metal::boot::media::redact) }
+}
+
+/// How a workflow step booted the node's ramdisk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootPath {
+    /// From the network (PXE): the boot is taken by the first request naming its MAC.
+    Network,
+    /// From a per-boot ISO mounted now on the BMC's virtual CD.
+    Media,
+    /// From the per-boot ISO still mounted for the boot its ramdisk's report armed.
+    MediaMounted,
+}
+
+impl BootPath {
+    /// How the evidence names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BootPath::Network => "network",
+            BootPath::Media => "virtual media (a per-boot ISO mounted)",
+            BootPath::MediaMounted => "virtual media (the per-boot ISO still mounted)",
+        }
+    }
+}
+
+/// Boots the node's ramdisk for a workflow step: from virtual media when the boot service
+/// has a media template and the BMC has virtual media, else from the network
+/// ([`network_boot`]). A media boot is armed with a fresh claim (committed before the BMC is
+/// asked), its ISO mounted and read back, the boot override set to the CD once and the
+/// machine power-cycled. When the open boot is an untaken one that carries the claim of the
+/// ISO still mounted (the erase armed by the in-band firmware check's report), the ISO stays
+/// and only the override and power are set.
+pub async fn ramdisk_boot(app: &App, node: &str, armed_by: &str, run: Option<&str>) -> ApiResult<BootPath> {
+    let Some(template) = app.boot.as_ref().and_then(|b| b.media.as_ref()) else {
+        network_boot(app, node, armed_by, run).await?;
+        return Ok(BootPath::Network);
+    };
+    let mounted = match try_on_bmc(app, node, |bmc| bmc.media_status()).await? {
+        Err(BmcError::Unsupported { .. }) => {
+            network_boot(app, node, armed_by, run).await?;
+            return Ok(BootPath::Network);
+        }
+        other => other?,
+    };
+    let (id, now) = (node.to_owned(), app.clock.now());
+    let open = app.store.read(move |tx| store::boots::open(tx, &id, now)).await?;
+    let mounted_claim = mounted.image.as_deref().and_then(crate::metal::boot::media::claim_in).map(store::auth::hash);
+    let path = match open {
+        Some(boot) if !boot.taken() && boot.claim_hash.is_some() && boot.claim_hash == mounted_claim => {
+            BootPath::MediaMounted
+        }
+        _ => {
+            let claim = store::auth::new_secret();
+            let (id, by, run, hash, ttl) = (
+                node.to_owned(),
+                armed_by.to_owned(),
+                run.map(str::to_owned),
+                store::auth::hash(&claim),
+                app.config.boot.token_ttl,
+            );
+            app.store
+                .write(move |tx| store::boots::arm_claimed(tx, &id, &by, run.as_deref(), Some(&hash), now, ttl))
+                .await?;
+            let url = template.url(&claim);
+            let status = on_bmc(app, node, |bmc| {
+                let (url, inserted) = (url.clone(), mounted.inserted);
+                Box::pin(async move {
+                    // Some BMCs refuse to insert over an inserted image.
+                    if inserted {
+                        bmc.eject_media().await?;
+                    }
+                    bmc.insert_media(&url).await?;
+                    bmc.media_status().await
+                })
+            })
+            .await?;
+            if status.image.as_deref() != Some(url.as_str()) {
+                let holds = status.image.map(crate::metal::boot::media::redact);
+                return Err(ApiError::Bmc(format!(
+                    "the BMC's virtual CD holds {holds:?} after the per-boot ISO was inserted"
+                )));
+            }
+            BootPath::Media
+        }
+    };
+    let request = BootRequest { target: metal_bmc::BootTarget::Cd, persistent: false };
+    boot(app, node, &request).await?;
+    power(app, node, metal_bmc::PowerAction::Cycle).await?;
+    Ok(path)
+}
+
+/// Ejects the node's virtual CD when it holds a per-boot ISO (read back); true when it did.
+/// A BMC without virtual media has nothing to eject.
+pub async fn eject_boot_media(app: &App, node: &str) -> ApiResult<bool> {
+    let status = match try_on_bmc(app, node, |bmc| bmc.media_status()).await? {
+        Err(BmcError::Unsupported { .. }) => return Ok(false),
+        other => other?,
+    };
+    if !status.image.as_deref().is_some_and(|image| crate::metal::boot::media::claim_in(image).is_some()) {
+        return Ok(false);
+    }
+    let after = media(app, node, None).await?;
+    if after.inserted {
+        return Err(ApiError::Bmc("the BMC's virtual CD still holds the per-boot ISO after the eject".into()));
+    }
+    Ok(true)
 }
 
 /// Everything the BMC reports; power and health are recorded on the node (a health other

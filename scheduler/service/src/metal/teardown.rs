@@ -168,7 +168,7 @@ impl Hooks for Teardown {
                 "eject-media" => steps.eject().await,
                 "firmware" => steps.firmware().await,
                 "erase" => steps.erase().await,
-                "clean-up" => steps.clean_up(),
+                "clean-up" => steps.clean_up().await,
                 "exit-tenant-root" => steps.exit(),
                 other => Outcome::Failed(format!("{} has no step {other}", run.definition), Value::Null),
             }
@@ -462,7 +462,8 @@ impl Steps<'_> {
         }
         if let Some(report) = reports.iter().find(|r| r.accepted && r.received_at >= since) {
             return Outcome::done(json!({"wipeReport": report.id, "signer": report.signer,
-                                        "receivedAt": report.received_at.unix_timestamp()}));
+                                        "receivedAt": report.received_at.unix_timestamp(),
+                                        "bootPath": self.run.context.get("eraseBootPath")}));
         }
         if let Some(refused) = reports.iter().find(|r| !r.accepted && r.received_at >= since) {
             return Outcome::Failed(
@@ -497,27 +498,45 @@ impl Steps<'_> {
         // Intent first: after a crash the step knows how often it booted the ramdisk.
         let mut context = self.run.context.clone();
         context["eraseBoots"] = json!(boots + 1);
-        let (run, now) = (self.run.clone(), self.app.clock.now());
-        if let Err(e) = self.app.store.write(move |tx| store::workflows::put_context(tx, &run, &context, now)).await {
+        if let Err(e) = self.put_context(&context).await {
             return Outcome::Retry(format!("recording the erase boot: {e}"), Value::Null);
         }
         let by = format!("{} {} (boot {})", self.run.definition, "erase", boots + 1);
-        let booted = crate::metal::bmcs::network_boot(self.app, &self.node.id, &by, Some(&self.run.id)).await;
-        match booted {
-            Ok(_) => Outcome::Waiting(format!("booted the ramdisk to erase every disk (boot {})", boots + 1)),
-            Err(e) => Outcome::Retry(format!("booting the ramdisk: {e}"), Value::Null),
+        let path = match crate::metal::bmcs::ramdisk_boot(self.app, &self.node.id, &by, Some(&self.run.id)).await {
+            Ok(path) => path.as_str(),
+            Err(e) => return Outcome::Retry(format!("booting the ramdisk: {e}"), Value::Null),
+        };
+        // The evidence names how the last boot went (the report's step record carries it).
+        context["eraseBootPath"] = json!(path);
+        if let Err(e) = self.put_context(&context).await {
+            return Outcome::Retry(format!("recording the erase boot's path: {e}"), Value::Null);
         }
+        Outcome::Waiting(format!("booted the ramdisk to erase every disk (boot {}, from {path})", boots + 1))
     }
 
-    /// `boot.cleanUp`: the lease's boot tokens, deploy plan, host record and enrolment
-    /// tokens go (the join log stays).
-    fn clean_up(&self) -> Outcome {
+    /// Replaces the run's context (fenced by the run's claim, as every write of the run).
+    async fn put_context(&self, context: &Value) -> ApiResult<()> {
+        let (run, context, now) = (self.run.clone(), context.clone(), self.app.clock.now());
+        self.app.store.write(move |tx| store::workflows::put_context(tx, &run, &context, now)).await?;
+        Ok(())
+    }
+
+    /// `boot.cleanUp`: the erase's per-boot ISO is ejected (read back), and the lease's boot
+    /// tokens, deploy plan, host record and enrolment tokens go (the join log stays).
+    async fn clean_up(&self) -> Outcome {
+        let ejected = match crate::metal::bmcs::eject_boot_media(self.app, &self.node.id).await {
+            Ok(ejected) => ejected,
+            Err(e) => return bmc_retry("ejecting the per-boot ISO", e),
+        };
         let effects: Effects = Box::new(|tx, run| {
             store::boot::clean_up(tx, &run.node_id)?;
             store::hosts::forget(tx, &run.node_id)?;
             Ok(())
         });
-        Outcome::Done(json!({"removed": ["boot tokens", "deploy plan", "host", "enrolment tokens"]}), Some(effects))
+        Outcome::Done(
+            json!({"removed": ["boot tokens", "deploy plan", "host", "enrolment tokens"], "bootMediaEjected": ejected}),
+            Some(effects),
+        )
     }
 
     /// A new identity generation, trust platform, tenant root off, `ready`, only with

@@ -127,12 +127,21 @@ pub struct NodeBoot {
     pub ended: Option<String>,
     /// The client whose request contested it.
     pub contested_by: Option<String>,
+    /// The SHA-256 of the claim a virtual-media boot's ISO carries (never in an answer):
+    /// such a boot is taken by its claim, never by a request naming the node's MAC.
+    #[serde(skip)]
+    pub claim_hash: Option<String>,
 }
 
 impl NodeBoot {
     /// Whether its token was handed out.
     pub fn taken(&self) -> bool {
         self.handed_to.is_some()
+    }
+
+    /// Whether it boots from virtual media (taken by its ISO's claim).
+    pub fn by_media(&self) -> bool {
+        self.claim_hash.is_some()
     }
 }
 

@@ -7,6 +7,10 @@
 //! it, gets a new token (its answer was lost); a join again with the key that joined gets
 //! its certificate again (nothing is given away: only that key's holder can use it).
 //!
+//! A boot from virtual media (`media`) is taken only by its ISO's claim: a request naming
+//! the node's MAC gets nothing for it, so on such a boot no host that merely knows the MAC
+//! is in the race at all.
+//!
 //! The one design decision: when two hosts claim one boot the platform cannot tell which is
 //! the machine, so neither wins. The boot ends contested (its token revoked), the event
 //! `node.boot.contested` names both addresses, and the node's run fails (a teardown
@@ -35,11 +39,23 @@ pub enum Claim {
     /// machine asking again (its answer lost, as when a replica died before it answered). It
     /// gets a new token, and the first one is revoked.
     Retake(Box<NodeBoot>),
-    /// No boot was started (or the one started can no longer be taken): nothing to run.
-    Unarmed,
-    /// The boot was taken already: this request is a second claim (now contested).
-    Contested(String),
+    /// Nothing for this request, and why: no boot was started (or it can no longer be
+    /// taken), it is a virtual-media boot and the request named only the MAC, or the boot
+    /// was taken already and this request is a second claim (now contested).
+    Refused(String),
 }
+
+/// How a script request names the boot it wants.
+#[derive(Debug, Clone, Copy)]
+pub enum Asked<'a> {
+    /// By the node's boot MAC (PXE, or an ISO without a claim).
+    Mac,
+    /// By the claim (its SHA-256) that a virtual-media boot's ISO carries.
+    Claim(&'a str),
+}
+
+/// Why a request naming only the MAC gets nothing on a virtual-media boot.
+pub const MEDIA_ONLY: &str = "its boot is from virtual media: only the ISO its BMC mounted can take it";
 
 /// The reason a contested boot gives (in the event, the run's failure and the node).
 pub fn contest_reason(boot: &NodeBoot) -> String {
@@ -80,14 +96,21 @@ pub fn contest(tx: &mut dyn Conn, boot: &NodeBoot, client: &str, what: &str, now
 }
 
 /// The claim a script request from `client` makes on `node`'s open boot.
-pub fn claim(tx: &mut dyn Conn, node: &Node, client: &str, now: OffsetDateTime) -> ApiResult<Claim> {
-    match store::boots::open(tx, &node.id, now)? {
-        Some(boot) if boot.taken() && boot.joined_key.is_none() && boot.handed_to.as_deref() == Some(client) => {
-            Ok(Claim::Retake(Box::new(boot)))
+pub fn claim(tx: &mut dyn Conn, node: &Node, asked: Asked<'_>, client: &str, now: OffsetDateTime) -> ApiResult<Claim> {
+    let boot = match (store::boots::open(tx, &node.id, now)?, asked) {
+        (None, _) => return Ok(Claim::Refused("no boot was started for it".into())),
+        (Some(boot), Asked::Mac) if boot.by_media() => return Ok(Claim::Refused(MEDIA_ONLY.into())),
+        (Some(boot), Asked::Claim(hash)) if boot.claim_hash.as_deref() != Some(hash) => {
+            return Ok(Claim::Refused("the boot this claim was made for is over".into()));
         }
-        Some(boot) if boot.taken() => Ok(Claim::Contested(contest(tx, &boot, client, "a second script request", now)?)),
-        Some(boot) => Ok(Claim::Take(Box::new(boot))),
-        None => Ok(Claim::Unarmed),
+        (Some(boot), _) => boot,
+    };
+    if boot.taken() && boot.joined_key.is_none() && boot.handed_to.as_deref() == Some(client) {
+        Ok(Claim::Retake(Box::new(boot)))
+    } else if boot.taken() {
+        Ok(Claim::Refused(contest(tx, &boot, client, "a second script request", now)?))
+    } else {
+        Ok(Claim::Take(Box::new(boot)))
     }
 }
 
@@ -138,7 +161,9 @@ pub fn after_report(tx: &mut dyn Conn, node_id: &str, ttl: Duration, now: Offset
     store::boots::end(tx, node_id, &format!("its {task} is over"), now)?;
     if let BootStep::Ramdisk(next) = step {
         let by = format!("{next} after the {task} of {}", boot.id);
-        store::boots::arm(tx, node_id, &by, boot.run_id.as_deref(), now, ttl)?;
+        // A virtual-media boot's ISO stays mounted: the ramdisk's reboot takes the next boot
+        // with the same claim.
+        store::boots::arm_claimed(tx, node_id, &by, boot.run_id.as_deref(), boot.claim_hash.as_deref(), now, ttl)?;
     }
     Ok(())
 }

@@ -22,7 +22,7 @@ use metal_store::{self as store, Conn};
 use metal_types::config::BootConfig;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::{BootStep, BootTask, boot_step};
-use metal_types::model::node::{Deadlines, NodeState, NodeTransition, normalize_mac};
+use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition, normalize_mac};
 
 /// The files a ramdisk boot fetches, by the names the script uses.
 pub const FILES: [&str; 2] = ["vmlinuz", "initrd"];
@@ -134,42 +134,69 @@ pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dia
     }
 }
 
-/// Finds (or, with auto-enrol, enrols) the node with this boot MAC, moves a new node to
-/// commissioning (which arms its first boot), and, when its step is a ramdisk task, hands
-/// `client` the token of the boot the scheduler started, once (`claims::claim`).
+/// The node with this boot MAC, enrolled as a new node when auto-enrol is on.
+fn node_by_mac(tx: &mut dyn Conn, mac: &str, config: &BootConfig, now: OffsetDateTime) -> ApiResult<Node> {
+    if let Some(node) = store::nodes::by_boot_mac(tx, mac)? {
+        return Ok(node);
+    }
+    if !config.auto_enrol {
+        return Err(ApiError::NotFound(format!("node with boot MAC {mac}")));
+    }
+    let new = store::nodes::NewNode {
+        id: format!("node-{}", mac.replace(':', "")),
+        boot_mac: Some(mac.to_owned()),
+        pool_id: None,
+        labels: Default::default(),
+        taints: Vec::new(),
+        devices: Vec::new(),
+    };
+    let node = store::nodes::insert(tx, &new, now)?
+        .ok_or_else(|| ApiError::Conflict(format!("node {} exists with another boot MAC", new.id)))?;
+    store::events::append(
+        tx,
+        "node.enrolled",
+        &format!("node/{}", node.id),
+        None,
+        &json!({"node": node.id, "bootMac": mac, "by": "network boot"}),
+        now,
+    )?;
+    Ok(node)
+}
+
+/// What a script request names: the booting MAC, and the claim when it comes from a
+/// virtual-media boot's ISO (`media`).
+#[derive(Debug, Clone, Default)]
+pub struct Asking {
+    /// The booting interface's MAC (normalised); optional with a claim.
+    pub mac: Option<String>,
+    /// The claim the ISO carries.
+    pub claim: Option<String>,
+}
+
+/// Finds the node the request names (by its claim's boot, or by MAC, enrolling an unknown
+/// MAC with auto-enrol), moves a new node to commissioning (which arms its first boot), and,
+/// when its step is a ramdisk task, hands `client` the token of the boot the scheduler
+/// started, once (`claims::claim`). A claim no open boot carries is NOT_FOUND.
 pub fn decide(
     tx: &mut dyn Conn,
-    mac: &str,
+    asking: &Asking,
     client: &str,
     config: &BootConfig,
     deadlines: &Deadlines,
     now: OffsetDateTime,
 ) -> ApiResult<Decision> {
-    let mut node = match store::nodes::by_boot_mac(tx, mac)? {
-        Some(node) => node,
-        None if config.auto_enrol => {
-            let new = store::nodes::NewNode {
-                id: format!("node-{}", mac.replace(':', "")),
-                boot_mac: Some(mac.to_owned()),
-                pool_id: None,
-                labels: Default::default(),
-                taints: Vec::new(),
-                devices: Vec::new(),
-            };
-            let node = store::nodes::insert(tx, &new, now)?
-                .ok_or_else(|| ApiError::Conflict(format!("node {} exists with another boot MAC", new.id)))?;
-            store::events::append(
-                tx,
-                "node.enrolled",
-                &format!("node/{}", node.id),
-                None,
-                &json!({"node": node.id, "bootMac": mac, "by": "network boot"}),
-                now,
-            )?;
-            node
+    let claim_hash = asking.claim.as_deref().map(store::auth::hash);
+    let mut node = match (&claim_hash, &asking.mac) {
+        (Some(hash), _) => {
+            let over = || ApiError::NotFound("an open boot with this claim".into());
+            let boot = store::boots::open_by_claim(tx, hash, now)?.ok_or_else(over)?;
+            store::nodes::get(tx, &boot.node_id)?.ok_or_else(over)?
         }
-        None => return Err(ApiError::NotFound(format!("node with boot MAC {mac}"))),
+        (None, Some(mac)) => node_by_mac(tx, mac, config, now)?,
+        (None, None) => return Err(ApiError::invalid("mac", "a script request names its MAC or its claim")),
     };
+    let asked = claim_hash.as_deref().map_or(claims::Asked::Mac, claims::Asked::Claim);
+    let mac = asking.mac.clone().or_else(|| node.boot_mac.clone()).unwrap_or_default();
     let step = boot_step(node.state, store::boot::due(tx, &node)?);
     if node.state == NodeState::New {
         let request = NodeTransition {
@@ -194,27 +221,23 @@ pub fn decide(
             state: node.state,
             step,
             token: None,
-            boot_mac: mac.to_owned(),
+            boot_mac: mac.clone(),
             installer,
             refusal: None,
             power_off_after: false,
             lldp_wait: None,
         });
     }
-    let (boot, again) = match claims::claim(tx, &node, client, now)? {
+    let (boot, again) = match claims::claim(tx, &node, asked, client, now)? {
         Claim::Take(boot) => (boot, false),
         Claim::Retake(boot) => (boot, true),
-        refused => {
-            let refusal = match refused {
-                Claim::Contested(reason) => reason,
-                _ => "no boot was started for it".to_owned(),
-            };
+        Claim::Refused(refusal) => {
             return Ok(Decision {
                 node_id: node.id,
                 state: node.state,
                 step: BootStep::LocalDisk,
                 token: None,
-                boot_mac: mac.to_owned(),
+                boot_mac: mac.clone(),
                 installer: None,
                 refusal: Some(refusal),
                 power_off_after: false,
@@ -244,7 +267,7 @@ pub fn decide(
         &format!("node/{}", node.id),
         None,
         &json!({"node": node.id, "task": task, "identityGeneration": node.identity_generation, "boot": boot.id,
-                "armedBy": boot.armed_by, "client": client, "again": again}),
+                "armedBy": boot.armed_by, "client": client, "again": again, "byMedia": boot.by_media()}),
         now,
     )?;
     let token = Some(token);
@@ -253,7 +276,7 @@ pub fn decide(
         state: node.state,
         step,
         token,
-        boot_mac: mac.to_owned(),
+        boot_mac: mac,
         installer,
         refusal: None,
         power_off_after,
@@ -264,11 +287,14 @@ pub fn decide(
 /// Query of `/boot/ipxe`.
 #[derive(Debug, Deserialize)]
 pub struct ScriptQuery {
-    /// The booting interface's MAC (`${netX/mac}` in iPXE).
-    pub mac: String,
+    /// The booting interface's MAC (`${netX/mac}` in iPXE); optional with a claim.
+    pub mac: Option<String>,
+    /// The claim a virtual-media boot's ISO carries (`media`).
+    pub claim: Option<String>,
 }
 
-/// `GET /boot/ipxe?mac=`: the iPXE script for the node's next step.
+/// `GET /boot/ipxe?mac=` (or `?claim=&mac=` from a per-boot ISO): the iPXE script for the
+/// node's next step.
 pub async fn ipxe_script(
     state: State<AppState>,
     client: ClientAddr,
@@ -278,7 +304,7 @@ pub async fn ipxe_script(
     script(state, client, headers, query, Dialect::Ipxe).await
 }
 
-/// `GET /boot/grub?mac=`: the same in GRUB's language.
+/// `GET /boot/grub?mac=` (or `?claim=&mac=`): the same in GRUB's language.
 pub async fn grub_script(
     state: State<AppState>,
     client: ClientAddr,
@@ -307,10 +333,21 @@ async fn script(
 ) -> ApiResult<Response> {
     let service = BootService::of(&app)?;
     service.limiter.check(address)?;
-    let mac = normalize_mac(&query.mac).map_err(|m| ApiError::invalid("mac", m))?;
+    let mac = query.mac.as_deref().map(normalize_mac).transpose().map_err(|m| ApiError::invalid("mac", m))?;
+    let by_claim = query.claim.is_some();
+    let asking = Asking { mac, claim: query.claim };
     let (config, deadlines, now) = (app.config.boot.clone(), app.config.deadlines, app.clock.now());
     let client = address.to_string();
-    let decision = app.change(move |tx| decide(tx, &mac, &client, &config, &deadlines, now)).await?;
+    let decision = match app.change(move |tx| decide(tx, &asking, &client, &config, &deadlines, now)).await {
+        Ok(decision) => decision,
+        // An ISO left mounted after its boot ended boots on to the next device rather than
+        // asking forever; whoever guesses at claims learns nothing from the answer.
+        Err(ApiError::NotFound(_)) if by_claim => {
+            warn!(client = %address, "a script request with a claim no open boot carries");
+            return Ok(plain(render_over(dialect)));
+        }
+        Err(e) => return Err(e),
+    };
     match decision.step {
         BootStep::LocalDisk if decision.refusal.is_some() => {
             warn!(node = %decision.node_id, client = %address, refusal = ?decision.refusal, "no ramdisk token handed out")
@@ -320,9 +357,21 @@ async fn script(
         BootStep::LocalDisk => info!(node = %decision.node_id, state = %decision.state, "boot the next device"),
     }
     let base = base_url(&headers, app.config.listen);
-    let body = render(&decision, service, &app.config.boot.kernel_args, dialect, &base);
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], body)
-        .into_response())
+    Ok(plain(render(&decision, service, &app.config.boot.kernel_args, dialect, &base)))
+}
+
+/// A script or configuration answer: plain text, never cached.
+fn plain(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], body).into_response()
+}
+
+/// The script for a claim whose boot is over (or never was): boot the next device.
+fn render_over(dialect: Dialect) -> String {
+    const WHY: &str = "metal: the boot this ISO was made for is over, booting the next device";
+    match dialect {
+        Dialect::Ipxe => format!("#!ipxe\necho {WHY}\nexit\n"),
+        Dialect::Grub => format!("echo \"{WHY}\"\nexit\n"),
+    }
 }
 
 /// The install token's node and its installer plan, when the token is live and the node is
@@ -374,8 +423,7 @@ pub async fn installer_file(
         _ => return Err(ApiError::NotFound(format!("installer file {name:?}"))),
     };
     info!(node = %found.node_id, file = %name, client = %address, "installer file served");
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], body)
-        .into_response())
+    Ok(plain(body))
 }
 
 /// `POST /boot/installer/{token}/done`: the installed system reports the install finished;

@@ -1,5 +1,5 @@
 //! The boot service. On the plain HTTP API: the iPXE script a network-booting machine asks
-//! for and the ramdisk files (`ipxe`). On its own TLS listener, whose certificate the site CA
+//! for and the ramdisk files (`ipxe`), and the per-boot ISOs of virtual-media boots (`media`). On its own TLS listener, whose certificate the site CA
 //! issues: the ramdisk protocol (`ramdisk`), where the ramdisk pins the CA by the
 //! fingerprint on its kernel command line and authenticates with the certificate it joined
 //! for; and the join service (`hosts`), where a deployed OS becomes a host. Unauthenticated requests are rate-limited per client address (`ratelimit`).
@@ -8,6 +8,7 @@ pub mod claims;
 pub mod digests;
 pub mod hosts;
 pub mod ipxe;
+pub mod media;
 pub mod ramdisk;
 pub mod ratelimit;
 pub mod tls;
@@ -46,6 +47,9 @@ pub struct BootService {
     pub limiter: ratelimit::RateLimiter,
     /// Digests of the served files (`metal-agent`'s), computed once per version.
     pub digests: digests::FileDigests,
+    /// The virtual-media template, when `boot-media-url` is set: teardowns then boot their
+    /// ramdisk from per-boot ISOs wherever the BMC has virtual media.
+    pub media: Option<media::MediaTemplate>,
 }
 
 impl BootService {
@@ -69,15 +73,21 @@ impl BootService {
             info!(dir = %dir.display(), "created the site CA");
         }
         let ca_fingerprint = ca.certificate().fingerprint_sha256();
-        info!(%controller_url, ca_fingerprint, "boot service on");
+        let files_dir = config.boot.files_dir.clone().unwrap_or_else(|| config.data_dir.join("boot"));
+        let media = match &config.boot.media_url {
+            Some(url) => Some(media::MediaTemplate::load(&files_dir.join(media::TEMPLATE), url).map_err(StartError::Boot)?),
+            None => None,
+        };
+        info!(%controller_url, ca_fingerprint, virtual_media = media.is_some(), "boot service on");
         Ok(Some(BootService {
             ca: Arc::new(ca),
             controller_url,
             ca_fingerprint,
-            files_dir: config.boot.files_dir.clone().unwrap_or_else(|| config.data_dir.join("boot")),
+            files_dir,
             listen,
             limiter: ratelimit::RateLimiter::new(config.boot.rate_per_minute),
             digests: digests::FileDigests::default(),
+            media,
         }))
     }
 
