@@ -23,11 +23,17 @@ fn scheduler(extra: &str) -> TestScheduler {
 
 /// A scheduler serving this kernel and initrd, with `args` on every ramdisk's command line.
 fn serving(kernel: &Path, initrd: &Path, args: &str) -> TestScheduler {
+    serving_with(kernel, initrd, args, |_| {})
+}
+
+/// [`serving`], with `configure` laid over its configuration.
+fn serving_with(kernel: &Path, initrd: &Path, args: &str, configure: impl FnOnce(&mut Config)) -> TestScheduler {
     let args = format!("console=ttyS0 panic=-1 {args}");
     let s = TestScheduler::start(|c: &mut Config| {
         let port = c.boot.listen.unwrap().port();
         c.boot.controller_url = Some(format!("https://10.0.2.2:{port}"));
         c.boot.kernel_args = args;
+        configure(c);
     });
     let files = s.files_dir();
     std::fs::create_dir_all(&files).unwrap();
@@ -187,16 +193,11 @@ fn a_disk_that_ignores_discards_is_caught_and_the_node_is_not_returned() {
     assert!(std::fs::read(&liar).unwrap().iter().any(|b| *b != 0), "the data really is still there");
 }
 
-/// `ipxe/build-ipxe-iso.sh` for the scheduler at `url`.
-fn iso(dir: &Path, url: &str, hybrid: bool) -> std::path::PathBuf {
-    let out = dir.join(if hybrid { "hybrid.iso" } else { "bios.iso" });
+/// `ipxe/build-ipxe-iso.sh --hybrid` (BIOS + UEFI) for the scheduler at `url`.
+fn hybrid_iso(dir: &Path, url: &str) -> std::path::PathBuf {
+    let out = dir.join("hybrid.iso");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ipxe/build-ipxe-iso.sh");
-    let mut command = Command::new(script);
-    command.args(["--url", url]).arg(&out);
-    if hybrid {
-        command.arg("--hybrid");
-    }
-    let output = command.output().unwrap();
+    let output = Command::new(script).args(["--url", url, "--hybrid"]).arg(&out).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     out
 }
@@ -204,16 +205,35 @@ fn iso(dir: &Path, url: &str, hybrid: bool) -> std::path::PathBuf {
 #[test]
 fn virtual_media_isos_boot_the_ramdisk_to_the_controller() {
     let dir = tempfile::tempdir().unwrap();
-    let s = scheduler("");
+    let ramdisk = metal_tests::hil::ramdisk();
+    let (kernel, initrd) = (ramdisk.join("vmlinuz"), ramdisk.join("initrd.cpio.gz"));
+    let s = serving_with(&kernel, &initrd, "rdinit=/bin/metal-boot", |c| {
+        metal_tests::scheduler::with_media(c, &format!("http://10.0.2.2:{}", c.listen.port()));
+    });
     let url = format!("http://10.0.2.2:{}", s.port);
     let disk = dir.path().join("disk.img");
     filled(&disk, 16 * MIB);
 
-    // 6. The isolinux ISO as a CD: iPXE with the embedded script, then the whole commissioning.
+    // 6. A per-boot ISO (isolinux) as a BMC mounts it for a boot armed with its claim: iPXE
+    // runs its embedded script, which asks by the claim; a request naming the machine's MAC
+    // meanwhile gets nothing. Then the whole commissioning.
     let mac = "52:54:00:00:07:06";
     s.enrol("hil-6", mac);
+    s.walk("hil-6", &["new", "commissioning"]);
+    let claim = metal_store::auth::new_secret();
+    let (hash, now, ttl) = (metal_store::auth::hash(&claim), s.app.clock.now(), Duration::from_secs(600));
+    let armed = s.app.store.write(move |tx| {
+        metal_store::boots::arm_claimed(tx, "hil-6", "the test, as a teardown", None, Some(&hash), now, ttl)
+    });
+    s.block_on(armed).unwrap();
+    let (status, per_boot) = s.get_bytes(&format!("/boot/media/{claim}/metal.iso"), None);
+    assert_eq!(status, 200);
+    let iso = dir.path().join("per-boot.iso");
+    std::fs::write(&iso, &per_boot).unwrap();
+    let script = metal_tests::scheduler::intruder_script(&s.url, mac);
+    assert!(script.contains("its boot is from virtual media") && !script.contains("token="), "{script}");
     let console = Guest::new()
-        .boot(BootFrom::Cdrom(iso(dir.path(), &url, false)))
+        .boot(BootFrom::Cdrom(iso))
         .nic(mac)
         .disk(&Bus::Virtio { serial: "HILCD01".into() }, &disk, "unmap")
         .timeout(Duration::from_secs(420))
@@ -225,12 +245,14 @@ fn virtual_media_isos_boot_the_ramdisk_to_the_controller() {
         console.text
     );
     assert_eq!(s.node("hil-6")["state"], "ready", "{}", console.text);
+    let taken = s.events("node.boot.ramdisk");
+    assert!(taken.iter().any(|e| e["data"]["node"] == "hil-6" && e["data"]["byMedia"] == true), "{taken:?}");
 
     // The BIOS + UEFI ISO from grub-mkrescue, under BIOS: GRUB starts the same iPXE.
     let mac = "52:54:00:00:07:07";
     s.enrol("hil-7", mac);
     let console = Guest::new()
-        .boot(BootFrom::Cdrom(iso(dir.path(), &url, true)))
+        .boot(BootFrom::Cdrom(hybrid_iso(dir.path(), &url)))
         .nic(mac)
         .until("joined the controller as")
         .timeout(Duration::from_secs(420))
