@@ -179,11 +179,50 @@ impl Sushy {
     /// directory of its own under its TMPDIR, as a BMC keeps the ISO it mounted.
     pub fn downloaded(&self, name: &str) -> Vec<std::path::PathBuf> {
         let Ok(entries) = std::fs::read_dir(self.dir.path()) else { return Vec::new() };
-        entries
-            .flatten()
-            .map(|e| e.path().join(name))
-            .filter(|p| p.is_file())
-            .collect()
+        entries.flatten().map(|e| e.path().join(name)).filter(|p| p.is_file()).collect()
+    }
+}
+
+/// dnsmasq as a provisioning network's DHCP and TFTP server on one interface of this host:
+/// addresses from a range, and `boot.ipxe` from `tftp` as the boot file (what PXE firmware
+/// on a switch port chains through). No DNS. Stopped when dropped.
+#[derive(Debug)]
+pub struct Dnsmasq {
+    /// Its log (every DHCP and TFTP exchange).
+    pub log: std::path::PathBuf,
+    _guard: Guard,
+    _dir: tempfile::TempDir,
+}
+
+impl Dnsmasq {
+    /// Serves `interface` addresses `first`..`last` (/24) and `tftp/boot.ipxe`.
+    pub fn start(interface: &str, first: &str, last: &str, tftp: &Path) -> Dnsmasq {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("dnsmasq.log");
+        let child = Command::new("dnsmasq")
+            .args(["--keep-in-foreground", "--conf-file=/dev/null", "--port=0", "--bind-interfaces", "--log-dhcp"])
+            .arg(format!("--interface={interface}"))
+            .arg(format!("--dhcp-range={first},{last},255.255.255.0,1h"))
+            .args(["--enable-tftp", "--dhcp-boot=boot.ipxe"])
+            .arg(format!("--tftp-root={}", tftp.display()))
+            .arg(format!("--dhcp-leasefile={}", dir.path().join("leases").display()))
+            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .arg(format!("--log-facility={}", log.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dnsmasq (scripts/setup installs dnsmasq-base)");
+        let guard = Guard(child);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&log).unwrap_or_default().contains("TFTP root") {
+            assert!(
+                Instant::now() < until,
+                "dnsmasq did not start: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Dnsmasq { log, _guard: guard, _dir: dir }
     }
 }
 
@@ -312,14 +351,27 @@ impl IpmiSim {
     /// The BMC of a QEMU machine: QEMU runs with `qemu_args` (and `-boot` from the boot
     /// device) while the chassis is powered on. The machine is killed on drop.
     pub fn machine(qemu_args: &[String]) -> IpmiSim {
+        Self::machine_wrapped(&[], qemu_args)
+    }
+
+    /// [`IpmiSim::machine`], with QEMU in the network namespace of process `pid` (a switch's,
+    /// where its tap ports are: [`crate::ovs::Ovs::pid`]).
+    pub fn machine_in(pid: u32, qemu_args: &[String]) -> IpmiSim {
+        Self::machine_wrapped(&["nsenter".into(), format!("--net=/proc/{pid}/ns/net")], qemu_args)
+    }
+
+    fn machine_wrapped(wrap: &[String], qemu_args: &[String]) -> IpmiSim {
         use std::os::unix::fs::PermissionsExt as _;
         let sim = Self::start_with(MACHINE_CHASSIS, "password");
-        let quoted: Vec<String> = qemu_args.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect();
+        let quote = |a: &String| format!("'{}'", a.replace('\'', "'\\''"));
+        let quoted: Vec<String> = qemu_args.iter().map(quote).collect();
+        let wrap: Vec<String> = wrap.iter().map(quote).collect();
         let script = sim.dir.path().join("qemu.sh");
         std::fs::write(
             &script,
             format!(
-                "#!/bin/sh\nexec qemu-system-x86_64 {} -pidfile {} \"$@\"\n",
+                "#!/bin/sh\nexec {} qemu-system-x86_64 {} -pidfile {} \"$@\"\n",
+                wrap.join(" "),
                 quoted.join(" "),
                 sim.dir.path().join("qemu.pid").display()
             ),

@@ -187,6 +187,21 @@ impl Guest {
         self
     }
 
+    /// A virtio NIC with this MAC on the tap device `ifname`, which must exist where QEMU
+    /// runs (a switch port: [`crate::ovs::Ovs::tap`]); with `BootFrom::Network` or a BMC's
+    /// PXE boot its option ROM network-boots from whatever DHCP server is on that network.
+    /// The guest computes its own checksums (`csum=off`): the switch's userspace datapath
+    /// forwards frames as it reads them, and a checksum left to offload would arrive unset.
+    pub fn tap(mut self, mac: &str, ifname: &str) -> Guest {
+        self.args.extend([
+            "-netdev".into(),
+            format!("tap,id=t0,ifname={ifname},script=no,downscript=no"),
+            "-device".into(),
+            format!("virtio-net-pci,netdev=t0,mac={mac},csum=off,guest_csum=off"),
+        ]);
+        self
+    }
+
     /// UEFI firmware (OVMF) instead of SeaBIOS.
     pub fn uefi(mut self) -> Guest {
         self.args.extend(["-bios".into(), "/usr/share/ovmf/OVMF.fd".into()]);
@@ -398,6 +413,50 @@ pub fn bootable_image() -> Vec<u8> {
     crate::images::with_mbr(image)
 }
 
+/// A bootable MBR disk image whose OS is the test ramdisk running `script` as its last step
+/// (then it powers off): syslinux on a FAT partition at 1 MiB, with the ramdisk's kernel and
+/// its initrd plus `/test.sh`. A deployed OS that does something on the machine it boots on.
+pub fn disk_os(script: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let ramdisk = ramdisk();
+    let mut initrd = std::fs::read(ramdisk.join("initrd.cpio.gz")).unwrap();
+    let test = format!("#!/bin/sh\n{script}\n");
+    initrd.extend(overlay(dir.path(), &[("/test.sh".into(), test.into_bytes(), 0o755)]));
+    std::fs::write(dir.path().join("initrd"), &initrd).unwrap();
+    std::fs::write(
+        dir.path().join("syslinux.cfg"),
+        "SERIAL 0 115200\nDEFAULT os\nTIMEOUT 1\nLABEL os\n  KERNEL vmlinuz\n  INITRD initrd\n  \
+         APPEND console=ttyS0 panic=-1 quiet\n",
+    )
+    .unwrap();
+    let kernel = ramdisk.join("vmlinuz");
+    let kib = (std::fs::metadata(&kernel).unwrap().len() as usize + initrd.len()) / 1024 + 8 * 1024;
+    let build = format!(
+        "set -e; mkfs.vfat -C -n METALOS part.img {kib} >/dev/null; mcopy -i part.img '{}' ::vmlinuz; \
+         mcopy -i part.img initrd ::initrd; mcopy -i part.img syslinux.cfg ::syslinux.cfg; syslinux --install part.img",
+        kernel.display()
+    );
+    let output = Command::new("sh").args(["-c", &build]).current_dir(dir.path()).output().unwrap();
+    assert!(
+        output.status.success(),
+        "the disk OS (dosfstools, mtools, syslinux): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut disk = vec![0u8; MIB];
+    disk.extend(std::fs::read(dir.path().join("part.img")).unwrap());
+    std::fs::write(dir.path().join("disk.img"), &disk).unwrap();
+    let output = Command::new("sh")
+        .args(["-c", "echo 'start=2048, type=c, bootable' | sfdisk -q disk.img"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "sfdisk: {}", String::from_utf8_lossy(&output.stderr));
+    let mut disk = std::fs::read(dir.path().join("disk.img")).unwrap();
+    let mbr = std::fs::read("/usr/lib/syslinux/mbr/mbr.bin").expect("syslinux's mbr.bin (syslinux-common)");
+    disk[..440].copy_from_slice(&mbr[..440]);
+    disk
+}
+
 /// A disk image of `size` bytes full of a nonzero pattern (so an erase is seen).
 pub fn filled(path: &Path, size: usize) {
     let block: Vec<u8> = (0..MIB).map(|i| u8::try_from(i % 251).unwrap() | 1).collect();
@@ -434,10 +493,20 @@ impl DeploySite {
     /// Starts both, with `image` as the mirror's `disk.img`; `configure` adjusts the
     /// scheduler's configuration.
     pub fn serving(image: Vec<u8>, configure: impl FnOnce(&mut metal_types::config::Config)) -> DeploySite {
+        DeploySite::serving_on([127, 0, 0, 1].into(), image, configure)
+    }
+
+    /// [`DeploySite::serving`], with the scheduler's listeners on `bind` (the configuration
+    /// must then name the controller URL when it is unspecified).
+    pub fn serving_on(
+        bind: std::net::IpAddr,
+        image: Vec<u8>,
+        configure: impl FnOnce(&mut metal_types::config::Config),
+    ) -> DeploySite {
         let mirror = crate::images::Mirror::start([("disk.img".to_owned(), image.clone())].into(), Default::default());
         let ramdisk = ramdisk();
         let ca_file = mirror.ca_file.clone();
-        let scheduler = crate::scheduler::TestScheduler::start(move |c: &mut metal_types::config::Config| {
+        let scheduler = crate::scheduler::TestScheduler::start_on(bind, move |c: &mut metal_types::config::Config| {
             let port = c.boot.listen.unwrap().port();
             c.boot.controller_url = Some(format!("https://10.0.2.2:{port}"));
             c.boot.kernel_args = "console=ttyS0 panic=-1 rdinit=/bin/metal-boot".into();

@@ -128,6 +128,75 @@ impl Ovs {
         script
     }
 
+    /// The switch daemon's process id: `nsenter --net=/proc/PID/ns/net` runs a program in its
+    /// network namespace, where the ports' devices are.
+    pub fn pid(&self) -> u32 {
+        self.vswitchd.0.id()
+    }
+
+    /// Runs `program ARGS` in the switch daemon's network namespace; panics when it fails.
+    fn in_switch(&self, program: &str, args: &[&str]) -> String {
+        run(Command::new("nsenter").arg(format!("--net=/proc/{}/ns/net", self.pid())).arg(program).args(args))
+    }
+
+    /// Adds port `port` on access VLAN `vlan`: a persistent tap device in the switch daemon's
+    /// namespace, which a QEMU started there takes as its NIC ([`crate::hil::Guest::tap`])
+    /// and keeps through power cycles.
+    pub fn tap(&self, port: &str, vlan: u16) {
+        self.in_switch("ip", &["tuntap", "add", "dev", port, "mode", "tap"]);
+        self.in_switch("ip", &["link", "set", port, "up"]);
+        self.vsctl(&["add-port", BRIDGE, port, &format!("tag={vlan}"), "vlan_mode=access"]);
+    }
+
+    /// Cables this host (the test's own network namespace, where a scheduler listens) to
+    /// port `port` on access VLAN `vlan`: a veth pair whose end here is `local` at `address`
+    /// (`A.B.C.D/N`). Removed when dropped.
+    pub fn wire_local(&self, port: &str, local: &str, address: &str, vlan: u16) -> LocalLink {
+        let pid = self.pid().to_string();
+        run(Command::new("ip").args(["link", "add", local, "type", "veth", "peer", "name", port, "netns", &pid]));
+        let link = LocalLink { name: local.to_owned() };
+        self.in_switch("ip", &["link", "set", port, "up"]);
+        run(Command::new("ip").args(["addr", "add", address, "dev", local]));
+        run(Command::new("ip").args(["link", "set", local, "up"]));
+        // Checksums in software, as for a wired host (see `wire`).
+        run(Command::new("ethtool").args(["-K", local, "tx", "off"]));
+        self.vsctl(&["add-port", BRIDGE, port, &format!("tag={vlan}"), "vlan_mode=access"]);
+        link
+    }
+
+    /// lldpd in the switch daemon's namespace, announcing `system_name` with each of `ports`
+    /// as its port id every second: what a top-of-rack switch tells the machines cabled to
+    /// it. Stopped when dropped.
+    pub fn lldpd(&self, system_name: &str, ports: &[&str]) -> Guard {
+        // lldpd's unprivileged half must reach its control socket: a directory others can enter.
+        let socket = self.dir.path().join("lldpd.sock").display().to_string();
+        std::fs::set_permissions(self.dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/proc/{}/ns/net", self.pid()))
+            .args(["lldpd", "-d", "-u", &socket, "-I", &ports.join(",")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("lldpd (scripts/setup installs it)");
+        let guard = Guard(child);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !Path::new(&socket).exists() {
+            assert!(Instant::now() < until, "lldpd never made its socket");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for config in [
+            &["configure", "system", "hostname", system_name][..],
+            &["configure", "lldp", "portidsubtype", "ifname"],
+            &["configure", "lldp", "tx-interval", "1"],
+            &["update"],
+        ] {
+            let mut args = vec!["-u", socket.as_str()];
+            args.extend_from_slice(config);
+            self.in_switch("lldpcli", &args);
+        }
+        guard
+    }
+
     /// Cables a new host to port `port` on access VLAN `vlan`: a network namespace whose
     /// `eth0`, at `address` (`A.B.C.D/N`), is a veth pair's end; the other end is the port,
     /// made in the switch daemon's namespace (no name is ever made in this one).
@@ -168,6 +237,26 @@ impl Ovs {
         let shown = host.exec("cat", &["/sys/class/net/eth0/address"]);
         host.mac = String::from_utf8(shown.stdout).unwrap().trim().to_owned();
         host
+    }
+}
+
+/// This host's end of a veth pair cabled to a switch port ([`Ovs::wire_local`]).
+#[derive(Debug)]
+pub struct LocalLink {
+    /// The device's name here.
+    pub name: String,
+}
+
+impl LocalLink {
+    /// Captures the frames this end receives from `mac` until [`Capture::frames`].
+    pub fn capture_from(&self, mac: &str) -> Capture {
+        capture(&["env"], &self.name, mac)
+    }
+}
+
+impl Drop for LocalLink {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.name]).status();
     }
 }
 
@@ -231,23 +320,30 @@ impl WiredHost {
 
     /// Captures the frames `eth0` receives from `mac` until [`Capture::frames`].
     pub fn capture_from(&self, mac: &str) -> Capture {
-        let dir = tempfile::tempdir().unwrap();
-        let (out, err) = (dir.path().join("frames"), dir.path().join("tcpdump.err"));
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.namespace, "tcpdump", "-i", "eth0", "-n", "-e", "-l", "-Q", "in"])
-            .args(["ether", "src", mac])
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .spawn()
-            .unwrap();
-        let capture = Capture { tcpdump: Some(Guard(child)), out, _dir: dir };
-        let until = Instant::now() + Duration::from_secs(10);
-        while !std::fs::read_to_string(&err).unwrap_or_default().contains("listening on") {
-            assert!(Instant::now() < until, "tcpdump never listened: {}", std::fs::read_to_string(&err).unwrap());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        capture
+        capture(&["ip", "netns", "exec", &self.namespace], "eth0", mac)
     }
+}
+
+/// Captures the frames `interface` receives from `mac` with tcpdump run through `prefix`
+/// (which names where the interface is).
+fn capture(prefix: &[&str], interface: &str, mac: &str) -> Capture {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("frames"), dir.path().join("tcpdump.err"));
+    let (program, prefix) = prefix.split_first().unwrap();
+    let child = Command::new(program)
+        .args(prefix)
+        .args(["tcpdump", "-i", interface, "-n", "-e", "-l", "-Q", "in", "ether", "src", mac])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let capture = Capture { tcpdump: Some(Guard(child)), out, _dir: dir };
+    let until = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&err).unwrap_or_default().contains("listening on") {
+        assert!(Instant::now() < until, "tcpdump never listened: {}", std::fs::read_to_string(&err).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    capture
 }
 
 impl Drop for WiredHost {

@@ -67,7 +67,14 @@ impl TestScheduler {
     /// Starts with the boot service on; `configure` adjusts the configuration first (the
     /// ramdisk files directory, auto-enrol, the controller URL a guest uses, ...).
     pub fn start(configure: impl FnOnce(&mut Config)) -> TestScheduler {
-        TestScheduler::start_in(tempfile::tempdir().unwrap(), postgres_database(), None, configure)
+        TestScheduler::start_on([127, 0, 0, 1].into(), configure)
+    }
+
+    /// [`TestScheduler::start`], with both listeners on `bind` (guests on a switch reach
+    /// it at an address of the host's; with an unspecified one, `configure` names the
+    /// controller URL).
+    pub fn start_on(bind: std::net::IpAddr, configure: impl FnOnce(&mut Config)) -> TestScheduler {
+        TestScheduler::start_in(tempfile::tempdir().unwrap(), postgres_database(), None, bind, configure)
     }
 
     /// Stops this service abruptly (every task dropped mid-await, as `kill -9` would leave
@@ -75,7 +82,7 @@ impl TestScheduler {
     /// database, configured by `configure`.
     pub fn restart(self, configure: impl FnOnce(&mut Config)) -> TestScheduler {
         let (dir, database_url) = self.kill();
-        TestScheduler::start_in(dir, database_url, None, configure)
+        TestScheduler::start_in(dir, database_url, None, [127, 0, 0, 1].into(), configure)
     }
 
     /// Stops this service abruptly (as `kill -9` would); returns its data directory and
@@ -98,7 +105,7 @@ impl TestScheduler {
         let dir = tempfile::tempdir().unwrap();
         copy_dir(&ca, &dir.path().join(metal_service::metal::boot::CA_DIR));
         std::fs::copy(self.dir.path().join(app::ADMIN_TOKEN_FILE), dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap();
-        TestScheduler::start_in(dir, Some(database), Some(self.clock.clone()), move |config| {
+        TestScheduler::start_in(dir, Some(database), Some(self.clock.clone()), [127, 0, 0, 1].into(), move |config| {
             config.images.dir = Some(images);
             configure(config);
         })
@@ -108,12 +115,13 @@ impl TestScheduler {
         dir: tempfile::TempDir,
         database_url: Option<String>,
         clock: Option<ManualClock>,
+        bind: std::net::IpAddr,
         configure: impl FnOnce(&mut Config),
     ) -> TestScheduler {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let (api, boot) = runtime.block_on(async {
-            let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let boot = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let api = tokio::net::TcpListener::bind((bind, 0)).await.unwrap();
+            let boot = tokio::net::TcpListener::bind((bind, 0)).await.unwrap();
             (api, boot)
         });
         let (port, boot_port) = (api.local_addr().unwrap().port(), boot.local_addr().unwrap().port());

@@ -10,6 +10,7 @@ mod hil_commission;
 mod hil_deploy;
 mod hil_erase;
 mod hil_firmware;
+mod hil_isolation;
 mod hil_join;
 mod hil_tenant_root;
 mod host_join;

@@ -951,7 +951,10 @@ fn a_teardown_boots_its_ramdisk_from_a_per_boot_iso_that_a_host_naming_the_mac_c
     // The erase step mounted a per-boot ISO: the BMC fetched it from the service, and its
     // script carries the claim (the answers show the URL without it).
     let run = &teardowns(&s)[0];
-    assert_eq!(run["lastError"], "booted the ramdisk to erase every disk (boot 1, from virtual media (a per-boot ISO mounted))");
+    assert_eq!(
+        run["lastError"],
+        "booted the ramdisk to erase every disk (boot 1, from virtual media (a per-boot ISO mounted))"
+    );
     assert_eq!(run["context"]["eraseBootPath"], "virtual media (a per-boot ISO mounted)", "{run}");
     let isos = sushy.downloaded("metal.iso");
     assert_eq!(isos.len(), 1, "the BMC downloaded one ISO: {isos:?}");
@@ -998,7 +1001,11 @@ fn a_teardown_boots_its_ramdisk_from_a_per_boot_iso_that_a_host_naming_the_mac_c
     later(&s);
     let node = s.node("n1");
     let run = &teardowns(&s)[0];
-    assert_eq!((node["state"].as_str(), node["identityGeneration"].as_i64()), (Some("ready"), Some(3)), "{node}\n{run}");
+    assert_eq!(
+        (node["state"].as_str(), node["identityGeneration"].as_i64()),
+        (Some("ready"), Some(3)),
+        "{node}\n{run}"
+    );
     assert!(s.events("node.boot.contested").is_empty(), "a request by MAC contests no media boot");
     let ramdisk_boots = s.events("node.boot.ramdisk");
     let by_media: Vec<_> = ramdisk_boots.iter().rev().take(2).map(|e| e["data"]["byMedia"].clone()).collect();

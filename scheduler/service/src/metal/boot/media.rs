@@ -135,8 +135,10 @@ pub async fn iso_file(
 ) -> ApiResult<Response> {
     let service = BootService::of(&app)?;
     service.limiter.check(address)?;
-    let template =
-        service.media.as_ref().ok_or_else(|| ApiError::NotFound("virtual-media boots (boot-media-url is not set)".into()))?;
+    let template = service
+        .media
+        .as_ref()
+        .ok_or_else(|| ApiError::NotFound("virtual-media boots (boot-media-url is not set)".into()))?;
     let now = app.clock.now();
     let hash = store::auth::hash(&claim);
     let boot = app.store.read(move |tx| store::boots::open_by_claim(tx, &hash, now)).await?;
@@ -162,7 +164,8 @@ mod tests {
 
     #[test]
     fn every_placeholder_takes_the_claim_and_nothing_moves() {
-        let body = format!("chain http://c/boot/ipxe?claim={PLACEHOLDER}&mac=x\nsource (http)/boot/grub?claim={PLACEHOLDER}");
+        let body =
+            format!("chain http://c/boot/ipxe?claim={PLACEHOLDER}&mac=x\nsource (http)/boot/grub?claim={PLACEHOLDER}");
         let template = MediaTemplate::from_bytes(iso(body.as_bytes()), "http://10.0.0.1:7451/").unwrap();
         let claim = "ab".repeat(32);
         let served = template.iso(&claim);

@@ -75,7 +75,9 @@ impl BootService {
         let ca_fingerprint = ca.certificate().fingerprint_sha256();
         let files_dir = config.boot.files_dir.clone().unwrap_or_else(|| config.data_dir.join("boot"));
         let media = match &config.boot.media_url {
-            Some(url) => Some(media::MediaTemplate::load(&files_dir.join(media::TEMPLATE), url).map_err(StartError::Boot)?),
+            Some(url) => {
+                Some(media::MediaTemplate::load(&files_dir.join(media::TEMPLATE), url).map_err(StartError::Boot)?)
+            }
             None => None,
         };
         info!(%controller_url, ca_fingerprint, virtual_media = media.is_some(), "boot service on");

@@ -49,7 +49,11 @@ pub fn parse_range(header: Option<&str>, size: u64) -> Result<Option<(u64, u64)>
 
 /// The response head for the part of a `size`-byte body that `headers`' Range asks for,
 /// and that part `[start, end)`; or the whole answer when the range cannot be served (416).
-fn ranged(headers: &HeaderMap, size: u64, content_type: &str) -> Result<(Builder, u64, u64), Result<Response, ApiError>> {
+fn ranged(
+    headers: &HeaderMap,
+    size: u64,
+    content_type: &str,
+) -> Result<(Builder, u64, u64), Result<Response, ApiError>> {
     let asked = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let response =
         Response::builder().header(header::CONTENT_TYPE, content_type).header(header::ACCEPT_RANGES, "bytes");
