@@ -179,14 +179,20 @@ fn redfish_payloads() {
 
 #[test]
 fn boot_query_strings() {
-    run("boot_query", &[b"mac=", b"token=", b"%", b"%ff", b"&", b":"], |bytes| {
+    run("boot_query", &[b"mac=", b"claim=", b"token=", b"%", b"%ff", b"&", b":"], |bytes| {
         let text = String::from_utf8_lossy(bytes);
         let _ = metal_types::model::node::normalize_mac(&text);
         let uri: Result<axum::http::Uri, _> = format!("/boot/ipxe?{text}").parse();
         if let Ok(uri) = uri {
             use axum::extract::Query;
             if let Ok(Query(query)) = Query::<metal_service::metal::boot::ipxe::ScriptQuery>::try_from_uri(&uri) {
-                let _ = metal_types::model::node::normalize_mac(&query.mac);
+                if let Some(mac) = &query.mac {
+                    let _ = metal_types::model::node::normalize_mac(mac);
+                }
+                if let Some(claim) = &query.claim {
+                    let _ =
+                        metal_service::metal::boot::media::claim_in(&format!("http://c/boot/media/{claim}/metal.iso"));
+                }
             }
             let _ = Query::<metal_service::metal::boot::ipxe::FileQuery>::try_from_uri(&uri);
         }

@@ -430,7 +430,7 @@ pub fn disk_os(script: &str) -> Vec<u8> {
     )
     .unwrap();
     let kernel = ramdisk.join("vmlinuz");
-    let kib = (std::fs::metadata(&kernel).unwrap().len() as usize + initrd.len()) / 1024 + 8 * 1024;
+    let kib = (std::fs::metadata(&kernel).unwrap().len() + initrd.len() as u64) / 1024 + 8 * 1024;
     let build = format!(
         "set -e; mkfs.vfat -C -n METALOS part.img {kib} >/dev/null; mcopy -i part.img '{}' ::vmlinuz; \
          mcopy -i part.img initrd ::initrd; mcopy -i part.img syslinux.cfg ::syslinux.cfg; syslinux --install part.img",

@@ -374,7 +374,7 @@ pub async fn eject_boot_media(app: &App, node: &str) -> ApiResult<bool> {
         Err(BmcError::Unsupported { .. }) => return Ok(false),
         other => other?,
     };
-    if !status.image.as_deref().is_some_and(|image| crate::metal::boot::media::claim_in(image).is_some()) {
+    if status.image.as_deref().is_none_or(|image| crate::metal::boot::media::claim_in(image).is_none()) {
         return Ok(false);
     }
     let after = media(app, node, None).await?;

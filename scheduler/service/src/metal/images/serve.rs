@@ -48,34 +48,34 @@ pub fn parse_range(header: Option<&str>, size: u64) -> Result<Option<(u64, u64)>
 }
 
 /// The response head for the part of a `size`-byte body that `headers`' Range asks for,
-/// and that part `[start, end)`; or the whole answer when the range cannot be served (416).
-fn ranged(
-    headers: &HeaderMap,
-    size: u64,
-    content_type: &str,
-) -> Result<(Builder, u64, u64), Result<Response, ApiError>> {
+/// and that part `[start, end)`.
+fn ranged(headers: &HeaderMap, size: u64, content_type: &str) -> Result<(Builder, u64, u64), Unsatisfiable> {
     let asked = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let response =
         Response::builder().header(header::CONTENT_TYPE, content_type).header(header::ACCEPT_RANGES, "bytes");
-    match parse_range(asked, size) {
-        Ok(None) => Ok((response.header(header::CONTENT_LENGTH, size), 0, size)),
-        Ok(Some((start, end))) => Ok((
+    Ok(match parse_range(asked, size)? {
+        None => (response.header(header::CONTENT_LENGTH, size), 0, size),
+        Some((start, end)) => (
             response
                 .status(StatusCode::PARTIAL_CONTENT)
                 .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{size}", end - 1))
                 .header(header::CONTENT_LENGTH, end - start),
             start,
             end,
-        )),
-        Err(Unsatisfiable) => Err(Response::builder()
-            .status(StatusCode::RANGE_NOT_SATISFIABLE)
-            .header(
-                header::CONTENT_RANGE,
-                HeaderValue::from_str(&format!("bytes */{size}")).unwrap_or(HeaderValue::from_static("bytes */0")),
-            )
-            .body(Body::empty())
-            .map_err(|e| ApiError::Internal(e.to_string()))),
-    }
+        ),
+    })
+}
+
+/// The answer to a Range of a `size`-byte body that cannot be served (416).
+fn unsatisfiable(size: u64) -> Result<Response, ApiError> {
+    Response::builder()
+        .status(StatusCode::RANGE_NOT_SATISFIABLE)
+        .header(
+            header::CONTENT_RANGE,
+            HeaderValue::from_str(&format!("bytes */{size}")).unwrap_or(HeaderValue::from_static("bytes */0")),
+        )
+        .body(Body::empty())
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 /// The file at `path` (or the part `headers`' Range asks for), as `content_type`.
@@ -84,10 +84,7 @@ pub async fn file_response(path: &Path, headers: &HeaderMap, content_type: &str)
         .await
         .map_err(|e| ApiError::Internal(format!("opening {}: {e}", path.display())))?;
     let size = file.metadata().await.map_err(|e| ApiError::Internal(e.to_string()))?.len();
-    let (response, start, end) = match ranged(headers, size, content_type) {
-        Ok(head) => head,
-        Err(answer) => return answer,
-    };
+    let Ok((response, start, end)) = ranged(headers, size, content_type) else { return unsatisfiable(size) };
     file.seek(std::io::SeekFrom::Start(start)).await.map_err(|e| ApiError::Internal(e.to_string()))?;
     let stream = tokio_util::io::ReaderStream::with_capacity(file.take(end - start), 1 << 20);
     response.body(Body::from_stream(stream)).map_err(|e| ApiError::Internal(e.to_string()))
@@ -101,9 +98,8 @@ pub fn bytes_response(
     headers: &HeaderMap,
     content_type: &str,
 ) -> Result<Response, ApiError> {
-    let (response, start, end) = match ranged(headers, size as u64, content_type) {
-        Ok(head) => head,
-        Err(answer) => return answer,
+    let Ok((response, start, end)) = ranged(headers, size as u64, content_type) else {
+        return unsatisfiable(size as u64);
     };
     // The range lies within the body: parse_range clips it to the size.
     let (start, end) = (usize::try_from(start).unwrap_or(size), usize::try_from(end).unwrap_or(size));
