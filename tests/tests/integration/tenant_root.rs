@@ -123,7 +123,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert_eq!(node["heldBy"], reservation.as_str(), "the ended lease holds the node until its teardown ends");
     let run = &teardowns(&s)[0];
     assert_eq!(run["definition"], "metal-tenant-root-release@1");
-    assert_eq!(run["lastError"], "booted the ramdisk to erase every disk (boot 1)", "{run}");
+    assert_eq!(run["lastError"], "booted the ramdisk to erase every disk (boot 1, from network)", "{run}");
     let done: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
     assert_eq!(
         done,
@@ -304,7 +304,7 @@ fn a_wipe_report_signed_by_a_tenant_identity_is_refused_and_quarantines() {
     let version = site(&s, ipmi(&sim), json!({}));
     let reservation = leased_and_deployed(&s);
     release(&s, &reservation);
-    assert_eq!(teardowns(&s)[0]["lastError"], "booted the ramdisk to erase every disk (boot 1)");
+    assert_eq!(teardowns(&s)[0]["lastError"], "booted the ramdisk to erase every disk (boot 1, from network)");
     let joined = ramdisk(&s, "firmware");
     joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", &version)])).unwrap();
     // The tenant's OS forges a wipe report with a node-tenant certificate of this generation.
