@@ -192,6 +192,26 @@ impl TestScheduler {
         api_call(&self.http, &self.url, token, method, path, body)
     }
 
+    /// One round of both sides' periodic passes, as the service runs them: lease ticks,
+    /// metal's work, the workflows, capacity's work.
+    pub fn passes(&self) {
+        use metal_service::{capacity, metal};
+        self.block_on(capacity::leases::tick(&self.app)).unwrap();
+        self.block_on(metal::work::drain_once(&self.app)).unwrap();
+        self.block_on(metal::workflow::drive_once(&self.app)).unwrap();
+        self.block_on(capacity::leases::drain_once(&self.app)).unwrap();
+    }
+
+    /// [`TestScheduler::passes`] with the service's clock first brought up to the real one
+    /// (real guests' certificates are checked against the real clock).
+    pub fn passes_on_real_time(&self) {
+        let now = time::OffsetDateTime::now_utc();
+        if now > metal_types::clock::Clock::now(&self.clock) {
+            self.clock.set(now);
+        }
+        self.passes();
+    }
+
     /// An unauthenticated GET: status and body text.
     pub fn get_text(&self, path: &str) -> (u16, String) {
         let response = self.http.get(format!("{}{path}", self.url)).send().unwrap();

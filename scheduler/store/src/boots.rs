@@ -92,25 +92,23 @@ pub fn arm_claimed(
 /// The open boot that carries the claim whose SHA-256 is `claim_hash` (as [`open`] reads
 /// open: not ended and, untaken, not expired).
 pub fn open_by_claim(conn: &mut dyn Conn, claim_hash: &str, now: OffsetDateTime) -> DbResult<Option<NodeBoot>> {
-    let row = conn.query_opt(
-        &format!(
-            "SELECT {COLUMNS} FROM node_boots WHERE claim_hash = $1 AND ended_at IS NULL \
-             AND (handed_at IS NOT NULL OR expires_at > $2) ORDER BY seq DESC LIMIT 1"
-        ),
-        &[&claim_hash, &to_millis(now)],
-    )?;
-    row.as_ref().map(from_row).transpose()
+    open_where(conn, "claim_hash", claim_hash, now)
 }
 
 /// The node's open boot: the newest that has not ended, and, when nobody took it yet, can
 /// still be taken.
 pub fn open(conn: &mut dyn Conn, node_id: &str, now: OffsetDateTime) -> DbResult<Option<NodeBoot>> {
+    open_where(conn, "node_id", node_id, now)
+}
+
+/// The newest open boot whose `column` is `value`.
+fn open_where(conn: &mut dyn Conn, column: &str, value: &str, now: OffsetDateTime) -> DbResult<Option<NodeBoot>> {
     let row = conn.query_opt(
         &format!(
-            "SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 AND ended_at IS NULL \
+            "SELECT {COLUMNS} FROM node_boots WHERE {column} = $1 AND ended_at IS NULL \
              AND (handed_at IS NOT NULL OR expires_at > $2) ORDER BY seq DESC LIMIT 1"
         ),
-        &[&node_id, &to_millis(now)],
+        &[&value, &to_millis(now)],
     )?;
     row.as_ref().map(from_row).transpose()
 }

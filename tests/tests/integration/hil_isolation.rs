@@ -12,7 +12,6 @@
 
 use std::time::{Duration, Instant};
 
-use metal_service::{capacity, metal};
 use metal_tests::emulators::{Dnsmasq, IpmiSim};
 use metal_tests::hil::{Bus, DeploySite, Guest, MIB, disk_os, filled, tftp_dir};
 use metal_tests::ovs::Ovs;
@@ -110,14 +109,7 @@ impl Machine {
 fn drive(s: &TestScheduler, what: &str, timeout: Duration, mut each: impl FnMut(), done: impl Fn() -> bool) {
     let deadline = Instant::now() + timeout;
     loop {
-        let now = time::OffsetDateTime::now_utc();
-        if now > metal_types::clock::Clock::now(&s.clock) {
-            s.clock.set(now);
-        }
-        s.block_on(capacity::leases::tick(&s.app)).unwrap();
-        s.block_on(metal::work::drain_once(&s.app)).unwrap();
-        s.block_on(metal::workflow::drive_once(&s.app)).unwrap();
-        s.block_on(capacity::leases::drain_once(&s.app)).unwrap();
+        s.passes_on_real_time();
         each();
         if done() {
             return;

@@ -12,7 +12,6 @@
 
 use std::time::{Duration, Instant};
 
-use metal_service::{capacity, metal};
 use metal_tests::emulators::{SUSHY_PASSWORD, Sushy};
 use metal_tests::hil::{BootFrom, Bus, DISK_MARKER, Guest, MIB, filled, tftp_dir};
 use metal_tests::scheduler::{Admin as _, TestScheduler};
@@ -29,14 +28,7 @@ fn ok(s: &TestScheduler, method: &str, path: &str, body: Value) -> Value {
 fn drive(s: &TestScheduler, what: &str, timeout: Duration, done: impl Fn(&TestScheduler, &Value) -> bool) -> Value {
     let deadline = Instant::now() + timeout;
     loop {
-        let now = time::OffsetDateTime::now_utc();
-        if now > metal_types::clock::Clock::now(&s.clock) {
-            s.clock.set(now);
-        }
-        s.block_on(capacity::leases::tick(&s.app)).unwrap();
-        s.block_on(metal::work::drain_once(&s.app)).unwrap();
-        s.block_on(metal::workflow::drive_once(&s.app)).unwrap();
-        s.block_on(capacity::leases::drain_once(&s.app)).unwrap();
+        s.passes_on_real_time();
         let node = s.node("hil-tr");
         if done(s, &node) {
             return node;

@@ -27,18 +27,20 @@ use metal_tests::leases::{MAC, installer_done, inventory, ipmi, ok, reserve, sit
 use metal_tests::scheduler::{Admin as _, INTRUDER, TestScheduler, intruder_script};
 use serde_json::{Value, json};
 
-/// One pass of both sides, as the service's periodic passes run them.
-fn pass(s: &TestScheduler) {
-    s.block_on(capacity::leases::tick(&s.app)).unwrap();
-    s.block_on(metal::work::drain_once(&s.app)).unwrap();
-    s.block_on(metal::workflow::drive_once(&s.app)).unwrap();
-    s.block_on(capacity::leases::drain_once(&s.app)).unwrap();
-}
-
 /// Advances the clock past a waiting step's poll and runs a pass.
 fn later(s: &TestScheduler) {
     s.clock.advance(Duration::from_secs(11));
-    pass(s);
+    s.passes();
+}
+
+/// n1's teardown run, once it handed n1 back ready two identity generations after
+/// commissioning.
+fn ready_two_generations_later(s: &TestScheduler) -> Value {
+    let node = s.node("n1");
+    let run = teardowns(s).swap_remove(0);
+    let ready = (node["state"].as_str(), node["identityGeneration"].as_i64());
+    assert_eq!(ready, (Some("ready"), Some(3)), "{node}\n{run}");
+    run
 }
 
 fn teardowns(s: &TestScheduler) -> Vec<Value> {
@@ -47,7 +49,12 @@ fn teardowns(s: &TestScheduler) -> Vec<Value> {
 
 /// The simulated ramdisk: boots through the node's iPXE script and joins.
 fn ramdisk(s: &TestScheduler, task: &str) -> controller::Joined {
-    let (status, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    ramdisk_asking(s, &format!("mac={MAC}"), task)
+}
+
+/// The simulated ramdisk, its script asked for with `query`.
+fn ramdisk_asking(s: &TestScheduler, query: &str, task: &str) -> controller::Joined {
+    let (status, script) = s.get_text(&format!("/boot/ipxe?{query}"));
     assert_eq!(status, 200, "{script}");
     let (token, found) = TestScheduler::script_token(&script).unwrap_or_else(|| panic!("no ramdisk boot: {script}"));
     assert_eq!(found, task, "{script}");
@@ -74,7 +81,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
 
     // Lease start: handed to the tenant under a new identity generation, deploying.
-    pass(&s);
+    s.passes();
     let node = s.node("n1");
     assert_eq!(node["state"], "deploying", "{node}");
     assert_eq!((node["tenantRoot"].as_bool(), node["trust"].as_str()), (Some(true), Some("tenant-controlled")));
@@ -116,7 +123,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     // the real clock, which the service's may not run far ahead of), then the release.
     s.clock.advance(Duration::from_secs(240));
     ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
-    pass(&s);
+    s.passes();
     assert_eq!(s.events("node.tenant-root.ending").len(), 1);
     let node = s.node("n1");
     assert_eq!(node["state"], "releasing", "{node}");
@@ -171,7 +178,7 @@ fn a_lease_without_a_profile_version_is_refused_and_the_node_stays_ready() {
     let s = TestScheduler::start(|_| {});
     site(&s, ipmi(&sim), json!({"fencing": {"driver": "none"}}));
     let reservation = reserve(&s, json!({"profileId": "acme-os"}));
-    pass(&s);
+    s.passes();
     let refused = s.events("node.tenant-root.refused");
     assert!(refused[0]["data"]["reason"].as_str().unwrap().contains("without a profileVersion"), "{refused:?}");
     let node = s.node("n1");
@@ -184,7 +191,7 @@ fn a_lease_without_a_profile_version_is_refused_and_the_node_stays_ready() {
 /// Leases n1 and deploys it (the installer's done), bound and active; returns the reservation.
 fn leased_and_deployed(s: &TestScheduler) -> String {
     let reservation = reserve(s, json!({"profileId": "acme-os", "profileVersion": 1}));
-    pass(s);
+    s.passes();
     installer_done(&s.url);
     later(s);
     let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
@@ -204,7 +211,7 @@ fn firmware_drift_quarantines_the_node_and_recover_runs_the_teardown_again() {
         s.call("POST", "/v1/nodes/n1/transitions", Some(json!({"from": "deployed", "to": "releasing", "owner": "me"})));
     assert_eq!(status, 409, "a tenant-root node leaves only through its teardown: {refused}");
     ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
-    pass(&s);
+    s.passes();
 
     let node = s.node("n1");
     assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
@@ -225,7 +232,7 @@ fn firmware_drift_quarantines_the_node_and_recover_runs_the_teardown_again() {
     assert_eq!(status, 409, "{refused}");
     let recovered = ok(&s, "POST", "/v1/nodes/n1/recover", Value::Null);
     assert_eq!((recovered["state"].as_str(), recovered["maintenance"].as_bool()), (Some("releasing"), Some(true)));
-    pass(&s);
+    s.passes();
     let runs = teardowns(&s);
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[1]["history"][0]["step"], "power-off", "the teardown runs again from the start");
@@ -239,7 +246,7 @@ fn firmware_drift_quarantines_the_node_and_recover_runs_the_teardown_again() {
 /// Releases n1's lease and runs both sides until the teardown waits or ends.
 fn release(s: &TestScheduler, reservation: &str) {
     ok(s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
-    pass(s);
+    s.passes();
 }
 
 #[test]
@@ -288,7 +295,7 @@ fn a_teardown_waits_for_an_operators_rotation_in_flight_and_settles_one_that_die
     // Past the lease: the pending password never reached the BMC, so it is dropped, and the
     // teardown rotates (not waiting for an operator's rotation that will never end).
     s.clock.advance(Duration::from_secs(5 * 60));
-    pass(&s);
+    s.passes();
     let run = &teardowns(&s)[0];
     assert_eq!(run["history"][3]["step"], "rotate-credential", "{run}");
     assert_eq!(run["history"][3]["detail"]["rotated"], true, "{run}");
@@ -361,7 +368,7 @@ fn deleting_a_tenant_tears_its_lease_down_and_retires_only_its_own_machines() {
     assert_eq!(status, 409, "{root}");
     let deleted = ok(&s, "DELETE", "/v1/tenants/acme", Value::Null);
     assert_eq!(deleted, json!({"tenantId": "acme", "reservations": [reservation], "pools": ["acme-own"]}));
-    pass(&s);
+    s.passes();
     assert_eq!(s.node("n2")["state"], "retired", "the tenant's own machine is retired");
     assert_eq!(s.node("n1")["state"], "releasing", "the leased platform machine is torn down");
     erase_by_ramdisk(&s, &version);
@@ -428,13 +435,7 @@ fn a_redfish_teardown_fences_rotates_through_the_account_service_and_reflashes_d
     let reservation = leased_and_deployed(&s);
     release(&s, &reservation);
 
-    let node = s.node("n1");
-    let run = &teardowns(&s)[0];
-    assert_eq!(
-        (node["state"].as_str(), node["identityGeneration"].as_i64()),
-        (Some("ready"), Some(3)),
-        "{node}\n{run}"
-    );
+    let run = &ready_two_generations_later(&s);
     let history = run["history"].as_array().unwrap();
     assert!(history[2]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "fence_redfish: {run}");
     assert_eq!(history[3]["detail"]["rotated"], true, "{run}");
@@ -469,7 +470,7 @@ fn a_disk_that_fails_its_read_back_quarantines_the_node() {
     joined.report_task("erase", false, "0 of 1 disks erased and verified".into()).unwrap();
     assert_eq!(s.node("n1")["state"], "releasing");
     // The reports woke the waiting erase step: the next pass reads them, with no poll to wait out.
-    pass(&s);
+    s.passes();
     let node = s.node("n1");
     assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
     assert_eq!((node["maintenance"].as_bool(), node["tenantRoot"].as_bool()), (Some(true), Some(true)), "{node}");
@@ -506,7 +507,7 @@ fn a_wipe_report_from_before_the_erase_step_neither_counts_nor_stops_the_erase_b
         "{early}"
     );
     s.clock.advance(Duration::from_secs(1));
-    pass(&s);
+    s.passes();
     assert_eq!(s.node("n1")["state"], "releasing", "the early report is not the erase step's");
     // The erase step booted the ramdisk, and the boot service serves it the erase.
     let joined = ramdisk(&s, "erase");
@@ -584,7 +585,7 @@ fn a_failed_lessee_deploy_quarantines_and_recover_runs_the_tenant_root_teardown(
     let s = TestScheduler::start(|_| {});
     let version = site(&s, ipmi(&sim), json!({}));
     let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
-    pass(&s);
+    s.passes();
     // The deploy fails (the ramdisk says so): the lease fails, the node is quarantined.
     let failed = metal_protocol::boot::TaskReport {
         node_id: "n1".into(),
@@ -615,7 +616,7 @@ fn a_failed_lessee_deploy_quarantines_and_recover_runs_the_tenant_root_teardown(
 
     // recover: the tenant-root teardown, not the ordinary release.
     ok(&s, "POST", "/v1/nodes/n1/recover", Value::Null);
-    pass(&s);
+    s.passes();
     erase_by_ramdisk(&s, &version);
     later(&s);
     let node = s.node("n1");
@@ -644,7 +645,7 @@ fn a_host_that_is_not_the_machine_gets_no_token_and_a_second_claim_on_a_deploy_o
     // installer takes the boot's one token; the other host asking then contests the boot.
     let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
     nothing("nothing to run");
-    pass(&s);
+    s.passes();
     let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
     let marker = format!("inst.ks={}/boot/installer/", s.url);
     let at = script.find(&marker).unwrap_or_else(|| panic!("no installer boot: {script}")) + marker.len();
@@ -665,7 +666,7 @@ fn a_host_that_is_not_the_machine_gets_no_token_and_a_second_claim_on_a_deploy_o
     // the machine's ramdisk takes that boot, and the other host's request contests it.
     ok(&s, "POST", "/v1/nodes/n1/recover", Value::Null);
     nothing("nothing to run");
-    pass(&s);
+    s.passes();
     let joined = ramdisk(&s, "firmware");
     nothing("two ramdisks claimed node n1");
     assert_eq!(s.events("node.boot.contested").len(), 2);
@@ -684,7 +685,7 @@ fn a_host_that_is_not_the_machine_gets_no_token_and_a_second_claim_on_a_deploy_o
     // Without the other host the recovered teardown runs clean: one boot for the firmware
     // check, the next armed by its report for the erase, then ready.
     ok(&s, "POST", "/v1/nodes/n1/recover", Value::Null);
-    pass(&s);
+    s.passes();
     erase_by_ramdisk(&s, &version);
     later(&s);
     assert_eq!(s.node("n1")["state"], "ready");
@@ -761,7 +762,7 @@ fn an_isolated_lease_moves_its_ports_to_a_tenant_vlan_before_the_os_boots_and_th
 
     // The deploy runs on the provisioning VLAN; then the ports move, then the OS boots.
     let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
-    pass(&s);
+    s.passes();
     assert_eq!(ovs.tag("n1-p0"), Some(10), "deploying: still on provisioning");
     installer_done(&s.url);
     later(&s);
@@ -798,7 +799,7 @@ fn an_isolated_lease_moves_its_ports_to_a_tenant_vlan_before_the_os_boots_and_th
 
     // The teardown: cleaning right after power-off, before the ramdisk boots.
     ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
-    pass(&s);
+    s.passes();
     assert_eq!(ovs.tag("n1-p0"), Some(20), "on the cleaning VLAN while the ramdisk erases");
     let run = &teardowns(&s)[0];
     let cleaning = &step_record(run, "network-cleaning")["detail"];
@@ -828,7 +829,7 @@ fn a_node_without_a_known_port_is_refused_a_lease_in_a_pool_that_isolates() {
     let s = TestScheduler::start(|_| {});
     site(&s, ipmi(&sim), isolating());
     reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
-    pass(&s);
+    s.passes();
     let refused = s.events("node.tenant-root.refused");
     let reason = refused[0]["data"]["reason"].as_str().unwrap();
     assert!(reason.contains("node n1 has no known switch port, and pool p1 isolates its tenants"), "{reason}");
@@ -855,7 +856,7 @@ fn lease_start_fails(
     site(s, ipmi(sim), isolating());
     cabled(s, ovs, command, ports);
     let reservation = reserve(s, json!({"profileId": "acme-os", "profileVersion": 1}));
-    pass(s);
+    s.passes();
     installer_done(&s.url);
     until_failed(s);
     let run = lease_run(s);
@@ -928,12 +929,7 @@ fn an_unreachable_switch_quarantines_the_teardown_with_the_switchs_own_message()
 
 /// The ramdisk of a virtual-media boot: it asks by the claim its ISO carries, and joins.
 fn ramdisk_by_claim(s: &TestScheduler, claim: &str, task: &str) -> controller::Joined {
-    let (status, script) = s.get_text(&format!("/boot/ipxe?claim={claim}&mac={MAC}"));
-    assert_eq!(status, 200, "{script}");
-    let (token, found) = TestScheduler::script_token(&script).unwrap_or_else(|| panic!("no ramdisk boot: {script}"));
-    assert_eq!(found, task, "{script}");
-    controller::join(&s.boot_url, &s.fingerprint, &token, Retry { attempts: 1, backoff: Duration::from_millis(1) })
-        .unwrap()
+    ramdisk_asking(s, &format!("claim={claim}&mac={MAC}"), task)
 }
 
 #[test]
@@ -999,13 +995,7 @@ fn a_teardown_boots_its_ramdisk_from_a_per_boot_iso_that_a_host_naming_the_mac_c
     assert!(receipt.accepted, "{receipt:?}");
     later(&s);
     later(&s);
-    let node = s.node("n1");
-    let run = &teardowns(&s)[0];
-    assert_eq!(
-        (node["state"].as_str(), node["identityGeneration"].as_i64()),
-        (Some("ready"), Some(3)),
-        "{node}\n{run}"
-    );
+    let run = &ready_two_generations_later(&s);
     assert!(s.events("node.boot.contested").is_empty(), "a request by MAC contests no media boot");
     let ramdisk_boots = s.events("node.boot.ramdisk");
     let by_media: Vec<_> = ramdisk_boots.iter().rev().take(2).map(|e| e["data"]["byMedia"].clone()).collect();
