@@ -98,6 +98,17 @@ pub fn reserve(s: &impl Admin, node: Value) -> String {
     ok(s, "POST", "/v1/reservations", body)["id"].as_str().unwrap().to_owned()
 }
 
+/// The installed system's "done", once the lessee's deploy is under way on a service that
+/// runs its own passes: n1 deploying and its network boot started (a boot armed for it; the
+/// node moves to deploying a step before the boot is armed). Returns the installer's token.
+pub fn deploy_done(s: &impl Admin, url: &str) -> String {
+    s.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
+    s.until("the deploy's boot started", "/v1/nodes/n1/boots", |boots| {
+        boots[0]["id"].is_string() && boots[0]["ended"].is_null() && boots[0]["handedTo"].is_null()
+    });
+    installer_done(url)
+}
+
 /// The installed system's "done": the installer URL in n1's iPXE script, then its POST.
 /// `url` is the service's API base. Returns the installer's token.
 pub fn installer_done(url: &str) -> String {

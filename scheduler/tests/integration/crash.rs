@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use metal_tests::emulators::IpmiSim;
-use metal_tests::leases::{installer_done, ipmi, reserve, site};
+use metal_tests::leases::{ipmi, reserve, site};
 use metal_tests::scheduler::{Admin as _, TestScheduler};
 use metal_tests::served::ServedAdmin;
 use serde_json::{Value, json};
@@ -225,14 +225,9 @@ fn a_replica_killed_mid_run_is_taken_over_by_the_other() {
     ended_as_it_would_have(&second, &reservation, &metal_tests::leases::AGENTLESS_TEARDOWN_STEPS);
 }
 
-/// The installed system's "done", once the lessee's deploy is under way (the node deploying
-/// and its network boot started: a boot armed for it).
+/// The installed system's "done", once the lessee's deploy is under way.
 fn deploy(service: &ServedAdmin) {
-    service.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
-    service.until("the deploy's boot started", "/v1/nodes/n1/boots", |boots| {
-        boots[0]["id"].is_string() && boots[0]["ended"].is_null() && boots[0]["handedTo"].is_null()
-    });
-    installer_done(&service.url);
+    metal_tests::leases::deploy_done(service, &service.url);
 }
 
 /// Releases the lease once it is bound.

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use metal_tests::emulators::IpmiSim;
-use metal_tests::leases::{installer_done, reserve, site};
+use metal_tests::leases::{reserve, site};
 use metal_tests::scheduler::{Admin, Reporter};
 use metal_tests::served::ServedAdmin;
 use serde_json::{Value, json};
@@ -239,8 +239,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     // The lease: deployed (the installer's token), released, torn down (fence-agents, a
     // second rotation), ready again.
     let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
-    s.until("the deploy under way", "/v1/nodes/n1", |n| n["state"] == "deploying");
-    let installer_token = installer_done(&s.admin.url);
+    let installer_token = metal_tests::leases::deploy_done(&s, &s.admin.url);
     let path = format!("/v1/reservations/{reservation}");
     s.until("the lease bound", &path, |r| r["state"] == "active");
     let (status, _) = s.call("POST", &format!("{path}/release"), None);
