@@ -97,7 +97,7 @@ pub enum BootFrom {
 }
 
 /// A QEMU guest to boot.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Guest {
     args: Vec<String>,
     files: Vec<(String, Vec<u8>, u32)>,
@@ -279,6 +279,18 @@ impl Guest {
         let mut args = self.args.clone();
         args.extend(["-serial".into(), format!("file:{}", console.display())]);
         args
+    }
+
+    /// [`Guest::run`], booted once more when the first boot stalled or QEMU aborted on its
+    /// own assertion (under TCG on a loaded machine: QEMU's failure, not the guest's).
+    pub fn run_again_if_stalled(self) -> Console {
+        let again = self.clone();
+        let console = self.run();
+        if !console.stalled {
+            return console;
+        }
+        eprintln!("the guest stalled; booting it again. Its console:\n{}", console.text);
+        again.run()
     }
 
     /// Boots, waits for the guest to power off (or the `until` marker, or the timeout) and

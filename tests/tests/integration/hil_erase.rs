@@ -65,7 +65,7 @@ fn erase_nvme_sata_virtio_and_scsi_in_the_ramdisk() {
              echo BEGIN forced; cat /tmp/forced.json; echo; echo END forced",
         )
         .timeout(Duration::from_secs(300))
-        .run();
+        .run_again_if_stalled();
     assert!(console.finished, "the guest did not power off:\n{}", console.text);
     assert!(console.text.contains("erase-exit 0"), "{}", console.text);
 
