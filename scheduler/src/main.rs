@@ -49,7 +49,8 @@ struct ServeArgs {
     /// boot-auto-enrol, boot-token-ttl, boot-certificate-validity, boot-rate-limit,
     /// boot-kernel-args, boot-lldp-wait, boot-media-url (teardowns boot per-boot ISOs by virtual media),
     /// host-token-ttl, host-certificate-validity (a deployed OS's join), and for the image store image-dir, image-catalog, image-ca-file,
-    /// image-import-attempts, image-import-backoff, image-import-lease; each also as METAL_<KEY> with dashes as
+    /// image-import-attempts, image-import-backoff, image-import-lease; lessee-rate-limit (what a lessee may do
+    /// to its leased machine per lease per minute, default 12); each also as METAL_<KEY> with dashes as
     /// underscores). Environment only: METAL_MASTER_KEY (64 hex digits, seals BMC passwords at
     /// rest; without it they are stored unsealed, with a warning) and METAL_LOG (log filter,
     /// e.g. info or metal_service=debug; default info).

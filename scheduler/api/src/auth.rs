@@ -1,10 +1,18 @@
 //! Who is calling: the bearer token resolved to a credential. Admin-only resources answer
-//! NOT_FOUND to tenant members, so a tenant cannot even learn that they exist.
+//! NOT_FOUND to tenant members, so a tenant cannot even learn that they exist. A tenant
+//! member is a lessee on the node routes that reach the machine of its live lease
+//! (`metal_service::lessee`); what those routes refuse it is audited (`audit_refusals`).
 
-use axum::extract::FromRequestParts;
+use std::sync::{Arc, OnceLock};
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::StatusCode;
 use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::Response;
 
 use metal_service::app::AppState;
+use metal_service::lessee::Lessee;
 use metal_store::auth::{Credential, lookup};
 use metal_types::error::ApiError;
 use metal_types::model::tenant::CredentialRole;
@@ -19,6 +27,16 @@ impl Caller {
         match self.0.role {
             CredentialRole::PlatformAdmin => Ok(()),
             CredentialRole::TenantMember => Err(ApiError::NotFound(what.to_owned())),
+        }
+    }
+
+    /// The caller as a lessee (a tenant member), or `None` for a platform admin.
+    pub fn lessee(&self) -> Option<Lessee> {
+        match self.0.role {
+            CredentialRole::PlatformAdmin => None,
+            CredentialRole::TenantMember => {
+                Some(Lessee { credential: self.0.id.clone(), tenant: self.0.tenant_id.clone().unwrap_or_default() })
+            }
         }
     }
 
@@ -44,17 +62,56 @@ impl FromRequestParts<AppState> for Caller {
             .ok()
             .and_then(|h| h.strip_prefix("Bearer "))
             .ok_or_else(|| ApiError::Unauthenticated("Authorization must be Bearer <token>".into()))?;
-        authenticate(state, token.trim().to_owned()).await
+        authenticate(state, parts, token.trim().to_owned()).await
     }
 }
 
-async fn authenticate(state: &AppState, token: String) -> Result<Caller, ApiError> {
+/// The caller `token` belongs to, left in the request's [`CallerSlot`] when it has one.
+async fn authenticate(state: &AppState, parts: &Parts, token: String) -> Result<Caller, ApiError> {
     let credential = state
         .store
         .read(move |conn| lookup(conn, &token))
         .await?
         .ok_or_else(|| ApiError::Unauthenticated("unknown or revoked token".into()))?;
+    if let Some(slot) = parts.extensions.get::<CallerSlot>() {
+        let _ = slot.0.set(credential.clone());
+    }
     Ok(Caller(credential))
+}
+
+/// Where the extractor leaves the authenticated credential for `audit_refusals`, which runs
+/// around the handler and cannot see its extractors otherwise.
+#[derive(Debug, Clone, Default)]
+struct CallerSlot(Arc<OnceLock<Credential>>);
+
+/// The answers to a tenant member that are refusals of its reach (not its input's errors).
+const REFUSALS: [StatusCode; 4] =
+    [StatusCode::FORBIDDEN, StatusCode::NOT_FOUND, StatusCode::CONFLICT, StatusCode::TOO_MANY_REQUESTS];
+
+/// Records every refusal of a tenant member's request on a node route (`/v1/nodes/{id}...`:
+/// another tenant's node, an ended lease, a node under teardown, an admin-only route, the
+/// rate limit) as `lessee.refused`, with the credential, the request line and the answer.
+pub async fn audit_refusals(State(app): State<AppState>, mut request: Request, next: Next) -> Response {
+    let node = request
+        .uri()
+        .path()
+        .strip_prefix("/v1/nodes/")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|id| !id.is_empty() && *id != "import")
+        .map(str::to_owned);
+    let Some(node) = node else { return next.run(request).await };
+    let line = format!("{} {}", request.method(), request.uri().path());
+    let slot = CallerSlot::default();
+    request.extensions_mut().insert(slot.clone());
+    let response = next.run(request).await;
+    let lessee = slot.0.get().map(|c| Caller(c.clone())).and_then(|c| c.lessee());
+    if let Some(lessee) = lessee
+        && REFUSALS.contains(&response.status())
+        && let Err(e) = metal_service::lessee::refused(&app, &lessee, &node, line, response.status().as_u16()).await
+    {
+        tracing::warn!(%node, error = %e, "could not record a refusal");
+    }
+    response
 }
 
 /// The caller of a WebSocket route (the serial console): the Authorization header as
@@ -71,7 +128,7 @@ impl FromRequestParts<AppState> for SocketCaller {
             return Caller::from_request_parts(parts, state).await.map(SocketCaller);
         }
         match websocket_token(&parts.headers)? {
-            Some(token) => authenticate(state, token).await.map(SocketCaller),
+            Some(token) => authenticate(state, parts, token).await.map(SocketCaller),
             None => Caller::from_request_parts(parts, state).await.map(SocketCaller),
         }
     }

@@ -1,6 +1,8 @@
 //! BMC routes (platform admins only): a node's BMC settings (the password is write-only),
 //! power, boot override, virtual media, what the BMC reports, password rotation, and
-//! discovery. Power and media calls return once the BMC reports the result.
+//! discovery. Power and media calls return once the BMC reports the result. Power and the
+//! serial console also answer a lessee for the node of its live lease, through the
+//! platform's BMC session (`metal_service::lessee`).
 
 use axum::extract::State;
 use axum::extract::ws::WebSocketUpgrade;
@@ -61,29 +63,39 @@ pub async fn get_bmc(
     Ok(ApiJson(bmcs::info(&app, id).await?))
 }
 
-/// The node's power, read from its BMC now.
+/// The node's power, read from its BMC now (a lessee: for the node of its live lease).
 #[utoipa::path(get, path = "/v1/nodes/{id}/power", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = PowerStatus), (status = 502, body = metal_types::error::ErrorBody)))]
+    responses((status = 200, body = PowerStatus), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 409, body = metal_types::error::ErrorBody), (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn get_power(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<PowerStatus>> {
-    caller.admin(&format!("node {id}"))?;
-    Ok(ApiJson(PowerStatus { power: bmcs::power_status(&app, &id).await? }))
+    let power = match caller.lessee() {
+        Some(lessee) => lessee.power_status(&app, &id).await?,
+        None => bmcs::power_status(&app, &id).await?,
+    };
+    Ok(ApiJson(PowerStatus { power }))
 }
 
-/// Power on, off, reset or cycle; answers once the BMC reports the result.
+/// Power on, off, reset or cycle; answers once the BMC reports the result. A lessee may for
+/// the deployed node of its live lease (rate-limited per lease, recorded as `lessee.power`
+/// on the node and the lease).
 #[utoipa::path(post, path = "/v1/nodes/{id}/power", params(("id" = String, Path, description = "node id")), request_body = PowerRequest,
-    responses((status = 200, body = PowerResult), (status = 502, body = metal_types::error::ErrorBody)))]
+    responses((status = 200, body = PowerResult), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 409, body = metal_types::error::ErrorBody), (status = 429, body = metal_types::error::ErrorBody),
+        (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn post_power(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<PowerRequest>,
 ) -> ApiResult<ApiJson<PowerResult>> {
-    caller.admin(&format!("node {id}"))?;
-    Ok(ApiJson(bmcs::power(&app, &id, request.action).await?))
+    match caller.lessee() {
+        Some(lessee) => Ok(ApiJson(lessee.power(&app, &id, request.action).await?)),
+        None => Ok(ApiJson(bmcs::power(&app, &id, request.action).await?)),
+    }
 }
 
 /// Set the boot override (read back).
@@ -186,29 +198,46 @@ pub async fn discover(
 }
 
 /// The node's serial console as a WebSocket (IPMI Serial-over-LAN): binary messages both
-/// ways. Every session is recorded (who, which node, when, bytes each way). A browser, which
-/// cannot send an Authorization header here, offers the subprotocols `metal.console` and
-/// `metal.bearer.<base64url of its token>`.
+/// ways, one writer at a time (409 while another session holds it). Every session is
+/// recorded (who, which node, when, bytes each way). A browser, which cannot send an
+/// Authorization header here, offers the subprotocols `metal.console` and
+/// `metal.bearer.<base64url of its token>`. A lessee may open it for the deployed node of
+/// its live lease; its session is closed, with a last line saying why, once the lease no
+/// longer reaches the node.
 #[utoipa::path(get, path = "/v1/nodes/{id}/console", params(("id" = String, Path, description = "node id")),
-    responses((status = 101, description = "switching to the WebSocket protocol"), (status = 502, body = metal_types::error::ErrorBody)))]
+    responses((status = 101, description = "switching to the WebSocket protocol"), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 409, body = metal_types::error::ErrorBody), (status = 429, body = metal_types::error::ErrorBody),
+        (status = 502, body = metal_types::error::ErrorBody)))]
 pub async fn console(
     State(app): State<AppState>,
     super::auth::SocketCaller(caller): super::auth::SocketCaller,
     ApiPath(id): ApiPath<String>,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
-    caller.admin(&format!("node {id}"))?;
+    let lessee = caller.lessee();
+    if let Some(lessee) = &lessee {
+        lessee.leased(&app, &id, metal_types::model::lessee::LesseeAction::Console).await?;
+    }
     let upgrade = upgrade.map_err(|rejection| {
         metal_types::error::ApiError::invalid(
             "upgrade",
             format!("the console is a WebSocket: {}", rejection.body_text()),
         )
     })?;
-    let (child, session) = bmcs::open_console(&app, &id, &caller.0.id).await?;
-    tracing::info!(node = %id, credential = %caller.0.id, %session, "console session opened");
+    let (child, session, scope) = match &lessee {
+        Some(lessee) => {
+            let (child, session, scope) = lessee.open_console(&app, &id).await?;
+            (child, session, Some(scope))
+        }
+        None => {
+            let (child, session) = bmcs::open_console(&app, &id, &caller.0.id).await?;
+            (child, session, None)
+        }
+    };
+    tracing::info!(node = %id, credential = %caller.0.id, %session, lessee = scope.is_some(), "console session opened");
     // A browser offers its token as a subprotocol (auth.rs) and needs one answered back.
     let upgrade = upgrade.protocols([super::auth::CONSOLE_PROTOCOL]);
-    Ok(upgrade.on_upgrade(move |socket| metal_service::metal::console::bridge(app, socket, child, session)))
+    Ok(upgrade.on_upgrade(move |socket| metal_service::metal::console::bridge(app, socket, child, session, scope)))
 }
 
 /// The node's console sessions, newest first (audit).

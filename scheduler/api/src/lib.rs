@@ -50,6 +50,7 @@ pub use metal_types::extract::{ApiJson, ApiPath, ApiQuery};
         nodes::import_nodes,
         nodes::list_nodes,
         nodes::get_node,
+        nodes::list_leases,
         nodes::patch_node,
         nodes::transition_node,
         teardowns::list_teardowns,
@@ -159,7 +160,9 @@ async fn count_requests(state: axum::extract::State<AppState>, request: Request,
 /// (the default predicate leaves `text/event-stream` alone, which a compressor would hold
 /// back), nor are the firmware's routes.
 pub fn router(state: AppState) -> Router {
-    let compressed = api_routes().layer(tower_http::compression::CompressionLayer::new());
+    let compressed = api_routes()
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::audit_refusals))
+        .layer(tower_http::compression::CompressionLayer::new());
     finish(compressed.merge(firmware_routes()), state)
 }
 
@@ -190,6 +193,7 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes", post(nodes::create_node).get(nodes::list_nodes))
         .route("/v1/nodes/import", post(nodes::import_nodes).layer(axum::extract::DefaultBodyLimit::max(IMPORT_LIMIT)))
         .route("/v1/nodes/{id}", get(nodes::get_node).patch(nodes::patch_node))
+        .route("/v1/leases", get(nodes::list_leases))
         .route("/v1/nodes/{id}/transitions", post(nodes::transition_node))
         .route("/v1/nodes/{id}/teardowns", get(teardowns::list_teardowns))
         .route("/v1/nodes/{id}/recover", post(teardowns::recover_node))

@@ -1,5 +1,6 @@
 //! Node routes: enrol, import (CSV or JSON), read, patch placement attributes, and
-//! lifecycle transitions. All admin-only.
+//! lifecycle transitions, all admin-only but reading a node, which a lessee may do for the
+//! node of its live lease; and the lessee's listing of its leased nodes.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +17,7 @@ use metal_service::app::AppState;
 use metal_store::{self as store, Conn, nodes::NewNode};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::BmcSpec;
+use metal_types::model::lessee::{LeasedNode, NodeView};
 use metal_types::model::node::{CSV_COLUMNS, Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};
 
 fn validated(create: &NodeCreate, prefix: &str) -> ApiResult<NewNode> {
@@ -352,18 +354,32 @@ pub async fn list_nodes(
     Ok(ApiJson(app.store.read(move |conn| store::nodes::list(conn, filter.state)).await?))
 }
 
-/// One node.
+/// One node: the whole record for a platform admin; for a member of the tenant leasing it
+/// (a live dedicated-root lease), the lessee's view (state, power, the lease and its window,
+/// the profile deployed, the lessee's events; nothing of the platform). Any other node is
+/// 404 to a tenant member, and an ended lease's node under teardown is 409.
 #[utoipa::path(get, path = "/v1/nodes/{id}", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Node), (status = 404, body = metal_types::error::ErrorBody)))]
+    responses((status = 200, body = NodeView), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn get_node(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<Node>> {
-    caller.admin(&format!("node {id}"))?;
+) -> ApiResult<ApiJson<NodeView>> {
+    if let Some(lessee) = caller.lessee() {
+        return Ok(ApiJson(NodeView::Lessee(Box::new(lessee.view(&app, &id).await?))));
+    }
     let what = format!("node {id}");
     let node = app.store.read(move |conn| store::nodes::get(conn, &id)).await?;
-    Ok(ApiJson(node.ok_or(ApiError::NotFound(what))?))
+    Ok(ApiJson(NodeView::Admin(Box::new(node.ok_or(ApiError::NotFound(what))?))))
+}
+
+/// The nodes of the caller's live dedicated-root leases as their lessee sees them (a
+/// platform admin: every tenant's).
+#[utoipa::path(get, path = "/v1/leases", responses((status = 200, body = Vec<LeasedNode>)))]
+pub async fn list_leases(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<LeasedNode>>> {
+    let tenant = caller.tenant_scope().map(str::to_owned);
+    Ok(ApiJson(metal_service::lessee::leased_nodes(&app, tenant).await?))
 }
 
 /// Change maintenance, cordon, labels, taints or devices.

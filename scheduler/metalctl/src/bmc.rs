@@ -155,6 +155,18 @@ const BMC_COLUMNS: [(&str, &str); 6] = [
     ("HEALTH", "health"),
 ];
 
+/// Power `node` (`status` reads it): `bmc power` for an admin, `lease power` for a lessee.
+pub fn power(client: &Client, out: Output, node: &str, action: &str) -> Result<(), ClientError> {
+    let path = format!("/v1/nodes/{node}/power");
+    if action == "status" {
+        print(out, &client.request("GET", &path, None)?, &[("POWER", "power")]);
+    } else {
+        let result = client.request("POST", &path, Some(RequestBody::Json(json!({"action": action}))))?;
+        print(out, &result, &[("BEFORE", "before"), ("AFTER", "after"), ("SENT", "sent")]);
+    }
+    Ok(())
+}
+
 /// Runs a `bmc` command.
 pub fn run(client: &Client, out: Output, command: BmcCommand) -> Result<(), ClientError> {
     let body = |v: Value| Some(RequestBody::Json(v));
@@ -183,15 +195,7 @@ pub fn run(client: &Client, out: Output, command: BmcCommand) -> Result<(), Clie
         BmcCommand::Show { node } => {
             print(out, &client.request("GET", &format!("/v1/nodes/{node}/bmc"), None)?, &BMC_COLUMNS)
         }
-        BmcCommand::Power { node, action } => {
-            let path = format!("/v1/nodes/{node}/power");
-            if action == "status" {
-                print(out, &client.request("GET", &path, None)?, &[("POWER", "power")]);
-            } else {
-                let result = client.request("POST", &path, body(json!({"action": action})))?;
-                print(out, &result, &[("BEFORE", "before"), ("AFTER", "after"), ("SENT", "sent")]);
-            }
-        }
+        BmcCommand::Power { node, action } => power(client, out, &node, &action)?,
         BmcCommand::Boot { node, target, persistent } => {
             client.request(
                 "POST",

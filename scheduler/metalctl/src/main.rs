@@ -3,6 +3,7 @@
 mod bmc;
 mod host;
 mod image;
+mod lease;
 mod switch;
 
 use std::path::PathBuf;
@@ -63,6 +64,9 @@ enum Command {
     /// Pools: create, offer, list with capacity.
     #[command(subcommand)]
     Pool(PoolCommand),
+    /// Your leased machines (a tenant member's token): list, show, power.
+    #[command(subcommand)]
+    Lease(lease::LeaseCommand),
     /// Reservations: create (whole-node placement), list, show, cancel, release.
     #[command(subcommand)]
     Reservation(ReservationCommand),
@@ -588,6 +592,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             println!("deploy plan of {id} set");
         }
         Command::Bmc(command) => bmc::run(&client, out, command)?,
+        Command::Lease(command) => lease::run(&client, out, command)?,
         Command::Image(command) => image::run_image(&client, out, command)?,
         Command::Host(command) => host::run_host(&client, out, command)?,
         Command::Switch(command) => switch::run(&client, out, command)?,

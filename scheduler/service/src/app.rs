@@ -39,6 +39,8 @@ pub struct App {
     pub worker: String,
     /// The API listener's TLS configuration (None: plain HTTP).
     pub api_tls: Option<Arc<rustls::ServerConfig>>,
+    /// What lessees do to their machines, per lease.
+    pub lessee_limiter: crate::ratelimit::RateLimiter<String>,
 }
 
 /// Shared handle to the service state.
@@ -192,6 +194,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
     }
     let worker = format!("worker-{}", uuid::Uuid::new_v4().simple());
     info!(%worker, "workflow worker");
+    let lessee_limiter = crate::ratelimit::RateLimiter::new(config.lessee_rate_per_minute, "lessee actions on lease");
     Ok(Arc::new(App {
         store,
         clock,
@@ -203,6 +206,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
         images,
         worker,
         api_tls,
+        lessee_limiter,
     }))
 }
 

@@ -8,6 +8,8 @@ pub mod app;
 pub mod ca_files;
 pub mod capacity;
 pub mod http_server;
+pub mod lessee;
 pub mod metal;
 pub mod metrics;
+pub mod ratelimit;
 pub mod server_tls;

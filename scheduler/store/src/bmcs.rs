@@ -235,14 +235,51 @@ pub fn record_power(conn: &mut dyn Conn, node: &str, power: &str, now: OffsetDat
     Ok(())
 }
 
-/// Records that a console session opened.
-pub fn open_console(conn: &mut dyn Conn, id: &str, node: &str, credential: &str, now: OffsetDateTime) -> DbResult<()> {
+/// How often a running console bridge renews its session's heartbeat.
+pub const CONSOLE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// A session whose heartbeat is older than this no longer holds the console (its bridge died).
+const CONSOLE_STALE: time::Duration = time::Duration::seconds(60);
+
+/// Records that a console session opened, unless another session holds the node's console
+/// (one writer at a time): CONFLICT naming who holds it and since when.
+pub fn open_console(
+    conn: &mut dyn Conn,
+    id: &str,
+    node: &str,
+    credential: &str,
+    now: OffsetDateTime,
+) -> Result<(), ApiError> {
+    crate::nodes::lock(conn, node)?;
+    let fresh = to_millis(now - CONSOLE_STALE);
+    if let Some(open) = conn.query_opt(
+        "SELECT id, credential_id, started_at FROM console_sessions \
+         WHERE node_id = $1 AND ended_at IS NULL AND alive_at >= $2 ORDER BY started_at LIMIT 1",
+        &[&node, &fresh],
+    )? {
+        let (session, who): (String, String) = (open.get("id")?, open.get("credential_id")?);
+        let since = metal_types::clock::to_rfc3339(from_millis(open.get("started_at")?));
+        return Err(ApiError::Conflict(format!(
+            "node {node}'s console is open (session {session} of credential {who}, since {since}): one writer at a time"
+        )));
+    }
+    let at = to_millis(now);
     conn.execute(
-        "INSERT INTO console_sessions (id, node_id, credential_id, started_at, bytes_in, bytes_out) VALUES ($1, $2, $3, $4, 0, 0)",
-        &[&id, &node, &credential, &to_millis(now)],
+        "INSERT INTO console_sessions (id, node_id, credential_id, started_at, alive_at, bytes_in, bytes_out) \
+         VALUES ($1, $2, $3, $4, $4, 0, 0)",
+        &[&id, &node, &credential, &at],
     )?;
     let data = json!({"node": node, "session": id, "credential": credential});
     events::append(conn, "node.console.opened", &format!("node/{node}"), None, &data, now)?;
+    Ok(())
+}
+
+/// Renews a running console session's heartbeat.
+pub fn console_alive(conn: &mut dyn Conn, id: &str, now: OffsetDateTime) -> DbResult<()> {
+    conn.execute(
+        "UPDATE console_sessions SET alive_at = $1 WHERE id = $2 AND ended_at IS NULL",
+        &[&to_millis(now), &id],
+    )?;
     Ok(())
 }
 

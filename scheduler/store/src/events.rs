@@ -1,4 +1,5 @@
-//! The outbox: `append` inside the writing transaction, `after` to read in order.
+//! The outbox: `append` inside the writing transaction, `after` to read in order,
+//! `newest_of` for a lessee's view of its node.
 
 use time::OffsetDateTime;
 
@@ -46,19 +47,36 @@ pub fn after(
     }
     params.push(&limit);
     sql.push_str(&format!(" ORDER BY seq LIMIT ${}", params.len()));
-    let rows = conn.query(&sql, &params)?;
-    rows.iter()
-        .map(|row| {
-            Ok(Event {
-                seq: row.get("seq")?,
-                kind: row.get("kind")?,
-                subject: row.get("subject")?,
-                tenant_id: row.get("tenant_id")?,
-                data: row.json("data")?,
-                at: from_millis(row.get("at")?),
-            })
-        })
-        .collect()
+    conn.query(&sql, &params)?.iter().map(event_from_row).collect()
+}
+
+/// `tenant`'s events about `subject` since `since`, newest first, at most `limit`.
+pub fn newest_of(
+    conn: &mut dyn Conn,
+    tenant: &str,
+    subject: &str,
+    since: OffsetDateTime,
+    limit: i64,
+) -> DbResult<Vec<Event>> {
+    conn.query(
+        "SELECT seq, kind, subject, tenant_id, data, at FROM events WHERE subject = $1 AND tenant_id = $2 AND at >= $3 \
+         ORDER BY seq DESC LIMIT $4",
+        &[&subject, &tenant, &to_millis(since), &limit],
+    )?
+    .iter()
+    .map(event_from_row)
+    .collect()
+}
+
+fn event_from_row(row: &crate::Row) -> DbResult<Event> {
+    Ok(Event {
+        seq: row.get("seq")?,
+        kind: row.get("kind")?,
+        subject: row.get("subject")?,
+        tenant_id: row.get("tenant_id")?,
+        data: row.json("data")?,
+        at: from_millis(row.get("at")?),
+    })
 }
 
 /// The newest sequence number.

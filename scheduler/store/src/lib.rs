@@ -19,6 +19,7 @@ pub mod db;
 pub mod events;
 pub mod hosts;
 pub mod images;
+pub mod lessee;
 mod migrate;
 pub mod nodes;
 mod postgres;

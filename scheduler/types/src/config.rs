@@ -43,6 +43,9 @@ pub struct Config {
     pub images: ImageConfig,
     /// HTTPS on the API listener.
     pub tls: TlsConfig,
+    /// What a lessee may do to its leased machine (power, console, rescue, reinstall) per
+    /// lease per minute, burst the same.
+    pub lessee_rate_per_minute: u32,
 }
 
 /// The API listener's HTTPS settings, as configured; [`Config::api_transport`] checks them.
@@ -217,6 +220,7 @@ impl Default for Config {
             boot: BootConfig::default(),
             images: ImageConfig::default(),
             tls: TlsConfig::default(),
+            lessee_rate_per_minute: 12,
         }
     }
 }
@@ -297,6 +301,8 @@ pub struct ConfigLayer {
     pub allow_plain_http: Option<bool>,
     /// `boot-http-listen = "0.0.0.0:7452"`.
     pub boot_http_listen: Option<SocketAddr>,
+    /// `lessee-rate-limit = 12` (a lessee's actions per lease per minute).
+    pub lessee_rate_limit: Option<u32>,
 }
 
 /// A configuration error, naming the setting.
@@ -339,9 +345,9 @@ impl ConfigLayer {
                 })
                 .transpose()
         };
-        let boot_rate_limit = get("METAL_BOOT_RATE_LIMIT")
-            .map(|v| v.parse().map_err(|_| config_error("METAL_BOOT_RATE_LIMIT", format!("{v:?} is not a count"))))
-            .transpose()?;
+        let count = |name: &str| {
+            get(name).map(|v| v.parse().map_err(|_| config_error(name, format!("{v:?} is not a count")))).transpose()
+        };
         Ok(Self {
             listen: address("METAL_LISTEN")?,
             data_dir: get("METAL_DATA_DIR").map(PathBuf::from),
@@ -362,18 +368,14 @@ impl ConfigLayer {
             boot_certificate_validity: get("METAL_BOOT_CERTIFICATE_VALIDITY"),
             host_token_ttl: get("METAL_HOST_TOKEN_TTL"),
             host_certificate_validity: get("METAL_HOST_CERTIFICATE_VALIDITY"),
-            boot_rate_limit,
+            boot_rate_limit: count("METAL_BOOT_RATE_LIMIT")?,
             boot_kernel_args: get("METAL_BOOT_KERNEL_ARGS"),
             boot_lldp_wait: get("METAL_BOOT_LLDP_WAIT"),
             boot_media_url: get("METAL_BOOT_MEDIA_URL"),
             site: get("METAL_SITE"),
             image_dir: get("METAL_IMAGE_DIR").map(PathBuf::from),
             image_catalog: get("METAL_IMAGE_CATALOG").map(PathBuf::from),
-            image_import_attempts: get("METAL_IMAGE_IMPORT_ATTEMPTS")
-                .map(|v| {
-                    v.parse().map_err(|_| config_error("METAL_IMAGE_IMPORT_ATTEMPTS", format!("{v:?} is not a count")))
-                })
-                .transpose()?,
+            image_import_attempts: count("METAL_IMAGE_IMPORT_ATTEMPTS")?,
             image_import_backoff: get("METAL_IMAGE_IMPORT_BACKOFF"),
             image_import_lease: get("METAL_IMAGE_IMPORT_LEASE"),
             image_ca_file: get("METAL_IMAGE_CA_FILE").map(PathBuf::from),
@@ -383,6 +385,7 @@ impl ConfigLayer {
                 .map(|v| v.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect()),
             allow_plain_http: flag("METAL_ALLOW_PLAIN_HTTP")?,
             boot_http_listen: address("METAL_BOOT_HTTP_LISTEN")?,
+            lessee_rate_limit: count("METAL_LESSEE_RATE_LIMIT")?,
         })
     }
 
@@ -470,6 +473,12 @@ impl ConfigLayer {
                 return Err(config_error("boot-rate-limit", "must be at least 1"));
             }
             boot.rate_per_minute = v;
+        }
+        if let Some(v) = self.lessee_rate_limit {
+            if v == 0 {
+                return Err(config_error("lessee-rate-limit", "must be at least 1"));
+            }
+            config.lessee_rate_per_minute = v;
         }
         if let Some(v) = self.boot_kernel_args {
             boot.kernel_args = v;

@@ -154,17 +154,26 @@ fn ipmi(info: &BmcInfo, credential: Credential) -> ApiResult<IpmiBmc> {
 }
 
 /// Opens a node's serial console (IPMI Serial-over-LAN) for `credential_id` and records
-/// the session; returns the running `ipmitool sol activate` and the session id.
+/// the session, unless another session holds it (CONFLICT: one writer at a time); returns
+/// the running `ipmitool sol activate` and the session id.
 pub async fn open_console(app: &App, node: &str, credential_id: &str) -> ApiResult<(tokio::process::Child, String)> {
     let (info, password) = stored(app, node).await?;
     if info.protocol != BmcProtocol::Ipmi {
         return Err(ApiError::Bmc(format!("node {node}: the serial console needs an IPMI BMC (Serial-over-LAN)")));
     }
-    let child = ipmi(&info, Credential { user: info.username.clone(), password })?.console().await?;
+    let bmc = ipmi(&info, Credential { user: info.username.clone(), password })?;
+    // The record comes first: it is what keeps a second writer out.
     let session = format!("console-{}", uuid::Uuid::new_v4().simple());
     let (id, node, who, now) = (session.clone(), node.to_owned(), credential_id.to_owned(), app.clock.now());
-    app.change(move |tx| Ok(store::bmcs::open_console(tx, &id, &node, &who, now)?)).await?;
-    Ok((child, session))
+    app.change(move |tx| store::bmcs::open_console(tx, &id, &node, &who, now)).await?;
+    match bmc.console().await {
+        Ok(child) => Ok((child, session)),
+        Err(e) => {
+            let (id, now) = (session, app.clock.now());
+            app.change(move |tx| Ok(store::bmcs::close_console(tx, &id, (0, 0), now)?)).await?;
+            Err(e.into())
+        }
+    }
 }
 
 /// Records what a BMC read: the power and (`Some`) the health. Only news is written: what

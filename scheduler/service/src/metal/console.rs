@@ -1,7 +1,10 @@
 //! The serial console bridge: a WebSocket on one side, `ipmitool sol activate` on the
 //! other. Bytes from the socket go to the machine's serial line, bytes from the line come
 //! back as binary messages; when either side ends, the SOL session is ended (`~.`), the
-//! process reaped, and the audit record closed with its byte counts.
+//! process reaped, and the audit record closed with its byte counts. The record's heartbeat
+//! (`alive_at`) is renewed while the bridge runs, so one writer at a time holds even across
+//! a crash. A lessee's session ends when its lease no longer reaches the node (the lease
+//! ended, the teardown began), with a last line that says so.
 
 use std::time::Duration;
 
@@ -17,8 +20,32 @@ fn as_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// Bridges `socket` and the console process until either ends.
-pub async fn bridge(app: AppState, socket: WebSocket, mut child: Child, session: String) {
+/// How often a bridge re-checks a lessee's lease.
+const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// Whose lease a lessee's console session lives under.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The lessee's tenant.
+    pub tenant: String,
+    /// The node.
+    pub node: String,
+}
+
+/// Why a lessee's session must end now, if it must: its lease no longer reaches the node.
+async fn lease_gone(app: &AppState, scope: &Scope) -> Option<String> {
+    let (tenant, node, now) = (scope.tenant.clone(), scope.node.clone(), app.clock.now());
+    let action = metal_types::model::lessee::LesseeAction::Console;
+    app.store
+        .read(move |conn| store::lessee::leased(conn, &tenant, &node, now, action))
+        .await
+        .err()
+        .map(|e| e.to_string())
+}
+
+/// Bridges `socket` and the console process until either ends (or, for a lessee's session,
+/// `scope`'s lease no longer reaches the node).
+pub async fn bridge(app: AppState, socket: WebSocket, mut child: Child, session: String, scope: Option<Scope>) {
     let (mut to_client, mut from_client) = socket.split();
     let (Some(mut line_in), Some(mut line_out)) = (child.stdin.take(), child.stdout.take()) else {
         tracing::error!(%session, "console process without pipes");
@@ -26,8 +53,24 @@ pub async fn bridge(app: AppState, socket: WebSocket, mut child: Child, session:
     };
     let (mut bytes_in, mut bytes_out) = (0i64, 0i64);
     let mut buffer = vec![0u8; 4096];
+    let mut check = tokio::time::interval(CHECK_EVERY);
+    let mut heartbeat = tokio::time::interval(store::bmcs::CONSOLE_HEARTBEAT);
     loop {
         tokio::select! {
+            _ = check.tick(), if scope.is_some() => {
+                if let Some(scope) = &scope && let Some(reason) = lease_gone(&app, scope).await {
+                    tracing::info!(%session, node = %scope.node, %reason, "closing a lessee's console");
+                    let notice = format!("\r\n[metal: console closed: {reason}]\r\n");
+                    let _ = to_client.send(Message::Binary(notice.into_bytes().into())).await;
+                    break;
+                }
+            }
+            _ = heartbeat.tick() => {
+                let (id, now) = (session.clone(), app.clock.now());
+                if let Err(e) = app.store.write(move |tx| store::bmcs::console_alive(tx, &id, now)).await {
+                    tracing::warn!(%session, error = %e, "could not renew a console session's heartbeat");
+                }
+            }
             message = from_client.next() => {
                 let data = match message {
                     Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),

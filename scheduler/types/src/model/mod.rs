@@ -6,6 +6,7 @@ pub mod boot;
 pub mod event;
 pub mod host;
 pub mod image;
+pub mod lessee;
 pub mod node;
 pub mod pool;
 pub mod profile;

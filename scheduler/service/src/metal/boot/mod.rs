@@ -2,7 +2,7 @@
 //! for and the ramdisk files (`ipxe`), and the per-boot ISOs of virtual-media boots (`media`). On its own TLS listener, whose certificate the site CA
 //! issues: the ramdisk protocol (`ramdisk`), where the ramdisk pins the CA by the
 //! fingerprint on its kernel command line and authenticates with the certificate it joined
-//! for; and the join service (`hosts`), where a deployed OS becomes a host. Unauthenticated requests are rate-limited per client address (`ratelimit`).
+//! for; and the join service (`hosts`), where a deployed OS becomes a host. Unauthenticated requests are rate-limited per client address (`crate::ratelimit`).
 
 pub mod claims;
 pub mod digests;
@@ -10,7 +10,6 @@ pub mod hosts;
 pub mod ipxe;
 pub mod media;
 pub mod ramdisk;
-pub mod ratelimit;
 pub mod tls;
 
 use std::net::{IpAddr, SocketAddr};
@@ -44,7 +43,7 @@ pub struct BootService {
     /// The listener's address (its IP is in the certificate too, when it is a specific one).
     pub listen: SocketAddr,
     /// Per-address limits on the unauthenticated endpoints.
-    pub limiter: ratelimit::RateLimiter,
+    pub limiter: crate::ratelimit::RateLimiter,
     /// Digests of the served files (`metal-agent`'s), computed once per version.
     pub digests: digests::FileDigests,
     /// The virtual-media template, when `boot-media-url` is set: teardowns then boot their
@@ -87,7 +86,7 @@ impl BootService {
             ca_fingerprint,
             files_dir,
             listen,
-            limiter: ratelimit::RateLimiter::new(config.boot.rate_per_minute),
+            limiter: crate::ratelimit::RateLimiter::new(config.boot.rate_per_minute, "boot requests from"),
             digests: digests::FileDigests::default(),
             media,
         }))

@@ -1,0 +1,53 @@
+//! `metalctl lease`: a lessee's hands on the machines of its live dedicated-root leases
+//! (with a tenant member's token; an admin's sees every lease): list them, show one with
+//! its events, and power it. Nothing here reaches the BMC: the scheduler acts through its
+//! own BMC session and records who asked.
+
+use clap::Subcommand;
+use metalctl::client::{Client, ClientError};
+use metalctl::output::{Output, print};
+use serde_json::Value;
+
+#[derive(Subcommand, Debug)]
+pub enum LeaseCommand {
+    /// The machines of your live leases: node, state, power, lease, its end, the profile.
+    List,
+    /// One leased machine, with your events about it since the lease started.
+    Show { node: String },
+    /// Power your leased machine: on, off, reset, cycle (answers once the BMC reports the
+    /// result), or status. Rate-limited per lease; recorded with your credential.
+    Power {
+        node: String,
+        #[arg(value_parser = ["on", "off", "reset", "cycle", "status"])]
+        action: String,
+    },
+}
+
+const LEASE_COLUMNS: [(&str, &str); 7] = [
+    ("NODE", "id"),
+    ("STATE", "state"),
+    ("POWER", "power"),
+    ("LEASE", "reservationId"),
+    ("ENDS", "leaseEnd"),
+    ("PROFILE", "profileId"),
+    ("VERSION", "profileVersion"),
+];
+
+const EVENT_COLUMNS: [(&str, &str); 3] = [("SEQ", "seq"), ("AT", "at"), ("KIND", "kind")];
+
+/// Runs a `lease` command.
+pub fn run(client: &Client, out: Output, command: LeaseCommand) -> Result<(), ClientError> {
+    match command {
+        LeaseCommand::List => print(out, &client.request("GET", "/v1/leases", None)?, &LEASE_COLUMNS),
+        LeaseCommand::Show { node } => {
+            let leased = client.request("GET", &format!("/v1/nodes/{node}"), None)?;
+            print(out, &leased, &LEASE_COLUMNS);
+            if out == Output::Table {
+                println!();
+                print(out, &leased.get("events").cloned().unwrap_or(Value::Array(Vec::new())), &EVENT_COLUMNS);
+            }
+        }
+        LeaseCommand::Power { node, action } => crate::bmc::power(client, out, &node, &action)?,
+    }
+    Ok(())
+}
