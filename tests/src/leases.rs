@@ -6,7 +6,7 @@ use metal_protocol::InventoryReport;
 use serde_json::{Value, json};
 
 use crate::emulators::IpmiSim;
-use crate::scheduler::Admin;
+use crate::scheduler::{Admin, TestScheduler};
 
 /// n1's boot MAC.
 pub const MAC: &str = "52:54:00:00:0a:01";
@@ -120,6 +120,26 @@ pub fn installer_done(url: &str) -> String {
     let done = http.post(format!("{url}/boot/installer/{token}/done")).send().unwrap();
     assert_eq!(done.status(), 204);
     token.to_owned()
+}
+
+/// Advances the clock past a waiting step's poll and runs a pass.
+pub fn later(s: &TestScheduler) {
+    s.clock.advance(std::time::Duration::from_secs(11));
+    s.passes();
+}
+
+/// Leases n1 (`site`'s) to acme and deploys it (the installer's done), bound and active;
+/// returns the reservation.
+pub fn leased_and_deployed(s: &TestScheduler) -> String {
+    let reservation = reserve(s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    s.passes();
+    installer_done(&s.url);
+    later(s);
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    let node = s.node("n1");
+    let runs = s.block_on(s.app.store.read(|tx| metal_store::workflows::for_node(tx, "n1", ""))).unwrap();
+    assert_eq!(r["state"], "active", "{r}\n{node}\n{runs:?}");
+    reservation
 }
 
 /// The golden wipe report of n1 (every inventoried disk erased and verified).

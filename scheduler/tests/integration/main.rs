@@ -17,6 +17,7 @@ mod crash;
 mod hil_host_add;
 mod https;
 mod layout;
+mod lessee;
 mod metalctl;
 mod openapi;
 mod readme;

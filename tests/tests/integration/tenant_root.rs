@@ -23,15 +23,11 @@ use metal_boot::controller::{self, Retry};
 use metal_protocol::{InventoryReport, Role, WipeReport};
 use metal_service::{capacity, metal};
 use metal_tests::emulators::{IpmiSim, SUSHY_PASSWORD, Sushy};
-use metal_tests::leases::{MAC, installer_done, inventory, ipmi, ok, reserve, site, wipe_report};
+use metal_tests::leases::{
+    MAC, installer_done, inventory, ipmi, later, leased_and_deployed, ok, reserve, site, wipe_report,
+};
 use metal_tests::scheduler::{Admin as _, INTRUDER, TestScheduler, intruder_script};
 use serde_json::{Value, json};
-
-/// Advances the clock past a waiting step's poll and runs a pass.
-fn later(s: &TestScheduler) {
-    s.clock.advance(Duration::from_secs(11));
-    s.passes();
-}
 
 /// n1's teardown run, once it handed n1 back ready two identity generations after
 /// commissioning.
@@ -186,19 +182,6 @@ fn a_lease_without_a_profile_version_is_refused_and_the_node_stays_ready() {
     let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
     assert_eq!(r["state"], "failed", "{r}");
     assert!(r["stateReason"].as_str().unwrap().starts_with("lease refused"), "{r}");
-}
-
-/// Leases n1 and deploys it (the installer's done), bound and active; returns the reservation.
-fn leased_and_deployed(s: &TestScheduler) -> String {
-    let reservation = reserve(s, json!({"profileId": "acme-os", "profileVersion": 1}));
-    s.passes();
-    installer_done(&s.url);
-    later(s);
-    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
-    let node = s.node("n1");
-    let runs = s.block_on(s.app.store.read(|tx| metal_store::workflows::for_node(tx, "n1", ""))).unwrap();
-    assert_eq!(r["state"], "active", "{r}\n{node}\n{runs:?}");
-    reservation
 }
 
 #[test]

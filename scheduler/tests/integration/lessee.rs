@@ -1,0 +1,190 @@
+//! The lessee's hands on loopback: a tenant member's token sees the node of its live
+//! dedicated-root lease (and nothing of the platform), power-cycles it through ipmi_sim,
+//! opens its serial console over the WebSocket and reads the machine's answer, and is held
+//! to one writer at a time and to the per-lease rate limit. Another tenant's token, an
+//! admin-only route, an ended lease and a deleted tenant are each refused with their
+//! documented answer, nothing changes, and the refusals are audited. The lease ending
+//! closes the open console with a last line that says why.
+
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt as _, StreamExt as _};
+use metal_tests::emulators::{IpmiSim, answer_on_serial_line};
+use metal_tests::leases::{ipmi, leased_and_deployed, ok, site};
+use metal_tests::scheduler::{Admin as _, TestScheduler};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest as _};
+
+/// A tenant member's token and its credential id.
+fn member(s: &TestScheduler, tenant: &str) -> (String, String) {
+    let created = ok(s, "POST", "/v1/credentials", json!({"role": "tenant-member", "tenantId": tenant, "name": "ops"}));
+    (created["token"].as_str().unwrap().to_owned(), created["id"].as_str().unwrap().to_owned())
+}
+
+type Console = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens n1's console with `token`: the socket, or the refusal's text.
+fn open_console(s: &TestScheduler, token: &str) -> Result<Console, String> {
+    let url = format!("{}/v1/nodes/n1/console", s.url.replace("http://", "ws://"));
+    let mut request = url.into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    s.block_on(tokio_tungstenite::connect_async(request)).map(|(socket, _)| socket).map_err(|e| e.to_string())
+}
+
+/// What the console shows within `wait`, typing `typed` every half second until `want` shows.
+fn read_console(s: &TestScheduler, socket: &mut Console, typed: Option<&str>, want: &str, wait: Duration) -> String {
+    s.block_on(async {
+        let deadline = Instant::now() + wait;
+        let mut seen = Vec::new();
+        while !String::from_utf8_lossy(&seen).contains(want) && Instant::now() < deadline {
+            if let Some(typed) = typed {
+                let _ = socket.send(Message::Text(typed.into())).await;
+            }
+            while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_millis(500), socket.next()).await {
+                seen.extend_from_slice(&message.into_data());
+            }
+        }
+        String::from_utf8_lossy(&seen).into_owned()
+    })
+}
+
+#[test]
+fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothing_else() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|config| config.lessee_rate_per_minute = 5);
+    s.block_on(answer_on_serial_line(sim.serial_port, b"hello", b"hi there\r\n"));
+    site(&s, ipmi(&sim), json!({}));
+    let (acme, acme_id) = member(&s, "acme");
+    ok(&s, "POST", "/v1/tenants", json!({"id": "globex"}));
+    let (globex, globex_id) = member(&s, "globex");
+    let (status, body) = s.call_as(&acme, "GET", "/v1/nodes/n1", None);
+    assert_eq!(status, 404, "a ready node is nobody's: {body}");
+
+    let reservation = leased_and_deployed(&s);
+
+    // The lessee's view: what is theirs, nothing of the platform.
+    let (status, view) = s.call_as(&acme, "GET", "/v1/nodes/n1", None);
+    assert_eq!(status, 200, "{view}");
+    let mut fields: Vec<&str> = view.as_object().unwrap().keys().map(String::as_str).collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "devices",
+            "events",
+            "id",
+            "leaseEnd",
+            "leaseStart",
+            "leaseState",
+            "power",
+            "profileId",
+            "profileVersion",
+            "reservationId",
+            "state"
+        ],
+        "{view}"
+    );
+    assert_eq!(
+        (view["state"].as_str(), view["reservationId"].as_str()),
+        (Some("deployed"), Some(reservation.as_str()))
+    );
+    assert_eq!((view["profileId"].as_str(), view["profileVersion"].as_i64()), (Some("acme-os"), Some(1)), "{view}");
+    let text = view.to_string();
+    assert!(!text.contains(&sim.port.to_string()) && !text.contains("password"), "no BMC in the view: {text}");
+    let (_, admin_view) = s.call("GET", "/v1/nodes/n1", None);
+    assert_eq!(admin_view["bootMac"], metal_tests::leases::MAC, "an admin keeps the whole record: {admin_view}");
+    let (_, leases) = s.call_as(&acme, "GET", "/v1/leases", None);
+    assert_eq!(leases.as_array().map(|l| l.iter().map(|n| n["id"].clone()).collect()), Some(vec![json!("n1")]));
+    assert_eq!(s.call_as(&globex, "GET", "/v1/leases", None).1, json!([]));
+
+    // Power through the platform's BMC session, recorded on the node and the lease.
+    let (status, cycled) = s.call_as(&acme, "POST", "/v1/nodes/n1/power", Some(json!({"action": "off"})));
+    assert_eq!((status, cycled["after"].as_str()), (200, Some("off")), "{cycled}");
+    let (status, power) = s.call_as(&acme, "GET", "/v1/nodes/n1/power", None);
+    assert_eq!((status, power["power"].as_str()), (200, Some("off")), "{power}");
+    let (status, on) = s.call_as(&acme, "POST", "/v1/nodes/n1/power", Some(json!({"action": "on"})));
+    assert_eq!((status, on["after"].as_str()), (200, Some("on")), "{on}");
+    let powered = s.events("lessee.power");
+    let subjects: Vec<&str> = powered.iter().filter_map(|e| e["subject"].as_str()).collect();
+    let on_lease = format!("reservation/{reservation}");
+    assert_eq!(subjects, ["node/n1", on_lease.as_str(), "node/n1", on_lease.as_str()], "{powered:?}");
+    assert!(powered.iter().all(|e| e["data"]["credential"] == acme_id.as_str() && e["tenantId"] == "acme"));
+    let (_, view) = s.call_as(&acme, "GET", "/v1/nodes/n1", None);
+    assert_eq!(view["events"][0]["kind"], "lessee.power", "the lessee's own events: {view}");
+
+    // Another tenant, and the admin-only routes: refused as if the node were not there,
+    // nothing done, every refusal audited.
+    for (token, method, path, body) in [
+        (&globex, "GET", "/v1/nodes/n1", None),
+        (&globex, "POST", "/v1/nodes/n1/power", Some(json!({"action": "off"}))),
+        (&acme, "GET", "/v1/nodes/n1/bmc", None),
+        (&acme, "GET", "/v1/nodes/n1/bmc/readings", None),
+        (&acme, "POST", "/v1/nodes/n1/boot", Some(json!({"target": "pxe"}))),
+        (&acme, "PATCH", "/v1/nodes/n1", Some(json!({"maintenance": true}))),
+    ] {
+        let (status, body) = s.call_as(token, method, path, body);
+        assert_eq!(status, 404, "{method} {path}: {body}");
+    }
+    assert_eq!(s.call_as(&acme, "GET", "/v1/nodes/n1/power", None).1["power"], "on", "still on");
+    let node = s.node("n1");
+    assert_eq!((node["maintenance"].as_bool(), node["state"].as_str()), (Some(false), Some("deployed")), "{node}");
+    let refused = s.events("lessee.refused");
+    let audited: Vec<(&str, &str, i64)> = refused
+        .iter()
+        .map(|e| {
+            (
+                e["data"]["credential"].as_str().unwrap(),
+                e["data"]["request"].as_str().unwrap(),
+                e["data"]["status"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(audited.contains(&(globex_id.as_str(), "POST /v1/nodes/n1/power", 404)), "{audited:?}");
+    assert!(audited.contains(&(acme_id.as_str(), "PATCH /v1/nodes/n1", 404)), "{audited:?}");
+    assert!(refused.iter().all(|e| e["subject"] == "node/n1"), "{refused:?}");
+
+    // The serial console: the machine answers through it; one writer at a time.
+    let mut console = open_console(&s, &acme).unwrap();
+    let seen = read_console(&s, &mut console, Some("hello\r"), "hi there", Duration::from_secs(20));
+    assert!(seen.contains("hi there"), "no answer through the lessee's console: {seen:?}");
+    let second = open_console(&s, &acme).unwrap_err();
+    assert!(second.contains("409"), "{second}");
+    let other = open_console(&s, &globex).unwrap_err();
+    assert!(other.contains("404"), "{other}");
+
+    // The per-lease rate limit: after a burst, 429 with when to come back.
+    let limited = (0..8).find_map(|_| {
+        let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/power", Some(json!({"action": "on"})));
+        (status != 200).then_some((status, body))
+    });
+    let (status, body) = limited.expect("five a minute are allowed, not eight in a row");
+    assert_eq!(status, 429, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with(&format!("too many lessee actions on lease {reservation}: 5 a minute")), "{message}");
+
+    // The lease ends: the console closes with a last line that says why; the machine is no
+    // longer the lessee's, and the refusal says so.
+    ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
+    s.passes();
+    let last = read_console(&s, &mut console, None, "console closed", Duration::from_secs(15));
+    assert!(last.contains(&format!("[metal: console closed: lease {reservation} is ended")), "{last:?}");
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/power", Some(json!({"action": "on"})));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["message"], format!("lease {reservation} is ended: node n1 is no longer yours"));
+    let (_, sessions) = s.call("GET", "/v1/nodes/n1/console/sessions", None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut sessions = sessions;
+    while sessions[0]["endedAt"].is_null() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        sessions = s.call("GET", "/v1/nodes/n1/console/sessions", None).1;
+    }
+    assert_eq!(sessions.as_array().unwrap().len(), 1, "the refused second writer left no session: {sessions}");
+    assert_eq!(sessions[0]["credentialId"], acme_id.as_str(), "{sessions}");
+    assert!(!sessions[0]["endedAt"].is_null(), "{sessions}");
+    let audited = s.events("lessee.refused");
+    assert!(audited.iter().any(|e| e["data"]["status"] == 429) && audited.iter().any(|e| e["data"]["status"] == 409));
+
+    // A deleted tenant's token is no token at all.
+    ok(&s, "DELETE", "/v1/tenants/acme", Value::Null);
+    assert_eq!(s.call_as(&acme, "GET", "/v1/nodes/n1", None).0, 401);
+}
