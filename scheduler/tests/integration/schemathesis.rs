@@ -1,9 +1,10 @@
 //! schemathesis (PyPI, installed by scripts/setup) against a running `metal-scheduler
 //! serve`, with every check it has (`--checks all`) but ST302 (below), every operation but the console's
-//! WebSocket (tested by api_console), a bounded number of examples from a fixed seed, and a
+//! WebSocket (tested by api_console and lessee), a bounded number of examples from a fixed seed, and a
 //! Redfish BMC emulator (sushy-tools with an AccountService) behind node n1, so the BMC
 //! routes are exercised against a BMC. `tests/data/schemathesis.toml` says what is
-//! configured and why. No failure is allowed.
+//! configured and why. The routes that answer a lessee run again with a tenant member's
+//! token. No failure is allowed.
 
 use std::process::Command;
 
@@ -53,36 +54,7 @@ fn schemathesis_finds_nothing_with_every_check_on_every_operation() {
     }
 
     let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let report = tempfile::tempdir().unwrap();
-    let out = Command::new(SCHEMATHESIS)
-        .arg("--config-file")
-        .arg(here.join("tests/data/schemathesis.toml"))
-        .arg("run")
-        .arg(here.join("openapi.json"))
-        .args(["--url", &s.url, "--checks", "all", "--max-examples", "10", "--seed", "1", "--workers", "1"])
-        // Every {id} is pinned (tests/data/schemathesis.toml), so the stateful phase's "created
-        // resource not found" (ST302) looks a resource the server named (a credential, a
-        // reservation) up under n1 or doomed by construction: a 404 there says nothing of the
-        // API. Every other check, the stateful phase's too, still runs.
-        .args(["--exclude-checks", "ensure_resource_availability"])
-        .args(["--exclude-path", "/v1/nodes/{id}/console", "--request-timeout", "30", "--max-response-time", "30"])
-        .args(["--warnings", "off", "--report-dir"])
-        .arg(report.path())
-        .current_dir(report.path())
-        .env("NO_COLOR", "1")
-        // The configuration's Authorization header reads the token from here, not from a
-        // command line.
-        .env("METAL_TOKEN", &s.token)
-        .output()
-        .expect("schemathesis (scripts/setup installs it into /opt/metal-venv)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let summary = text.rsplit_once("SUMMARY").map_or(text.as_ref(), |(_, tail)| tail);
-    assert!(
-        out.status.success(),
-        "schemathesis found failures:\n{text}\n{}\nthe service's log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        s.served.tail(60)
-    );
+    let summary = schemathesis(&s, &s.token, &[]);
     // Every operation of the document but the console (a WebSocket) was tested.
     let document: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(here.join("openapi.json")).unwrap()).unwrap();
@@ -98,4 +70,54 @@ fn schemathesis_finds_nothing_with_every_check_on_every_operation() {
         "every operation but the console was tested:\n{summary}"
     );
     eprintln!("schemathesis:{summary}");
+
+    // The routes that answer a lessee too, with a tenant member's token (n1 is not leased
+    // to it: each answers its documented refusal, or an empty list).
+    let (status, member) =
+        s.call("POST", "/v1/credentials", Some(json!({"role": "tenant-member", "tenantId": "n1", "name": "lessee"})));
+    assert_eq!(status, 201, "{member}");
+    let lessee_routes = r"^/v1/(leases|nodes/\{id\}(/power)?)$";
+    let summary = schemathesis(&s, member["token"].as_str().unwrap(), &["--include-path-regex", lessee_routes]);
+    assert!(
+        summary.contains("Tested: 5"),
+        "GET /v1/leases, GET and PATCH /v1/nodes/{{id}}, GET and POST its power:\n{summary}"
+    );
+    eprintln!("schemathesis with a tenant token:{summary}");
+}
+
+/// Runs schemathesis with every check against `s` as `token`'s caller, with `filters`;
+/// asserts it found nothing and returns its summary.
+fn schemathesis(s: &ServedAdmin, token: &str, filters: &[&str]) -> String {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let report = tempfile::tempdir().unwrap();
+    let out = Command::new(SCHEMATHESIS)
+        .arg("--config-file")
+        .arg(here.join("tests/data/schemathesis.toml"))
+        .arg("run")
+        .arg(here.join("openapi.json"))
+        .args(["--url", &s.url, "--checks", "all", "--max-examples", "10", "--seed", "1", "--workers", "1"])
+        // Every {id} is pinned (tests/data/schemathesis.toml), so the stateful phase's "created
+        // resource not found" (ST302) looks a resource the server named (a credential, a
+        // reservation) up under n1 or doomed by construction: a 404 there says nothing of the
+        // API. Every other check, the stateful phase's too, still runs.
+        .args(["--exclude-checks", "ensure_resource_availability"])
+        .args(["--exclude-path", "/v1/nodes/{id}/console", "--request-timeout", "30", "--max-response-time", "30"])
+        .args(filters)
+        .args(["--warnings", "off", "--report-dir"])
+        .arg(report.path())
+        .current_dir(report.path())
+        .env("NO_COLOR", "1")
+        // The configuration's Authorization header reads the token from here, not from a
+        // command line.
+        .env("METAL_TOKEN", token)
+        .output()
+        .expect("schemathesis (scripts/setup installs it into /opt/metal-venv)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "schemathesis found failures:\n{text}\n{}\nthe service's log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.served.tail(60)
+    );
+    text.rsplit_once("SUMMARY").map_or(text.as_ref(), |(_, tail)| tail).to_owned()
 }
