@@ -50,7 +50,8 @@ struct ServeArgs {
     /// boot-kernel-args, boot-lldp-wait, boot-media-url (teardowns boot per-boot ISOs by virtual media),
     /// host-token-ttl, host-certificate-validity (a deployed OS's join), and for the image store image-dir, image-catalog, image-ca-file,
     /// image-import-attempts, image-import-backoff, image-import-lease; lessee-rate-limit (what a lessee may do
-    /// to its leased machine per lease per minute, default 12); each also as METAL_<KEY> with dashes as
+    /// to its leased machine per lease per minute, default 12), console-ssh-listen (the lessee's serial
+    /// console over SSH: ssh RESERVATION@HOST with a key of the lease's profile); each also as METAL_<KEY> with dashes as
     /// underscores). Environment only: METAL_MASTER_KEY (64 hex digits, seals BMC passwords at
     /// rest; without it they are stored unsealed, with a warning) and METAL_LOG (log filter,
     /// e.g. info or metal_service=debug; default info).
@@ -131,8 +132,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(address) => Some(bind(address, "boot-http-listen").await?),
             None => None,
         };
+        let console_ssh = match config.console_ssh_listen {
+            Some(address) => Some(bind(address, "console-ssh-listen").await?),
+            None => None,
+        };
         let app = metal_service::app::start(config, std::sync::Arc::new(SystemClock)).await?;
-        metal_api::serve(app, metal_api::Listeners { api, boot, firmware }).await?;
+        metal_api::serve(app, metal_api::Listeners { api, boot, firmware, console_ssh }).await?;
         anyhow::Ok(())
     })
 }

@@ -217,7 +217,7 @@ pub async fn serve(
     let app = metal_service::app::start(config, Arc::new(metal_types::clock::SystemClock))
         .await
         .context("starting the scheduler")?;
-    let listeners = metal_api::Listeners { api, boot: Some(boot), firmware: None };
+    let listeners = metal_api::Listeners { api, boot: Some(boot), firmware: None, console_ssh: None };
     metal_api::serve(app, listeners).await?;
     Ok(())
 }

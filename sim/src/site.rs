@@ -218,7 +218,12 @@ impl Site {
                 let app = metal_service::app::start(config, Arc::new(metal_types::clock::SystemClock))
                     .await
                     .context("starting the scheduler")?;
-                let listeners = metal_api::Listeners { api: api_listener, boot: Some(boot_listener), firmware: None };
+                let listeners = metal_api::Listeners {
+                    api: api_listener,
+                    boot: Some(boot_listener),
+                    firmware: None,
+                    console_ssh: None,
+                };
                 tokio::spawn(metal_api::serve(app.clone(), listeners));
                 (Scheduler::InProcess(app), format!("http://{api_address}"))
             }

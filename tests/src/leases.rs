@@ -131,7 +131,12 @@ pub fn later(s: &TestScheduler) {
 /// Leases n1 (`site`'s) to acme and deploys it (the installer's done), bound and active;
 /// returns the reservation.
 pub fn leased_and_deployed(s: &TestScheduler) -> String {
-    let reservation = reserve(s, json!({"profileId": "acme-os", "profileVersion": 1}));
+    leased_and_deployed_with(s, 1)
+}
+
+/// [`leased_and_deployed`] with `version` of acme's profile.
+pub fn leased_and_deployed_with(s: &TestScheduler, version: u32) -> String {
+    let reservation = reserve(s, json!({"profileId": "acme-os", "profileVersion": version}));
     s.passes();
     installer_done(&s.url);
     later(s);

@@ -43,6 +43,8 @@ pub struct TestScheduler {
     pub boot_port: u16,
     /// The port of the HTTP API.
     pub port: u16,
+    /// The port of the lessee's console SSH gateway.
+    pub ssh_port: u16,
     /// SHA-256 of the site CA, hex (what `metal.ca=` carries).
     pub fingerprint: String,
     /// The bootstrap admin token.
@@ -119,11 +121,13 @@ impl TestScheduler {
         configure: impl FnOnce(&mut Config),
     ) -> TestScheduler {
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        let (api, boot) = runtime.block_on(async {
+        let (api, boot, ssh) = runtime.block_on(async {
             let api = tokio::net::TcpListener::bind((bind, 0)).await.unwrap();
             let boot = tokio::net::TcpListener::bind((bind, 0)).await.unwrap();
-            (api, boot)
+            let ssh = tokio::net::TcpListener::bind((bind, 0)).await.unwrap();
+            (api, boot, ssh)
         });
+        let ssh_port = ssh.local_addr().unwrap().port();
         let (port, boot_port) = (api.local_addr().unwrap().port(), boot.local_addr().unwrap().port());
         let mut config =
             Config { data_dir: dir.path().to_path_buf(), database_url: database_url.clone(), ..Config::default() };
@@ -146,11 +150,13 @@ impl TestScheduler {
         runtime.spawn(async move {
             metal_service::metal::boot::tls::serve(boot_app, boot, std::future::pending()).await.unwrap()
         });
+        runtime.spawn(metal_service::console_ssh::serve(app.clone(), ssh, std::future::pending()));
         TestScheduler {
             url: format!("http://127.0.0.1:{port}"),
             boot_url: format!("https://127.0.0.1:{boot_port}"),
             boot_port,
             port,
+            ssh_port,
             fingerprint,
             admin,
             clock,

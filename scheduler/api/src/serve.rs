@@ -1,5 +1,5 @@
 //! Serving: the API's router on its listener (HTTPS when configured), the boot service's TLS
-//! listener and the plain-HTTP firmware routes, with the periodic passes and the workflow
+//! listener, the plain-HTTP firmware routes and the console SSH gateway, with the periodic passes and the workflow
 //! engine running beside them, until SIGINT or SIGTERM.
 
 use std::sync::Arc;
@@ -33,6 +33,10 @@ pub async fn serve(app: AppState, listeners: Listeners) -> std::io::Result<()> {
             Ok(())
         }));
     }
+    if let Some(gateway) = listeners.console_ssh {
+        let (app, stopped) = (app.clone(), stopped(&stop));
+        tasks.push(tokio::spawn(async move { metal_service::console_ssh::serve(app, gateway, stopped).await }));
+    }
     let shutdown = shutdown_signal();
     let tls = app.api_tls.clone();
     let router = crate::router(app);
@@ -64,6 +68,8 @@ pub struct Listeners {
     pub boot: Option<tokio::net::TcpListener>,
     /// The firmware routes in plain HTTP (`boot-http-listen`).
     pub firmware: Option<tokio::net::TcpListener>,
+    /// The lessee's console SSH gateway (`console-ssh-listen`).
+    pub console_ssh: Option<tokio::net::TcpListener>,
 }
 
 /// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when

@@ -210,7 +210,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
     }))
 }
 
-fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
+/// Writes `secret` and a newline to `path` (mode 0600) by way of a temporary file.
+pub fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     let tmp = path.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);

@@ -7,6 +7,7 @@
 pub mod app;
 pub mod ca_files;
 pub mod capacity;
+pub mod console_ssh;
 pub mod http_server;
 pub mod lessee;
 pub mod metal;

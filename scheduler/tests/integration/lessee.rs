@@ -1,16 +1,21 @@
 //! The lessee's hands on loopback: a tenant member's token sees the node of its live
 //! dedicated-root lease (and nothing of the platform), power-cycles it through ipmi_sim,
-//! opens its serial console over the WebSocket and reads the machine's answer, and is held
-//! to one writer at a time and to the per-lease rate limit. Another tenant's token, an
-//! admin-only route, an ended lease and a deleted tenant are each refused with their
-//! documented answer, nothing changes, and the refusals are audited. The lease ending
-//! closes the open console with a last line that says why.
+//! opens its serial console over the WebSocket and over the SSH gateway (OpenSSH's own
+//! `ssh`, with a key of the lease's profile) and reads the machine's answer, and is held to
+//! one writer at a time and to the per-lease rate limit. Another tenant's token, an
+//! admin-only route, a key that is not the lease's, an ended lease and a deleted tenant are
+//! each refused with their documented answer, nothing changes, and the refusals are
+//! audited. The lease ending closes the open console with a last line that says why.
 
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{SinkExt as _, StreamExt as _};
 use metal_tests::emulators::{IpmiSim, answer_on_serial_line};
-use metal_tests::leases::{ipmi, leased_and_deployed, ok, site};
+use metal_tests::leases::{ipmi, leased_and_deployed_with, ok, site};
 use metal_tests::scheduler::{Admin as _, TestScheduler};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest as _};
@@ -48,10 +53,101 @@ fn read_console(s: &TestScheduler, socket: &mut Console, typed: Option<&str>, wa
     })
 }
 
+/// A fresh Ed25519 key pair made by OpenSSH's `ssh-keygen`: the private key's path and the
+/// public key's line.
+fn ssh_key(dir: &Path, name: &str) -> (PathBuf, String) {
+    let path = dir.join(name);
+    let made = Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"]).arg(&path).status();
+    assert!(made.unwrap().success());
+    let public = std::fs::read_to_string(path.with_extension("pub")).unwrap();
+    (path, public.trim().to_owned())
+}
+
+/// OpenSSH's `ssh` on the console gateway, everything it prints collected.
+struct Ssh {
+    child: Child,
+    printed: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Ssh {
+    fn start(s: &TestScheduler, user: &str, key: &Path) -> Ssh {
+        let mut child = Command::new("ssh")
+            .args([
+                "-tt",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+            ])
+            .args(["-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-p", &s.ssh_port.to_string(), "-i"])
+            .arg(key)
+            .arg(format!("{user}@127.0.0.1"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("OpenSSH's ssh (scripts/setup installs openssh-client)");
+        let printed = Arc::new(Mutex::new(Vec::new()));
+        for mut stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let printed = printed.clone();
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 1024];
+                while let Ok(n) = stream.read(&mut buffer) {
+                    if n == 0 {
+                        break;
+                    }
+                    printed.lock().unwrap().extend_from_slice(&buffer[..n]);
+                }
+            });
+        }
+        Ssh { child, printed }
+    }
+
+    fn printed(&self) -> String {
+        String::from_utf8_lossy(&self.printed.lock().unwrap()).into_owned()
+    }
+
+    /// What it printed once `want` shows (typing `typed` every half second) or `wait` passed.
+    fn until(&mut self, typed: Option<&str>, want: &str, wait: Duration) -> String {
+        let deadline = Instant::now() + wait;
+        while !self.printed().contains(want) && Instant::now() < deadline {
+            if let Some(typed) = typed {
+                let _ = self.child.stdin.as_mut().unwrap().write_all(typed.as_bytes());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        self.printed()
+    }
+
+    /// Whether `ssh` exited within `wait`.
+    fn exits(&mut self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+}
+
+impl Drop for Ssh {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothing_else() {
     let sim = IpmiSim::start();
-    let s = TestScheduler::start(|config| config.lessee_rate_per_minute = 5);
+    let s = TestScheduler::start(|config| config.lessee_rate_per_minute = 8);
     s.block_on(answer_on_serial_line(sim.serial_port, b"hello", b"hi there\r\n"));
     site(&s, ipmi(&sim), json!({}));
     let (acme, acme_id) = member(&s, "acme");
@@ -60,7 +156,15 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
     let (status, body) = s.call_as(&acme, "GET", "/v1/nodes/n1", None);
     assert_eq!(status, 404, "a ready node is nobody's: {body}");
 
-    let reservation = leased_and_deployed(&s);
+    // The lease deploys a version of acme's profile that carries the lessee's own key.
+    let keys = tempfile::tempdir().unwrap();
+    let ((lessee_key, lessee_public), (stranger_key, _)) =
+        (ssh_key(keys.path(), "lessee"), ssh_key(keys.path(), "stranger"));
+    let (_, profile) = s.call("GET", "/v1/profiles/acme-os", None);
+    let mut v2 = profile["versions"][0]["spec"].clone();
+    v2["sshAuthorizedKeys"] = json!([lessee_public]);
+    ok(&s, "POST", "/v1/profiles/acme-os/versions", v2);
+    let reservation = leased_and_deployed_with(&s, 2);
 
     // The lessee's view: what is theirs, nothing of the platform.
     let (status, view) = s.call_as(&acme, "GET", "/v1/nodes/n1", None);
@@ -88,7 +192,7 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
         (view["state"].as_str(), view["reservationId"].as_str()),
         (Some("deployed"), Some(reservation.as_str()))
     );
-    assert_eq!((view["profileId"].as_str(), view["profileVersion"].as_i64()), (Some("acme-os"), Some(1)), "{view}");
+    assert_eq!((view["profileId"].as_str(), view["profileVersion"].as_i64()), (Some("acme-os"), Some(2)), "{view}");
     let text = view.to_string();
     assert!(!text.contains(&sim.port.to_string()) && !text.contains("password"), "no BMC in the view: {text}");
     let (_, admin_view) = s.call("GET", "/v1/nodes/n1", None);
@@ -152,37 +256,69 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
     let other = open_console(&s, &globex).unwrap_err();
     assert!(other.contains("404"), "{other}");
 
+    // Over SSH: one writer at a time there too, a key that is not the lease's gets nothing,
+    // and once the WebSocket closed the lessee's key lands on the console.
+    let mut busy = Ssh::start(&s, &reservation, &lessee_key);
+    let printed = busy.until(None, "one writer at a time", Duration::from_secs(15));
+    assert!(printed.contains("metal: node n1's console is open"), "{printed:?}");
+    assert!(busy.exits(Duration::from_secs(10)), "{printed:?}");
+    let mut stranger = Ssh::start(&s, &reservation, &stranger_key);
+    assert!(stranger.exits(Duration::from_secs(15)));
+    assert!(stranger.printed().contains("Permission denied (publickey)"), "{}", stranger.printed());
+    let mut nobody = Ssh::start(&s, "r-nope", &lessee_key);
+    assert!(nobody.exits(Duration::from_secs(15)));
+    assert!(nobody.printed().contains("Permission denied (publickey)"), "{}", nobody.printed());
+    s.block_on(console.close(None)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.call("GET", "/v1/nodes/n1/console/sessions", None).1[0]["endedAt"].is_null() {
+        assert!(Instant::now() < deadline, "the WebSocket's session never ended");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut over_ssh = Ssh::start(&s, &reservation, &lessee_key);
+    let printed = over_ssh.until(Some("hello\r"), "hi there", Duration::from_secs(20));
+    assert!(printed.contains("hi there"), "no answer through the SSH gateway: {printed:?}");
+
     // The per-lease rate limit: after a burst, 429 with when to come back.
-    let limited = (0..8).find_map(|_| {
+    let limited = (0..12).find_map(|_| {
         let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/power", Some(json!({"action": "on"})));
         (status != 200).then_some((status, body))
     });
-    let (status, body) = limited.expect("five a minute are allowed, not eight in a row");
+    let (status, body) = limited.expect("eight a minute are allowed, not twelve in a row");
     assert_eq!(status, 429, "{body}");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.starts_with(&format!("too many lessee actions on lease {reservation}: 5 a minute")), "{message}");
+    assert!(message.starts_with(&format!("too many lessee actions on lease {reservation}: 8 a minute")), "{message}");
 
     // The lease ends: the console closes with a last line that says why; the machine is no
     // longer the lessee's, and the refusal says so.
     ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
     s.passes();
-    let last = read_console(&s, &mut console, None, "console closed", Duration::from_secs(15));
+    let last = over_ssh.until(None, "console closed", Duration::from_secs(15));
     assert!(last.contains(&format!("[metal: console closed: lease {reservation} is ended")), "{last:?}");
+    assert!(over_ssh.exits(Duration::from_secs(10)), "the gateway closes the session: {last:?}");
     let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/power", Some(json!({"action": "on"})));
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"]["message"], format!("lease {reservation} is ended: node n1 is no longer yours"));
-    let (_, sessions) = s.call("GET", "/v1/nodes/n1/console/sessions", None);
+    let mut late = Ssh::start(&s, &reservation, &lessee_key);
+    assert!(late.exits(Duration::from_secs(15)));
+    assert!(late.printed().contains("Permission denied (publickey)"), "{}", late.printed());
+
+    // Two sessions, each audited with who opened it: the refused writers left none.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut sessions = sessions;
-    while sessions[0]["endedAt"].is_null() && Instant::now() < deadline {
+    let sessions = loop {
+        let (_, sessions) = s.call("GET", "/v1/nodes/n1/console/sessions", None);
+        if !sessions[0]["endedAt"].is_null() || Instant::now() > deadline {
+            break sessions;
+        }
         std::thread::sleep(Duration::from_millis(200));
-        sessions = s.call("GET", "/v1/nodes/n1/console/sessions", None).1;
-    }
-    assert_eq!(sessions.as_array().unwrap().len(), 1, "the refused second writer left no session: {sessions}");
-    assert_eq!(sessions[0]["credentialId"], acme_id.as_str(), "{sessions}");
-    assert!(!sessions[0]["endedAt"].is_null(), "{sessions}");
+    };
+    let who: Vec<&str> = sessions.as_array().unwrap().iter().filter_map(|x| x["credentialId"].as_str()).collect();
+    assert_eq!(who.len(), 2, "{sessions}");
+    assert!(who[0].starts_with("ssh-key SHA256:") && who[1] == acme_id, "newest first: {sessions}");
+    assert!(sessions.as_array().unwrap().iter().all(|x| !x["endedAt"].is_null()), "{sessions}");
     let audited = s.events("lessee.refused");
     assert!(audited.iter().any(|e| e["data"]["status"] == 429) && audited.iter().any(|e| e["data"]["status"] == 409));
+    let consoles = s.events("lessee.console");
+    assert_eq!(consoles.len(), 4, "each session on the node and the lease: {consoles:?}");
 
     // A deleted tenant's token is no token at all.
     ok(&s, "DELETE", "/v1/tenants/acme", Value::Null);

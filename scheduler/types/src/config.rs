@@ -46,6 +46,9 @@ pub struct Config {
     /// What a lessee may do to its leased machine (power, console, rescue, reinstall) per
     /// lease per minute, burst the same.
     pub lessee_rate_per_minute: u32,
+    /// Where the lessee's console SSH gateway listens (`ssh RESERVATION@HOST`); off when
+    /// unset.
+    pub console_ssh_listen: Option<SocketAddr>,
 }
 
 /// The API listener's HTTPS settings, as configured; [`Config::api_transport`] checks them.
@@ -221,6 +224,7 @@ impl Default for Config {
             images: ImageConfig::default(),
             tls: TlsConfig::default(),
             lessee_rate_per_minute: 12,
+            console_ssh_listen: None,
         }
     }
 }
@@ -303,6 +307,8 @@ pub struct ConfigLayer {
     pub boot_http_listen: Option<SocketAddr>,
     /// `lessee-rate-limit = 12` (a lessee's actions per lease per minute).
     pub lessee_rate_limit: Option<u32>,
+    /// `console-ssh-listen = "0.0.0.0:2222"` (the lessee's console over SSH).
+    pub console_ssh_listen: Option<SocketAddr>,
 }
 
 /// A configuration error, naming the setting.
@@ -386,6 +392,7 @@ impl ConfigLayer {
             allow_plain_http: flag("METAL_ALLOW_PLAIN_HTTP")?,
             boot_http_listen: address("METAL_BOOT_HTTP_LISTEN")?,
             lessee_rate_limit: count("METAL_LESSEE_RATE_LIMIT")?,
+            console_ssh_listen: address("METAL_CONSOLE_SSH_LISTEN")?,
         })
     }
 
@@ -473,6 +480,9 @@ impl ConfigLayer {
                 return Err(config_error("boot-rate-limit", "must be at least 1"));
             }
             boot.rate_per_minute = v;
+        }
+        if let Some(v) = self.console_ssh_listen {
+            config.console_ssh_listen = Some(v);
         }
         if let Some(v) = self.lessee_rate_limit {
             if v == 0 {

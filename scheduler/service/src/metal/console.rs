@@ -1,6 +1,6 @@
-//! The serial console bridge: a WebSocket on one side, `ipmitool sol activate` on the
-//! other. Bytes from the socket go to the machine's serial line, bytes from the line come
-//! back as binary messages; when either side ends, the SOL session is ended (`~.`), the
+//! The serial console bridge: the client on one side (a WebSocket, or a channel of the SSH
+//! gateway: `ClientEnd`), `ipmitool sol activate` on the other. Bytes from the client go to
+//! the machine's serial line, bytes from the line go back to the client; when either side ends, the SOL session is ended (`~.`), the
 //! process reaped, and the audit record closed with its byte counts. The record's heartbeat
 //! (`alive_at`) is renewed while the bridge runs, so one writer at a time holds even across
 //! a crash. A lessee's session ends when its lease no longer reaches the node (the lease
@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
-use futures::{SinkExt as _, StreamExt as _};
+use futures::{SinkExt, StreamExt as _};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::Child;
 
@@ -43,10 +43,46 @@ async fn lease_gone(app: &AppState, scope: &Scope) -> Option<String> {
         .map(|e| e.to_string())
 }
 
-/// Bridges `socket` and the console process until either ends (or, for a lessee's session,
-/// `scope`'s lease no longer reaches the node).
-pub async fn bridge(app: AppState, socket: WebSocket, mut child: Child, session: String, scope: Option<Scope>) {
-    let (mut to_client, mut from_client) = socket.split();
+/// The client's end of a console bridge: a WebSocket, or a channel of the SSH gateway.
+pub trait ClientEnd: Send {
+    /// The next bytes the client typed; `None` once it went away.
+    fn recv(&mut self) -> impl Future<Output = Option<Vec<u8>>> + Send;
+    /// Sends the machine's bytes; false once the client is gone.
+    fn send(&mut self, bytes: Vec<u8>) -> impl Future<Output = bool> + Send;
+    /// Closes the client's end.
+    fn close(self) -> impl Future<Output = ()> + Send;
+}
+
+impl ClientEnd for WebSocket {
+    async fn recv(&mut self) -> Option<Vec<u8>> {
+        loop {
+            return match self.next().await {
+                Some(Ok(Message::Text(text))) => Some(text.as_bytes().to_vec()),
+                Some(Ok(Message::Binary(bytes))) => Some(bytes.to_vec()),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                Some(Ok(Message::Close(_)) | Err(_)) | None => None,
+            };
+        }
+    }
+
+    async fn send(&mut self, bytes: Vec<u8>) -> bool {
+        SinkExt::send(self, Message::Binary(bytes.into())).await.is_ok()
+    }
+
+    async fn close(mut self) {
+        let _ = SinkExt::send(&mut self, Message::Close(None)).await;
+    }
+}
+
+/// Bridges the client and the console process until either ends (or, for a lessee's
+/// session, `scope`'s lease no longer reaches the node).
+pub async fn bridge(
+    app: AppState,
+    mut client: impl ClientEnd,
+    mut child: Child,
+    session: String,
+    scope: Option<Scope>,
+) {
     let (Some(mut line_in), Some(mut line_out)) = (child.stdin.take(), child.stdout.take()) else {
         tracing::error!(%session, "console process without pipes");
         return;
@@ -60,8 +96,7 @@ pub async fn bridge(app: AppState, socket: WebSocket, mut child: Child, session:
             _ = check.tick(), if scope.is_some() => {
                 if let Some(scope) = &scope && let Some(reason) = lease_gone(&app, scope).await {
                     tracing::info!(%session, node = %scope.node, %reason, "closing a lessee's console");
-                    let notice = format!("\r\n[metal: console closed: {reason}]\r\n");
-                    let _ = to_client.send(Message::Binary(notice.into_bytes().into())).await;
+                    client.send(format!("\r\n[metal: console closed: {reason}]\r\n").into_bytes()).await;
                     break;
                 }
             }
@@ -71,13 +106,8 @@ pub async fn bridge(app: AppState, socket: WebSocket, mut child: Child, session:
                     tracing::warn!(%session, error = %e, "could not renew a console session's heartbeat");
                 }
             }
-            message = from_client.next() => {
-                let data = match message {
-                    Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),
-                    Some(Ok(Message::Binary(bytes))) => bytes.to_vec(),
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                    Some(Ok(Message::Close(_)) | Err(_)) | None => break,
-                };
+            typed = client.recv() => {
+                let Some(data) = typed else { break };
                 bytes_in += as_i64(data.len());
                 if line_in.write_all(&data).await.is_err() {
                     break;
@@ -87,7 +117,7 @@ pub async fn bridge(app: AppState, socket: WebSocket, mut child: Child, session:
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     bytes_out += as_i64(n);
-                    if to_client.send(Message::Binary(buffer[..n].to_vec().into())).await.is_err() {
+                    if !client.send(buffer[..n].to_vec()).await {
                         break;
                     }
                 }
@@ -100,7 +130,7 @@ pub async fn bridge(app: AppState, socket: WebSocket, mut child: Child, session:
     if tokio::time::timeout(Duration::from_secs(3), child.wait()).await.is_err() {
         let _ = child.kill().await;
     }
-    let _ = to_client.send(Message::Close(None)).await;
+    client.close().await;
     let now = app.clock.now();
     let id = session.clone();
     if let Err(e) = app.change(move |tx| Ok(store::bmcs::close_console(tx, &id, (bytes_in, bytes_out), now)?)).await {
