@@ -187,10 +187,11 @@ const KEY_TYPES: [&str; 7] = [
 ];
 
 /// An OpenSSH public key line: a known type, base64 that decodes and names the same type,
-/// and an optional printable comment. Options (`command=...`) are refused.
-fn check_ssh_key(index: usize, key: &str) -> Result<(), SeedError> {
+/// and an optional printable comment. Options (`command=...`) are refused. `field` names it
+/// in the error.
+pub fn check_ssh_key(field: &str, key: &str) -> Result<(), SeedError> {
     use base64::Engine as _;
-    let field = format!("sshAuthorizedKeys[{index}]");
+    let field = field.to_owned();
     let mut parts = key.trim().splitn(3, ' ');
     let (kind, blob, comment) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next());
     if !KEY_TYPES.contains(&kind) {
@@ -273,7 +274,7 @@ impl SeedInput {
             return Err(bad("sshAuthorizedKeys", "at least one key: login is key-only"));
         }
         for (i, key) in self.ssh_authorized_keys.iter().enumerate() {
-            check_ssh_key(i, key)?;
+            check_ssh_key(&format!("sshAuthorizedKeys[{i}]"), key)?;
         }
         if let Some(join) = &self.join {
             check_join(join)?;

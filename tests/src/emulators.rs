@@ -311,6 +311,10 @@ esac
 exit 0
 "#;
 
+/// In [`IpmiSim::machine`]'s QEMU arguments, the port of ipmi_sim's Serial-over-LAN line
+/// (`Guest::machine_args_on_sol`).
+pub const SOL_PORT: &str = "@SOL_PORT@";
+
 /// Plays a machine on an ipmi_sim serial line (`IpmiSim::serial_port`): answers `answer`
 /// to every `question` that arrives, until the test's runtime ends.
 pub async fn answer_on_serial_line(port: u16, question: &'static [u8], answer: &'static [u8]) {
@@ -363,7 +367,8 @@ impl IpmiSim {
     fn machine_wrapped(wrap: &[String], qemu_args: &[String]) -> IpmiSim {
         use std::os::unix::fs::PermissionsExt as _;
         let sim = Self::start_with(MACHINE_CHASSIS, "password");
-        let quote = |a: &String| format!("'{}'", a.replace('\'', "'\\''"));
+        let port = sim.serial_port.to_string();
+        let quote = |a: &String| format!("'{}'", a.replace(SOL_PORT, &port).replace('\'', "'\\''"));
         let quoted: Vec<String> = qemu_args.iter().map(quote).collect();
         let wrap: Vec<String> = wrap.iter().map(quote).collect();
         let script = sim.dir.path().join("qemu.sh");

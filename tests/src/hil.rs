@@ -281,6 +281,20 @@ impl Guest {
         args
     }
 
+    /// [`Guest::machine_args`] with the serial line on ipmi_sim's Serial-over-LAN as well
+    /// (for [`crate::emulators::IpmiSim::machine`]): QEMU listens on the SOL port, ipmi_sim
+    /// connects to it, and `console` logs everything, across restarts.
+    pub fn machine_args_on_sol(&self, console: &Path) -> Vec<String> {
+        let mut args = self.args.clone();
+        let sol = format!(
+            "socket,id=sol,host=127.0.0.1,port={},server=on,wait=off,logfile={},logappend=on",
+            crate::emulators::SOL_PORT,
+            console.display()
+        );
+        args.extend(["-chardev".into(), sol, "-serial".into(), "chardev:sol".into()]);
+        args
+    }
+
     /// [`Guest::run`], booted once more when the first boot stalled or QEMU aborted on its
     /// own assertion (under TCG on a loaded machine: QEMU's failure, not the guest's).
     pub fn run_again_if_stalled(self) -> Console {

@@ -1,6 +1,7 @@
 //! Cross-crate and hardware-in-the-loop test support: the harness lives here, the tests in `tests/`.
 
 pub mod bins;
+pub mod console;
 pub mod controller;
 pub mod elf;
 pub mod emulators;

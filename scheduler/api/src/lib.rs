@@ -59,6 +59,8 @@ pub use metal_types::extract::{ApiJson, ApiPath, ApiQuery};
         tenants::list_tenants,
         tenants::get_tenant,
         tenants::delete_tenant,
+        tenants::get_ssh_keys,
+        tenants::put_ssh_keys,
         tenants::create_credential,
         tenants::list_credentials,
         tenants::revoke_credential,
@@ -199,6 +201,7 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/recover", post(teardowns::recover_node))
         .route("/v1/tenants", post(tenants::create_tenant).get(tenants::list_tenants))
         .route("/v1/tenants/{id}", get(tenants::get_tenant).delete(tenants::delete_tenant))
+        .route("/v1/tenants/{id}/ssh-keys", get(tenants::get_ssh_keys).put(tenants::put_ssh_keys))
         .route("/v1/credentials", post(tenants::create_credential).get(tenants::list_credentials))
         .route("/v1/credentials/{id}", axum::routing::delete(tenants::revoke_credential))
         .route("/v1/session", get(tenants::get_session))

@@ -1,5 +1,5 @@
 //! Tenants and API credentials (admin-only, except that a tenant member may read its own
-//! tenant).
+//! tenant and manage its console SSH keys).
 
 use axum::extract::State;
 
@@ -11,7 +11,8 @@ use metal_service::app::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::tenant::{
-    CredentialCreate, CredentialCreated, CredentialInfo, CredentialRole, NAME_MAX, Session, Tenant, TenantCreate,
+    CredentialCreate, CredentialCreated, CredentialInfo, CredentialRole, NAME_MAX, Session, SshKeys, Tenant,
+    TenantCreate,
 };
 
 /// Create a tenant.
@@ -66,15 +67,10 @@ pub async fn get_tenant(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Tenant>> {
-    let not_found = || ApiError::NotFound(format!("tenant {id}"));
-    if caller.tenant_scope().is_some_and(|own| own != id) {
-        return Err(not_found());
-    }
-    let tenant = {
-        let id = id.clone();
-        app.store.read(move |conn| store::auth::get_tenant(conn, &id)).await?
-    };
-    Ok(ApiJson(tenant.ok_or_else(not_found)?))
+    own_tenant(&caller, &id)?;
+    let what = format!("tenant {id}");
+    let tenant = app.store.read(move |conn| store::auth::get_tenant(conn, &id)).await?;
+    Ok(ApiJson(tenant.ok_or(ApiError::NotFound(what))?))
 }
 
 /// Delete a tenant: its live reservations end (node bindings are torn down), the machines of
@@ -179,4 +175,49 @@ pub async fn get_session(State(app): State<AppState>, caller: Caller) -> ApiJson
     let Caller(credential) = caller;
     let now = app.clock.now();
     ApiJson(Session { credential_id: credential.id, role: credential.role, tenant_id: credential.tenant_id, now })
+}
+
+/// Passes a platform admin and a member of tenant `id`; anyone else gets NOT_FOUND.
+fn own_tenant(caller: &Caller, id: &str) -> ApiResult<()> {
+    if caller.tenant_scope().is_some_and(|own| own != id) {
+        return Err(ApiError::NotFound(format!("tenant {id}")));
+    }
+    Ok(())
+}
+
+/// The SSH keys the tenant registered for the console gateway (a member of the tenant, or an
+/// admin).
+#[utoipa::path(get, path = "/v1/tenants/{id}/ssh-keys", params(("id" = String, Path, description = "tenant id")),
+    responses((status = 200, body = SshKeys), (status = 404, body = metal_types::error::ErrorBody)))]
+pub async fn get_ssh_keys(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<ApiJson<SshKeys>> {
+    own_tenant(&caller, &id)?;
+    let what = format!("tenant {id}");
+    let keys = app.store.read(move |conn| store::auth::tenant_ssh_keys(conn, &id)).await?;
+    Ok(ApiJson(SshKeys { keys: keys.ok_or(ApiError::NotFound(what))? }))
+}
+
+/// Replace the tenant's console SSH keys: with one of them, `ssh RESERVATION@GATEWAY` reaches
+/// the serial console of a machine the tenant leases, beside its profile's keys.
+#[utoipa::path(put, path = "/v1/tenants/{id}/ssh-keys", params(("id" = String, Path, description = "tenant id")),
+    request_body = SshKeys,
+    responses((status = 200, body = SshKeys), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 422, body = metal_types::error::ErrorBody)))]
+pub async fn put_ssh_keys(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(keys): ApiJson<SshKeys>,
+) -> ApiResult<ApiJson<SshKeys>> {
+    own_tenant(&caller, &id)?;
+    keys.validate()?;
+    let (what, now, stored) = (format!("tenant {id}"), app.clock.now(), keys.keys.clone());
+    let set = app.change(move |conn| Ok(store::auth::set_tenant_ssh_keys(conn, &id, &stored, now)?)).await?;
+    if !set {
+        return Err(ApiError::NotFound(what));
+    }
+    Ok(ApiJson(keys))
 }

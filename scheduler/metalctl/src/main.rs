@@ -214,6 +214,14 @@ enum TenantCommand {
     /// Delete a tenant: its live reservations end (leased machines are torn down and return
     /// to ready), the machines of its own pools are retired, its credentials are revoked.
     Delete { id: String },
+    /// The SSH keys that reach the serial console of the tenant's leased machines over the
+    /// console gateway (beside its profiles' keys): show them, or --set them from a file of
+    /// OpenSSH public key lines (- is stdin; an empty file removes them all).
+    SshKeys {
+        id: String,
+        #[arg(long)]
+        set: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -603,6 +611,27 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         }
         Command::Tenant(TenantCommand::Delete { id }) => {
             print(out, &client.request("DELETE", &format!("/v1/tenants/{id}"), None)?, &TENANT_DELETED_COLUMNS);
+        }
+        Command::Tenant(TenantCommand::SshKeys { id, set }) => {
+            let path = format!("/v1/tenants/{id}/ssh-keys");
+            let keys = match set {
+                Some(file) => {
+                    let text = read_input(&file)?;
+                    let lines: Vec<&str> =
+                        text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+                    client.request("PUT", &path, Some(RequestBody::Json(json!({"keys": lines}))))?
+                }
+                None => client.request("GET", &path, None)?,
+            };
+            match out {
+                Output::Json => print(out, &keys, &[]),
+                Output::Table => keys["keys"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .for_each(|k| println!("{k}")),
+            }
         }
         Command::Tenant(TenantCommand::Create { id, name }) => {
             let tenant =

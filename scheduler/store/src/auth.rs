@@ -102,6 +102,31 @@ pub fn get_tenant(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Tenant>> {
         .transpose()
 }
 
+/// The SSH keys a live tenant registered for the console gateway; `None` without such a tenant.
+pub fn tenant_ssh_keys(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Vec<String>>> {
+    let Some(row) = conn.query_opt("SELECT ssh_keys FROM tenants WHERE id = $1 AND deleted_at IS NULL", &[&id])? else {
+        return Ok(None);
+    };
+    let keys: Option<String> = row.get("ssh_keys")?;
+    Ok(Some(match keys {
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| crate::DbError::Decode { column: "ssh_keys".into(), message: e.to_string() })?,
+        None => Vec::new(),
+    }))
+}
+
+/// Replaces a live tenant's console SSH keys (`tenant.ssh-keys.set`); false without such a
+/// tenant.
+pub fn set_tenant_ssh_keys(conn: &mut dyn Conn, id: &str, keys: &[String], now: OffsetDateTime) -> DbResult<bool> {
+    let text = serde_json::to_string(keys).unwrap_or_else(|_| "[]".into());
+    if conn.execute("UPDATE tenants SET ssh_keys = $1 WHERE id = $2 AND deleted_at IS NULL", &[&text, &id])? == 0 {
+        return Ok(false);
+    }
+    let data = serde_json::json!({"tenant": id, "keys": keys.len()});
+    crate::events::append(conn, "tenant.ssh-keys.set", &format!("tenant/{id}"), Some(id), &data, now)?;
+    Ok(true)
+}
+
 /// Every tenant, by id.
 pub fn list_tenants(conn: &mut dyn Conn) -> DbResult<Vec<Tenant>> {
     conn.query("SELECT id, name FROM tenants WHERE deleted_at IS NULL ORDER BY id", &[])?

@@ -56,15 +56,22 @@ pub fn view(conn: &mut dyn Conn, node: Node, lease: &Reservation) -> ApiResult<L
 }
 
 /// The SSH keys the console gateway takes for `node` under `lease`: the authorized keys of
-/// the profile version deployed on it (the lease's requested version before its plan).
+/// the profile version deployed on it (the lease's requested version before its plan) and
+/// those its tenant registered.
 pub fn console_keys(conn: &mut dyn Conn, node: &str, lease: &Reservation) -> ApiResult<Vec<String>> {
     let requested = lease.request.node.as_ref();
     let profile = match crate::boot::plan_profile(conn, node)? {
         Some(deployed) => Some(deployed),
         None => requested.and_then(|n| n.profile_id.clone().zip(n.profile_version.map(i64::from))),
     };
-    let Some((id, version)) = profile else { return Ok(Vec::new()) };
-    Ok(crate::profiles::version(conn, &id, version)?.map(|(_, v)| v.spec.ssh_authorized_keys).unwrap_or_default())
+    let mut keys = match profile {
+        Some((id, version)) => {
+            crate::profiles::version(conn, &id, version)?.map(|(_, v)| v.spec.ssh_authorized_keys).unwrap_or_default()
+        }
+        None => Vec::new(),
+    };
+    keys.extend(crate::auth::tenant_ssh_keys(conn, &lease.tenant_id)?.unwrap_or_default());
+    Ok(keys)
 }
 
 /// The nodes of `tenant`'s live node leases (every tenant's for `None`), by lease then node.

@@ -25,7 +25,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (15, "node-boots", include_str!("../migrations/0015_node_boots.sql")),
     (16, "switches", include_str!("../migrations/0016_switches.sql")),
     (17, "media-claims", include_str!("../migrations/0017_media_claims.sql")),
-    (18, "console-heartbeat", include_str!("../migrations/0018_console_heartbeat.sql")),
+    (18, "lessee", include_str!("../migrations/0018_lessee.sql")),
 ];
 
 /// Brings the schema up to date.

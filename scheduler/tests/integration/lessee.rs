@@ -2,146 +2,24 @@
 //! dedicated-root lease (and nothing of the platform), power-cycles it through ipmi_sim,
 //! opens its serial console over the WebSocket and over the SSH gateway (OpenSSH's own
 //! `ssh`, with a key of the lease's profile) and reads the machine's answer, and is held to
-//! one writer at a time and to the per-lease rate limit. Another tenant's token, an
+//! one writer at a time and to the per-lease rate limit; a key the tenant registers reaches
+//! the console too. Another tenant's token, an
 //! admin-only route, a key that is not the lease's, an ended lease and a deleted tenant are
 //! each refused with their documented answer, nothing changes, and the refusals are
 //! audited. The lease ending closes the open console with a last line that says why.
 
-use std::io::{Read as _, Write as _};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{SinkExt as _, StreamExt as _};
+use metal_tests::console::{Ssh, open_console, read_console, ssh_key};
 use metal_tests::emulators::{IpmiSim, answer_on_serial_line};
 use metal_tests::leases::{ipmi, leased_and_deployed_with, ok, site};
 use metal_tests::scheduler::{Admin as _, TestScheduler};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest as _};
 
 /// A tenant member's token and its credential id.
 fn member(s: &TestScheduler, tenant: &str) -> (String, String) {
     let created = ok(s, "POST", "/v1/credentials", json!({"role": "tenant-member", "tenantId": tenant, "name": "ops"}));
     (created["token"].as_str().unwrap().to_owned(), created["id"].as_str().unwrap().to_owned())
-}
-
-type Console = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// Opens n1's console with `token`: the socket, or the refusal's text.
-fn open_console(s: &TestScheduler, token: &str) -> Result<Console, String> {
-    let url = format!("{}/v1/nodes/n1/console", s.url.replace("http://", "ws://"));
-    let mut request = url.into_client_request().unwrap();
-    request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    s.block_on(tokio_tungstenite::connect_async(request)).map(|(socket, _)| socket).map_err(|e| e.to_string())
-}
-
-/// What the console shows within `wait`, typing `typed` every half second until `want` shows.
-fn read_console(s: &TestScheduler, socket: &mut Console, typed: Option<&str>, want: &str, wait: Duration) -> String {
-    s.block_on(async {
-        let deadline = Instant::now() + wait;
-        let mut seen = Vec::new();
-        while !String::from_utf8_lossy(&seen).contains(want) && Instant::now() < deadline {
-            if let Some(typed) = typed {
-                let _ = socket.send(Message::Text(typed.into())).await;
-            }
-            while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_millis(500), socket.next()).await {
-                seen.extend_from_slice(&message.into_data());
-            }
-        }
-        String::from_utf8_lossy(&seen).into_owned()
-    })
-}
-
-/// A fresh Ed25519 key pair made by OpenSSH's `ssh-keygen`: the private key's path and the
-/// public key's line.
-fn ssh_key(dir: &Path, name: &str) -> (PathBuf, String) {
-    let path = dir.join(name);
-    let made = Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"]).arg(&path).status();
-    assert!(made.unwrap().success());
-    let public = std::fs::read_to_string(path.with_extension("pub")).unwrap();
-    (path, public.trim().to_owned())
-}
-
-/// OpenSSH's `ssh` on the console gateway, everything it prints collected.
-struct Ssh {
-    child: Child,
-    printed: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Ssh {
-    fn start(s: &TestScheduler, user: &str, key: &Path) -> Ssh {
-        let mut child = Command::new("ssh")
-            .args([
-                "-tt",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-            ])
-            .args(["-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-p", &s.ssh_port.to_string(), "-i"])
-            .arg(key)
-            .arg(format!("{user}@127.0.0.1"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("OpenSSH's ssh (scripts/setup installs openssh-client)");
-        let printed = Arc::new(Mutex::new(Vec::new()));
-        for mut stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let printed = printed.clone();
-            std::thread::spawn(move || {
-                let mut buffer = [0u8; 1024];
-                while let Ok(n) = stream.read(&mut buffer) {
-                    if n == 0 {
-                        break;
-                    }
-                    printed.lock().unwrap().extend_from_slice(&buffer[..n]);
-                }
-            });
-        }
-        Ssh { child, printed }
-    }
-
-    fn printed(&self) -> String {
-        String::from_utf8_lossy(&self.printed.lock().unwrap()).into_owned()
-    }
-
-    /// What it printed once `want` shows (typing `typed` every half second) or `wait` passed.
-    fn until(&mut self, typed: Option<&str>, want: &str, wait: Duration) -> String {
-        let deadline = Instant::now() + wait;
-        while !self.printed().contains(want) && Instant::now() < deadline {
-            if let Some(typed) = typed {
-                let _ = self.child.stdin.as_mut().unwrap().write_all(typed.as_bytes());
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        self.printed()
-    }
-
-    /// Whether `ssh` exited within `wait`.
-    fn exits(&mut self, wait: Duration) -> bool {
-        let deadline = Instant::now() + wait;
-        while Instant::now() < deadline {
-            if self.child.try_wait().unwrap().is_some() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
-    }
-}
-
-impl Drop for Ssh {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]
@@ -158,7 +36,7 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
 
     // The lease deploys a version of acme's profile that carries the lessee's own key.
     let keys = tempfile::tempdir().unwrap();
-    let ((lessee_key, lessee_public), (stranger_key, _)) =
+    let ((lessee_key, lessee_public), (stranger_key, stranger_public)) =
         (ssh_key(keys.path(), "lessee"), ssh_key(keys.path(), "stranger"));
     let (_, profile) = s.call("GET", "/v1/profiles/acme-os", None);
     let mut v2 = profile["versions"][0]["spec"].clone();
@@ -248,12 +126,12 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
     assert!(refused.iter().all(|e| e["subject"] == "node/n1"), "{refused:?}");
 
     // The serial console: the machine answers through it; one writer at a time.
-    let mut console = open_console(&s, &acme).unwrap();
+    let mut console = open_console(&s, "n1", &acme).unwrap();
     let seen = read_console(&s, &mut console, Some("hello\r"), "hi there", Duration::from_secs(20));
     assert!(seen.contains("hi there"), "no answer through the lessee's console: {seen:?}");
-    let second = open_console(&s, &acme).unwrap_err();
+    let second = open_console(&s, "n1", &acme).unwrap_err();
     assert!(second.contains("409"), "{second}");
-    let other = open_console(&s, &globex).unwrap_err();
+    let other = open_console(&s, "n1", &globex).unwrap_err();
     assert!(other.contains("404"), "{other}");
 
     // Over SSH: one writer at a time there too, a key that is not the lease's gets nothing,
@@ -265,6 +143,15 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
     let mut stranger = Ssh::start(&s, &reservation, &stranger_key);
     assert!(stranger.exits(Duration::from_secs(15)));
     assert!(stranger.printed().contains("Permission denied (publickey)"), "{}", stranger.printed());
+    // A key the tenant registers (its member may, another tenant's may not) reaches it too.
+    let register = json!({"keys": [stranger_public]});
+    assert_eq!(s.call_as(&globex, "PUT", "/v1/tenants/acme/ssh-keys", Some(register.clone())).0, 404);
+    let (status, bad) =
+        s.call_as(&acme, "PUT", "/v1/tenants/acme/ssh-keys", Some(json!({"keys": ["ssh-ed25519 AAAA"]})));
+    assert_eq!((status, bad["error"]["field"].as_str()), (422, Some("keys[0]")), "{bad}");
+    let (status, registered) = s.call_as(&acme, "PUT", "/v1/tenants/acme/ssh-keys", Some(register));
+    assert_eq!(status, 200, "{registered}");
+    assert_eq!(s.call_as(&acme, "GET", "/v1/tenants/acme/ssh-keys", None).1, registered);
     let mut nobody = Ssh::start(&s, "r-nope", &lessee_key);
     assert!(nobody.exits(Duration::from_secs(15)));
     assert!(nobody.printed().contains("Permission denied (publickey)"), "{}", nobody.printed());
@@ -274,7 +161,7 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
         assert!(Instant::now() < deadline, "the WebSocket's session never ended");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let mut over_ssh = Ssh::start(&s, &reservation, &lessee_key);
+    let mut over_ssh = Ssh::start(&s, &reservation, &stranger_key);
     let printed = over_ssh.until(Some("hello\r"), "hi there", Duration::from_secs(20));
     assert!(printed.contains("hi there"), "no answer through the SSH gateway: {printed:?}");
 
@@ -311,9 +198,10 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    let who: Vec<&str> = sessions.as_array().unwrap().iter().filter_map(|x| x["credentialId"].as_str()).collect();
+    let mut who: Vec<&str> = sessions.as_array().unwrap().iter().filter_map(|x| x["credentialId"].as_str()).collect();
+    who.sort_unstable();
     assert_eq!(who.len(), 2, "{sessions}");
-    assert!(who[0].starts_with("ssh-key SHA256:") && who[1] == acme_id, "newest first: {sessions}");
+    assert!(who[0] == acme_id && who[1].starts_with("ssh-key SHA256:"), "{sessions}");
     assert!(sessions.as_array().unwrap().iter().all(|x| !x["endedAt"].is_null()), "{sessions}");
     let audited = s.events("lessee.refused");
     assert!(audited.iter().any(|e| e["data"]["status"] == 429) && audited.iter().any(|e| e["data"]["status"] == 409));

@@ -150,6 +150,40 @@ fn stored_bmc_password(url: &str, key: &str) -> (String, String) {
     (stored, password)
 }
 
+/// The lessee's hands on n1 during `reservation`: its token in a file of its own metalctl
+/// configuration, its power read, a key registered and the console opened over the gateway
+/// (and the session recorded). Returns the lessee's token.
+fn lessee_hands(s: &Recorded, home: &Path, gateway: u16, reservation: &str, answers: &mut Vec<String>) -> String {
+    // The one answer that holds the token on purpose (it is shown once) is not recorded.
+    let (status, member) = s.admin.call(
+        "POST",
+        "/v1/credentials",
+        Some(json!({"role": "tenant-member", "tenantId": "acme", "name": "ops"})),
+    );
+    assert_eq!(status, 201, "{member}");
+    let token = member["token"].as_str().unwrap().to_owned();
+    let lessee_home = home.join("lessee");
+    std::fs::create_dir_all(lessee_home.join(".config/metal")).unwrap();
+    let token_file = lessee_home.join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    std::fs::write(
+        lessee_home.join(".config/metal/metalctl.toml"),
+        format!("url = \"{}\"\ntoken-file = \"{}\"\n", s.admin.url, token_file.display()),
+    )
+    .unwrap();
+    answers.push(metalctl(&lessee_home, &["lease", "list"]));
+    answers.push(metalctl(&lessee_home, &["lease", "power", "n1", "status"]));
+    let (key, _) = metal_tests::console::ssh_key(&lessee_home, "lessee");
+    let public = key.with_extension("pub");
+    answers.push(metalctl(&lessee_home, &["tenant", "ssh-keys", "acme", "--set", public.to_str().unwrap()]));
+    let ssh = metal_tests::console::Ssh::start_on(gateway, reservation, &key);
+    s.until("the lessee's console session", "/v1/nodes/n1/console/sessions", |sessions| {
+        sessions[0]["credentialId"].as_str().is_some_and(|c| c.starts_with("ssh-key SHA256:"))
+    });
+    drop(ssh);
+    token
+}
+
 #[test]
 fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_database() {
     let first_password = format!("Bmc{}", random_hex(13));
@@ -161,6 +195,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     let store_url = database.clone().unwrap_or_else(|| metal_store::Store::sqlite_url(data.path()));
     let command_lines = CommandLines::watch();
 
+    let gateway = metal_tests::emulators::free_tcp_port();
     let make = |boot: u16| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_metal-scheduler"));
         command
@@ -170,7 +205,8 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
             .env("METAL_MASTER_KEY", &master_key)
             .env("METAL_WORKFLOW_INTERVAL", "100ms")
             .env("METAL_REAPER_INTERVAL", "200ms")
-            .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"));
+            .env("METAL_BOOT_LISTEN", format!("127.0.0.1:{boot}"))
+            .env("METAL_CONSOLE_SSH_LISTEN", format!("127.0.0.1:{gateway}"));
         if let Some(url) = &database {
             command.env("METAL_DATABASE_URL", url);
         }
@@ -242,6 +278,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     let installer_token = metal_tests::leases::deploy_done(&s, &s.admin.url);
     let path = format!("/v1/reservations/{reservation}");
     s.until("the lease bound", &path, |r| r["state"] == "active");
+    let member_token = lessee_hands(&s, home.path(), gateway, &reservation, &mut answers);
     let (status, _) = s.call("POST", &format!("{path}/release"), None);
     assert_eq!(status, 200);
     s.until("the node back in ready", "/v1/nodes/n1", |n| n["state"] == "ready");
@@ -277,7 +314,14 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
         ("the teardown's BMC password", last_password.as_str()),
         ("a ramdisk token", ramdisk_token.as_str()),
         ("an installer token", installer_token.as_str()),
+        ("the lessee's token", member_token.as_str()),
     ];
+    // The console gateway's host key: every line of its body but the first, which holds the
+    // public half.
+    let host_key = std::fs::read_to_string(data.path().join(metal_service::console_ssh::HOST_KEY)).unwrap();
+    let body: Vec<&str> = host_key.lines().filter(|l| !l.starts_with("-----")).skip(1).collect();
+    assert!(!body.is_empty(), "{host_key}");
+    secrets.extend(body.iter().map(|line| ("the console gateway's host key", *line)));
     if let Some((_, password)) = &postgres {
         secrets.push(("the database password", password.as_str()));
     }

@@ -321,6 +321,11 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// `v`, or the error that `setting` must be at least 1.
+fn at_least_one(setting: &str, v: u32) -> Result<u32, ConfigError> {
+    if v == 0 { Err(config_error(setting, "must be at least 1")) } else { Ok(v) }
+}
+
 fn config_error(setting: &str, message: impl Into<String>) -> ConfigError {
     ConfigError { setting: setting.to_owned(), message: message.into() }
 }
@@ -476,19 +481,13 @@ impl ConfigLayer {
             boot.host_certificate_validity = duration("host-certificate-validity", &v)?;
         }
         if let Some(v) = self.boot_rate_limit {
-            if v == 0 {
-                return Err(config_error("boot-rate-limit", "must be at least 1"));
-            }
-            boot.rate_per_minute = v;
+            boot.rate_per_minute = at_least_one("boot-rate-limit", v)?;
         }
         if let Some(v) = self.console_ssh_listen {
             config.console_ssh_listen = Some(v);
         }
         if let Some(v) = self.lessee_rate_limit {
-            if v == 0 {
-                return Err(config_error("lessee-rate-limit", "must be at least 1"));
-            }
-            config.lessee_rate_per_minute = v;
+            config.lessee_rate_per_minute = at_least_one("lessee-rate-limit", v)?;
         }
         if let Some(v) = self.boot_kernel_args {
             boot.kernel_args = v;
@@ -505,10 +504,7 @@ impl ConfigLayer {
             images.catalog = Some(v);
         }
         if let Some(v) = self.image_import_attempts {
-            if v == 0 {
-                return Err(config_error("image-import-attempts", "must be at least 1"));
-            }
-            images.attempts = v;
+            images.attempts = at_least_one("image-import-attempts", v)?;
         }
         if let Some(v) = self.image_import_backoff {
             images.backoff = duration("image-import-backoff", &v)?;

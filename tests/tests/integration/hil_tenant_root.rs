@@ -8,7 +8,10 @@
 //! clean-up removes); the release runs the whole teardown through the BMC (power off,
 //! fence_ipmilan, the password rotated, the firmware baseline out of band), the ramdisk
 //! checks the firmware in band and erases the disk, and the node is `ready` two identity
-//! generations after commissioning, with its evidence record and the meter rows.
+//! generations after commissioning, with its evidence record and the meter rows. While
+//! leased, the lessee's token power-cycles the machine and its OS boots again; on the IPMI
+//! machine the lessee reads that boot on the serial console over the WebSocket and reaches
+//! the login prompt over the console SSH gateway with its profile's key.
 
 use std::time::{Duration, Instant};
 
@@ -118,6 +121,49 @@ impl Machine {
     }
 }
 
+/// The lessee's hands on its running machine: its token power-cycles it through the BMC
+/// and the OS boots again; on the IPMI machine the boot shows on the serial console the
+/// lessee opened over the WebSocket, and its key lands on the login prompt over SSH.
+fn lessee_hands(s: &TestScheduler, machine: &Machine, reservation: &str, key: &std::path::Path) {
+    let member = ok(s, "POST", "/v1/credentials", json!({"role": "tenant-member", "tenantId": "acme", "name": "ops"}));
+    let token = member["token"].as_str().unwrap();
+    let (status, view) = s.call_as(token, "GET", "/v1/nodes/hil-tr", None);
+    assert_eq!((status, view["state"].as_str()), (200, Some("deployed")), "{view}");
+    let booted = |text: &str| match machine {
+        Machine::Ipmi { .. } => text.matches("Cloud-init v. 22.4.2 finished at").count(),
+        Machine::Redfish { .. } => text.matches(DISK_MARKER).count(),
+    };
+    let before = booted(&machine.console());
+    let (status, cycled) = s.call_as(token, "POST", "/v1/nodes/hil-tr/power", Some(json!({"action": "cycle"})));
+    assert_eq!((status, cycled["after"].as_str()), (200, Some("on")), "{cycled}");
+    if let Machine::Ipmi { .. } = machine {
+        let mut console = metal_tests::console::open_console(s, "hil-tr", token).unwrap();
+        let seen = metal_tests::console::read_console(s, &mut console, None, "finished at", Duration::from_secs(300));
+        assert!(seen.contains("Cloud-init v. 22.4.2 finished at"), "the boot on the lessee's console: {seen}");
+        drop(console);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while s.call("GET", "/v1/nodes/hil-tr/console/sessions", None).1[0]["endedAt"].is_null() {
+            assert!(Instant::now() < deadline, "the WebSocket's console session never ended");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let mut ssh = metal_tests::console::Ssh::start(s, reservation, key);
+        let printed = ssh.until(Some("\r"), "login:", Duration::from_secs(60));
+        assert!(printed.contains("login:"), "the login prompt over the SSH gateway: {printed:?}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while booted(&machine.console()) <= before {
+        assert!(
+            Instant::now() < deadline,
+            "the lessee's power cycle did not boot the OS again:\n{}",
+            machine.console()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (_, events) = s.call("GET", "/v1/events?subject=node/hil-tr", None);
+    let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert!(kinds.contains(&"lessee.power"), "{kinds:?}");
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Ipmi,
@@ -171,7 +217,7 @@ fn lease_end_to_end(kind: Kind) {
                 .disk(&Bus::Virtio { serial: "HILTR01".into() }, &disk, "unmap")
                 .args(&["-m", "1024"])
                 .args(&["-device", "ipmi-bmc-sim,id=bmc0,fwrev1=9,fwrev2=0x08", "-device", "isa-ipmi-kcs,bmc=bmc0"])
-                .machine_args(&console);
+                .machine_args_on_sol(&console);
             Machine::Ipmi { bmc: metal_tests::emulators::IpmiSim::machine(&args), console }
         }
         Kind::Redfish => {
@@ -210,7 +256,8 @@ fn lease_end_to_end(kind: Kind) {
         assert!(found, "the ramdisk reads {component} {version} in band: {in_band:?}");
     }
 
-    // The pool, the lessee, the public image and the lessee's profile.
+    // The pool, the lessee, the public image and the lessee's profile (with the lessee's key).
+    let (lessee_key, lessee_public) = metal_tests::console::ssh_key(dir.path(), "lessee");
     ok(
         s,
         "POST",
@@ -229,7 +276,7 @@ fn lease_end_to_end(kind: Kind) {
         "/v1/profiles",
         json!({
         "id": "acme-os", "tenantId": "acme", "image": image_id, "adminUser": "ops", "role": "lessee",
-        "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops"]}),
+        "sshAuthorizedKeys": [lessee_public]}),
     );
 
     // Reserve: the lease starts, the BMC boots the machine into the deploy, it binds.
@@ -268,6 +315,8 @@ fn lease_end_to_end(kind: Kind) {
             std::thread::sleep(Duration::from_millis(500));
         }
     }
+
+    lessee_hands(s, &machine, &reservation, &lessee_key);
 
     // Release: the whole teardown, driven from the control plane.
     std::thread::sleep(Duration::from_secs(5));

@@ -36,6 +36,32 @@ pub struct Tenant {
     pub name: String,
 }
 
+/// The SSH keys a tenant registered for the console gateway (`ssh RESERVATION@GATEWAY`), as
+/// OpenSSH public key lines; its leases' profile keys are taken as well.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SshKeys {
+    /// Public keys, `TYPE BASE64 [COMMENT]` (no options).
+    pub keys: Vec<String>,
+}
+
+impl SshKeys {
+    /// The most keys a tenant may register.
+    pub const MAX: usize = 64;
+
+    /// Every key is an OpenSSH public key line; the error names the first that is not.
+    pub fn validate(&self) -> Result<(), crate::error::ApiError> {
+        if self.keys.len() > Self::MAX {
+            return Err(crate::error::ApiError::invalid("keys", format!("at most {} keys", Self::MAX)));
+        }
+        for (i, key) in self.keys.iter().enumerate() {
+            metal_protocol::cloudinit::check_ssh_key(&format!("keys[{i}]"), key)
+                .map_err(|e| crate::error::ApiError::invalid(e.field, e.message))?;
+        }
+        Ok(())
+    }
+}
+
 /// The longest display name of a tenant or an API credential, in bytes.
 pub const NAME_MAX: usize = 200;
 
