@@ -9,6 +9,13 @@ export type Node = Schemas["Node"];
 export type Reservation = Schemas["Reservation"];
 export type MetalEvent = Schemas["Event"];
 export type Session = Schemas["Session"];
+export type LeasedNode = Schemas["LeasedNode"];
+
+/** The whole node record of `GET /v1/nodes/{id}` (an admin's view; a lessee gets its own). */
+export function adminView(view: Node | LeasedNode): Node {
+  if ("generation" in view) return view;
+  throw new Error(`node ${view.id}: the API answered a lessee's view to a page that needs an admin's`);
+}
 
 const TOKEN_KEY = "metal.token";
 

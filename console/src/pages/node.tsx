@@ -2,7 +2,7 @@
 // confirmation that names the node.
 import { Fragment } from "preact";
 import { useRef, useState } from "preact/hooks";
-import { ApiFailure, type MetalEvent, type Node, type Schemas, api, must } from "../api";
+import { ApiFailure, type MetalEvent, type Node, type Schemas, adminView, api, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, Confirm, Section, Show, duration, when, Head, EventList } from "../ui";
@@ -392,7 +392,7 @@ function Timeline({ id }: { id: string }) {
 
 export function NodePage({ id }: { id: string }) {
   const loaded = useLoad(
-    () => must(api.GET("/v1/nodes/{id}", { params: { path: { id } } })),
+    async () => adminView(await must(api.GET("/v1/nodes/{id}", { params: { path: { id } } }))),
     [id],
     (e) => e.subject === `node/${id}`,
   );
