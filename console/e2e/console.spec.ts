@@ -199,6 +199,40 @@ test("a power action asks for a confirmation that names the node, and reaches th
   expect(problems).toEqual([]);
 });
 
+test("a lessee sees the machine of its lease, powers it behind a confirmation, and gets its console's SSH line", async ({ page }) => {
+  const problems = watch(page);
+  const [leased]: { id: string; reservationId: string }[] = await api("/v1/leases", tenantToken);
+  expect(leased?.id).toBe(activeNode);
+  await signIn(page, tenantToken);
+  await page.getByRole("link", { name: "Machines" }).click();
+  await expect(page.getByRole("heading", { name: "Machines", level: 1 })).toBeVisible();
+  const row = page.locator(`[data-machine="${activeNode}"]`);
+  await expect(row).toContainText(leased!.reservationId);
+  await accessible(page, "a lessee's machines");
+  await row.getByRole("link", { name: activeNode }).click();
+  await expect(page.getByRole("heading", { name: `Machine ${activeNode}` })).toBeVisible();
+  await expect(page.getByTestId("summary").locator('[data-field="state"]')).toContainText("deployed");
+  await expect(page.getByTestId("ssh-line")).toHaveText(new RegExp(`^ssh -p \\d+ ${leased!.reservationId}@`));
+
+  // Power goes through the platform's BMC session, behind the same confirmation as an admin's.
+  await page.getByRole("button", { name: "Power off" }).click();
+  await page.getByRole("dialog", { name: `Power off ${activeNode}?` }).getByRole("button", { name: "Power off" }).click();
+  await expect(page.getByRole("status").filter({ hasText: `Power off: done on ${activeNode}` })).toBeVisible();
+  await expect.poll(() => simPower(activeNode)).toBe("off");
+  await page.getByRole("button", { name: "Power on" }).click();
+  await page.getByRole("dialog", { name: `Power on ${activeNode}?` }).getByRole("button", { name: "Power on" }).click();
+  await expect.poll(() => simPower(activeNode)).toBe("on");
+  await expect(page.getByTestId("events")).toContainText("lessee.power");
+  await accessible(page, "a lessee's machine");
+  await page.getByRole("button", { name: "Sign out" }).click();
+
+  // Another tenant's member: no such machine.
+  await signIn(page, otherToken);
+  await page.goto(`/console/machines/${activeNode}`);
+  await expect(page.getByRole("alert")).toContainText("404");
+  expect(problems).toEqual([`404 from /v1/nodes/${activeNode}`]);
+});
+
 test("a wipe certificate renders verified, a refused report shows why, and the envelope downloads", async ({ page }) => {
   const problems = watch(page);
   await signIn(page, admin);

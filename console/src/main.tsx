@@ -7,6 +7,7 @@ import { Certificate } from "./pages/certificate";
 import { Fleet } from "./pages/fleet";
 import { Images } from "./pages/images";
 import { Leases, ReservationPage } from "./pages/leases";
+import { MachinePage, Machines } from "./pages/machines";
 import { NodePage } from "./pages/node";
 import { Nodes } from "./pages/nodes";
 import { SignIn } from "./pages/signin";
@@ -26,6 +27,8 @@ function Page({ path, session }: { path: string; session: Session }) {
   if (first === "leases" && parts.length === 1) return <Leases session={session} />;
   if (first === "reservations" && id) return <ReservationPage id={id} session={session} />;
   if (first === "usage") return <Usage session={session} />;
+  if (!admin && first === "machines" && parts.length === 1) return <Machines />;
+  if (!admin && first === "machines" && id && !sub) return <MachinePage key={id} id={id} session={session} />;
   if (first === "images") return <Images />;
   if (admin && first === "nodes" && parts.length === 1) return <Nodes />;
   if (admin && first === "nodes" && id && !sub) return <NodePage key={id} id={id} />;
@@ -164,6 +167,11 @@ function App() {
           <a {...linkProps("/leases")} aria-current={current("/leases")}>
             Leases
           </a>
+          {!admin && (
+            <a {...linkProps("/machines")} aria-current={current("/machines")}>
+              Machines
+            </a>
+          )}
           <a {...linkProps("/usage")} aria-current={current("/usage")}>
             Usage
           </a>

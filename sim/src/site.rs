@@ -207,9 +207,11 @@ impl Site {
                     .await
                     .with_context(|| format!("binding {}", options.listen))?;
                 let boot_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+                let ssh_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
                 let api_address = api_listener.local_addr()?;
                 let mut config =
                     crate::config::scheduler_config(&data_dir, api_address, boot_listener.local_addr()?, options.speed);
+                config.console_ssh_listen = Some(ssh_listener.local_addr()?);
                 config.database_url.clone_from(&options.database_url);
                 // BMC passwords sealed at rest under a key of this run (and no warning per node).
                 let master_key = hex::encode(rand::random::<[u8; 32]>());
@@ -222,7 +224,7 @@ impl Site {
                     api: api_listener,
                     boot: Some(boot_listener),
                     firmware: None,
-                    console_ssh: None,
+                    console_ssh: Some(ssh_listener),
                 };
                 tokio::spawn(metal_api::serve(app.clone(), listeners));
                 (Scheduler::InProcess(app), format!("http://{api_address}"))

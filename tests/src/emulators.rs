@@ -573,9 +573,15 @@ impl LibvirtDomain {
         String::from_utf8_lossy(&virsh(&["dumpxml", &self.name]).stdout).into_owned()
     }
 
-    /// What the domain printed on its serial console.
+    /// What the domain printed on its serial console (since it last started: libvirt
+    /// truncates the file then).
     pub fn console(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("console.log")).unwrap_or_default()
+    }
+
+    /// When the serial console's file was last written (or truncated by a start).
+    pub fn console_written(&self) -> Option<std::time::SystemTime> {
+        std::fs::metadata(self.dir.path().join("console.log")).and_then(|m| m.modified()).ok()
     }
 
     /// What libvirt says (`running`, `shut off`).

@@ -20,7 +20,7 @@ export async function eventsOf(subject: string): Promise<MetalEvent[]> {
   }
 }
 
-interface Action {
+export interface Action {
   /** Stable across label changes (Maintenance / End maintenance), so focus can return. */
   key: string;
   label: string;
@@ -30,23 +30,30 @@ interface Action {
   run: () => Promise<unknown>;
 }
 
-function actionsFor(node: Node): Action[] {
-  const id = node.id;
-  const path = { params: { path: { id } } };
+/** Power on, off and cycle of node `id` (an admin's on any node, a lessee's on its own). */
+export function powerActions(id: string): Action[] {
   const power = (action: Schemas["PowerAction"], label: string, detail: string, danger = false): Action => ({
     key: `power-${action}`,
     label,
     title: `${label} ${id}?`,
     detail,
     danger,
-    run: () => must(api.POST("/v1/nodes/{id}/power", { ...path, body: { action } })),
+    run: () => must(api.POST("/v1/nodes/{id}/power", { params: { path: { id } }, body: { action } })),
   });
-  const patch = (body: Schemas["NodePatch"]) =>
-    must(api.PATCH("/v1/nodes/{id}", { ...path, body: { ...body, generation: node.generation } }));
   return [
     power("on", "Power on", "The BMC powers the machine on and reads the state back."),
     power("off", "Power off", "The BMC cuts power now; whatever runs on the machine stops.", true),
     power("cycle", "Power cycle", "Off, then on again; whatever runs on the machine stops.", true),
+  ];
+}
+
+function actionsFor(node: Node): Action[] {
+  const id = node.id;
+  const path = { params: { path: { id } } };
+  const patch = (body: Schemas["NodePatch"]) =>
+    must(api.PATCH("/v1/nodes/{id}", { ...path, body: { ...body, generation: node.generation } }));
+  return [
+    ...powerActions(id),
     {
       key: "boot",
       label: "Boot from network",
@@ -80,7 +87,8 @@ function actionsFor(node: Node): Action[] {
   ];
 }
 
-function Actions({ node, done }: { node: Node; done: () => void }) {
+/** Buttons for `actions` on node `id`, each behind a confirmation that names the node. */
+export function Actions({ id, actions, done }: { id: string; actions: Action[]; done: () => void }) {
   const [pending, setPending] = useState<Action | null>(null);
   const [outcome, setOutcome] = useState<{ ok: boolean; text: string } | null>(null);
   const buttons = useRef<HTMLDivElement>(null);
@@ -92,7 +100,7 @@ function Actions({ node, done }: { node: Node; done: () => void }) {
   return (
     <Section title="Actions">
       <div class="buttons" ref={buttons}>
-        {actionsFor(node).map((a) => (
+        {actions.map((a) => (
           <button
             type="button"
             key={a.key}
@@ -122,10 +130,10 @@ function Actions({ node, done }: { node: Node; done: () => void }) {
           if (!action) return;
           action.run().then(
             () => {
-              setOutcome({ ok: true, text: `${action.label}: done on ${node.id}` });
+              setOutcome({ ok: true, text: `${action.label}: done on ${id}` });
               done();
             },
-            (e: unknown) => setOutcome({ ok: false, text: `${action.label} on ${node.id}: ${e instanceof Error ? e.message : e}` }),
+            (e: unknown) => setOutcome({ ok: false, text: `${action.label} on ${id}: ${e instanceof Error ? e.message : e}` }),
           );
         }}
       />
@@ -428,7 +436,7 @@ export function NodePage({ id }: { id: string }) {
               <dt>Devices</dt>
               <dd>{node.devices.map((d) => `${d.id}${d.healthy ? "" : " (unhealthy)"}`).join(", ") || "—"}</dd>
             </dl>
-            <Actions node={node} done={loaded.reload} />
+            <Actions id={node.id} actions={actionsFor(node)} done={loaded.reload} />
           </>
         )}
       </Show>

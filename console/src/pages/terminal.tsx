@@ -18,7 +18,7 @@ function base64url(text: string): string {
 /** Ctrl+] leaves the terminal for the page (xterm.js takes Tab and Escape for the machine). */
 const LEAVE = "Ctrl+]";
 
-function Terminal({ id, onClose }: { id: string; onClose: () => void }) {
+export function Terminal({ id, onClose }: { id: string; onClose: () => void }) {
   const element = useRef<HTMLDivElement>(null);
   const close = useRef<HTMLButtonElement>(null);
   const [status, setStatus] = useState("connecting");
@@ -86,13 +86,9 @@ function Terminal({ id, onClose }: { id: string; onClose: () => void }) {
   );
 }
 
-export function SerialConsole({ id }: { id: string }) {
-  const bmc = useLoad(() => must(api.GET("/v1/nodes/{id}/bmc", { params: { path: { id } } })), [id]);
-  const sessions = useLoad(
-    () => must(api.GET("/v1/nodes/{id}/console/sessions", { params: { path: { id } } })),
-    [id],
-    (e) => e.subject === `node/${id}` && e.kind.startsWith("node.console"),
-  );
+/** The button that opens node `id`'s terminal, and the terminal while it is open; focus
+ * comes back to the button when it closes. */
+export function ConsoleOpener({ id }: { id: string }) {
   const [open, setOpen] = useState(false);
   const opener = useRef<HTMLButtonElement>(null);
   const closed = useRef(false);
@@ -100,24 +96,36 @@ export function SerialConsole({ id }: { id: string }) {
     // Back on the button that opened it once the terminal closes.
     if (!open && closed.current) opener.current?.focus();
   }, [open]);
+  return open ? (
+    <Terminal
+      id={id}
+      onClose={() => {
+        closed.current = true;
+        setOpen(false);
+      }}
+    />
+  ) : (
+    <button type="button" ref={opener} onClick={() => setOpen(true)}>
+      Open the serial console
+    </button>
+  );
+}
+
+export function SerialConsole({ id }: { id: string }) {
+  const bmc = useLoad(() => must(api.GET("/v1/nodes/{id}/bmc", { params: { path: { id } } })), [id]);
+  const sessions = useLoad(
+    () => must(api.GET("/v1/nodes/{id}/console/sessions", { params: { path: { id } } })),
+    [id],
+    (e) => e.subject === `node/${id}` && e.kind.startsWith("node.console"),
+  );
   return (
     <Section title="Serial console">
       <Show loaded={bmc}>
         {(info) =>
           info.protocol !== "ipmi" ? (
             <p class="muted">The serial console needs an IPMI BMC (Serial-over-LAN); this node's BMC speaks {info.protocol}.</p>
-          ) : open ? (
-            <Terminal
-              id={id}
-              onClose={() => {
-                closed.current = true;
-                setOpen(false);
-              }}
-            />
           ) : (
-            <button type="button" ref={opener} onClick={() => setOpen(true)}>
-              Open the serial console
-            </button>
+            <ConsoleOpener id={id} />
           )
         }
       </Show>

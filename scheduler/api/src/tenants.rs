@@ -174,7 +174,14 @@ pub async fn revoke_credential(
 pub async fn get_session(State(app): State<AppState>, caller: Caller) -> ApiJson<Session> {
     let Caller(credential) = caller;
     let now = app.clock.now();
-    ApiJson(Session { credential_id: credential.id, role: credential.role, tenant_id: credential.tenant_id, now })
+    let console_ssh_port = app.config.console_ssh_listen.map(|a| a.port());
+    ApiJson(Session {
+        credential_id: credential.id,
+        role: credential.role,
+        tenant_id: credential.tenant_id,
+        now,
+        console_ssh_port,
+    })
 }
 
 /// Passes a platform admin and a member of tenant `id`; anyone else gets NOT_FOUND.

@@ -136,4 +136,7 @@ pub struct Session {
     /// browser's own clock may be off, and a simulated site's runs ahead).
     #[serde(with = "time::serde::rfc3339")]
     pub now: time::OffsetDateTime,
+    /// The port of the console SSH gateway (`ssh -p PORT RESERVATION@HOST`), when it is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console_ssh_port: Option<u16>,
 }
