@@ -213,6 +213,7 @@ test("a lessee sees the machine of its lease, powers it behind a confirmation, a
   await expect(page.getByRole("heading", { name: `Machine ${activeNode}` })).toBeVisible();
   await expect(page.getByTestId("summary").locator('[data-field="state"]')).toContainText("deployed");
   await expect(page.getByTestId("ssh-line")).toHaveText(new RegExp(`^ssh -p \\d+ ${leased!.reservationId}@`));
+  await expect(page.getByText("No console sessions yet.")).toBeVisible();
 
   // Power goes through the platform's BMC session, behind the same confirmation as an admin's.
   await page.getByRole("button", { name: "Power off" }).click();

@@ -7,7 +7,7 @@ import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, EventList, Head, Section, Show, when } from "../ui";
 import { Actions, powerActions } from "./node";
-import { ConsoleOpener } from "./terminal";
+import { ConsoleOpener, ConsoleSessions } from "./terminal";
 
 /** A lessee's view of a node (the API answers an admin the whole record instead). */
 function lesseeView(view: Node | LeasedNode): LeasedNode {
@@ -106,6 +106,7 @@ export function MachinePage({ id, session }: { id: string; session: Session }) {
             <Section title="Serial console">
               <ConsoleOpener id={id} />
               <SshLine machine={machine} session={session} />
+              <ConsoleSessions id={id} />
             </Section>
             <Section title="Events">
               {machine.events.length === 0 ? <p class="muted">No events of yours yet.</p> : <EventList events={machine.events} testId="events" />}

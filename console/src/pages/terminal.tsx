@@ -111,13 +111,44 @@ export function ConsoleOpener({ id }: { id: string }) {
   );
 }
 
-export function SerialConsole({ id }: { id: string }) {
-  const bmc = useLoad(() => must(api.GET("/v1/nodes/{id}/bmc", { params: { path: { id } } })), [id]);
+/** The audit of node `id`'s console sessions (a lessee sees those since its lease started). */
+export function ConsoleSessions({ id }: { id: string }) {
   const sessions = useLoad(
     () => must(api.GET("/v1/nodes/{id}/console/sessions", { params: { path: { id } } })),
     [id],
-    (e) => e.subject === `node/${id}` && e.kind.startsWith("node.console"),
+    (e) => e.subject === `node/${id}` && (e.kind.startsWith("node.console") || e.kind === "lessee.console"),
   );
+  return (
+    <Show loaded={sessions}>
+      {(list) =>
+        list.length === 0 ? (
+          <p class="muted">No console sessions yet.</p>
+        ) : (
+          <table data-testid="console-sessions">
+            <caption>Console sessions (audit)</caption>
+            <Head columns={["Session", "Credential", "Opened", "Closed", "Bytes in / out"]} />
+            <tbody>
+              {list.map((s) => (
+                <tr key={s.id}>
+                  <th scope="row">{s.id}</th>
+                  <td>{s.credentialId}</td>
+                  <td>{when(s.startedAt)}</td>
+                  <td>{when(s.endedAt)}</td>
+                  <td>
+                    {s.bytesIn} / {s.bytesOut}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )
+      }
+    </Show>
+  );
+}
+
+export function SerialConsole({ id }: { id: string }) {
+  const bmc = useLoad(() => must(api.GET("/v1/nodes/{id}/bmc", { params: { path: { id } } })), [id]);
   return (
     <Section title="Serial console">
       <Show loaded={bmc}>
@@ -129,31 +160,7 @@ export function SerialConsole({ id }: { id: string }) {
           )
         }
       </Show>
-      <Show loaded={sessions}>
-        {(list) =>
-          list.length === 0 ? (
-            <p class="muted">No console sessions yet.</p>
-          ) : (
-            <table data-testid="console-sessions">
-              <caption>Console sessions (audit)</caption>
-              <Head columns={["Session", "Credential", "Opened", "Closed", "Bytes in / out"]} />
-              <tbody>
-                {list.map((s) => (
-                  <tr key={s.id}>
-                    <th scope="row">{s.id}</th>
-                    <td>{s.credentialId}</td>
-                    <td>{when(s.startedAt)}</td>
-                    <td>{when(s.endedAt)}</td>
-                    <td>
-                      {s.bytesIn} / {s.bytesOut}
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          )
-        }
-      </Show>
+      <ConsoleSessions id={id} />
     </Section>
   );
 }

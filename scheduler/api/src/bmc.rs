@@ -240,14 +240,20 @@ pub async fn console(
     Ok(upgrade.on_upgrade(move |socket| metal_service::metal::console::bridge(app, socket, child, session, scope)))
 }
 
-/// The node's console sessions, newest first (audit).
+/// The node's console sessions, newest first (audit): who opened each (a credential, or
+/// `ssh-key SHA256:...` for the SSH gateway), when, until when, bytes each way. A lessee sees
+/// those of its node since its lease started.
 #[utoipa::path(get, path = "/v1/nodes/{id}/console/sessions", params(("id" = String, Path, description = "node id")),
-    responses((status = 200, body = Vec<ConsoleSession>)))]
+    responses((status = 200, body = Vec<ConsoleSession>), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn console_sessions(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Vec<ConsoleSession>>> {
-    caller.admin(&format!("node {id}"))?;
-    Ok(ApiJson(app.store.read(move |c| metal_store::bmcs::console_sessions(c, &id)).await?))
+    let since = match caller.lessee() {
+        Some(lessee) => Some(lessee.leased(&app, &id, metal_types::model::lessee::LesseeAction::Read).await?.1.start),
+        None => None,
+    };
+    Ok(ApiJson(app.store.read(move |c| metal_store::bmcs::console_sessions(c, &id, since)).await?))
 }

@@ -295,12 +295,17 @@ pub fn close_console(conn: &mut dyn Conn, id: &str, bytes: (i64, i64), now: Offs
     Ok(())
 }
 
-/// A node's console sessions, newest first.
-pub fn console_sessions(conn: &mut dyn Conn, node: &str) -> DbResult<Vec<ConsoleSession>> {
+/// A node's console sessions (those started at or after `since`), newest first.
+pub fn console_sessions(
+    conn: &mut dyn Conn,
+    node: &str,
+    since: Option<OffsetDateTime>,
+) -> DbResult<Vec<ConsoleSession>> {
+    let since = since.map_or(i64::MIN, to_millis);
     conn.query(
-        "SELECT id, credential_id, started_at, ended_at, bytes_in, bytes_out FROM console_sessions WHERE node_id = $1 \
-         ORDER BY started_at DESC, id",
-        &[&node],
+        "SELECT id, credential_id, started_at, ended_at, bytes_in, bytes_out FROM console_sessions \
+         WHERE node_id = $1 AND started_at >= $2 ORDER BY started_at DESC, id",
+        &[&node, &since],
     )?
     .iter()
     .map(|r| {

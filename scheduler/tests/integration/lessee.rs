@@ -164,6 +164,12 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
     let mut over_ssh = Ssh::start(&s, &reservation, &stranger_key);
     let printed = over_ssh.until(Some("hello\r"), "hi there", Duration::from_secs(20));
     assert!(printed.contains("hi there"), "no answer through the SSH gateway: {printed:?}");
+    // The lessee reads its machine's console audit while its lease runs (the WebSocket's
+    // session ended, the SSH one open); another tenant cannot.
+    let (status, seen) = s.call_as(&acme, "GET", "/v1/nodes/n1/console/sessions", None);
+    let open: Vec<bool> = seen.as_array().unwrap().iter().map(|x| x["endedAt"].is_null()).collect();
+    assert_eq!((status, open.iter().filter(|o| **o).count(), open.len()), (200, 1, 2), "{seen}");
+    assert_eq!(s.call_as(&globex, "GET", "/v1/nodes/n1/console/sessions", None).0, 404);
 
     // The per-lease rate limit: after a burst, 429 with when to come back.
     let limited = (0..12).find_map(|_| {
@@ -205,6 +211,7 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
     assert!(sessions.as_array().unwrap().iter().all(|x| !x["endedAt"].is_null()), "{sessions}");
     let audited = s.events("lessee.refused");
     assert!(audited.iter().any(|e| e["data"]["status"] == 429) && audited.iter().any(|e| e["data"]["status"] == 409));
+    assert_eq!(s.call_as(&acme, "GET", "/v1/nodes/n1/console/sessions", None).0, 409, "the lease is over");
     let consoles = s.events("lessee.console");
     assert_eq!(consoles.len(), 4, "each session on the node and the lease: {consoles:?}");
 
