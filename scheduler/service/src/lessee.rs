@@ -71,7 +71,7 @@ impl Lessee {
     ) -> ApiResult<(tokio::process::Child, String, crate::metal::console::Scope)> {
         let (_, lease) = self.acting(app, node, LesseeAction::Console).await?;
         let (child, session) = bmcs::open_console(app, node, &self.credential).await?;
-        self.record(app, "console", lease.clone(), node, json!({"session": session})).await?;
+        self.record(app, "console", lease, node, json!({"session": session})).await?;
         let scope = crate::metal::console::Scope { tenant: self.tenant.clone(), node: node.to_owned() };
         Ok((child, session, scope))
     }

@@ -29,16 +29,18 @@ pub fn leased(
     Ok((found, lease))
 }
 
+/// The profile version on `node` under `lease`: the one its plan was derived from, or the
+/// lease's requested one before there is a plan.
+fn lease_profile(conn: &mut dyn Conn, node: &str, lease: &Reservation) -> ApiResult<Option<(String, i64)>> {
+    Ok(match crate::boot::plan_profile(conn, node)? {
+        Some(deployed) => Some(deployed),
+        None => lease.request.node.as_ref().and_then(|n| n.profile_id.clone().zip(n.profile_version.map(i64::from))),
+    })
+}
+
 /// The lessee's view of `node` under `lease`.
 pub fn view(conn: &mut dyn Conn, node: Node, lease: &Reservation) -> ApiResult<LeasedNode> {
-    let deployed = crate::boot::plan_profile(conn, &node.id)?;
-    let requested = lease.request.node.as_ref();
-    let (profile_id, profile_version) = match deployed {
-        Some((id, version)) => (Some(id), Some(version)),
-        None => {
-            (requested.and_then(|n| n.profile_id.clone()), requested.and_then(|n| n.profile_version.map(i64::from)))
-        }
-    };
+    let (profile_id, profile_version) = lease_profile(conn, &node.id, lease)?.unzip();
     let events = events::newest_of(conn, &lease.tenant_id, &format!("node/{}", node.id), lease.start, VIEW_EVENTS)?;
     Ok(LeasedNode {
         id: node.id,
@@ -59,12 +61,7 @@ pub fn view(conn: &mut dyn Conn, node: Node, lease: &Reservation) -> ApiResult<L
 /// the profile version deployed on it (the lease's requested version before its plan) and
 /// those its tenant registered.
 pub fn console_keys(conn: &mut dyn Conn, node: &str, lease: &Reservation) -> ApiResult<Vec<String>> {
-    let requested = lease.request.node.as_ref();
-    let profile = match crate::boot::plan_profile(conn, node)? {
-        Some(deployed) => Some(deployed),
-        None => requested.and_then(|n| n.profile_id.clone().zip(n.profile_version.map(i64::from))),
-    };
-    let mut keys = match profile {
+    let mut keys = match lease_profile(conn, node, lease)? {
         Some((id, version)) => {
             crate::profiles::version(conn, &id, version)?.map(|(_, v)| v.spec.ssh_authorized_keys).unwrap_or_default()
         }
