@@ -105,8 +105,17 @@ impl Machine {
 }
 
 /// Runs both sides' passes, the service's clock following the real one, calling `each`
-/// every round, until `done` holds (or `timeout`).
-fn drive(s: &TestScheduler, what: &str, timeout: Duration, mut each: impl FnMut(), done: impl Fn() -> bool) {
+/// every round, until `done` holds (or `timeout`, when it fails with what `machine` shows:
+/// its node, teardowns and boots, and its console; and dnsmasq's log).
+fn drive(
+    s: &TestScheduler,
+    dhcp: &Dnsmasq,
+    machine: &Machine,
+    what: &str,
+    timeout: Duration,
+    mut each: impl FnMut(),
+    done: impl Fn() -> bool,
+) {
     let deadline = Instant::now() + timeout;
     loop {
         s.passes_on_real_time();
@@ -114,7 +123,17 @@ fn drive(s: &TestScheduler, what: &str, timeout: Duration, mut each: impl FnMut(
         if done() {
             return;
         }
-        assert!(Instant::now() < deadline, "{what}: not done in {timeout:?}");
+        if Instant::now() >= deadline {
+            let id = machine.id;
+            let (_, runs) = s.call("GET", &format!("/v1/nodes/{id}/teardowns"), None);
+            let (_, boots) = s.call("GET", &format!("/v1/nodes/{id}/boots"), None);
+            panic!(
+                "{what}: not done in {timeout:?}\nnode: {}\nruns: {runs}\nboots: {boots}\nconsole:\n{}\ndnsmasq:\n{}",
+                s.node(id),
+                machine.console(),
+                std::fs::read_to_string(&dhcp.log).unwrap_or_default()
+            );
+        }
         std::thread::sleep(Duration::from_millis(500));
     }
 }
@@ -160,7 +179,7 @@ fn a_leased_machine_on_open_vswitch_reaches_nothing_of_provisioning_while_the_ot
     // Commissioning through the switch: PXE from dnsmasq, the scheduler's script and ramdisk;
     // the ramdisk hears lldpd on its NIC, so the node learns its port.
     a.commission(s);
-    drive(s, "a's commissioning", Duration::from_secs(480), || {}, || commissioned(s, a.id));
+    drive(s, &dhcp, &a, "a's commissioning", Duration::from_secs(480), || {}, || commissioned(s, a.id));
     assert_eq!(state(s, a.id), "ready", "{}\n{}", a.console(), log());
     let ports = ok(s, "GET", &format!("/v1/nodes/{}/ports", a.id), Value::Null);
     assert_eq!(
@@ -208,6 +227,8 @@ fn a_leased_machine_on_open_vswitch_reaches_nothing_of_provisioning_while_the_ot
     let mut captures = None;
     drive(
         s,
+        &dhcp,
+        &a,
         "the lease and the lessee's probes",
         Duration::from_secs(600),
         || {
@@ -234,7 +255,7 @@ fn a_leased_machine_on_open_vswitch_reaches_nothing_of_provisioning_while_the_ot
     }
     let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
     assert_eq!(r["state"], "active", "{r}");
-    drive(s, "b's commissioning", Duration::from_secs(480), || {}, || commissioned(s, b.id));
+    drive(s, &dhcp, &b, "b's commissioning", Duration::from_secs(480), || {}, || commissioned(s, b.id));
     assert_eq!(state(s, b.id), "ready", "{}\n{}", b.console(), log());
     let ports = ok(s, "GET", &format!("/v1/nodes/{}/ports", b.id), Value::Null);
     assert_eq!((ports[0]["port"].as_str(), ports[0]["source"].as_str()), (Some(b.port), Some("lldp")), "{ports}");
@@ -243,8 +264,10 @@ fn a_leased_machine_on_open_vswitch_reaches_nothing_of_provisioning_while_the_ot
     ok(s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
     drive(
         s,
+        &dhcp,
+        &a,
         "the teardown",
-        Duration::from_secs(900),
+        Duration::from_secs(420),
         || {},
         || !["deployed", "releasing"].contains(&state(s, a.id).as_str()),
     );
@@ -255,6 +278,6 @@ fn a_leased_machine_on_open_vswitch_reaches_nothing_of_provisioning_while_the_ot
     // ... where it commissions again.
     s.walk(a.id, &["ready", "commissioning"]);
     a.commission(s);
-    drive(s, "a's second commissioning", Duration::from_secs(480), || {}, || commissioned(s, a.id));
+    drive(s, &dhcp, &a, "a's second commissioning", Duration::from_secs(480), || {}, || commissioned(s, a.id));
     assert_eq!(state(s, a.id), "ready", "{}\n{}", a.console(), log());
 }
