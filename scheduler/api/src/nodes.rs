@@ -17,7 +17,7 @@ use metal_service::app::AppState;
 use metal_store::{self as store, Conn, nodes::NewNode};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::BmcSpec;
-use metal_types::model::lessee::{LeasedNode, NodeView};
+use metal_types::model::lessee::{LeasedNode, NodeView, ReinstallRequest, ReinstallStarted};
 use metal_types::model::node::{CSV_COLUMNS, Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};
 
 fn validated(create: &NodeCreate, prefix: &str) -> ApiResult<NewNode> {
@@ -380,6 +380,35 @@ pub async fn get_node(
 pub async fn list_leases(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<LeasedNode>>> {
     let tenant = caller.tenant_scope().map(str::to_owned);
     Ok(ApiJson(metal_service::lessee::leased_nodes(&app, tenant).await?))
+}
+
+/// Redeploy the node of a live dedicated-root lease with a version of one of the lease
+/// tenant's profiles (or a public one; the same version again reinstalls it as it was): the
+/// same node, lease and billing, a new identity generation. The node goes off, its ports to
+/// the pool's cleaning VLAN for the deploy, then back to the lease's tenant VLAN and the disk
+/// boots. Answers once the reinstall started (202); the node's state shows how it goes. A
+/// failed reinstall leaves the node `failed` under the running lease, to reinstall again.
+/// A lessee may for the deployed (or failed-reinstall) node of its live lease, rate-limited
+/// per lease and recorded as `lessee.reinstall`; an admin for any leased node.
+#[utoipa::path(post, path = "/v1/nodes/{id}/reinstall", params(("id" = String, Path, description = "node id")),
+    request_body = ReinstallRequest,
+    responses((status = 202, body = ReinstallStarted), (status = 422, body = metal_types::error::ErrorBody),
+        (status = 404, body = metal_types::error::ErrorBody), (status = 409, body = metal_types::error::ErrorBody),
+        (status = 429, body = metal_types::error::ErrorBody)))]
+pub async fn reinstall_node(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(request): ApiJson<ReinstallRequest>,
+) -> ApiResult<(StatusCode, ApiJson<ReinstallStarted>)> {
+    if request.profile_id.is_empty() {
+        return Err(ApiError::invalid("profileId", "names no profile"));
+    }
+    let started = match caller.lessee() {
+        Some(lessee) => lessee.reinstall(&app, &id, request).await?,
+        None => metal_service::lessee::reinstall_by_admin(&app, &id, request, &caller.0.id).await?,
+    };
+    Ok((StatusCode::ACCEPTED, ApiJson(started)))
 }
 
 /// Change maintenance, cordon, labels, taints or devices.

@@ -1,5 +1,5 @@
 //! The lessee's hands: what a member of a tenant may do to the machine of its live
-//! dedicated-root lease (see it, power it, open its serial console), through the
+//! dedicated-root lease (see it, power it, open its serial console, reinstall it), through the
 //! platform's BMC session and never with the BMC's address or credentials. It joins the two
 //! sides (the lease from capacity's rows, the machine through metal's BMC calls), which is
 //! why it sits above both. Every action is checked against the lease in the store when it
@@ -7,9 +7,9 @@
 //! node and the lease with the caller's credential.
 
 use metal_store::lessee as store;
-use metal_types::error::ApiResult;
+use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::PowerResult;
-use metal_types::model::lessee::{LeasedNode, LesseeAction};
+use metal_types::model::lessee::{LeasedNode, LesseeAction, ReinstallRequest, ReinstallStarted};
 use metal_types::model::node::Node;
 use metal_types::model::reservation::Reservation;
 use serde_json::json;
@@ -76,6 +76,16 @@ impl Lessee {
         Ok((child, session, scope))
     }
 
+    /// Redeploys the node with a profile version; recorded as `lessee.reinstall`.
+    pub async fn reinstall(&self, app: &App, node: &str, request: ReinstallRequest) -> ApiResult<ReinstallStarted> {
+        let (found, lease) = self.acting(app, node, LesseeAction::Reinstall).await?;
+        let started = reinstall(app, &found, &lease, request, &self.credential).await?;
+        let data =
+            json!({"profile": started.profile_id, "version": started.profile_version, "workflow": started.workflow});
+        self.record(app, "reinstall", lease, node, data).await?;
+        Ok(started)
+    }
+
     async fn record(
         &self,
         app: &App,
@@ -99,4 +109,60 @@ pub async fn refused(app: &App, lessee: &Lessee, node: &str, request: String, st
     let (tenant, credential, node, now) =
         (lessee.tenant.clone(), lessee.credential.clone(), node.to_owned(), app.clock.now());
     app.change(move |conn| store::refused(conn, &tenant, &credential, &node, &request, status, now)).await
+}
+
+/// Starts a reinstall of `node` under `lease`, asked by credential `by` (a lessee's, or an
+/// admin's through [`reinstall_by_admin`]).
+async fn reinstall(
+    app: &App,
+    node: &Node,
+    lease: &Reservation,
+    request: ReinstallRequest,
+    by: &str,
+) -> ApiResult<ReinstallStarted> {
+    let allocation = node.lease_id.clone().ok_or_else(|| {
+        ApiError::Conflict(format!(
+            "node {} is held by {} but carries no lease: nothing to reinstall",
+            node.id, lease.id
+        ))
+    })?;
+    let start = metal_types::work::LeaseStart {
+        reservation: lease.id.clone(),
+        allocation,
+        node: node.id.clone(),
+        tenant: lease.tenant_id.clone(),
+        profile_id: request.profile_id.clone(),
+        profile_version: Some(request.profile_version),
+    };
+    let controller_url = app.boot.as_ref().map(|b| b.controller_url.clone());
+    let (by, deadlines, now) = (by.to_owned(), app.config.deadlines, app.clock.now());
+    let workflow = app
+        .change(move |tx| crate::metal::reinstall::begin(tx, &start, &by, controller_url.as_deref(), &deadlines, now))
+        .await?;
+    Ok(ReinstallStarted {
+        node_id: node.id.clone(),
+        reservation_id: lease.id.clone(),
+        profile_id: request.profile_id,
+        profile_version: request.profile_version,
+        workflow,
+    })
+}
+
+/// An admin's reinstall of a node under a tenant-root lease (the lease's tenant's profiles,
+/// or public ones); recorded as the lessee's would be, with the admin's credential.
+pub async fn reinstall_by_admin(
+    app: &App,
+    node: &str,
+    request: ReinstallRequest,
+    credential: &str,
+) -> ApiResult<ReinstallStarted> {
+    let id = node.to_owned();
+    let (found, lease) = app.store.read(move |conn| store::held(conn, &id)).await?;
+    let lease =
+        lease.ok_or_else(|| ApiError::Conflict(format!("node {node} is under no lease: nothing to reinstall")))?;
+    let started = reinstall(app, &found, &lease, request, credential).await?;
+    let data = json!({"profile": started.profile_id, "version": started.profile_version, "workflow": started.workflow});
+    let (credential, node, now) = (credential.to_owned(), node.to_owned(), app.clock.now());
+    app.change(move |conn| store::record(conn, "reinstall", &lease, &node, &credential, data, now)).await?;
+    Ok(started)
 }

@@ -11,6 +11,16 @@ use metal_types::model::lessee::{LeasedNode, LesseeAction, VIEW_EVENTS, check};
 use metal_types::model::node::Node;
 use metal_types::model::reservation::{Binding, Reservation, ReservationState};
 
+/// The node and the reservation holding it, if one does.
+pub fn held(conn: &mut dyn Conn, node: &str) -> ApiResult<(Node, Option<Reservation>)> {
+    let found = nodes::get(conn, node)?.ok_or_else(|| ApiError::NotFound(format!("node {node}")))?;
+    let lease = match &found.held_by {
+        Some(id) => capacity::get_reservation(conn, id)?,
+        None => None,
+    };
+    Ok((found, lease))
+}
+
 /// The node of `tenant`'s live lease, and that lease, if `action` may reach it now.
 pub fn leased(
     conn: &mut dyn Conn,
@@ -19,11 +29,7 @@ pub fn leased(
     now: OffsetDateTime,
     action: LesseeAction,
 ) -> ApiResult<(Node, Reservation)> {
-    let found = nodes::get(conn, node)?.ok_or_else(|| ApiError::NotFound(format!("node {node}")))?;
-    let lease = match &found.held_by {
-        Some(id) => capacity::get_reservation(conn, id)?,
-        None => None,
-    };
+    let (found, lease) = held(conn, node)?;
     check(tenant, &found, lease.as_ref(), now, action)?;
     let lease = lease.ok_or_else(|| ApiError::Internal("a checked lease vanished".into()))?;
     Ok((found, lease))

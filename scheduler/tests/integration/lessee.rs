@@ -14,6 +14,7 @@ use metal_tests::console::{Ssh, open_console, read_console, ssh_key};
 use metal_tests::emulators::{IpmiSim, answer_on_serial_line};
 use metal_tests::leases::{ipmi, leased_and_deployed_with, ok, site};
 use metal_tests::scheduler::{Admin as _, TestScheduler};
+use metal_types::model::workflow::RunStatus;
 use serde_json::{Value, json};
 
 /// A tenant member's token and its credential id.
@@ -218,4 +219,137 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
     // A deleted tenant's token is no token at all.
     ok(&s, "DELETE", "/v1/tenants/acme", Value::Null);
     assert_eq!(s.call_as(&acme, "GET", "/v1/nodes/n1", None).0, 401);
+}
+
+/// The ramdisk of n1's current identity says its deploy failed.
+fn deploy_fails(s: &TestScheduler) {
+    let generation = s.node("n1")["identityGeneration"].as_u64().unwrap();
+    let failed = metal_protocol::boot::TaskReport {
+        node_id: "n1".into(),
+        task: "deploy".into(),
+        ok: false,
+        detail: "the target disk is gone".into(),
+        finished_at: time::OffsetDateTime::now_utc(),
+    };
+    let payload = metal_protocol::boot::TaskReport::PAYLOAD_TYPE;
+    let receipt = s.post_report_as(metal_protocol::Role::Ramdisk, "n1", generation, payload, &failed);
+    assert_eq!(receipt["accepted"], true, "{receipt}");
+}
+
+/// The newest reinstall run of n1.
+fn last_reinstall(s: &TestScheduler) -> metal_types::model::workflow::WorkflowRun {
+    let runs =
+        s.block_on(s.app.store.read(|tx| metal_store::workflows::for_node(tx, "n1", "metal-tenant-root-reinstall")));
+    runs.unwrap().pop().expect("a reinstall run")
+}
+
+#[test]
+fn a_lessee_reinstalls_another_version_under_a_new_identity_and_tries_again_after_a_failed_one() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    site(&s, ipmi(&sim), json!({}));
+    let (acme, acme_id) = member(&s, "acme");
+    ok(&s, "POST", "/v1/tenants", json!({"id": "globex"}));
+    let (globex, _) = member(&s, "globex");
+    let (_, profile) = s.call("GET", "/v1/profiles/acme-os", None);
+    let mut v2 = profile["versions"][0]["spec"].clone();
+    v2["adminUser"] = json!("admin2");
+    ok(&s, "POST", "/v1/profiles/acme-os/versions", v2);
+    let reservation = leased_and_deployed_with(&s, 1);
+    let (_, lease) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    let generation = s.node("n1")["identityGeneration"].as_i64().unwrap();
+    let v2 = json!({"profileId": "acme-os", "profileVersion": 2});
+
+    // Refusals: another tenant (404), a version that does not exist (409, says which), an
+    // empty profile (422); nothing moves.
+    let (status, body) = s.call_as(&globex, "POST", "/v1/nodes/n1/reinstall", Some(v2.clone()));
+    assert_eq!(status, 404, "{body}");
+    let missing = json!({"profileId": "acme-os", "profileVersion": 9});
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/reinstall", Some(missing));
+    assert_eq!(
+        (status, body["error"]["message"].as_str()),
+        (409, Some("the reinstall cannot start: profile acme-os has no version 9")),
+        "{body}"
+    );
+    let (status, body) =
+        s.call_as(&acme, "POST", "/v1/nodes/n1/reinstall", Some(json!({"profileId": "", "profileVersion": 1})));
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(s.node("n1")["state"], "deployed");
+
+    // The reinstall: deploying at once under a new identity, the same lease; nothing else
+    // acts on the node meanwhile.
+    let (status, started) = s.call_as(&acme, "POST", "/v1/nodes/n1/reinstall", Some(v2.clone()));
+    assert_eq!(status, 202, "{started}");
+    assert_eq!(
+        (started["reservationId"].as_str(), started["profileVersion"].as_u64()),
+        (Some(reservation.as_str()), Some(2))
+    );
+    let node = s.node("n1");
+    assert_eq!(
+        (node["state"].as_str(), node["identityGeneration"].as_i64()),
+        (Some("deploying"), Some(generation + 1)),
+        "{node}"
+    );
+    for (path, body) in [("/v1/nodes/n1/reinstall", v2.clone()), ("/v1/nodes/n1/power", json!({"action": "cycle"}))] {
+        let (status, answer) = s.call_as(&acme, "POST", path, Some(body));
+        assert_eq!(status, 409, "{path} while the reinstall runs: {answer}");
+    }
+    // Off, the network boot, the installer's done: deployed with version 2.
+    s.passes();
+    metal_tests::leases::installer_done(&s.url);
+    metal_tests::leases::later(&s);
+    let run = last_reinstall(&s);
+    assert_eq!(
+        (run.definition.as_str(), run.status),
+        ("metal-tenant-root-reinstall@1", RunStatus::Succeeded),
+        "{run:?}"
+    );
+    let steps: Vec<&str> = run.steps.iter().map(|step| step.name.as_str()).collect();
+    assert_eq!(steps, ["power-off", "network-cleaning", "network-boot", "await-deploy", "network-tenant", "boot-disk"]);
+    let (_, view) = s.call_as(&acme, "GET", "/v1/nodes/n1", None);
+    assert_eq!((view["state"].as_str(), view["profileVersion"].as_i64()), (Some("deployed"), Some(2)), "{view}");
+    let events = view["events"].as_array().unwrap();
+    let recorded = events.iter().find(|e| e["kind"] == "lessee.reinstall").expect("lessee.reinstall in the view");
+    assert_eq!((&recorded["data"]["credential"], &recorded["data"]["version"]), (&json!(acme_id), &json!(2)));
+    assert!(events.iter().any(|e| e["kind"] == "node.tenant-root.reinstalled"), "{view}");
+    let (_, after) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(
+        (after["state"].as_str(), &after["start"], &after["end"]),
+        (Some("active"), &lease["start"], &lease["end"])
+    );
+
+    // A reinstall that fails leaves the lease active and the node failed, not quarantined;
+    // the lessee tries again, from failed.
+    let v1 = json!({"profileId": "acme-os", "profileVersion": 1});
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/reinstall", Some(v1.clone()));
+    assert_eq!(status, 202, "{body}");
+    s.passes();
+    deploy_fails(&s);
+    metal_tests::leases::later(&s);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["maintenance"].as_bool()), (Some("failed"), Some(false)), "{node}");
+    assert_eq!(last_reinstall(&s).status, RunStatus::Failed);
+    let (_, after) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(after["state"], "active", "{after}");
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/power", Some(json!({"action": "on"})));
+    assert_eq!(status, 409, "only a reinstall acts on a failed node: {body}");
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/reinstall", Some(v1.clone()));
+    assert_eq!(status, 202, "{body}");
+    s.passes();
+    metal_tests::leases::installer_done(&s.url);
+    metal_tests::leases::later(&s);
+    assert_eq!(s.node("n1")["state"], "deployed");
+
+    // Failed again, the lease ends: the teardown runs as for any lease.
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/reinstall", Some(v1));
+    assert_eq!(status, 202, "{body}");
+    s.passes();
+    deploy_fails(&s);
+    metal_tests::leases::later(&s);
+    ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
+    s.passes();
+    let node = s.node("n1");
+    assert_eq!(node["state"], "releasing", "{node}");
+    let (_, teardowns) = s.call("GET", "/v1/nodes/n1/teardowns", None);
+    assert_eq!(teardowns[0]["definition"], "metal-tenant-root-release@1", "{teardowns}");
 }

@@ -18,38 +18,42 @@ use time::OffsetDateTime;
 
 use super::workflow::{Definition, Hooks, Outcome, StepDef};
 use crate::app::AppState;
+use metal_store::boot::DerivedPlan;
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
-use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
+use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition};
+use metal_types::model::profile::{Profile, ProfileVersion};
 use metal_types::model::workflow::WorkflowRun;
 use metal_types::work::{self, CapacityNotice, LeaseNotice};
 
 /// The lease start: boot into the lessee's deploy, wait until it is deployed.
-pub static START: Definition = Definition {
-    name: "metal-tenant-root-lease@1",
-    steps: &[
-        StepDef {
-            name: "network-boot",
-            attempts: 5,
-            deadline: Duration::from_secs(600),
-            backoff: Duration::from_secs(15),
-            poll: Duration::from_secs(5),
-        },
-        StepDef {
-            name: "await-deploy",
-            attempts: 1,
-            // The deploy's own 2-hour limit fails the node first; this bounds the wait.
-            deadline: Duration::from_secs(2 * 3600 + 600),
-            backoff: Duration::from_secs(30),
-            poll: Duration::from_secs(5),
-        },
-        SWITCH_STEP,
-        StepDef { name: "boot-disk", ..SWITCH_STEP },
-    ],
-};
+pub static START: Definition = Definition { name: "metal-tenant-root-lease@1", steps: &DEPLOY_STEPS };
+
+/// A deploy on a tenant-root node: network boot, wait for the deploy, then (in a pool that
+/// isolates its tenants) the ports to the lease's tenant VLAN and the disk booted. The
+/// lease start is these; a reinstall runs them after its own.
+pub(super) const DEPLOY_STEPS: [StepDef; 4] = [
+    StepDef {
+        name: "network-boot",
+        attempts: 5,
+        deadline: Duration::from_secs(600),
+        backoff: Duration::from_secs(15),
+        poll: Duration::from_secs(5),
+    },
+    StepDef {
+        name: "await-deploy",
+        attempts: 1,
+        // The deploy's own 2-hour limit fails the node first; this bounds the wait.
+        deadline: Duration::from_secs(2 * 3600 + 600),
+        backoff: Duration::from_secs(30),
+        poll: Duration::from_secs(5),
+    },
+    SWITCH_STEP,
+    StepDef { name: "boot-disk", ..SWITCH_STEP },
+];
 
 /// The bounds of a step that calls a switch or a BMC.
-const SWITCH_STEP: StepDef = StepDef {
+pub(super) const SWITCH_STEP: StepDef = StepDef {
     name: "network-tenant",
     attempts: 5,
     deadline: Duration::from_secs(900),
@@ -57,8 +61,8 @@ const SWITCH_STEP: StepDef = StepDef {
     poll: Duration::from_secs(5),
 };
 
-/// A lease start that cannot go ahead, and why.
-struct Refusal(String);
+/// A deploy that cannot go ahead, and why.
+pub(super) struct Refusal(pub(super) String);
 
 /// Handles one `lease.start` inside the transaction that took its row: starts the lease,
 /// or refuses it (`node.tenant-root.refused`, the node untouched) and tells capacity.
@@ -115,48 +119,11 @@ fn begin(
             node.id, pool.id, node.id
         ));
     }
-    let Some(version) = request.profile_version else {
-        return refuse(format!(
-            "the reservation names profile {} without a profileVersion: a tenant-root lease deploys one exact version",
-            request.profile_id
-        ));
-    };
-    let Some((profile, version)) = store::profiles::version(tx, &request.profile_id, i64::from(version))? else {
-        return refuse(format!("profile {} has no version {version}", request.profile_id));
-    };
-    if profile.tenant_id != request.tenant && !profile.public {
-        return refuse(format!("profile {} is neither tenant {}'s nor public", profile.id, request.tenant));
-    }
-    let image = match &version.image_id {
-        Some(id) => {
-            let Some(found) = store::images::get(tx, id)? else {
-                return refuse(format!("image {id} of profile {} is gone", profile.id));
-            };
-            if !found.public {
-                return refuse(format!("image {id} of profile {} is not public", profile.id));
-            }
-            let Some(plan) = store::images::plan(tx, id)? else {
-                return refuse(format!("image {id} of profile {} is not ready", profile.id));
-            };
-            Some(plan)
-        }
-        None => None,
-    };
-    let Some(controller_url) = controller_url else {
-        return refuse("the boot service is off (set boot-listen): nothing can deploy the node".into());
-    };
-    let Some(inventory) = store::boot::get_inventory(tx, &node.id)? else {
-        return refuse(format!("node {} has no platform inventory", node.id));
-    };
-    let inventory = serde_json::from_value(inventory.inventory)
-        .map_err(|e| ApiError::Internal(format!("stored inventory of {}: {e}", node.id)))?;
-    // The plan is derived for the identity generation the lease starts.
-    let mut next = node.clone();
-    next.identity_generation += 1;
-    let plan = match crate::metal::provision::derive_plan(controller_url, image.as_ref(), &version, &next, &inventory) {
-        Ok(plan) => plan,
-        Err(e) => return refuse(format!("the lessee's deploy plan: {e}")),
-    };
+    let (profile, version, plan) =
+        match deploy_for(tx, &node, &request.tenant, &request.profile_id, request.profile_version, controller_url)? {
+            Ok(found) => found,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
     let tenancy =
         store::nodes::Tenancy { lease: Some(request.allocation.clone()), release_wipe: Some("secure-erase".into()) };
     let leased = store::nodes::set_tenancy(tx, &node, &tenancy, now)?;
@@ -205,6 +172,60 @@ fn begin(
     Ok(Ok(run))
 }
 
+/// What a tenant-root deploy of `profile_id:version` for `tenant` on `node` needs: the
+/// profile, the version and its plan, derived for the node's next identity generation (the
+/// lease start and a reinstall both move it on); or why there is none.
+pub(super) fn deploy_for(
+    tx: &mut dyn Conn,
+    node: &Node,
+    tenant: &str,
+    profile_id: &str,
+    version: Option<u32>,
+    controller_url: Option<&str>,
+) -> ApiResult<Result<(Profile, ProfileVersion, DerivedPlan), Refusal>> {
+    let refuse = |reason: String| Ok(Err(Refusal(reason)));
+    let Some(version) = version else {
+        return refuse(format!(
+            "the reservation names profile {profile_id} without a profileVersion: a tenant-root lease deploys one exact version"
+        ));
+    };
+    let Some((profile, version)) = store::profiles::version(tx, profile_id, i64::from(version))? else {
+        return refuse(format!("profile {profile_id} has no version {version}"));
+    };
+    if profile.tenant_id != tenant && !profile.public {
+        return refuse(format!("profile {} is neither tenant {tenant}'s nor public", profile.id));
+    }
+    let image = match &version.image_id {
+        Some(id) => {
+            let Some(found) = store::images::get(tx, id)? else {
+                return refuse(format!("image {id} of profile {} is gone", profile.id));
+            };
+            if !found.public {
+                return refuse(format!("image {id} of profile {} is not public", profile.id));
+            }
+            let Some(plan) = store::images::plan(tx, id)? else {
+                return refuse(format!("image {id} of profile {} is not ready", profile.id));
+            };
+            Some(plan)
+        }
+        None => None,
+    };
+    let Some(controller_url) = controller_url else {
+        return refuse("the boot service is off (set boot-listen): nothing can deploy the node".into());
+    };
+    let Some(inventory) = store::boot::get_inventory(tx, &node.id)? else {
+        return refuse(format!("node {} has no platform inventory", node.id));
+    };
+    let inventory = serde_json::from_value(inventory.inventory)
+        .map_err(|e| ApiError::Internal(format!("stored inventory of {}: {e}", node.id)))?;
+    let mut next = node.clone();
+    next.identity_generation += 1;
+    match crate::metal::provision::derive_plan(controller_url, image.as_ref(), &version, &next, &inventory) {
+        Ok(plan) => Ok(Ok((profile, version, plan))),
+        Err(e) => refuse(format!("the lessee's deploy plan: {e}")),
+    }
+}
+
 /// The lease start's steps and end hooks.
 #[derive(Debug)]
 pub struct LeaseStart;
@@ -219,13 +240,13 @@ fn lease_notice(run: &WorkflowRun, reason: Option<String>) -> LeaseNotice {
     }
 }
 
-fn context_str<'a>(run: &'a WorkflowRun, key: &str) -> &'a str {
+pub(super) fn context_str<'a>(run: &'a WorkflowRun, key: &str) -> &'a str {
     run.context.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
 /// Network-boots the node: observe (already past deploying?), act (PXE once, power cycle),
 /// verify (the BMC reads power on).
-async fn network_boot(app: &AppState, run: &WorkflowRun) -> Outcome {
+pub(super) async fn network_boot(app: &AppState, run: &WorkflowRun) -> Outcome {
     let id = run.node_id.clone();
     let node = match app.store.read(move |tx| store::nodes::get(tx, &id)).await {
         Ok(Some(node)) => node,
@@ -244,7 +265,7 @@ async fn network_boot(app: &AppState, run: &WorkflowRun) -> Outcome {
 }
 
 /// The pool's network policy, when it isolates its tenants on the switch.
-async fn isolation(
+pub(super) async fn isolation(
     app: &AppState,
     run: &WorkflowRun,
 ) -> Result<Option<metal_types::model::pool::NetworkPolicy>, Outcome> {
@@ -263,7 +284,7 @@ async fn isolation(
 /// The ports to the lease's tenant VLAN (allocated from the pool's range, shared by the
 /// lease's nodes, never another lease's), after the image is written and before the
 /// deployed OS boots: the ramdisk of an isolating pool powers off after its deploy.
-async fn network_tenant(app: &AppState, run: &WorkflowRun) -> Outcome {
+pub(super) async fn network_tenant(app: &AppState, run: &WorkflowRun) -> Outcome {
     let policy = match isolation(app, run).await {
         Ok(Some(policy)) => policy,
         Ok(None) => return super::network::not_isolated(),
@@ -283,7 +304,7 @@ async fn network_tenant(app: &AppState, run: &WorkflowRun) -> Outcome {
 
 /// In an isolating pool, the deployed OS boots now, on the tenant VLAN: the boot override to
 /// the disk, then power on, read back.
-async fn boot_disk(app: &AppState, run: &WorkflowRun) -> Outcome {
+pub(super) async fn boot_disk(app: &AppState, run: &WorkflowRun) -> Outcome {
     match isolation(app, run).await {
         Ok(Some(_)) => {}
         Ok(None) => return super::network::not_isolated(),
@@ -303,7 +324,7 @@ async fn boot_disk(app: &AppState, run: &WorkflowRun) -> Outcome {
 }
 
 /// Waits for the deploy: deployed is done, failed fails the lease.
-async fn await_deploy(app: &AppState, run: &WorkflowRun) -> Outcome {
+pub(super) async fn await_deploy(app: &AppState, run: &WorkflowRun) -> Outcome {
     let id = run.node_id.clone();
     match app.store.read(move |tx| store::nodes::get(tx, &id)).await {
         Ok(Some(node)) => match node.state {

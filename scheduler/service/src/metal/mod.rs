@@ -1,5 +1,5 @@
 //! The metal side of a tenant-root lease: the workflow engine and its definitions (the
-//! lease start, the teardown and its agentless variant), and the handling of the work the
+//! lease start, a reinstall, the teardown and its agentless variant), and the handling of the work the
 //! capacity side queues. It talks to the capacity side only through work rows
 //! (`store::work`); it never reads or writes reservations or allocations.
 
@@ -13,6 +13,7 @@ pub mod installer;
 pub mod lease;
 pub mod network;
 pub mod provision;
+pub mod reinstall;
 pub mod teardown;
 pub mod work;
 pub mod workflow;
@@ -20,9 +21,10 @@ pub mod workflow;
 use workflow::{Definition, Hooks};
 
 /// Every workflow definition with its hooks.
-pub fn definitions() -> [(&'static Definition, &'static dyn Hooks); 3] {
+pub fn definitions() -> [(&'static Definition, &'static dyn Hooks); 4] {
     [
         (&lease::START, &lease::LeaseStart),
+        (&reinstall::REINSTALL, &reinstall::Reinstall),
         (&teardown::RELEASE, &teardown::Teardown),
         (&teardown::RELEASE_OOB, &teardown::Teardown),
     ]

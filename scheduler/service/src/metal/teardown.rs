@@ -160,7 +160,7 @@ impl Hooks for Teardown {
             }
             let steps = Steps { app, run, node: &node, pool: pool.as_ref() };
             match step {
-                "power-off" => steps.power_off().await,
+                "power-off" => power_off(app, &run.node_id).await,
                 "network-cleaning" => steps.network(super::network::CLEANING).await,
                 "network-provisioning" => steps.network(super::network::PROVISIONING).await,
                 "fence" => steps.fence().await,
@@ -197,6 +197,15 @@ fn bmc_retry(what: &str, e: impl std::fmt::Display) -> Outcome {
     Outcome::Retry(format!("{what}: {e}"), Value::Null)
 }
 
+/// The node off, read back (the teardown's first step, and a reinstall's).
+pub(super) async fn power_off(app: &AppState, node: &str) -> Outcome {
+    match crate::metal::bmcs::power(app, node, metal_bmc::PowerAction::Off).await {
+        Ok(result) if result.after == "off" => Outcome::done(json!({"power": result})),
+        Ok(result) => Outcome::Retry("the BMC still reads power on".into(), json!({"power": result})),
+        Err(e) => bmc_retry("powering off", e),
+    }
+}
+
 impl Steps<'_> {
     async fn bmc(&self) -> Result<Box<dyn metal_bmc::Bmc>, Outcome> {
         crate::metal::bmcs::client(self.app, &self.node.id).await.map_err(|e| bmc_retry("connecting to the BMC", e))
@@ -221,15 +230,6 @@ impl Steps<'_> {
                 Outcome::Done(detail, Some(effects))
             }
             other => other,
-        }
-    }
-
-    /// Off, read back.
-    async fn power_off(&self) -> Outcome {
-        match crate::metal::bmcs::power(self.app, &self.node.id, metal_bmc::PowerAction::Off).await {
-            Ok(result) if result.after == "off" => Outcome::done(json!({"power": result})),
-            Ok(result) => Outcome::Retry("the BMC still reads power on".into(), json!({"power": result})),
-            Err(e) => bmc_retry("powering off", e),
         }
     }
 

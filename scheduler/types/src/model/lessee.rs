@@ -59,6 +59,33 @@ pub enum NodeView {
     Lessee(Box<LeasedNode>),
 }
 
+/// `POST /v1/nodes/{id}/reinstall`: the profile version to deploy on the leased node (the
+/// tenant's own profile, or a public one; the same version again is a reinstall too).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReinstallRequest {
+    /// The profile.
+    pub profile_id: String,
+    /// Its exact version.
+    pub profile_version: u32,
+}
+
+/// A reinstall that started: the node is deploying, under the same lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReinstallStarted {
+    /// The node.
+    pub node_id: String,
+    /// The lease.
+    pub reservation_id: String,
+    /// The profile deploying.
+    pub profile_id: String,
+    /// Its version.
+    pub profile_version: u32,
+    /// The workflow run that drives it (`GET /v1/nodes/{id}` shows its state).
+    pub workflow: String,
+}
+
 /// What a lessee asks of its machine, for the rules and the audit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LesseeAction {
@@ -68,6 +95,8 @@ pub enum LesseeAction {
     Power,
     /// Open the serial console.
     Console,
+    /// Redeploy it with a profile version.
+    Reinstall,
 }
 
 impl LesseeAction {
@@ -77,6 +106,7 @@ impl LesseeAction {
             LesseeAction::Read => "read",
             LesseeAction::Power => "power",
             LesseeAction::Console => "console",
+            LesseeAction::Reinstall => "reinstall",
         }
     }
 }
@@ -118,7 +148,9 @@ pub fn check(
     if node.state == NodeState::Releasing {
         return Err(ApiError::Conflict(format!("node {} is under teardown", node.id)));
     }
-    if action != LesseeAction::Read && node.state != NodeState::Deployed {
+    // A reinstall that failed leaves the node failed, for the lessee to try again.
+    let retry = action == LesseeAction::Reinstall && node.state == NodeState::Failed;
+    if action != LesseeAction::Read && node.state != NodeState::Deployed && !retry {
         return Err(ApiError::Conflict(format!(
             "node {} is {}: {} is yours once your OS is deployed",
             node.id,
@@ -203,6 +235,25 @@ mod tests {
         assert_eq!(
             answer("acme", &node("deploying"), Some(&live), NOW, LesseeAction::Console),
             "409 node n1 is deploying: console is yours once your OS is deployed"
+        );
+    }
+
+    #[test]
+    fn a_reinstall_that_failed_may_be_tried_again_and_nothing_else_acts_on_a_failed_node() {
+        let live = lease("acme", "active", Some("node"));
+        assert_eq!(answer("acme", &node("deployed"), Some(&live), NOW, LesseeAction::Reinstall), "ok");
+        assert_eq!(answer("acme", &node("failed"), Some(&live), NOW, LesseeAction::Reinstall), "ok");
+        assert_eq!(
+            answer("acme", &node("failed"), Some(&live), NOW, LesseeAction::Power),
+            "409 node n1 is failed: power is yours once your OS is deployed"
+        );
+        assert_eq!(
+            answer("acme", &node("deploying"), Some(&live), NOW, LesseeAction::Reinstall),
+            "409 node n1 is deploying: reinstall is yours once your OS is deployed"
+        );
+        assert_eq!(
+            answer("other", &node("failed"), Some(&live), NOW, LesseeAction::Reinstall),
+            "404 node n1 not found"
         );
     }
 }

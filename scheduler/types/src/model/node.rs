@@ -76,9 +76,10 @@ impl NodeState {
             Ready => &[Allocated, Commissioning, Retired],
             Allocated => &[Deploying, Ready],
             Deploying => &[Deployed, Failed],
-            Deployed => &[Releasing, Retired],
+            // A lessee's reinstall redeploys a deployed node, or one whose reinstall failed.
+            Deployed => &[Releasing, Retired, Deploying],
             Releasing => &[Ready, Failed],
-            Failed => &[Commissioning, New, Retired, Releasing],
+            Failed => &[Commissioning, New, Retired, Releasing, Deploying],
             Retired => &[New],
         }
     }

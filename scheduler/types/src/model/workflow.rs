@@ -13,7 +13,7 @@ pub enum RunStatus {
     Running,
     /// Every step done and verified.
     Succeeded,
-    /// A step failed for good; the node was quarantined.
+    /// A step failed for good; the node was quarantined (a reinstall's: failed, not quarantined).
     Failed,
 }
 
