@@ -10,6 +10,7 @@ pub mod identity;
 pub mod images;
 pub mod leases;
 pub mod loopdev;
+pub mod metalctl;
 pub mod ovs;
 pub mod scheduler;
 pub mod served;

@@ -213,12 +213,18 @@ pub fn run_profile(client: &Client, out: Output, command: ProfileCommand) -> Res
     Ok(())
 }
 
-/// `metalctl provision PROFILE:VERSION --count N`.
-pub fn run_provision(client: &Client, out: Output, profile: &str, count: u32) -> Result<(), ClientError> {
+/// A `PROFILE:VERSION` argument: the profile and its version.
+pub fn profile_version(profile: &str) -> Result<(&str, u32), ClientError> {
     let (id, version) =
         profile.split_once(':').ok_or_else(|| ClientError::Config("the profile is PROFILE:VERSION".into()))?;
-    let version: i64 =
+    let version =
         version.parse().map_err(|_| ClientError::Config(format!("profile version {version:?} is not a number")))?;
+    Ok((id, version))
+}
+
+/// `metalctl provision PROFILE:VERSION --count N`.
+pub fn run_provision(client: &Client, out: Output, profile: &str, count: u32) -> Result<(), ClientError> {
+    let (id, version) = profile_version(profile)?;
     let body = json!({"profileId": id, "profileVersion": version, "count": count});
     let outcome = client.request("POST", "/v1/provision", Some(RequestBody::Json(body)))?;
     match out {

@@ -1,12 +1,12 @@
 //! `metalctl lease`: a lessee's hands on the machines of its live dedicated-root leases
 //! (with a tenant member's token; an admin's sees every lease): list them, show one with
-//! its events, and power it. Nothing here reaches the BMC: the scheduler acts through its
-//! own BMC session and records who asked.
+//! its events, power it and reinstall it. Nothing here reaches the BMC: the scheduler acts
+//! through its own BMC session and records who asked.
 
 use clap::Subcommand;
-use metalctl::client::{Client, ClientError};
+use metalctl::client::{Client, ClientError, RequestBody};
 use metalctl::output::{Output, print};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 #[derive(Subcommand, Debug)]
 pub enum LeaseCommand {
@@ -21,6 +21,16 @@ pub enum LeaseCommand {
         #[arg(value_parser = ["on", "off", "reset", "cycle", "status"])]
         action: String,
     },
+    /// Redeploy your leased machine with a version of one of your profiles (or a public
+    /// one; the same version reinstalls it as it was): same machine and lease, a new
+    /// identity. Answers once it started; `lease show` follows it. A failed reinstall
+    /// leaves the machine `failed` under your lease: reinstall again.
+    Reinstall {
+        node: String,
+        /// PROFILE:VERSION, e.g. web-os:3.
+        #[arg(long)]
+        profile: String,
+    },
 }
 
 const LEASE_COLUMNS: [(&str, &str); 7] = [
@@ -31,6 +41,14 @@ const LEASE_COLUMNS: [(&str, &str); 7] = [
     ("ENDS", "leaseEnd"),
     ("PROFILE", "profileId"),
     ("VERSION", "profileVersion"),
+];
+
+const REINSTALL_COLUMNS: [(&str, &str); 5] = [
+    ("NODE", "nodeId"),
+    ("LEASE", "reservationId"),
+    ("PROFILE", "profileId"),
+    ("VERSION", "profileVersion"),
+    ("WORKFLOW", "workflow"),
 ];
 
 const EVENT_COLUMNS: [(&str, &str); 3] = [("SEQ", "seq"), ("AT", "at"), ("KIND", "kind")];
@@ -48,6 +66,13 @@ pub fn run(client: &Client, out: Output, command: LeaseCommand) -> Result<(), Cl
             }
         }
         LeaseCommand::Power { node, action } => crate::bmc::power(client, out, &node, &action)?,
+        LeaseCommand::Reinstall { node, profile } => {
+            let (id, version) = crate::image::profile_version(&profile)?;
+            let body = json!({"profileId": id, "profileVersion": version});
+            let started =
+                client.request("POST", &format!("/v1/nodes/{node}/reinstall"), Some(RequestBody::Json(body)))?;
+            print(out, &started, &REINSTALL_COLUMNS);
+        }
     }
     Ok(())
 }

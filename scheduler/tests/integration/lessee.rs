@@ -333,8 +333,11 @@ fn a_lessee_reinstalls_another_version_under_a_new_identity_and_tries_again_afte
     assert_eq!(after["state"], "active", "{after}");
     let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/power", Some(json!({"action": "on"})));
     assert_eq!(status, 409, "only a reinstall acts on a failed node: {body}");
-    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/reinstall", Some(v1.clone()));
-    assert_eq!(status, 202, "{body}");
+    // The retry with metalctl, as a lessee runs it.
+    let dir = tempfile::tempdir().unwrap();
+    let home = metal_tests::metalctl::home(dir.path(), &s.url, &acme);
+    let started = metal_tests::metalctl::run(&home, &["lease", "reinstall", "n1", "--profile", "acme-os:1"]);
+    assert!(started.lines().nth(1).is_some_and(|l| l.starts_with("n1") && l.contains(&reservation)), "{started}");
     s.passes();
     metal_tests::leases::installer_done(&s.url);
     metal_tests::leases::later(&s);

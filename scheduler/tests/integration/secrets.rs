@@ -18,6 +18,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use metal_tests::emulators::IpmiSim;
 use metal_tests::leases::{reserve, site};
+use metal_tests::metalctl;
 use metal_tests::scheduler::{Admin, Reporter};
 use metal_tests::served::ServedAdmin;
 use serde_json::{Value, json};
@@ -125,13 +126,6 @@ fn database_text(data: &Path, database: Option<&str>) -> String {
     }
 }
 
-fn metalctl(home: &Path, args: &[&str]) -> String {
-    let out = Command::new(metal_tests::bins::metalctl()).args(args).env("HOME", home).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "metalctl {args:?}: {text}");
-    text
-}
-
 /// The BMC password stored for n1 now (the store holds it sealed under `key`).
 fn stored_bmc_password(url: &str, key: &str) -> (String, String) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -162,20 +156,12 @@ fn lessee_hands(s: &Recorded, home: &Path, gateway: u16, reservation: &str, answ
     );
     assert_eq!(status, 201, "{member}");
     let token = member["token"].as_str().unwrap().to_owned();
-    let lessee_home = home.join("lessee");
-    std::fs::create_dir_all(lessee_home.join(".config/metal")).unwrap();
-    let token_file = lessee_home.join("token");
-    std::fs::write(&token_file, &token).unwrap();
-    std::fs::write(
-        lessee_home.join(".config/metal/metalctl.toml"),
-        format!("url = \"{}\"\ntoken-file = \"{}\"\n", s.admin.url, token_file.display()),
-    )
-    .unwrap();
-    answers.push(metalctl(&lessee_home, &["lease", "list"]));
-    answers.push(metalctl(&lessee_home, &["lease", "power", "n1", "status"]));
+    let lessee_home = metal_tests::metalctl::home(&home.join("lessee"), &s.admin.url, &token);
+    answers.push(metalctl::run(&lessee_home, &["lease", "list"]));
+    answers.push(metalctl::run(&lessee_home, &["lease", "power", "n1", "status"]));
     let (key, _) = metal_tests::console::ssh_key(&lessee_home, "lessee");
     let public = key.with_extension("pub");
-    answers.push(metalctl(&lessee_home, &["tenant", "ssh-keys", "acme", "--set", public.to_str().unwrap()]));
+    answers.push(metalctl::run(&lessee_home, &["tenant", "ssh-keys", "acme", "--set", public.to_str().unwrap()]));
     let ssh = metal_tests::console::Ssh::start_on(gateway, reservation, &key);
     s.until("the lessee's console session", "/v1/nodes/n1/console/sessions", |sessions| {
         sessions[0]["credentialId"].as_str().is_some_and(|c| c.starts_with("ssh-key SHA256:"))
@@ -233,7 +219,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     let password_file = home.path().join("bmc.pass");
     std::fs::write(&password_file, &first_password).unwrap();
     let address = format!("127.0.0.1:{}", sim.port);
-    let mut answers = vec![metalctl(
+    let mut answers = vec![metalctl::run(
         home.path(),
         &["bmc", "set", "n1", "--protocol", "ipmi", "--address", &address, "--username", "admin", "--password-file"]
             .into_iter()
@@ -243,8 +229,9 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     let rotated_password = format!("Rot{}", random_hex(13));
     let rotated_file = home.path().join("bmc-rotated.pass");
     std::fs::write(&rotated_file, &rotated_password).unwrap();
-    answers.push(metalctl(home.path(), &["bmc", "rotate", "n1", "--password-file", rotated_file.to_str().unwrap()]));
-    answers.push(metalctl(home.path(), &["bmc", "power", "n1", "status"]));
+    answers
+        .push(metalctl::run(home.path(), &["bmc", "rotate", "n1", "--password-file", rotated_file.to_str().unwrap()]));
+    answers.push(metalctl::run(home.path(), &["bmc", "power", "n1", "status"]));
     let (sealed, stored) = stored_bmc_password(&store_url, &master_key);
     assert!(metal_types::secrets::is_sealed(&sealed), "stored unsealed: {sealed}");
     assert_eq!(stored, rotated_password, "the rotation is stored");
