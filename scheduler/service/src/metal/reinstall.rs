@@ -6,9 +6,10 @@
 //! The `metal-tenant-root-reinstall@1` workflow: power off (the lessee's OS stops before its
 //! ports move), the ports to the pool's cleaning VLAN (the deploy ramdisk talks to the boot
 //! service, and a machine the tenant held may carry anything in its firmware: it gets the
-//! teardown's network, never provisioning), network boot into the deploy, wait for it, the
-//! ports back to the lease's tenant VLAN, boot the disk. The lease start's steps do the last
-//! four. In a pool that does not isolate on the switch the network steps do nothing.
+//! teardown's network, never provisioning), then the lease start's deploy steps: network
+//! boot into the deploy, wait for it, the ports back to the lease's tenant VLAN and the disk
+//! booted (where the pool isolates; elsewhere the ramdisk reboots into the new OS itself).
+//! In a pool that does not isolate on the switch the network steps do nothing.
 //!
 //! A failed reinstall leaves the lease active and the node `failed` without maintenance: it is
 //! the tenant's OS that failed, not the platform's evidence, so the lessee may reinstall
@@ -88,6 +89,8 @@ pub fn begin(
     };
     let tenancy = store::nodes::Tenancy { lease: node.lease_id.clone(), release_wipe: node.release_wipe.clone() };
     let renewed = store::nodes::set_tenancy(tx, &node, &tenancy, now)?;
+    // The old OS's host goes with its identity (the new OS joins afresh).
+    store::hosts::forget(tx, &node.id)?;
     let run = format!("run-{}", uuid::Uuid::new_v4().simple());
     let reason =
         format!("reinstall under lease {} by {by}: deploying {}:{}", request.reservation, profile.id, version.version);
