@@ -7,11 +7,13 @@
 //! joins as a `node-tenant` host whose inventory stays advisory, and which the teardown's
 //! clean-up removes); the release runs the whole teardown through the BMC (power off,
 //! fence_ipmilan, the password rotated, the firmware baseline out of band), the ramdisk
-//! checks the firmware in band and erases the disk, and the node is `ready` two identity
-//! generations after commissioning, with its evidence record and the meter rows. While
+//! checks the firmware in band and erases the disk, and the node is `ready` one identity
+//! generation after its lease's last, with its evidence record and the meter rows. While
 //! leased, the lessee's token power-cycles the machine and its OS boots again; on the IPMI
-//! machine the lessee reads that boot on the serial console over the WebSocket and reaches
-//! the login prompt over the console SSH gateway with its profile's key.
+//! machine the lessee reads that boot on the serial console over the WebSocket, reaches
+//! the login prompt over the console SSH gateway with its profile's key, and reinstalls the
+//! machine with version 2 of its profile: deployed again under the next identity
+//! generation, the new OS joins as that generation's host.
 
 use std::time::{Duration, Instant};
 
@@ -46,9 +48,10 @@ fn drive(s: &TestScheduler, what: &str, timeout: Duration, done: impl Fn(&TestSc
     }
 }
 
-/// The lessee's OS boots from its disk and joins: a `node-tenant` host of the lease's
-/// identity generation, whose inventory reports are kept as advisory.
-fn tenant_os_joins(s: &TestScheduler, console: &dyn Fn() -> String) {
+/// The lessee's OS boots from its disk and joins: a `node-tenant` host of identity
+/// generation `generation` (the lease's, or its reinstall's), whose inventory reports are
+/// kept as advisory.
+fn tenant_os_joins(s: &TestScheduler, generation: i64, console: &dyn Fn() -> String) {
     let deadline = Instant::now() + Duration::from_secs(600);
     let host = loop {
         let (status, host) = s.call("GET", "/v1/hosts/hil-tr", None);
@@ -60,10 +63,10 @@ fn tenant_os_joins(s: &TestScheduler, console: &dyn Fn() -> String) {
     };
     assert_eq!(
         (&host["state"], &host["role"], &host["identityGeneration"]),
-        (&json!("joined"), &json!("node-tenant"), &json!(2)),
+        (&json!("joined"), &json!("node-tenant"), &json!(generation)),
         "{host}"
     );
-    let signer = format!("spiffe://{}/node/hil-tr/gen/2/node-tenant", s.ca().certificate().site());
+    let signer = format!("spiffe://{}/node/hil-tr/gen/{generation}/node-tenant", s.ca().certificate().site());
     let deadline = Instant::now() + Duration::from_secs(180);
     while !s.events("node.inventory.changed").iter().any(|e| e["data"]["signer"] == signer) {
         assert!(Instant::now() < deadline, "the lessee's agent reported nothing:\n{}", console());
@@ -124,7 +127,8 @@ impl Machine {
 /// The lessee's hands on its running machine: its token power-cycles it through the BMC
 /// and the OS boots again; on the IPMI machine the boot shows on the serial console the
 /// lessee opened over the WebSocket, and its key lands on the login prompt over SSH.
-fn lessee_hands(s: &TestScheduler, machine: &Machine, reservation: &str, key: &std::path::Path) {
+/// Returns the lessee's token.
+fn lessee_hands(s: &TestScheduler, machine: &Machine, reservation: &str, key: &std::path::Path) -> String {
     let member = ok(s, "POST", "/v1/credentials", json!({"role": "tenant-member", "tenantId": "acme", "name": "ops"}));
     let token = member["token"].as_str().unwrap();
     let (status, view) = s.call_as(token, "GET", "/v1/nodes/hil-tr", None);
@@ -175,6 +179,7 @@ fn lessee_hands(s: &TestScheduler, machine: &Machine, reservation: &str, key: &s
     let (_, events) = s.call("GET", "/v1/events?subject=node/hil-tr", None);
     let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
     assert!(kinds.contains(&"lessee.power"), "{kinds:?}");
+    token.to_owned()
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -320,7 +325,7 @@ fn lease_end_to_end(kind: Kind) {
     ok(s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "disk"}));
     ok(s, "POST", "/v1/nodes/hil-tr/power", json!({"action": "on"}));
     if debian {
-        tenant_os_joins(s, &text);
+        tenant_os_joins(s, 2, &text);
     } else {
         let deadline = Instant::now() + Duration::from_secs(240);
         while !text().contains(DISK_MARKER) {
@@ -329,7 +334,38 @@ fn lease_end_to_end(kind: Kind) {
         }
     }
 
-    lessee_hands(s, &machine, &reservation, &lessee_key);
+    let token = lessee_hands(s, &machine, &reservation, &lessee_key);
+    // The lessee reinstalls its machine with version 2 of its profile: the deploy again,
+    // under the next identity generation, and the new OS joins as that generation's host.
+    let generation = if debian {
+        let mut v2 = ok(s, "GET", "/v1/profiles/acme-os", Value::Null)["versions"][0]["spec"].clone();
+        v2["adminUser"] = json!("ops2");
+        ok(s, "POST", "/v1/profiles/acme-os/versions", v2);
+        let body = json!({"profileId": "acme-os", "profileVersion": 2});
+        let (status, started) = s.call_as(&token, "POST", "/v1/nodes/hil-tr/reinstall", Some(body));
+        assert_eq!(status, 202, "{started}");
+        let node = drive(s, "the reinstall", Duration::from_secs(480), |s, n| {
+            n["state"] == "failed"
+                || (n["state"] == "deployed"
+                    && s.events("node.tenant-root.reinstalled")
+                        .iter()
+                        .any(|e| e["data"]["workflow"] == started["workflow"]))
+        });
+        assert_eq!(
+            (node["state"].as_str(), node["identityGeneration"].as_i64()),
+            (Some("deployed"), Some(3)),
+            "{node}\n{}",
+            text()
+        );
+        drive(s, "the reinstall's reboot", Duration::from_secs(180), |s, _| power(s) == "off");
+        ok(s, "POST", "/v1/nodes/hil-tr/boot", json!({"target": "disk"}));
+        let (status, on) = s.call_as(&token, "POST", "/v1/nodes/hil-tr/power", Some(json!({"action": "on"})));
+        assert_eq!(status, 200, "{on}");
+        tenant_os_joins(s, 3, &text);
+        3
+    } else {
+        2
+    };
 
     // Release: the whole teardown, driven from the control plane.
     std::thread::sleep(Duration::from_secs(5));
@@ -339,7 +375,11 @@ fn lease_end_to_end(kind: Kind) {
     });
     let (_, runs) = s.call("GET", "/v1/nodes/hil-tr/teardowns", None);
     assert_eq!(node["state"], "ready", "{node}\n{runs}\n{}\nchassis: {}", text(), machine.chassis());
-    assert_eq!((node["identityGeneration"].as_i64(), node["trust"].as_str()), (Some(3), Some("platform")), "{node}");
+    assert_eq!(
+        (node["identityGeneration"].as_i64(), node["trust"].as_str()),
+        (Some(generation + 1), Some("platform")),
+        "{node}"
+    );
     assert_eq!(node["tenantRoot"], false);
     let run = &runs[0];
     let done = metal_tests::leases::done_records(run);
@@ -350,7 +390,8 @@ fn lease_end_to_end(kind: Kind) {
     assert!(run["context"]["eraseBoots"].as_i64().unwrap() >= 2, "the firmware boot, then the erase: {run}");
     let (_, reports) = s.call("GET", "/v1/nodes/hil-tr/wipe-reports", None);
     let accepted = reports.as_array().unwrap().iter().find(|r| r["accepted"] == true).cloned().unwrap_or_default();
-    assert!(accepted["signer"].as_str().unwrap_or_default().ends_with("/node/hil-tr/gen/2/ramdisk"), "{reports}");
+    let signer = format!("/node/hil-tr/gen/{generation}/ramdisk");
+    assert!(accepted["signer"].as_str().unwrap_or_default().ends_with(&signer), "{reports}");
     assert_eq!(done[6]["detail"]["wipeReport"], accepted["id"], "{run}");
     if debian {
         // The teardown's clean-up took the host away with the lessee's identity; its log stays.
