@@ -122,6 +122,20 @@ pub fn installer_done(url: &str) -> String {
     token.to_owned()
 }
 
+/// The ramdisk of n1's identity generation `generation` says its deploy failed; the
+/// service's receipt.
+pub fn deploy_fails(s: &TestScheduler, generation: u64) -> Value {
+    let failed = metal_protocol::boot::TaskReport {
+        node_id: "n1".into(),
+        task: "deploy".into(),
+        ok: false,
+        detail: "the target disk is gone".into(),
+        finished_at: time::OffsetDateTime::now_utc(),
+    };
+    let payload = metal_protocol::boot::TaskReport::PAYLOAD_TYPE;
+    s.post_report_as(metal_protocol::Role::Ramdisk, "n1", generation, payload, &failed)
+}
+
 /// Advances the clock past a waiting step's poll and runs a pass.
 pub fn later(s: &TestScheduler) {
     s.clock.advance(std::time::Duration::from_secs(11));

@@ -224,15 +224,7 @@ fn a_lessee_sees_powers_and_opens_the_console_of_its_leased_machine_and_of_nothi
 /// The ramdisk of n1's current identity says its deploy failed.
 fn deploy_fails(s: &TestScheduler) {
     let generation = s.node("n1")["identityGeneration"].as_u64().unwrap();
-    let failed = metal_protocol::boot::TaskReport {
-        node_id: "n1".into(),
-        task: "deploy".into(),
-        ok: false,
-        detail: "the target disk is gone".into(),
-        finished_at: time::OffsetDateTime::now_utc(),
-    };
-    let payload = metal_protocol::boot::TaskReport::PAYLOAD_TYPE;
-    let receipt = s.post_report_as(metal_protocol::Role::Ramdisk, "n1", generation, payload, &failed);
+    let receipt = metal_tests::leases::deploy_fails(s, generation);
     assert_eq!(receipt["accepted"], true, "{receipt}");
 }
 

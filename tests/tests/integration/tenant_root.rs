@@ -570,20 +570,7 @@ fn a_failed_lessee_deploy_quarantines_and_recover_runs_the_tenant_root_teardown(
     let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": 1}));
     s.passes();
     // The deploy fails (the ramdisk says so): the lease fails, the node is quarantined.
-    let failed = metal_protocol::boot::TaskReport {
-        node_id: "n1".into(),
-        task: "deploy".into(),
-        ok: false,
-        detail: "the target disk is gone".into(),
-        finished_at: time::OffsetDateTime::now_utc(),
-    };
-    let receipt = s.post_report_as(
-        metal_protocol::Role::Ramdisk,
-        "n1",
-        2,
-        metal_protocol::boot::TaskReport::PAYLOAD_TYPE,
-        &failed,
-    );
+    let receipt = metal_tests::leases::deploy_fails(&s, 2);
     assert_eq!(receipt["accepted"], true, "{receipt}");
     later(&s);
     let node = s.node("n1");

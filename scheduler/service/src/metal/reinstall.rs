@@ -155,19 +155,7 @@ impl Hooks for Reinstall {
     }
 
     fn succeeded(&self, tx: &mut dyn Conn, run: &WorkflowRun, now: OffsetDateTime) -> ApiResult<()> {
-        let data = json!({"node": run.node_id, "reservation": run.context["reservation"],
-                          "profile": run.context["profileId"], "version": run.context["profileVersion"],
-                          "workflow": run.id});
-        let tenant = context_str(run, "tenant");
-        store::events::append(
-            tx,
-            "node.tenant-root.reinstalled",
-            &format!("node/{}", run.node_id),
-            Some(tenant),
-            &data,
-            now,
-        )?;
-        Ok(())
+        record(tx, run, "node.tenant-root.reinstalled", None, now)
     }
 
     /// The node fails (if it is still deploying), without maintenance; the lease runs on.
@@ -183,18 +171,25 @@ impl Hooks for Reinstall {
             };
             store::nodes::transition(tx, &node.id, &request, &Deadlines::default(), now)?;
         }
-        let data = json!({"node": run.node_id, "reservation": run.context["reservation"],
-                          "profile": run.context["profileId"], "version": run.context["profileVersion"],
-                          "workflow": run.id, "reason": reason});
-        let tenant = context_str(run, "tenant");
-        store::events::append(
-            tx,
-            "node.tenant-root.reinstall-failed",
-            &format!("node/{}", run.node_id),
-            Some(tenant),
-            &data,
-            now,
-        )?;
-        Ok(())
+        record(tx, run, "node.tenant-root.reinstall-failed", Some(reason), now)
     }
+}
+
+/// How the run ended, as an event the lease's tenant sees.
+fn record(
+    tx: &mut dyn Conn,
+    run: &WorkflowRun,
+    kind: &str,
+    reason: Option<&str>,
+    now: OffsetDateTime,
+) -> ApiResult<()> {
+    let mut data = json!({"node": run.node_id, "reservation": run.context["reservation"],
+                          "profile": run.context["profileId"], "version": run.context["profileVersion"],
+                          "workflow": run.id});
+    if let Some(reason) = reason {
+        data["reason"] = json!(reason);
+    }
+    let tenant = context_str(run, "tenant");
+    store::events::append(tx, kind, &format!("node/{}", run.node_id), Some(tenant), &data, now)?;
+    Ok(())
 }
