@@ -199,9 +199,12 @@ test("a power action asks for a confirmation that names the node, and reaches th
   expect(problems).toEqual([]);
 });
 
-test("a lessee sees the machine of its lease, powers it behind a confirmation, and gets its console's SSH line", async ({ page }) => {
+test("a lessee sees the machine of its lease, powers and reinstalls it behind a confirmation, and gets its console's SSH line", async ({ page }) => {
   const problems = watch(page);
-  const [leased]: { id: string; reservationId: string }[] = await api("/v1/leases", tenantToken);
+  const [leased]: { id: string; reservationId: string; profileId: string; profileVersion: number }[] = await api(
+    "/v1/leases",
+    tenantToken,
+  );
   expect(leased?.id).toBe(activeNode);
   await signIn(page, tenantToken);
   await page.getByRole("link", { name: "Machines" }).click();
@@ -225,6 +228,17 @@ test("a lessee sees the machine of its lease, powers it behind a confirmation, a
   await expect.poll(() => simPower(activeNode)).toBe("on");
   await expect(page.getByTestId("events")).toContainText("lessee.power");
   await accessible(page, "a lessee's machine");
+
+  // A reinstall of the version deployed, behind its confirmation: the machine deploys again
+  // under its lease, and is deployed once more.
+  const version = `${leased!.profileId}:${leased!.profileVersion}`;
+  await expect(page.getByTestId("reinstall-version")).toHaveValue(version);
+  await page.getByRole("button", { name: "Reinstall" }).click();
+  await page.getByRole("dialog", { name: `Reinstall ${activeNode} with ${version}?` }).getByRole("button", { name: "Reinstall" }).click();
+  await expect(page.getByRole("status").filter({ hasText: `Reinstall: done on ${activeNode}` })).toBeVisible();
+  await expect(page.getByTestId("events")).toContainText("lessee.reinstall");
+  await expect(page.getByTestId("events")).toContainText("node.tenant-root.reinstalled", { timeout: 120_000 });
+  await expect(page.getByTestId("summary").locator('[data-field="state"]')).toContainText("deployed");
   await page.getByRole("button", { name: "Sign out" }).click();
 
   // Another tenant's member: no such machine.

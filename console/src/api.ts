@@ -10,6 +10,7 @@ export type Reservation = Schemas["Reservation"];
 export type MetalEvent = Schemas["Event"];
 export type Session = Schemas["Session"];
 export type LeasedNode = Schemas["LeasedNode"];
+export type Profile = Schemas["Profile"];
 
 /** The whole node record of `GET /v1/nodes/{id}` (an admin's view; a lessee gets its own). */
 export function adminView(view: Node | LeasedNode): Node {

@@ -1,12 +1,13 @@
 // The lessee's machines: the nodes of its live dedicated-root leases (GET /v1/leases) and
-// one machine as its lessee sees it, with power behind a confirmation, the serial console in
-// a terminal, the SSH line of the console gateway, and its own events. Nothing here reaches
+// one machine as its lessee sees it, with power and a reinstall behind a confirmation, the
+// serial console in a terminal, the SSH line of the console gateway, and its own events. Nothing here reaches
 // the BMC: the scheduler acts through its own session and records who asked.
-import { type LeasedNode, type Node, type Session, api, must } from "../api";
+import { useState } from "preact/hooks";
+import { type LeasedNode, type Node, type Profile, type Session, api, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, EventList, Head, Section, Show, when } from "../ui";
-import { Actions, powerActions } from "./node";
+import { type Action, Actions, powerActions } from "./node";
 import { ConsoleOpener, ConsoleSessions } from "./terminal";
 
 /** A lessee's view of a node (the API answers an admin the whole record instead). */
@@ -58,6 +59,51 @@ export function Machines() {
   );
 }
 
+/** Every version of the profiles the tenant may deploy (its own and public ones), newest
+ * first within a profile, as `PROFILE:VERSION`. */
+function versionsOf(profiles: Profile[]): string[] {
+  return profiles.flatMap((p) => [...p.versions].reverse().map((v) => `${p.id}:${v.version}`));
+}
+
+/** The reinstall of machine `id` with `choice` (`PROFILE:VERSION`). */
+function reinstallAction(id: string, choice: string): Action {
+  const [profileId = "", version = "0"] = choice.split(/:(?=[^:]*$)/);
+  return {
+    key: "reinstall",
+    label: "Reinstall",
+    title: `Reinstall ${id} with ${choice}?`,
+    detail: "Everything on its disks is replaced by a fresh deploy of that version; the machine keeps its lease, under a new identity.",
+    danger: true,
+    run: () => must(api.POST("/v1/nodes/{id}/reinstall", { params: { path: { id } }, body: { profileId, profileVersion: Number(version) } })),
+  };
+}
+
+/** Power and, once a profile version is chosen, a reinstall. */
+function MachineActions({ machine, done }: { machine: LeasedNode; done: () => void }) {
+  const profiles = useLoad(() => must(api.GET("/v1/profiles")), []);
+  const current = machine.profileId ? `${machine.profileId}:${machine.profileVersion ?? ""}` : "";
+  const [choice, setChoice] = useState(current);
+  const choices = profiles.data ? versionsOf(profiles.data) : current ? [current] : [];
+  const actions = [...powerActions(machine.id), ...(choice ? [reinstallAction(machine.id, choice)] : [])];
+  return (
+    <Actions id={machine.id} actions={actions} done={done}>
+      <p>
+        <label>
+          Reinstall with{" "}
+          <select data-testid="reinstall-version" value={choice} onChange={(e) => setChoice(e.currentTarget.value)}>
+            {choices.map((c) => (
+              <option key={c} value={c}>
+                {c}
+                {c === current ? " (deployed)" : ""}
+              </option>
+            ))}
+          </select>
+        </label>
+      </p>
+    </Actions>
+  );
+}
+
 /** How to reach the machine's serial console over SSH, when the site runs the gateway. */
 function SshLine({ machine, session }: { machine: LeasedNode; session: Session }) {
   if (!session.consoleSshPort) return <p class="muted">This site runs no console SSH gateway.</p>;
@@ -102,7 +148,7 @@ export function MachinePage({ id, session }: { id: string; session: Session }) {
               <dt>Devices</dt>
               <dd>{machine.devices.map((d) => `${d.id}${d.healthy ? "" : " (unhealthy)"}`).join(", ") || "—"}</dd>
             </dl>
-            <Actions id={id} actions={powerActions(id)} done={loaded.reload} />
+            <MachineActions machine={machine} done={loaded.reload} />
             <Section title="Serial console">
               <ConsoleOpener id={id} />
               <SshLine machine={machine} session={session} />

@@ -1,6 +1,6 @@
 // One node: what it is, what it did, and the admin actions on it, each behind a
 // confirmation that names the node.
-import { Fragment } from "preact";
+import { type ComponentChildren, Fragment } from "preact";
 import { useRef, useState } from "preact/hooks";
 import { ApiFailure, type MetalEvent, type Node, type Schemas, adminView, api, must } from "../api";
 import { useLoad } from "../hooks";
@@ -88,7 +88,9 @@ function actionsFor(node: Node): Action[] {
 }
 
 /** Buttons for `actions` on node `id`, each behind a confirmation that names the node. */
-export function Actions({ id, actions, done }: { id: string; actions: Action[]; done: () => void }) {
+/** The action buttons of node `id`, each behind its confirmation; `children` (a choice an
+ * action reads, such as the reinstall's profile version) go above the buttons. */
+export function Actions({ id, actions, done, children }: { id: string; actions: Action[]; done: () => void; children?: ComponentChildren }) {
   const [pending, setPending] = useState<Action | null>(null);
   const [outcome, setOutcome] = useState<{ ok: boolean; text: string } | null>(null);
   const buttons = useRef<HTMLDivElement>(null);
@@ -99,6 +101,7 @@ export function Actions({ id, actions, done }: { id: string; actions: Action[]; 
   };
   return (
     <Section title="Actions">
+      {children}
       <div class="buttons" ref={buttons}>
         {actions.map((a) => (
           <button
