@@ -4,6 +4,8 @@
 
 /// ELF machine number of x86_64.
 pub const EM_X86_64: u16 = 62;
+/// ELF machine number of AArch64 (arm64).
+pub const EM_AARCH64: u16 = 183;
 const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
 const DT_NEEDED: u64 = 1;
