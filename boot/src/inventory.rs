@@ -17,19 +17,25 @@ fn read_trimmed(path: &Path) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
 }
 
-/// CPU model, sockets, cores and threads from `/proc/cpuinfo` (x86 field names).
-pub fn cpu(cpuinfo: &str) -> Cpu {
+/// CPU model, sockets, cores and threads from `/proc/cpuinfo`, on `architecture` (x86's
+/// field names, or arm64's: no model name, sockets or core ids, but the implementer and part
+/// numbers that name the core, and `Features` for the flags).
+pub fn cpu(cpuinfo: &str, architecture: &str) -> Cpu {
     let mut model = String::new();
     let mut flags = Vec::new();
     let (mut sockets, mut cores, mut threads) = (BTreeSet::new(), BTreeSet::new(), 0u32);
-    let mut physical = String::new();
+    let (mut physical, mut implementer, mut part) = (String::new(), String::new(), String::new());
     for line in cpuinfo.lines() {
         let Some((key, value)) = line.split_once(':') else { continue };
         let (key, value) = (key.trim(), value.trim());
         match key {
             "processor" => threads += 1,
             "model name" if model.is_empty() => model = value.to_owned(),
-            "flags" if flags.is_empty() => flags = value.split_whitespace().map(str::to_owned).collect(),
+            "flags" | "Features" if flags.is_empty() => {
+                flags = value.split_whitespace().map(str::to_owned).collect();
+            }
+            "CPU implementer" if implementer.is_empty() => implementer = value.to_owned(),
+            "CPU part" if part.is_empty() => part = value.to_owned(),
             "physical id" => {
                 physical = value.to_owned();
                 sockets.insert(physical.clone());
@@ -40,14 +46,33 @@ pub fn cpu(cpuinfo: &str) -> Cpu {
             _ => {}
         }
     }
+    if model.is_empty() && !implementer.is_empty() {
+        model = arm_core_name(&implementer, &part);
+    }
     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).max(u32::from(threads > 0));
     Cpu {
+        architecture: architecture.to_owned(),
         model,
         sockets: count(sockets.len()),
         cores: if cores.is_empty() { threads } else { count(cores.len()) },
         threads,
         flags,
     }
+}
+
+/// The name of an arm64 core from its MIDR implementer and part numbers (as
+/// `/proc/cpuinfo` prints them, `0x41` and `0xd4f`): Arm's Neoverse server cores (Grace is
+/// V2, Ampere Altra N1), else the two numbers.
+fn arm_core_name(implementer: &str, part: &str) -> String {
+    let number = |text: &str| u32::from_str_radix(text.trim_start_matches("0x"), 16).ok();
+    let known = match (number(implementer), number(part)) {
+        (Some(0x41), Some(0xd0c)) => Some("Arm Neoverse-N1"),
+        (Some(0x41), Some(0xd40)) => Some("Arm Neoverse-V1"),
+        (Some(0x41), Some(0xd49)) => Some("Arm Neoverse-N2"),
+        (Some(0x41), Some(0xd4f)) => Some("Arm Neoverse-V2"),
+        _ => None,
+    };
+    known.map_or_else(|| format!("arm64 implementer {implementer} part {part}"), str::to_owned)
 }
 
 /// `MemTotal` from `/proc/meminfo`, in bytes.
@@ -202,13 +227,32 @@ mod tests {
                 "processor\t: {thread}\nmodel name\t: Intel(R) Xeon(R) Gold 6338\nphysical id\t: {socket}\ncore id\t\t: {core}\nflags\t\t: fpu sse2 avx2\n\n"
             ));
         }
-        let found = cpu(&text);
+        let found = cpu(&text, "x86_64");
         assert_eq!((found.sockets, found.cores, found.threads), (2, 4, 8));
         assert_eq!(found.model, "Intel(R) Xeon(R) Gold 6338");
         assert_eq!(found.flags, ["fpu", "sse2", "avx2"]);
         // No topology lines (some VMs): every thread is a core on one socket.
-        let bare = cpu("processor\t: 0\nmodel name\t: QEMU Virtual CPU\nprocessor\t: 1\n");
+        let bare = cpu("processor\t: 0\nmodel name\t: QEMU Virtual CPU\nprocessor\t: 1\n", "x86_64");
         assert_eq!((bare.sockets, bare.cores, bare.threads), (1, 2, 2));
+    }
+
+    #[test]
+    fn arm64_cpuinfo_names_the_core_from_its_part_number() {
+        // arch/arm64/kernel/cpuinfo.c's format, as a Grace (Neoverse-V2) prints it.
+        let mut text = String::new();
+        for n in 0..4 {
+            text.push_str(&format!(
+                "processor\t: {n}\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd evtstrm aes sve sve2\n\
+                 CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\n\
+                 CPU revision\t: 0\n\n"
+            ));
+        }
+        let found = cpu(&text, "aarch64");
+        assert_eq!((found.architecture.as_str(), found.model.as_str()), ("aarch64", "Arm Neoverse-V2"));
+        assert_eq!((found.sockets, found.cores, found.threads), (1, 4, 4));
+        assert_eq!(found.flags, ["fp", "asimd", "evtstrm", "aes", "sve", "sve2"]);
+        let unknown = cpu("processor\t: 0\nCPU implementer\t: 0x4e\nCPU part\t: 0x004\n", "aarch64");
+        assert_eq!(unknown.model, "arm64 implementer 0x4e part 0x004");
     }
 
     #[test]

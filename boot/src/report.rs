@@ -19,7 +19,8 @@ pub fn collect(roots: &SystemPaths, node_id: &str, tests: Option<(f64, u64)>) ->
         results.push(checks::nics(&nics));
         results.push(checks::cpus(roots));
     }
-    let cpu: Cpu = inventory::cpu(&cpuinfo);
+    // The ramdisk runs natively: its own architecture is the machine's.
+    let cpu: Cpu = inventory::cpu(&cpuinfo, std::env::consts::ARCH);
     InventoryReport {
         node_id: node_id.to_owned(),
         collected_at: metal_clock::now_utc(),

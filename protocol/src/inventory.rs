@@ -50,7 +50,12 @@ impl InventoryReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Cpu {
-    /// Model name, e.g. "AMD EPYC 9654 96-Core Processor".
+    /// The instruction set the machine runs, as Rust names it: `x86_64` or `aarch64` (the
+    /// ramdisk's own, which runs natively). Reports from before the field are x86_64's.
+    #[serde(default = "x86_64")]
+    pub architecture: String,
+    /// Model name, e.g. "AMD EPYC 9654 96-Core Processor" (on arm64, the core's name from its
+    /// implementer and part numbers, e.g. "Arm Neoverse-V2").
     pub model: String,
     /// Populated sockets.
     pub sockets: u32,
@@ -60,6 +65,11 @@ pub struct Cpu {
     pub threads: u32,
     /// Flags that matter for placement and checks (virtualization, AES, AVX-512, SEV, TDX, ...).
     pub flags: Vec<String>,
+}
+
+/// The architecture of a report from before [`Cpu::architecture`].
+fn x86_64() -> String {
+    "x86_64".into()
 }
 
 /// Memory.

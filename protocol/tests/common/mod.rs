@@ -95,6 +95,7 @@ pub fn inventory_report() -> InventoryReport {
         node_id: "node-1".into(),
         collected_at: datetime!(2026-11-20 09:00:00 UTC),
         cpu: Cpu {
+            architecture: "x86_64".into(),
             model: "AMD EPYC 9654 96-Core Processor".into(),
             sockets: 2,
             cores: 192,

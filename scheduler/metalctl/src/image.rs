@@ -45,7 +45,9 @@ pub enum ImageCommand {
         /// debian-13, rocky-9, almalinux-9.
         #[arg(long)]
         catalog: Option<String>,
-        /// Catalog architecture: amd64 (default) or arm64.
+        /// The architecture the image is for: amd64 (default) or arm64 (Grace-class machines);
+        /// for --catalog, which of the catalog's images. A lease refuses an image whose
+        /// architecture is not its machine's.
         #[arg(long)]
         arch: Option<String>,
         /// Image name (default: the catalog name or the URL's file name).

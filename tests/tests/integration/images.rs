@@ -351,6 +351,10 @@ fn profiles_provision_the_smallest_fitting_nodes_and_the_boot_listener_serves_th
     commissioned(&s, "small", "z1", &inventory("small", 16, 64 * GIB, &[("S0", 20 * MIB as u64), ("S1", 100 * GIB)]));
     commissioned(&s, "tiny", "z1", &inventory("tiny", 4, 8 * GIB, &[("T0", 100 * GIB)]));
     commissioned(&s, "far", "z2", &inventory("far", 16, 64 * GIB, &[("F0", 100 * GIB)]));
+    // A Grace-class machine in z1 that would fit but for its architecture (the image is amd64).
+    let mut grace = inventory("grace", 72, 480 * GIB, &[("G0", 1000 * GIB)]);
+    grace.cpu.architecture = "aarch64".into();
+    commissioned(&s, "grace", "z1", &grace);
     let spec = json!({"image": "os", "sshAuthorizedKeys": [KEY], "adminUser": "ops", "zone": "z1", "minCores": 8,
                       "role": "dedicated", "cloudInit": {"packages": ["htop"]}});
     let mut create = spec.clone();
@@ -394,6 +398,7 @@ fn profiles_provision_the_smallest_fitting_nodes_and_the_boot_listener_serves_th
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("3 nodes needed, 2 qualify")
+            && message.contains("1 not x86_64, the image's architecture")
             && message.contains("1 in another zone")
             && message.contains("1 with too few cores"),
         "{message}"
@@ -633,4 +638,37 @@ fn raw_gzip_and_xz_images_are_stored_in_the_same_served_form() {
         digests.push(image["servedSha256"].clone());
     }
     assert!(digests.windows(2).all(|w| w[0] == w[1]), "one raw image, one served form: {digests:?}");
+}
+
+#[test]
+fn a_lease_of_an_arm64_image_on_an_x86_64_machine_is_refused_and_the_node_stays_ready() {
+    let raw = raw_image();
+    let file = zstd(&raw);
+    let mirror = mirror(HashMap::from([("arm.zst".to_owned(), file.clone())]), Misbehaviour::default());
+    let s = scheduler(&mirror, |_| {});
+    let sim = metal_tests::emulators::IpmiSim::start();
+    metal_tests::leases::site(&s, metal_tests::leases::ipmi(&sim), json!({"fencing": {"driver": "none"}}));
+    let body = json!({"url": mirror.server.url("arm.zst"), "checksum": sha256(&file), "name": "arm-os", "architecture": "arm64"});
+    let id = import(&s, body)["id"].as_str().unwrap().to_owned();
+    let image = wait(&s, &id);
+    assert_eq!(
+        (image["state"].as_str(), image["origin"]["architecture"].as_str()),
+        (Some("ready"), Some("arm64")),
+        "{image}"
+    );
+    let (status, body) = s.call("POST", &format!("/v1/images/{id}/promote"), None);
+    assert_eq!(status, 200, "{body}");
+    let profile =
+        json!({"id": "arm-os", "tenantId": "acme", "image": id, "sshAuthorizedKeys": [KEY], "adminUser": "ops"});
+    let (status, body) = s.call("POST", "/v1/profiles", Some(profile));
+    assert_eq!(status, 201, "{body}");
+    let reservation = metal_tests::leases::reserve(&s, json!({"profileId": "arm-os", "profileVersion": 1}));
+    s.passes();
+    let refused = s.events("node.tenant-root.refused");
+    let reason = refused[0]["data"]["reason"].as_str().unwrap();
+    assert_eq!(reason, format!("image {id} of profile arm-os is for aarch64 machines; node n1 is x86_64"));
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["identityGeneration"].as_i64()), (Some("ready"), Some(1)), "{node}");
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(r["state"], "failed", "{r}");
 }

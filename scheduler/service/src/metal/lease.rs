@@ -195,7 +195,7 @@ pub(super) fn deploy_for(
     if profile.tenant_id != tenant && !profile.public {
         return refuse(format!("profile {} is neither tenant {tenant}'s nor public", profile.id));
     }
-    let image = match &version.image_id {
+    let (image, architecture) = match &version.image_id {
         Some(id) => {
             let Some(found) = store::images::get(tx, id)? else {
                 return refuse(format!("image {id} of profile {} is gone", profile.id));
@@ -206,9 +206,9 @@ pub(super) fn deploy_for(
             let Some(plan) = store::images::plan(tx, id)? else {
                 return refuse(format!("image {id} of profile {} is not ready", profile.id));
             };
-            Some(plan)
+            (Some(plan), Some((id, found.origin.machine_architecture())))
         }
-        None => None,
+        None => (None, None),
     };
     let Some(controller_url) = controller_url else {
         return refuse("the boot service is off (set boot-listen): nothing can deploy the node".into());
@@ -216,8 +216,16 @@ pub(super) fn deploy_for(
     let Some(inventory) = store::boot::get_inventory(tx, &node.id)? else {
         return refuse(format!("node {} has no platform inventory", node.id));
     };
-    let inventory = serde_json::from_value(inventory.inventory)
+    let inventory: metal_protocol::InventoryReport = serde_json::from_value(inventory.inventory)
         .map_err(|e| ApiError::Internal(format!("stored inventory of {}: {e}", node.id)))?;
+    if let Some((id, arch)) = architecture
+        && inventory.cpu.architecture != arch
+    {
+        return refuse(format!(
+            "image {id} of profile {} is for {arch} machines; node {} is {}",
+            profile.id, node.id, inventory.cpu.architecture
+        ));
+    }
     let mut next = node.clone();
     next.identity_generation += 1;
     match crate::metal::provision::derive_plan(controller_url, image.as_ref(), &version, &next, &inventory) {

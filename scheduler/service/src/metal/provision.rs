@@ -60,6 +60,8 @@ struct Candidate {
 #[derive(Debug, Default)]
 struct Refusals {
     considered: usize,
+    /// Nodes of another architecture than the image's (named), first.
+    architecture: (usize, &'static str),
     zone: usize,
     cores: usize,
     memory: usize,
@@ -69,7 +71,10 @@ struct Refusals {
 impl Refusals {
     fn message(&self, wanted: u32, found: usize) -> String {
         let mut reasons = Vec::new();
+        let (other_arch, image_arch) = self.architecture;
+        let other_arch_text = format!("not {image_arch}, the image's architecture");
         for (count, what) in [
+            (other_arch, other_arch_text.as_str()),
             (self.zone, "in another zone"),
             (self.cores, "with too few cores"),
             (self.memory, "with too little memory"),
@@ -267,12 +272,13 @@ fn allocate(
     {
         return Err(ApiError::NotFound(what));
     }
-    let image = match &version.image_id {
-        Some(id) => Some(
-            store::images::plan(conn, id)?
-                .ok_or_else(|| ApiError::Conflict(format!("image {id} of {what} is not ready")))?,
-        ),
-        None => None,
+    let (image, architecture) = match &version.image_id {
+        Some(id) => {
+            let not_ready = || ApiError::Conflict(format!("image {id} of {what} is not ready"));
+            let origin = store::images::get(conn, id)?.ok_or_else(not_ready)?.origin;
+            (Some(store::images::plan(conn, id)?.ok_or_else(not_ready)?), Some(origin.machine_architecture()))
+        }
+        None => (None, None),
     };
     let spec = &version.spec;
     let needed = bytes_needed(image.as_ref());
@@ -281,7 +287,9 @@ fn allocate(
     for candidate in candidates(conn)? {
         refusals.considered += 1;
         let inventory = &candidate.inventory;
-        if spec.zone.as_ref().is_some_and(|zone| candidate.node.labels.get("zone") != Some(zone)) {
+        if let Some(arch) = architecture.filter(|arch| inventory.cpu.architecture != *arch) {
+            refusals.architecture = (refusals.architecture.0 + 1, arch);
+        } else if spec.zone.as_ref().is_some_and(|zone| candidate.node.labels.get("zone") != Some(zone)) {
             refusals.zone += 1;
         } else if spec.min_cores.is_some_and(|min| inventory.cpu.cores < min) {
             refusals.cores += 1;

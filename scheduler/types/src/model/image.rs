@@ -78,7 +78,8 @@ pub struct ImageImport {
     /// A name of the site catalog, e.g. `ubuntu-24.04`.
     #[serde(default)]
     pub catalog: Option<String>,
-    /// Catalog architecture (default `amd64`).
+    /// The architecture the image is for, as Debian names it: `amd64` (default) or `arm64`
+    /// (for a catalog import, which of the catalog's images).
     #[serde(default)]
     pub architecture: Option<String>,
 }
@@ -99,9 +100,21 @@ pub struct ImageOrigin {
     /// The catalog name it was imported by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catalog: Option<String>,
-    /// The catalog architecture.
+    /// The architecture the image is for (`amd64` or `arm64`; none on images imported before
+    /// it was recorded, which are amd64).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub architecture: Option<String>,
+}
+
+impl ImageOrigin {
+    /// The machine architecture the image runs on, as a node's inventory names it
+    /// (`x86_64`, `aarch64`).
+    pub fn machine_architecture(&self) -> &'static str {
+        match self.architecture.as_deref() {
+            Some("arm64") => "aarch64",
+            _ => "x86_64",
+        }
+    }
 }
 
 /// Download progress.
@@ -303,6 +316,15 @@ impl Catalog {
 }
 
 impl ImageImport {
+    /// The architecture the image is for: `amd64` unless the request says `arm64`.
+    fn architecture(&self) -> Result<&str, ApiError> {
+        let arch = self.architecture.as_deref().unwrap_or("amd64");
+        if !ARCHITECTURES.contains(&arch) {
+            return Err(ApiError::invalid("architecture", format!("{arch:?}: use amd64 or arm64")));
+        }
+        Ok(arch)
+    }
+
     /// Checks the request and resolves it against the catalog: the origin and the name.
     pub fn resolve(&self, catalog: &Catalog) -> Result<(ImageOrigin, String), ApiError> {
         match (&self.url, &self.catalog) {
@@ -312,10 +334,7 @@ impl ImageImport {
                 if self.checksum.is_some() || self.checksum_url.is_some() {
                     return Err(ApiError::invalid("checksum", "a catalog image's checksum comes from the catalog"));
                 }
-                let arch = self.architecture.as_deref().unwrap_or("amd64");
-                if !ARCHITECTURES.contains(&arch) {
-                    return Err(ApiError::invalid("architecture", format!("{arch:?}: use amd64 or arm64")));
-                }
+                let arch = self.architecture()?;
                 let entry = catalog.lookup(name, arch)?;
                 let default_name = if arch == "amd64" { name.clone() } else { format!("{name}-{arch}") };
                 let origin = ImageOrigin {
@@ -328,9 +347,7 @@ impl ImageImport {
                 Ok((origin, self.name.clone().unwrap_or(default_name)))
             }
             (Some(url), None) => {
-                if self.architecture.is_some() {
-                    return Err(ApiError::invalid("architecture", "only catalog imports take an architecture"));
-                }
+                let arch = self.architecture()?;
                 let parsed = check_url("url", url)?;
                 let checksum = match (&self.checksum, &self.checksum_url) {
                     (Some(_), Some(_)) => {
@@ -357,7 +374,7 @@ impl ImageImport {
                     checksum,
                     checksum_url: self.checksum_url.clone(),
                     catalog: None,
-                    architecture: None,
+                    architecture: Some(arch.to_owned()),
                 };
                 Ok((origin, name))
             }
@@ -442,7 +459,14 @@ mod tests {
             checksum: Some(A.into()),
             ..Default::default()
         };
-        assert_eq!(by_url.resolve(&catalog).unwrap().1, "noble-server.img");
+        let (origin, name) = by_url.resolve(&catalog).unwrap();
+        assert_eq!((name.as_str(), origin.machine_architecture()), ("noble-server.img", "x86_64"));
+        // An image by URL says what it is for; arm64 runs on aarch64 machines.
+        let arm_url = ImageImport { architecture: Some("arm64".into()), ..by_url.clone() };
+        let (origin, _) = arm_url.resolve(&catalog).unwrap();
+        assert_eq!((origin.architecture.as_deref(), origin.machine_architecture()), (Some("arm64"), "aarch64"));
+        let before = ImageOrigin { architecture: None, ..origin };
+        assert_eq!(before.machine_architecture(), "x86_64", "images from before the field are amd64");
         for (request, field) in [
             (ImageImport::default(), "url"),
             (ImageImport { checksum: None, ..by_url.clone() }, "checksum"),
@@ -451,6 +475,7 @@ mod tests {
             (ImageImport { checksum_url: Some("https://x/SUMS".into()), ..by_url.clone() }, "checksumUrl"),
             (ImageImport { catalog: Some("debian-12".into()), ..by_url.clone() }, "catalog"),
             (ImageImport { architecture: Some("riscv".into()), ..by_name.clone() }, "architecture"),
+            (ImageImport { architecture: Some("aarch64".into()), ..by_url.clone() }, "architecture"),
             (ImageImport { name: Some("Bad Name".into()), ..by_name.clone() }, "name"),
         ] {
             match request.resolve(&catalog) {
