@@ -167,6 +167,8 @@ test("a power action asks for a confirmation that names the node, and reaches th
   await signIn(page, admin);
   await page.goto(`/console/nodes/${powerNode}`);
   await expect(page.getByRole("heading", { name: `Node ${powerNode}` })).toBeVisible();
+  // What its commissioning ramdisk reported of the machine.
+  await expect(page.locator('[data-field="architecture"]')).toHaveText("x86_64");
   expect(await simPower(powerNode)).toBe("on");
 
   await page.getByRole("button", { name: "Power off" }).click();

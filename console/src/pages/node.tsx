@@ -436,6 +436,8 @@ export function NodePage({ id }: { id: string }) {
               <dd>{[node.maintenance && "maintenance", node.cordoned && "cordoned"].filter(Boolean).join(", ") || "—"}</dd>
               <dt>Identity generation</dt>
               <dd>{node.identityGeneration}</dd>
+              <dt>Architecture</dt>
+              <dd data-field="architecture">{node.architecture ?? "not commissioned yet"}</dd>
               <dt>Devices</dt>
               <dd>{node.devices.map((d) => `${d.id}${d.healthy ? "" : " (unhealthy)"}`).join(", ") || "—"}</dd>
             </dl>

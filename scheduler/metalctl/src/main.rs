@@ -341,7 +341,7 @@ const WIPE_COLUMNS: [(&str, &str); 5] = [
     ("SIGNER", "signer"),
 ];
 
-const NODE_COLUMNS: [(&str, &str); 10] = [
+const NODE_COLUMNS: [(&str, &str); 11] = [
     ("ID", "id"),
     ("STATE", "state"),
     ("POWER", "power"),
@@ -350,6 +350,7 @@ const NODE_COLUMNS: [(&str, &str); 10] = [
     ("TRUST", "trust"),
     ("POOL", "poolId"),
     ("DEVICES", "deviceSummary"),
+    ("ARCH", "architecture"),
     ("RESERVATION", "heldBy"),
     ("LABELS", "labels"),
 ];

@@ -26,6 +26,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (16, "switches", include_str!("../migrations/0016_switches.sql")),
     (17, "media-claims", include_str!("../migrations/0017_media_claims.sql")),
     (18, "lessee", include_str!("../migrations/0018_lessee.sql")),
+    (19, "architecture", include_str!("../migrations/0019_architecture.sql")),
 ];
 
 /// Brings the schema up to date.

@@ -14,7 +14,7 @@ use metal_types::error::ApiError;
 use metal_types::model::node::{Deadlines, Device, Node, NodeState, NodeTransition, Taint};
 
 const COLUMNS: &str = "id, generation, state, failed_from, state_reason, owner, deadline, power, maintenance, cordoned, \
-    tenant_root, trust, identity_generation, lease_id, release_wipe, boot_mac, pool_id, labels, taints, devices, created_at, updated_at, \
+    tenant_root, trust, identity_generation, lease_id, release_wipe, boot_mac, pool_id, labels, taints, devices, architecture, created_at, updated_at, \
     (SELECT MIN(a.reservation_id) FROM allocations a JOIN reservations r ON r.id = a.reservation_id \
      WHERE a.node_id = nodes.id AND (a.id = nodes.lease_id OR (a.live = 1 AND r.state = 'active'))) AS held_by";
 
@@ -46,6 +46,7 @@ fn node_from_row(row: &Row) -> DbResult<Node> {
         labels: row.json("labels")?,
         taints: row.json("taints")?,
         devices: row.json("devices")?,
+        architecture: row.get("architecture")?,
         created_at: from_millis(row.get("created_at")?),
         updated_at: from_millis(row.get("updated_at")?),
     })
@@ -285,6 +286,13 @@ pub fn set_tenancy(conn: &mut dyn Conn, node: &Node, tenancy: &Tenancy, now: Off
         now,
     )?;
     Ok(after)
+}
+
+/// Records the architecture the node's commissioning ramdisk reported (a fact of the
+/// machine, not a change an API client makes: the row generation stays).
+pub fn set_architecture(conn: &mut dyn Conn, node_id: &str, architecture: &str) -> DbResult<()> {
+    conn.execute("UPDATE nodes SET architecture = $1 WHERE id = $2", &[&architecture, &node_id])?;
+    Ok(())
 }
 
 /// Sets or clears maintenance, compare-and-set on the row generation (quarantine keeps a

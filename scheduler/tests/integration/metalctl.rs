@@ -46,7 +46,7 @@ fn metalctl_drives_nodes_tenants_and_events() {
     let n1 = listing.lines().find(|l| l.starts_with("n1 ")).unwrap();
     assert_eq!(
         n1.split_whitespace().collect::<Vec<_>>(),
-        ["n1", "new", "unknown", "false", "false", "platform", "-", "gpu=2", "-", "rack=r1"],
+        ["n1", "new", "unknown", "false", "false", "platform", "-", "gpu=2", "-", "-", "rack=r1"],
         "{listing}"
     );
     assert!(listing.lines().next().unwrap().contains("POOL") && listing.contains("DEVICES"), "{listing}");

@@ -355,6 +355,10 @@ fn profiles_provision_the_smallest_fitting_nodes_and_the_boot_listener_serves_th
     let mut grace = inventory("grace", 72, 480 * GIB, &[("G0", 1000 * GIB)]);
     grace.cpu.architecture = "aarch64".into();
     commissioned(&s, "grace", "z1", &grace);
+    assert_eq!(
+        (s.node("grace")["architecture"].as_str(), s.node("small")["architecture"].as_str()),
+        (Some("aarch64"), Some("x86_64"))
+    );
     let spec = json!({"image": "os", "sshAuthorizedKeys": [KEY], "adminUser": "ops", "zone": "z1", "minCores": 8,
                       "role": "dedicated", "cloudInit": {"packages": ["htop"]}});
     let mut create = spec.clone();

@@ -294,6 +294,10 @@ pub struct Node {
     pub taints: Vec<Taint>,
     /// Bookable devices.
     pub devices: Vec<Device>,
+    /// The machine's architecture as its commissioning ramdisk reported it (`x86_64`,
+    /// `aarch64`); none before its first commissioning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
     /// Enrolment time.
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String)]

@@ -342,6 +342,7 @@ fn commissioning_report(
     let inventory = serde_json::to_string(report).map_err(|e| ApiError::Internal(e.to_string()))?;
     let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
     store::boot::put_inventory(tx, &node.id, passed, &inventory, &raw, now)?;
+    store::nodes::set_architecture(tx, &node.id, &report.cpu.architecture)?;
     crate::metal::network::learn_ports(tx, &node.id, report, now)?;
     let failed: Vec<String> =
         report.tests.iter().filter(|t| !t.passed).map(|t| format!("{:?}: {}", t.kind, t.details)).collect();
