@@ -79,21 +79,30 @@ enum Created {
 }
 
 /// A node binding's profile must be the tenant's own or public, and its version (when
-/// given; the lease start refuses a reservation without one) must exist.
-fn check_profile(tx: &mut dyn store::Conn, tenant: &str, id: &str, version: Option<u32>) -> ApiResult<()> {
+/// given; the lease start refuses a reservation without one) must exist. Returns the
+/// machine architecture of the version's image, when it deploys one.
+fn check_profile(
+    tx: &mut dyn store::Conn,
+    tenant: &str,
+    id: &str,
+    version: Option<u32>,
+) -> ApiResult<Option<&'static str>> {
     let profile = store::profiles::get(tx, id)?.filter(|p| p.tenant_id == tenant || p.public);
     let Some(profile) = profile else {
         return Err(ApiError::invalid("node.profileId", format!("no profile {id} of tenant {tenant} or public")));
     };
-    if let Some(version) = version
-        && !profile.versions.iter().any(|v| v.version == i64::from(version))
-    {
+    let Some(version) = version else { return Ok(None) };
+    let Some(found) = profile.versions.iter().find(|v| v.version == i64::from(version)) else {
         return Err(ApiError::invalid(
             "node.profileVersion",
             format!("profile {id} has no version {version} (its latest is {})", profile.latest_version),
         ));
-    }
-    Ok(())
+    };
+    let image = match &found.image_id {
+        Some(image) => store::images::get(tx, image)?,
+        None => None,
+    };
+    Ok(image.map(|image| image.origin.machine_architecture()))
 }
 
 fn create_in(
@@ -112,12 +121,24 @@ fn create_in(
         }
         return Ok(Created::Replay(stored));
     }
-    // Only for a pool the tenant may see: placement answers for the others.
+    // Only for a pool the tenant may see: placement answers for the others. A profile's
+    // image decides the machines' architecture when the request names none.
+    let mut request = request.clone();
     if let Some(metal_types::model::reservation::NodeProfile { profile_id: Some(id), profile_version }) = &request.node
         && store::capacity::pool_access(tx, &request.pool_id, &request.tenant_id)?.is_some_and(|a| a.visible)
+        && let Some(image_arch) = check_profile(tx, &request.tenant_id, id, *profile_version)?
     {
-        check_profile(tx, &request.tenant_id, id, *profile_version)?;
+        match &request.architecture {
+            Some(asked) if asked != image_arch => {
+                return Err(ApiError::invalid(
+                    "architecture",
+                    format!("{asked}, but profile {id}'s image is for {image_arch} machines"),
+                ));
+            }
+            _ => request.architecture = Some(image_arch.to_owned()),
+        }
     }
+    let request = &request;
     // Placement outcomes (a booking, or a refusal) are recorded under the key; validation
     // and internal errors are not, so a corrected retry with the same key can succeed.
     // A refusal that asks for a retry (placement raced other writers) is not an answer to

@@ -137,11 +137,12 @@ fn candidate_from_row(row: &Row) -> DbResult<Candidate> {
         taints: row.json("taints")?,
         labels: row.json("labels")?,
         devices: row.json("devices")?,
+        architecture: row.get("architecture")?,
         bookings: Vec::new(),
     })
 }
 
-const CANDIDATE_COLUMNS: &str = "id, state, maintenance, cordoned, trust, taints, labels, devices";
+const CANDIDATE_COLUMNS: &str = "id, state, maintenance, cordoned, trust, taints, labels, devices, architecture";
 
 /// Snapshots of every node of a pool with their live bookings.
 pub fn candidates(conn: &mut dyn Conn, pool: &str) -> DbResult<Vec<Candidate>> {
@@ -170,7 +171,8 @@ pub fn candidates(conn: &mut dyn Conn, pool: &str) -> DbResult<Vec<Candidate>> {
 pub fn lock_candidate(conn: &mut dyn Conn, node: &str) -> DbResult<Option<Candidate>> {
     crate::nodes::lock(conn, node)?;
     let rows = conn.query(
-        "SELECT n.id, n.state, n.maintenance, n.cordoned, n.trust, n.taints, n.labels, n.devices, a.start_at, a.end_at \
+        "SELECT n.id, n.state, n.maintenance, n.cordoned, n.trust, n.taints, n.labels, n.devices, n.architecture, \
+         a.start_at, a.end_at \
          FROM nodes n LEFT JOIN allocations a ON a.node_id = n.id AND a.live = 1 WHERE n.id = $1",
         &[&node],
     )?;

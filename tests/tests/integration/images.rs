@@ -644,8 +644,19 @@ fn raw_gzip_and_xz_images_are_stored_in_the_same_served_form() {
     assert!(digests.windows(2).all(|w| w[0] == w[1]), "one raw image, one served form: {digests:?}");
 }
 
+/// Commissions n1 again (it is ready) as a machine of `architecture`.
+fn recommission_n1(s: &TestScheduler, architecture: &str) {
+    s.walk("n1", &["ready", "commissioning"]);
+    let mut report = metal_tests::leases::inventory(&[]);
+    report.cpu.architecture = architecture.into();
+    let generation = s.node("n1")["identityGeneration"].as_u64().unwrap();
+    let receipt = s.reporter().post(Role::Ramdisk, "n1", generation, InventoryReport::PAYLOAD_TYPE, &report);
+    assert_eq!(receipt["accepted"], true, "{receipt}");
+    assert_eq!(s.node("n1")["architecture"], architecture);
+}
+
 #[test]
-fn a_lease_of_an_arm64_image_on_an_x86_64_machine_is_refused_and_the_node_stays_ready() {
+fn an_arm64_image_is_placed_only_on_arm64_machines_and_a_lease_start_refuses_a_mismatch() {
     let raw = raw_image();
     let file = zstd(&raw);
     let mirror = mirror(HashMap::from([("arm.zst".to_owned(), file.clone())]), Misbehaviour::default());
@@ -666,13 +677,35 @@ fn a_lease_of_an_arm64_image_on_an_x86_64_machine_is_refused_and_the_node_stays_
         json!({"id": "arm-os", "tenantId": "acme", "image": id, "sshAuthorizedKeys": [KEY], "adminUser": "ops"});
     let (status, body) = s.call("POST", "/v1/profiles", Some(profile));
     assert_eq!(status, 201, "{body}");
-    let reservation = metal_tests::leases::reserve(&s, json!({"profileId": "arm-os", "profileVersion": 1}));
+    let lease = |extra: Value| {
+        let mut body = json!({"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 1}],
+                              "duration": "1d", "binding": "node", "node": {"profileId": "arm-os", "profileVersion": 1}});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        s.call("POST", "/v1/reservations", Some(body))
+    };
+
+    // n1 is x86_64: placement passes it over, and says why; asking for x86_64 contradicts the image.
+    let (status, body) = lease(json!({}));
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("1 of another architecture"), "{body}");
+    let (status, body) = lease(json!({"architecture": "x86_64"}));
+    assert_eq!((status, body["error"]["field"].as_str()), (422, Some("architecture")), "{body}");
+
+    // Commissioned as arm64 it is placed (the lease starts in an hour); commissioned again as
+    // x86_64 before then, its lease start refuses the image and the node stays ready.
+    recommission_n1(&s, "aarch64");
+    let start = metal_types::clock::to_rfc3339(metal_types::clock::Clock::now(&s.clock) + time::Duration::hours(1));
+    let (status, placed) = lease(json!({"start": start}));
+    assert_eq!((status, placed["request"]["architecture"].as_str()), (201, Some("aarch64")), "{placed}");
+    recommission_n1(&s, "x86_64");
+    s.clock.advance(Duration::from_secs(3600));
     s.passes();
     let refused = s.events("node.tenant-root.refused");
     let reason = refused[0]["data"]["reason"].as_str().unwrap();
     assert_eq!(reason, format!("image {id} of profile arm-os is for aarch64 machines; node n1 is x86_64"));
-    let node = s.node("n1");
-    assert_eq!((node["state"].as_str(), node["identityGeneration"].as_i64()), (Some("ready"), Some(1)), "{node}");
-    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    assert_eq!(s.node("n1")["state"], "ready");
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{}", placed["id"].as_str().unwrap()), None);
     assert_eq!(r["state"], "failed", "{r}");
 }

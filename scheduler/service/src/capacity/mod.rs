@@ -119,7 +119,13 @@ pub fn place_and_book(
         ));
     }
     let span = (to_millis(window.start), to_millis(window.end));
-    let ask = Ask { tenant: &request.tenant_id, devices: &request.devices, window: span, gang: request.gang.as_ref() };
+    let ask = Ask {
+        tenant: &request.tenant_id,
+        devices: &request.devices,
+        window: span,
+        gang: request.gang.as_ref(),
+        architecture: request.architecture.as_deref(),
+    };
     let mut fresh = false;
     for _ in 0..ATTEMPTS {
         let chosen = match cache.place(conn, pool_id, &ask, fresh)? {

@@ -1,7 +1,8 @@
 //! Whole-node, time-windowed placement: pure logic over node snapshots, no I/O.
 //!
-//! Eligible: ready, not in maintenance, not cordoned, platform trust, no live booking that
-//! overlaps the window, healthy devices covering the request, and not tainted
+//! Eligible: ready, not in maintenance, not cordoned, platform trust, of the asked
+//! architecture, no live booking that overlaps the window, healthy devices covering the
+//! request, and not tainted
 //! `dedicated=<another tenant>` (other NoSchedule taints do not stop a node lease). A gang
 //! takes N nodes sharing one value of its topology key, all or nothing, from the domain
 //! already most booked (less fragmentation). The same `eligibility` check runs again on the
@@ -24,6 +25,8 @@ pub struct Ask<'a> {
     pub window: (i64, i64),
     /// Gang constraint, if any.
     pub gang: Option<&'a Gang>,
+    /// The machines' architecture, if asked.
+    pub architecture: Option<&'a str>,
 }
 
 /// Why a node is not eligible. The order is the order checks run in.
@@ -39,6 +42,8 @@ pub enum Ineligible {
     TenantControlled,
     /// Tainted dedicated to another tenant.
     DedicatedToOther,
+    /// Of another architecture than asked.
+    Architecture,
     /// Lacks healthy devices for the request.
     Devices,
     /// Booked in the window.
@@ -55,6 +60,7 @@ impl Ineligible {
             Ineligible::Cordoned => "cordoned".into(),
             Ineligible::TenantControlled => "under tenant control".into(),
             Ineligible::DedicatedToOther => "dedicated to another tenant".into(),
+            Ineligible::Architecture => "of another architecture".into(),
             Ineligible::Devices => "without enough healthy devices".into(),
             Ineligible::Booked => "booked in the window".into(),
             Ineligible::NoTopologyLabel => {
@@ -80,6 +86,9 @@ pub fn eligibility(node: &Candidate, ask: &Ask<'_>) -> Result<(), Ineligible> {
     }
     if node.taints.iter().any(|t| t.key == "dedicated" && t.value != ask.tenant) {
         return Err(Ineligible::DedicatedToOther);
+    }
+    if ask.architecture.is_some_and(|arch| node.architecture.as_deref().unwrap_or("x86_64") != arch) {
+        return Err(Ineligible::Architecture);
     }
     for want in ask.devices {
         let healthy = node.devices.iter().filter(|d| d.class == want.class && d.healthy).count();
@@ -238,6 +247,7 @@ mod tests {
             taints: vec![],
             labels: [("rack".to_string(), rack.to_string())].into(),
             devices: (0..gpus).map(|i| Device { id: format!("gpu{i}"), class: "gpu".into(), healthy: true }).collect(),
+            architecture: None,
             bookings: vec![],
         }
     }
@@ -259,7 +269,7 @@ mod tests {
         nodes[6].bookings = vec![(0, 100)];
         nodes[7].bookings = vec![(50, 60)];
         let devices = gpus(8);
-        let ask = Ask { tenant: "acme", devices: &devices, window: (10, 90), gang: None };
+        let ask = Ask { tenant: "acme", devices: &devices, window: (10, 90), gang: None, architecture: None };
         let refusal = place(&nodes, &ask).unwrap_err();
         assert_eq!(
             refusal.message,
@@ -276,10 +286,27 @@ mod tests {
             Taint { key: "dedicated".into(), value: "acme".into(), effect: TaintEffect::NoSchedule },
             Taint { key: "gpu-burnin".into(), value: "pending".into(), effect: TaintEffect::NoSchedule },
         ];
-        let ask = Ask { tenant: "acme", devices: &[], window: (0, 10), gang: None };
+        let ask = Ask { tenant: "acme", devices: &[], window: (0, 10), gang: None, architecture: None };
         assert_eq!(place(&[n.clone()], &ask).unwrap(), vec!["n1"]);
         let other = Ask { tenant: "globex", ..ask };
         assert!(place(&[n], &other).is_err());
+    }
+
+    #[test]
+    fn an_architecture_asked_for_takes_only_its_machines_and_unrecorded_ones_are_x86_64() {
+        let mut grace = node("grace", "ra", 4);
+        grace.architecture = Some("aarch64".into());
+        let (old, epyc) =
+            (node("old", "ra", 4), Candidate { architecture: Some("x86_64".into()), ..node("epyc", "ra", 4) });
+        let nodes = [grace, old, epyc];
+        let ask = |architecture| Ask { tenant: "acme", devices: &[], window: (0, 10), gang: None, architecture };
+        assert_eq!(place(&nodes, &ask(Some("aarch64"))).unwrap(), vec!["grace"]);
+        let x86 = place(&nodes, &ask(Some("x86_64"))).unwrap();
+        assert!(x86 == ["epyc"] || x86 == ["old"], "{x86:?}");
+        assert_eq!(place(&nodes, &ask(None)).unwrap().len(), 1);
+        let refusal = place(&nodes[1..], &ask(Some("aarch64"))).unwrap_err();
+        assert_eq!(refusal.counts.get(&Ineligible::Architecture), Some(&2), "{}", refusal.message);
+        assert!(refusal.message.contains("2 of another architecture"), "{}", refusal.message);
     }
 
     #[test]
@@ -295,7 +322,7 @@ mod tests {
         nodes[3].bookings = vec![(0, 5)]; // rb already has a lease outside the window
         let gang = Gang { count: 2, topology_key: "rack".into() };
         let devices = gpus(8);
-        let ask = Ask { tenant: "t", devices: &devices, window: (10, 20), gang: Some(&gang) };
+        let ask = Ask { tenant: "t", devices: &devices, window: (10, 20), gang: Some(&gang), architecture: None };
         assert_eq!(place(&nodes, &ask).unwrap(), vec!["b1", "b2"]);
         let big = Gang { count: 4, topology_key: "rack".into() };
         let refusal = place(&nodes, &Ask { gang: Some(&big), ..ask }).unwrap_err();
@@ -311,7 +338,7 @@ mod tests {
     fn a_single_node_is_the_best_fit() {
         let nodes = sorted(vec![node("big", "r1", 8), node("small", "r1", 2), node("mid", "r1", 4)]);
         let devices = gpus(2);
-        let ask = Ask { tenant: "t", devices: &devices, window: (0, 1), gang: None };
+        let ask = Ask { tenant: "t", devices: &devices, window: (0, 1), gang: None, architecture: None };
         assert_eq!(place(&nodes, &ask).unwrap(), vec!["small"]);
         let devices = gpus(3);
         assert_eq!(place(&nodes, &Ask { devices: &devices, ..ask }).unwrap(), vec!["mid"]);
@@ -352,7 +379,7 @@ mod tests {
             for (start, len, want_gpus, gang_size, use_gang) in asks {
                 let devices = gpus(want_gpus.max(1));
                 let gang = Gang { count: gang_size, topology_key: "rack".into() };
-                let ask = Ask { tenant: "acme", devices: &devices, window: (start, start + len), gang: use_gang.then_some(&gang) };
+                let ask = Ask { tenant: "acme", devices: &devices, window: (start, start + len), gang: use_gang.then_some(&gang), architecture: None };
                 if let Ok(chosen) = place(&nodes, &ask) {
                     prop_assert_eq!(chosen.len(), if use_gang { gang_size as usize } else { 1 });
                     let racks: std::collections::BTreeSet<_> = chosen.iter().map(|id| nodes.iter().find(|n| &n.id == id).unwrap().labels["rack"].clone()).collect();

@@ -449,6 +449,8 @@ pub struct Candidate {
     pub labels: BTreeMap<String, String>,
     /// Bookable devices.
     pub devices: Vec<Device>,
+    /// Architecture from commissioning (none: commissioned before it was recorded, x86_64).
+    pub architecture: Option<String>,
     /// Live bookings as [start, end) in milliseconds.
     pub bookings: Vec<(i64, i64)>,
 }

@@ -87,6 +87,10 @@ pub struct ReservationCreate {
     /// Several nodes in one topology domain.
     #[serde(default)]
     pub gang: Option<Gang>,
+    /// The machines' architecture: `x86_64` or `aarch64` (Grace-class). A node binding whose
+    /// profile deploys an image takes the image's when none is given; without either, any.
+    #[serde(default)]
+    pub architecture: Option<String>,
     /// Replays the first response for the same key and body (per tenant, kept 24 hours).
     #[serde(default)]
     pub idempotency_key: Option<String>,
@@ -100,6 +104,9 @@ pub struct Window {
     /// End (exclusive).
     pub end: OffsetDateTime,
 }
+
+/// The machine architectures a reservation may ask for, as a node's inventory names them.
+pub const MACHINE_ARCHITECTURES: [&str; 2] = ["x86_64", "aarch64"];
 
 impl ReservationCreate {
     /// Applies every validation rule of the seed; the error names the field.
@@ -150,6 +157,11 @@ impl ReservationCreate {
             if g.topology_key.is_empty() || g.topology_key.len() > 63 {
                 return Err(ApiError::invalid("gang.topologyKey", "must be a label key of 1 to 63 characters"));
             }
+        }
+        if let Some(arch) = &self.architecture
+            && !MACHINE_ARCHITECTURES.contains(&arch.as_str())
+        {
+            return Err(ApiError::invalid("architecture", format!("{arch:?}: use x86_64 or aarch64")));
         }
         if let Some(key) = &self.idempotency_key
             && (key.is_empty() || key.len() > 255 || key.chars().any(char::is_control))
