@@ -79,11 +79,7 @@ impl Lessee {
     /// Redeploys the node with a profile version; recorded as `lessee.reinstall`.
     pub async fn reinstall(&self, app: &App, node: &str, request: ReinstallRequest) -> ApiResult<ReinstallStarted> {
         let (found, lease) = self.acting(app, node, LesseeAction::Reinstall).await?;
-        let started = reinstall(app, &found, &lease, request, &self.credential).await?;
-        let data =
-            json!({"profile": started.profile_id, "version": started.profile_version, "workflow": started.workflow});
-        self.record(app, "reinstall", lease, node, data).await?;
-        Ok(started)
+        reinstall(app, &found, lease, request, &self.credential).await
     }
 
     async fn record(
@@ -112,11 +108,12 @@ pub async fn refused(app: &App, lessee: &Lessee, node: &str, request: String, st
 }
 
 /// Starts a reinstall of `node` under `lease`, asked by credential `by` (a lessee's, or an
-/// admin's through [`reinstall_by_admin`]).
+/// admin's through [`reinstall_by_admin`]), and records it as `lessee.reinstall` in the same
+/// transaction.
 async fn reinstall(
     app: &App,
     node: &Node,
-    lease: &Reservation,
+    lease: Reservation,
     request: ReinstallRequest,
     by: &str,
 ) -> ApiResult<ReinstallStarted> {
@@ -136,12 +133,18 @@ async fn reinstall(
     };
     let controller_url = app.boot.as_ref().map(|b| b.controller_url.clone());
     let (by, deadlines, now) = (by.to_owned(), app.config.deadlines, app.clock.now());
+    let reservation_id = lease.id.clone();
     let workflow = app
-        .change(move |tx| crate::metal::reinstall::begin(tx, &start, &by, controller_url.as_deref(), &deadlines, now))
+        .change(move |tx| {
+            let workflow = crate::metal::reinstall::begin(tx, &start, &by, controller_url.as_deref(), &deadlines, now)?;
+            let data = json!({"profile": start.profile_id, "version": start.profile_version, "workflow": workflow});
+            store::record(tx, "reinstall", &lease, &start.node, &by, data, now)?;
+            Ok(workflow)
+        })
         .await?;
     Ok(ReinstallStarted {
         node_id: node.id.clone(),
-        reservation_id: lease.id.clone(),
+        reservation_id,
         profile_id: request.profile_id,
         profile_version: request.profile_version,
         workflow,
@@ -160,9 +163,5 @@ pub async fn reinstall_by_admin(
     let (found, lease) = app.store.read(move |conn| store::held(conn, &id)).await?;
     let lease =
         lease.ok_or_else(|| ApiError::Conflict(format!("node {node} is under no lease: nothing to reinstall")))?;
-    let started = reinstall(app, &found, &lease, request, credential).await?;
-    let data = json!({"profile": started.profile_id, "version": started.profile_version, "workflow": started.workflow});
-    let (credential, node, now) = (credential.to_owned(), node.to_owned(), app.clock.now());
-    app.change(move |conn| store::record(conn, "reinstall", &lease, &node, &credential, data, now)).await?;
-    Ok(started)
+    reinstall(app, &found, lease, request, credential).await
 }
