@@ -115,7 +115,8 @@ pub struct Console {
     pub text: String,
     /// The guest powered off by itself or showed the `until` marker (not killed at the timeout).
     pub finished: bool,
-    /// It printed nothing for `STALL` after it had started printing (killed then).
+    /// It printed nothing for `STALL` after it had started printing, or its kernel reported
+    /// a CPU stall (killed then).
     pub stalled: bool,
 }
 
@@ -298,12 +299,19 @@ impl Guest {
     /// [`Guest::run`], booted once more when the first boot stalled or QEMU aborted on its
     /// own assertion (under TCG on a loaded machine: QEMU's failure, not the guest's).
     pub fn run_again_if_stalled(self) -> Console {
+        self.run_again_if_stalled_after(|| {})
+    }
+
+    /// [`Guest::run_again_if_stalled`], calling `before_again` before the second boot (to
+    /// give back a one-time token the first boot may have spent).
+    pub fn run_again_if_stalled_after(self, before_again: impl FnOnce()) -> Console {
         let again = self.clone();
         let console = self.run();
         if !console.stalled {
             return console;
         }
         eprintln!("the guest stalled; booting it again. Its console:\n{}", console.text);
+        before_again();
         again.run()
     }
 
@@ -350,6 +358,11 @@ impl Guest {
             let size = std::fs::metadata(&console).map_or(0, |m| m.len());
             if size != printed {
                 (printed, last_output) = (size, Instant::now());
+                if std::fs::read(&console).is_ok_and(|text| reports_a_cpu_stall(&String::from_utf8_lossy(&text))) {
+                    eprintln!("the guest's kernel reports a CPU stall (its vCPUs are not being run)");
+                    stalled = true;
+                    break;
+                }
             } else if printed > 0 && last_output.elapsed() > STALL {
                 stalled = true;
                 break;
@@ -386,6 +399,13 @@ impl Guest {
 /// A guest that printed something and then nothing more for this long has stalled (seen
 /// rarely under TCG on a loaded machine: the kernel stops mid-probe).
 const STALL: Duration = Duration::from_secs(150);
+
+/// The guest's kernel says its CPUs stopped running (RCU's stall detector: seen under TCG on a
+/// loaded machine, the timer interrupt never delivered). Such a guest keeps printing the
+/// warning every 21 s and never gets further, so silence alone does not catch it.
+fn reports_a_cpu_stall(console: &str) -> bool {
+    console.contains("rcu: INFO: rcu_") && console.contains("detected stalls on CPUs")
+}
 
 /// A gzip'd newc cpio archive holding `files` (the kernel unpacks it over the ramdisk).
 fn overlay(dir: &Path, files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {

@@ -25,7 +25,7 @@ fn commissioning_inventory_in_the_ramdisk() {
             "ip link set eth0 up; for i in 1 2 3 4 5 6 7 8 9 10; do [ \"$(cat /sys/class/net/eth0/carrier 2>/dev/null)\" = 1 ] && break; sleep 0.5; done\n\
              echo BEGIN inventory; METAL_LOG=warn metal-boot inventory --tests --node hil-1 --memory-fraction 0.05; echo END inventory",
         )
-        .run();
+        .run_again_if_stalled();
     assert!(console.finished, "the guest did not power off:\n{}", console.text);
     let json = console.section("inventory").unwrap_or_else(|| panic!("no inventory:\n{}", console.text));
     let report: InventoryReport = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}:\n{json}"));
@@ -63,7 +63,7 @@ fn metal_boot_as_pid_1_commissions_over_dhcp() {
         // Not restricted: slirp then offers a router and a DNS server with the lease.
         .args(&["-netdev", "user,id=n0", "-device", "e1000e,netdev=n0"])
         .append("rdinit=/bin/metal-boot metal.task=commission metal.end=poweroff metal.node=hil-2")
-        .run();
+        .run_again_if_stalled();
     assert!(console.finished, "the guest did not power off:\n{}", console.text);
     let text = &console.text;
     assert!(text.contains("metal-boot: PID 1"), "{text}");

@@ -17,7 +17,7 @@ fn in_band_inventory_in_the_ramdisk() {
         .args(&["-netdev", "user,id=n0,restrict=on", "-device", "e1000e,netdev=n0"])
         .disk(&Bus::Nvme { serial: "HILNVME01".into() }, &disk, "unmap")
         .script("echo BEGIN inventory; metal-firmware inventory --in-band; echo END inventory")
-        .run();
+        .run_again_if_stalled();
     assert!(console.finished, "the guest did not power off:\n{}", console.text);
     let json = console.section("inventory").unwrap_or_else(|| panic!("no inventory:\n{}", console.text));
     let inventory: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}:\n{json}"));
