@@ -1,7 +1,7 @@
 //! Every parser that takes bytes from outside, fuzzed from its corpus in `fuzz/corpus/`:
 //! DSSE envelopes through the wipe-report intake, canonical JSON, certificates, reports,
-//! cloud-init seeds and the seed partition's GPT/MBR editing, image-format detection and
-//! decoding, Redfish payloads, and the scheduler's boot query strings, CSV imports, checksum
+//! cloud-init seeds and the seed partition's GPT/MBR editing, TPM event logs, image-format
+//! detection and decoding, Redfish payloads, and the scheduler's boot query strings, CSV imports, checksum
 //! files and durations. No input may panic or grow the heap past `HEAP_LIMIT`.
 
 use std::io::Read as _;
@@ -136,6 +136,23 @@ fn lldp_frames_the_commissioning_ramdisk_reads() {
             let _ = neighbor.port_name();
         }
     });
+}
+
+#[test]
+fn tpm_event_logs_parsed_and_replayed() {
+    use metal_protocol::eventlog::{EventLog, HashAlgorithm};
+    run(
+        "tpm_event_log",
+        &[b"Spec ID Event03\0", b"StartupLocality\0", b"\x0b\x00\x20\x00", b"\x03\x00\x00\x00"],
+        |bytes| {
+            if let Ok(log) = EventLog::parse(bytes) {
+                for algorithm in [HashAlgorithm::SHA256, HashAlgorithm::SHA1, HashAlgorithm(0xffff)] {
+                    let _ = log.replay(algorithm);
+                }
+                let _: Vec<String> = log.events.iter().map(|e| e.type_name()).collect();
+            }
+        },
+    );
 }
 
 #[test]

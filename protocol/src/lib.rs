@@ -14,6 +14,7 @@ pub mod cloudinit;
 pub mod deploy;
 pub mod disk;
 pub mod dsse;
+pub mod eventlog;
 pub mod firmware;
 pub mod identity;
 pub mod inventory;
