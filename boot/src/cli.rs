@@ -1,7 +1,8 @@
 //! `metal-boot` commands for an ordinary shell: `plan IMAGE --url URL` prints the deploy
 //! plan the controller would compute (`--seekable OUT` first converts the image into the
 //! served seekable form); `deploy --plan FILE` writes an image the way the
-//! ramdisk does; `inventory [--tests]` prints the commissioning report. Exit codes: 0 done;
+//! ramdisk does; `inventory [--tests]` prints the commissioning report; `measurements`
+//! replays the TPM event log against the TPM's PCRs. Exit codes: 0 done;
 //! 1 the image failed verification (the disk was left unbootable) or a test failed; 2 bad
 //! arguments; 3 the disk or the download failed.
 
@@ -88,6 +89,15 @@ enum Command {
         #[arg(long, default_value_t = 64)]
         disk_samples: u64,
     },
+    /// Check what this machine's firmware measured: replay the TPM event log (from
+    /// securityfs) and compare it with the TPM's SHA-256 PCRs 0 to 9 (from sysfs), one line
+    /// per PCR. Exit 1 when a PCR holds a value the log does not account for, 3 when the
+    /// machine has no TPM 2.0 or did not boot through UEFI.
+    Measurements {
+        /// Also write the raw event log here (for `tpm2_eventlog` or a support case).
+        #[arg(long, value_name = "FILE")]
+        save_log: Option<PathBuf>,
+    },
     /// Deploy an image by its plan onto a disk.
     Deploy {
         /// The plan (JSON).
@@ -164,6 +174,18 @@ pub fn run(cli: Cli) -> u8 {
             }
             if report.passed() { EXIT_OK } else { EXIT_VERIFY }
         }
+        Command::Measurements { save_log } => match crate::measured::check(&Default::default(), save_log.as_deref()) {
+            Ok(checks) => {
+                print!("{}", crate::measured::render(&checks));
+                let differing = checks.iter().filter(|c| !c.replays()).count();
+                if differing == 0 {
+                    EXIT_OK
+                } else {
+                    fail(EXIT_VERIFY, format!("{differing} PCRs hold values the event log does not account for"))
+                }
+            }
+            Err(e) => fail(EXIT_FAILED, e),
+        },
         Command::Deploy { plan, device, ca_fingerprint, allow_http, target_zeroed, read_back } => {
             let fetch = match ca_fingerprint.as_deref().map(metal_bmc::tls::parse_fingerprint).transpose() {
                 Ok(ca_fingerprint) => FetchOptions { allow_http, ca_fingerprint, ..FetchOptions::default() },

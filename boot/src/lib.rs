@@ -10,6 +10,7 @@ pub mod deploy;
 pub mod init;
 pub mod inventory;
 pub mod lldp;
+pub mod measured;
 pub mod plan;
 pub mod report;
 pub mod seed;

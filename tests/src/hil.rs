@@ -107,6 +107,8 @@ pub struct Guest {
     boot: BootFrom,
     until: Option<String>,
     linger: Duration,
+    uefi: bool,
+    tpm: Option<PathBuf>,
 }
 
 /// What the guest printed on its serial console.
@@ -154,6 +156,8 @@ impl Guest {
             boot: BootFrom::Ramdisk,
             until: None,
             linger: Duration::ZERO,
+            uefi: false,
+            tpm: None,
         }
     }
 
@@ -204,8 +208,17 @@ impl Guest {
     }
 
     /// UEFI firmware (OVMF) instead of SeaBIOS.
+    /// A ramdisk boot then goes through the kernel's EFI stub (the bzImage).
     pub fn uefi(mut self) -> Guest {
         self.args.extend(["-bios".into(), "/usr/share/ovmf/OVMF.fd".into()]);
+        self.uefi = true;
+        self
+    }
+
+    /// A TPM 2.0 (swtpm) on the manufactured state in `state` ([`crate::tpm::manufacture`]),
+    /// started for each boot.
+    pub fn tpm(mut self, state: &Path) -> Guest {
+        self.tpm = Some(state.to_owned());
         self
     }
 
@@ -329,9 +342,10 @@ impl Guest {
                 let mut combined = std::fs::read(ramdisk.join("initrd.cpio.gz")).unwrap();
                 combined.extend(overlay(dir.path(), &self.files));
                 std::fs::write(&initrd, combined).unwrap();
+                // vmlinux boots through PVH (fast under TCG); UEFI firmware needs the EFI stub.
                 command
                     .arg("-kernel")
-                    .arg(ramdisk.join("vmlinux"))
+                    .arg(ramdisk.join(if self.uefi { "vmlinuz" } else { "vmlinux" }))
                     .arg("-initrd")
                     .arg(&initrd)
                     .args(["-append", &format!("console=ttyS0 panic=-1 quiet{}", self.append)]);
@@ -343,6 +357,10 @@ impl Guest {
                 command.arg("-cdrom").arg(iso).args(["-boot", "d"]);
             }
             BootFrom::Firmware => {}
+        }
+        let swtpm = self.tpm.as_deref().map(|state| crate::tpm::Swtpm::start(state, dir.path()));
+        if let Some(swtpm) = &swtpm {
+            command.args(swtpm.qemu_args());
         }
         command
             .arg("-serial")
@@ -419,7 +437,13 @@ fn overlay(dir: &Path, files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(*mode)).unwrap();
     }
     let output = Command::new("sh")
-        .args(["-c", "find . -mindepth 1 | cpio -o -H newc --quiet | gzip -1"])
+        // Reproducible (fixed times, order and inode numbers): the same files give the same
+        // bytes, so the initrd a measured boot extends into PCR 9 is the same boot after boot.
+        .args([
+            "-c",
+            "find . -mindepth 1 -exec touch -h -d @0 {} + && find . -mindepth 1 | LC_ALL=C sort \
+             | cpio -o -H newc --quiet --reproducible | gzip -1 -n",
+        ])
         .current_dir(&stage)
         .output()
         .expect("cpio and gzip");

@@ -15,3 +15,4 @@ pub mod ovs;
 pub mod scheduler;
 pub mod served;
 pub mod sshd;
+pub mod tpm;

@@ -12,6 +12,7 @@ mod hil_erase;
 mod hil_firmware;
 mod hil_isolation;
 mod hil_join;
+mod hil_measured_boot;
 mod hil_tenant_root;
 mod host_join;
 mod identity_tools;

@@ -1,0 +1,176 @@
+//! What this machine's firmware measured before the ramdisk ran: the TCG2 event log Linux
+//! keeps in securityfs, the TPM's own PCR values in sysfs, and whether the one replays to the
+//! other (`metal-boot measurements`).
+//!
+//! Only PCRs 0 to 9 are compared: those are the boot's (firmware, its configuration, option
+//! ROMs, boot entries, Secure Boot, the boot loader, the kernel's command line and initrd);
+//! later PCRs belong to the running OS (IMA, systemd) and are not in the firmware's log.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use metal_protocol::eventlog::{EventLog, HashAlgorithm};
+
+/// The PCRs a boot's measurements go into.
+pub const BOOT_PCRS: std::ops::RangeInclusive<u32> = 0..=9;
+
+/// Where the kernel shows the TPM.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// securityfs's mount point (holds `tpm0/binary_bios_measurements`).
+    pub security: PathBuf,
+    /// The TPM's sysfs directory (holds `pcr-sha256/N`).
+    pub tpm: PathBuf,
+}
+
+impl Default for Paths {
+    fn default() -> Self {
+        Paths { security: "/sys/kernel/security".into(), tpm: "/sys/class/tpm/tpm0".into() }
+    }
+}
+
+/// One boot PCR: what the TPM holds and what the log replays to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PcrCheck {
+    /// The PCR's index.
+    pub pcr: u32,
+    /// The TPM's value.
+    pub tpm: Vec<u8>,
+    /// What the log's events replay to (the reset value when the log has none for it).
+    pub replayed: Vec<u8>,
+    /// How many events the log extended into it.
+    pub events: usize,
+}
+
+impl PcrCheck {
+    /// The log accounts for the TPM's value.
+    pub fn replays(&self) -> bool {
+        self.tpm == self.replayed
+    }
+}
+
+/// The firmware's event log, mounting securityfs first when the ramdisk has not.
+pub fn event_log(paths: &Paths) -> Result<Vec<u8>, String> {
+    let log = paths.security.join("tpm0/binary_bios_measurements");
+    if !log.exists() && !paths.security.join("tpm0").exists() {
+        // Not mounted yet (metal-boot as PID 1 mounts only what every task needs); a
+        // machine without a TPM still has no log afterwards.
+        let _ = crate::sys::mount("securityfs", &paths.security.to_string_lossy(), "securityfs");
+    }
+    std::fs::read(&log)
+        .map_err(|e| format!("no TPM event log at {} ({e}): no TPM 2.0, or not a UEFI boot", log.display()))
+}
+
+/// The TPM's SHA-256 values of the boot PCRs.
+pub fn pcrs(paths: &Paths) -> Result<BTreeMap<u32, Vec<u8>>, String> {
+    BOOT_PCRS
+        .map(|pcr| {
+            let file = paths.tpm.join(format!("pcr-sha256/{pcr}"));
+            let text =
+                std::fs::read_to_string(&file).map_err(|e| format!("{}: {e} (no SHA-256 bank?)", file.display()))?;
+            let value = hex::decode(text.trim()).map_err(|e| format!("{}: {e}", file.display()))?;
+            Ok((pcr, value))
+        })
+        .collect()
+}
+
+/// Replays `log`'s SHA-256 bank and sets it beside the TPM's values, PCR by PCR.
+pub fn compare(log: &EventLog, tpm: &BTreeMap<u32, Vec<u8>>) -> Result<Vec<PcrCheck>, String> {
+    let replayed = log.replay(HashAlgorithm::SHA256).map_err(|e| e.to_string())?;
+    Ok(tpm
+        .iter()
+        .map(|(pcr, value)| PcrCheck {
+            pcr: *pcr,
+            tpm: value.clone(),
+            replayed: replayed.get(pcr).cloned().unwrap_or_else(|| vec![0; value.len()]),
+            events: log
+                .events
+                .iter()
+                .filter(|e| e.pcr == *pcr && e.event_type != metal_protocol::eventlog::EV_NO_ACTION)
+                .count(),
+        })
+        .collect())
+}
+
+/// Reads the log and the PCRs and compares them; `save` keeps a copy of the raw log.
+pub fn check(paths: &Paths, save: Option<&Path>) -> Result<Vec<PcrCheck>, String> {
+    let bytes = event_log(paths)?;
+    if let Some(save) = save {
+        std::fs::write(save, &bytes).map_err(|e| format!("{}: {e}", save.display()))?;
+    }
+    let log = EventLog::parse(&bytes).map_err(|e| e.to_string())?;
+    compare(&log, &pcrs(paths)?)
+}
+
+/// One line per PCR, for a person at the console.
+pub fn render(checks: &[PcrCheck]) -> String {
+    let mut out = String::new();
+    for check in checks {
+        let verdict = if !check.replays() {
+            format!("DIFFERS: the log replays to {}", hex::encode(&check.replayed))
+        } else if check.events == 0 {
+            "no events (reset value)".to_owned()
+        } else {
+            format!("replays from {} events", check.events)
+        };
+        out.push_str(&format!("PCR {:>2} sha256 {}  {verdict}\n", check.pcr, hex::encode(&check.tpm)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OVMF: &[u8] = include_bytes!("../../protocol/testdata/ovmf-2022.11-swtpm.eventlog");
+
+    /// A securityfs and a sysfs TPM directory holding `log` and the values it replays to,
+    /// with `change` applied to the TPM's values.
+    fn machine(dir: &Path, change: impl FnOnce(&mut BTreeMap<u32, Vec<u8>>)) -> Paths {
+        let paths = Paths { security: dir.join("security"), tpm: dir.join("tpm0") };
+        std::fs::create_dir_all(paths.security.join("tpm0")).unwrap();
+        std::fs::create_dir_all(paths.tpm.join("pcr-sha256")).unwrap();
+        std::fs::write(paths.security.join("tpm0/binary_bios_measurements"), OVMF).unwrap();
+        let mut values = EventLog::parse(OVMF).unwrap().replay(HashAlgorithm::SHA256).unwrap();
+        for pcr in BOOT_PCRS {
+            values.entry(pcr).or_insert_with(|| vec![0; 32]);
+        }
+        change(&mut values);
+        for (pcr, value) in values {
+            // The kernel writes upper-case hex and a newline.
+            std::fs::write(paths.tpm.join(format!("pcr-sha256/{pcr}")), format!("{}\n", hex::encode_upper(value)))
+                .unwrap();
+        }
+        paths
+    }
+
+    #[test]
+    fn a_log_that_accounts_for_every_boot_pcr_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        let saved = dir.path().join("saved.log");
+        let checks = check(&machine(dir.path(), |_| {}), Some(&saved)).unwrap();
+        assert_eq!(checks.len(), 10);
+        assert!(checks.iter().all(PcrCheck::replays));
+        assert_eq!(std::fs::read(saved).unwrap(), OVMF);
+        let text = render(&checks);
+        assert!(text.contains("PCR  8 sha256 0000") && text.contains("no events"), "{text}");
+        assert!(text.contains("PCR  0 sha256 b44d5dc8") && text.contains("replays from"), "{text}");
+    }
+
+    #[test]
+    fn a_tpm_value_the_log_does_not_account_for_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let checks = check(&machine(dir.path(), |values| values.get_mut(&4).unwrap()[0] ^= 1), None).unwrap();
+        let differing: Vec<u32> = checks.iter().filter(|c| !c.replays()).map(|c| c.pcr).collect();
+        assert_eq!(differing, vec![4]);
+        assert!(render(&checks).contains("PCR  4 sha256") && render(&checks).contains("DIFFERS"));
+    }
+
+    #[test]
+    fn a_machine_without_a_tpm_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths { security: dir.path().join("none"), tpm: dir.path().join("none") };
+        let error = check(&paths, None).unwrap_err();
+        assert!(error.contains("no TPM event log"), "{error}");
+    }
+}

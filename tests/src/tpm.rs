@@ -1,0 +1,73 @@
+//! Software TPMs for QEMU machines: swtpm's state manufactured like a real TPM's (an EK and
+//! its certificate from swtpm's local CA, the SHA-256 bank), and the swtpm process a boot
+//! talks to over its socket.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::emulators::Guard;
+
+/// Manufactures a TPM's state in `dir` (which then holds it for the machine's life: the EK
+/// derives from it, so a fresh one is another TPM).
+pub fn manufacture(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let output = Command::new("swtpm_setup")
+        .args(["--tpm2", "--tpmstate"])
+        .arg(dir)
+        .args(["--createek", "--create-ek-cert", "--create-platform-cert", "--lock-nvram"])
+        .args(["--pcr-banks", "sha256", "--not-overwrite"])
+        .output()
+        .expect("swtpm_setup (scripts/setup installs swtpm-tools)");
+    assert!(
+        output.status.success(),
+        "swtpm_setup: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    dir.to_owned()
+}
+
+/// A running swtpm on the state in `state`, for one QEMU start (it exits when QEMU closes
+/// the connection, as a machine's TPM loses its volatile state at power-off).
+#[derive(Debug)]
+pub struct Swtpm {
+    _process: Guard,
+    /// The socket QEMU's `-chardev` connects to.
+    pub socket: PathBuf,
+}
+
+impl Swtpm {
+    /// Starts swtpm; its socket lives in `run_dir`.
+    pub fn start(state: &Path, run_dir: &Path) -> Swtpm {
+        let socket = run_dir.join("swtpm.sock");
+        let _ = std::fs::remove_file(&socket);
+        let process = Command::new("swtpm")
+            .args(["socket", "--tpm2", "--terminate", "--tpmstate"])
+            .arg(format!("dir={}", state.display()))
+            .args(["--ctrl", &format!("type=unixio,path={}", socket.display())])
+            .args(["--log", &format!("file={},level=1", run_dir.join("swtpm.log").display())])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("swtpm (scripts/setup installs it)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "swtpm did not open {}", socket.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Swtpm { _process: Guard(process), socket }
+    }
+
+    /// QEMU's arguments for a TPM 2.0 on this swtpm (a CRB interface, as recent servers have).
+    pub fn qemu_args(&self) -> Vec<String> {
+        vec![
+            "-chardev".to_owned(),
+            format!("socket,id=chrtpm,path={}", self.socket.display()),
+            "-tpmdev".to_owned(),
+            "emulator,id=tpm0,chardev=chrtpm".to_owned(),
+            "-device".to_owned(),
+            "tpm-crb,tpmdev=tpm0".to_owned(),
+        ]
+    }
+}
