@@ -17,3 +17,4 @@ pub mod seed;
 pub mod source;
 pub(crate) mod sys;
 pub mod target;
+pub mod tpm;

@@ -1,7 +1,7 @@
 //! Every parser that takes bytes from outside, fuzzed from its corpus in `fuzz/corpus/`:
 //! DSSE envelopes through the wipe-report intake, canonical JSON, certificates, reports,
-//! cloud-init seeds and the seed partition's GPT/MBR editing, TPM event logs, image-format
-//! detection and decoding, Redfish payloads, and the scheduler's boot query strings, CSV imports, checksum
+//! cloud-init seeds and the seed partition's GPT/MBR editing, TPM event logs, public areas
+//! and quotes, image-format detection and decoding, Redfish payloads, and the scheduler's boot query strings, CSV imports, checksum
 //! files and durations. No input may panic or grow the heap past `HEAP_LIMIT`.
 
 use std::io::Read as _;
@@ -153,6 +153,26 @@ fn tpm_event_logs_parsed_and_replayed() {
             }
         },
     );
+}
+
+#[test]
+fn tpm_public_areas_quotes_and_signatures() {
+    use metal_protocol::tpm::{PublicKey, Quote};
+    // The first byte picks the structure: 0 a public area, 1 a quote, 2 a signature checked
+    // against a real attestation key (swtpm's, in the corpus).
+    let ak = PublicKey::parse(&include_bytes!("../corpus/tpm_structures/ak")[1..]).unwrap();
+    run("tpm_structures", &[b"\x00\x23\x00\x0b", b"\xff\x54\x43\x47\x80\x18", b"\x00\x18\x00\x0b"], |bytes| {
+        let Some((kind, rest)) = bytes.split_first() else { return };
+        match kind % 3 {
+            0 => {
+                if let Ok(key) = PublicKey::parse(rest) {
+                    let _ = (key.name(), key.verify(b"message", rest));
+                }
+            }
+            1 => drop(Quote::parse(rest)),
+            _ => drop(ak.verify(b"message", rest)),
+        }
+    });
 }
 
 #[test]

@@ -21,6 +21,7 @@ pub mod inventory;
 pub mod join;
 pub mod lldp;
 pub mod tool;
+pub mod tpm;
 pub mod wipe;
 
 pub use attest::{WipeExpectation, WipeRefusal, verify_wipe_report};

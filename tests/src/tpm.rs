@@ -38,8 +38,26 @@ pub struct Swtpm {
 }
 
 impl Swtpm {
-    /// Starts swtpm; its socket lives in `run_dir`.
+    /// Starts swtpm for a QEMU machine (whose firmware starts the TPM up); its control
+    /// socket lives in `run_dir`.
     pub fn start(state: &Path, run_dir: &Path) -> Swtpm {
+        Swtpm::spawn(state, run_dir, &[])
+    }
+
+    /// Starts swtpm with no machine: already started up (PCRs reset), its command channel a
+    /// Unix socket ([`Swtpm::connect`]) that takes raw TPM commands as `/dev/tpmrm0` does.
+    pub fn start_bare(state: &Path, run_dir: &Path) -> Swtpm {
+        let server = format!("type=unixio,path={}", run_dir.join("swtpm-server.sock").display());
+        Swtpm::spawn(state, run_dir, &["--server", &server, "--flags", "not-need-init,startup-clear"])
+    }
+
+    /// A connection to [`Swtpm::start_bare`]'s command channel.
+    pub fn connect(&self) -> std::os::unix::net::UnixStream {
+        let server = self.socket.with_file_name("swtpm-server.sock");
+        std::os::unix::net::UnixStream::connect(&server).unwrap_or_else(|e| panic!("{}: {e}", server.display()))
+    }
+
+    fn spawn(state: &Path, run_dir: &Path, extra: &[&str]) -> Swtpm {
         let socket = run_dir.join("swtpm.sock");
         let _ = std::fs::remove_file(&socket);
         let process = Command::new("swtpm")
@@ -47,6 +65,7 @@ impl Swtpm {
             .arg(format!("dir={}", state.display()))
             .args(["--ctrl", &format!("type=unixio,path={}", socket.display())])
             .args(["--log", &format!("file={},level=1", run_dir.join("swtpm.log").display())])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()

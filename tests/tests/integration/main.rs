@@ -20,3 +20,4 @@ mod images;
 mod installer;
 mod static_binaries;
 mod tenant_root;
+mod tpm;

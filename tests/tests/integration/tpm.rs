@@ -1,0 +1,104 @@
+//! The ramdisk's TPM client (`metal_boot::tpm`) against swtpm, a TPM manufactured like a real
+//! one (an EK certificate from swtpm's local CA): the EK it recreates is the key its
+//! certificate certifies, the attestation key is the same key every time, and its quotes
+//! verify with `metal_protocol::tpm` and with tpm2-tools' `tpm2_checkquote` (the oracle).
+
+use std::process::Command;
+
+use metal_boot::tpm::{EK_CERT_RSA_INDEX, RH_ENDORSEMENT, Tpm};
+use metal_protocol::tpm::{KeyMaterial, Quote, TpmError, ak_template, attributes, ek_rsa_template, pcr_digest};
+use x509_parser::public_key::PublicKey as CertKey;
+
+/// swtpm-tools' local CA (it signed the EK certificate through its intermediate).
+const LOCAL_CA: &str = "/var/lib/swtpm-localca";
+
+#[test]
+fn the_ek_is_the_certified_key_the_ak_is_the_same_every_time_and_its_quotes_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = metal_tests::tpm::manufacture(&dir.path().join("state"));
+    let swtpm = metal_tests::tpm::Swtpm::start_bare(&state, dir.path());
+    let mut tpm = Tpm::new(swtpm.connect());
+
+    // The EK certificate from NV certifies the EK the TCG template recreates.
+    let certificate = tpm.nv_read(EK_CERT_RSA_INDEX).unwrap();
+    let ek = tpm.create_primary(RH_ENDORSEMENT, &ek_rsa_template()).unwrap();
+    let (_, parsed) = x509_parser::parse_x509_certificate(&certificate).unwrap();
+    let Ok(CertKey::RSA(certified)) = parsed.public_key().parsed() else { panic!("not an RSA EK certificate") };
+    let KeyMaterial::Rsa { modulus, exponent } = &ek.public.key else { panic!("not an RSA EK") };
+    assert_eq!(
+        certified.modulus.iter().skip_while(|b| **b == 0).collect::<Vec<_>>(),
+        modulus.iter().collect::<Vec<_>>()
+    );
+    assert_eq!(*exponent, 65537);
+    assert!(ek.public.has(attributes::FIXED_TPM | attributes::RESTRICTED | attributes::DECRYPT));
+    // ... and chains to swtpm's local CA (openssl as the oracle).
+    let pem = dir.path().join("ek.pem");
+    let der = dir.path().join("ek.der");
+    std::fs::write(&der, &certificate).unwrap();
+    let convert = Command::new("openssl")
+        .args(["x509", "-inform", "der", "-in"])
+        .arg(&der)
+        .arg("-out")
+        .arg(&pem)
+        .status()
+        .unwrap();
+    assert!(convert.success());
+    let verify = Command::new("openssl")
+        .args(["verify", "-CAfile", &format!("{LOCAL_CA}/swtpm-localca-rootca-cert.pem")])
+        .args(["-untrusted", &format!("{LOCAL_CA}/issuercert.pem")])
+        .arg(&pem)
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+
+    // The attestation key: the same key from the same seed, restricted to signing TPM data.
+    let ak = tpm.create_primary(RH_ENDORSEMENT, &ak_template()).unwrap();
+    tpm.flush(ak.handle).unwrap();
+    let ak_again = tpm.create_primary(RH_ENDORSEMENT, &ak_template()).unwrap();
+    assert_eq!(ak.public, ak_again.public);
+    assert!(ak.public.has(attributes::FIXED_TPM | attributes::RESTRICTED | attributes::SIGN));
+
+    // A quote of PCRs 0-9 binds the nonce and the PCRs' values (all reset on this bare TPM).
+    let nonce = [7u8; 32];
+    let pcrs: Vec<u32> = (0..=9).collect();
+    let (attest, signature) = tpm.quote(ak_again.handle, &nonce, &pcrs).unwrap();
+    ak.public.verify(&attest, &signature).unwrap();
+    let quote = Quote::parse(&attest).unwrap();
+    assert_eq!(quote.extra_data, nonce);
+    assert_eq!(quote.signer, ak.public.primary_qualified_name(RH_ENDORSEMENT));
+    assert_eq!(quote.pcrs, pcrs);
+    assert_eq!(quote.pcr_digest, pcr_digest(&[&[0u8; 32][..]; 10]));
+    let mut forged = attest.clone();
+    *forged.last_mut().unwrap() ^= 1;
+    assert_eq!(ak.public.verify(&forged, &signature), Err(TpmError::BadSignature));
+    assert_eq!(ek.public.verify(&attest, &signature).map_err(|e| matches!(e, TpmError::Unsupported(_))), Err(true));
+
+    // The oracle: tpm2_checkquote verifies the same quote, nonce and key.
+    let file = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let tpm2b_public = [&u16::try_from(ak.public.bytes.len()).unwrap().to_be_bytes()[..], &ak.public.bytes].concat();
+    let output = Command::new("tpm2_checkquote")
+        .arg("-u")
+        .arg(file("ak.pub", &tpm2b_public))
+        .arg("-m")
+        .arg(file("quote.msg", &attest))
+        .arg("-s")
+        .arg(file("quote.sig", &signature))
+        .args(["-q", &hex::encode(nonce), "-g", "sha256"])
+        .output()
+        .expect("tpm2_checkquote (scripts/setup-hil installs tpm2-tools)");
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
