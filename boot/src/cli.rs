@@ -2,7 +2,8 @@
 //! plan the controller would compute (`--seekable OUT` first converts the image into the
 //! served seekable form); `deploy --plan FILE` writes an image the way the
 //! ramdisk does; `inventory [--tests]` prints the commissioning report; `measurements`
-//! replays the TPM event log against the TPM's PCRs. Exit codes: 0 done;
+//! replays the TPM event log against the TPM's PCRs; `quote` prints the boot evidence.
+//! Exit codes: 0 done;
 //! 1 the image failed verification (the disk was left unbootable) or a test failed; 2 bad
 //! arguments; 3 the disk or the download failed.
 
@@ -98,6 +99,14 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         save_log: Option<PathBuf>,
     },
+    /// Print this machine's boot evidence (JSON): a TPM quote of SHA-256 PCRs 0 to 9 by
+    /// its attestation key (a primary key of the endorsement hierarchy, the same every
+    /// boot), binding EXTRA_DATA; the EK and its certificate; and the firmware's event log.
+    Quote {
+        /// The data the quote binds (hex, at most 64 bytes): a verifier's nonce.
+        #[arg(long, value_name = "HEX")]
+        extra_data: String,
+    },
     /// Deploy an image by its plan onto a disk.
     Deploy {
         /// The plan (JSON).
@@ -186,6 +195,23 @@ pub fn run(cli: Cli) -> u8 {
             }
             Err(e) => fail(EXIT_FAILED, e),
         },
+        Command::Quote { extra_data } => {
+            let extra_data = match hex::decode(&extra_data) {
+                Ok(bytes) if bytes.len() <= 64 => bytes,
+                _ => return fail(EXIT_BAD_ARGUMENTS, "--extra-data: at most 64 bytes, in hex"),
+            };
+            let evidence = crate::measured::event_log(&Default::default()).and_then(|log| {
+                let mut tpm = crate::tpm::Tpm::open().map_err(|e| e.to_string())?;
+                crate::measured::evidence(&mut tpm, &extra_data, log).map_err(|e| e.to_string())
+            });
+            match evidence {
+                Ok(evidence) => {
+                    println!("{}", serde_json::to_string_pretty(&evidence).unwrap_or_default());
+                    EXIT_OK
+                }
+                Err(e) => fail(EXIT_FAILED, e),
+            }
+        }
         Command::Deploy { plan, device, ca_fingerprint, allow_http, target_zeroed, read_back } => {
             let fetch = match ca_fingerprint.as_deref().map(metal_bmc::tls::parse_fingerprint).transpose() {
                 Ok(ca_fingerprint) => FetchOptions { allow_http, ca_fingerprint, ..FetchOptions::default() },

@@ -10,9 +10,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use metal_protocol::eventlog::{EventLog, HashAlgorithm};
+use metal_protocol::measurement::BootEvidence;
+use metal_protocol::tpm::{ak_template, ek_rsa_template};
 
-/// The PCRs a boot's measurements go into.
-pub const BOOT_PCRS: std::ops::RangeInclusive<u32> = 0..=9;
+use crate::tpm::{CommandError, EK_CERT_RSA_INDEX, RH_ENDORSEMENT, Tpm};
+
+pub use metal_protocol::measurement::BOOT_PCRS;
 
 /// Where the kernel shows the TPM.
 #[derive(Debug, Clone)]
@@ -100,6 +103,37 @@ pub fn check(paths: &Paths, save: Option<&Path>) -> Result<Vec<PcrCheck>, String
     }
     let log = EventLog::parse(&bytes).map_err(|e| e.to_string())?;
     compare(&log, &pcrs(paths)?)
+}
+
+/// Quotes the boot PCRs with the attestation key, binding `extra_data`, and gathers the
+/// evidence: the EK (and its certificate when the TPM has one), the key, the quote and
+/// `event_log`.
+pub fn evidence<T: std::io::Read + std::io::Write>(
+    tpm: &mut Tpm<T>,
+    extra_data: &[u8],
+    event_log: Vec<u8>,
+) -> Result<BootEvidence, CommandError> {
+    let ek_certificate = match tpm.nv_read(EK_CERT_RSA_INDEX) {
+        Ok(der) => Some(der),
+        // No certificate (a TPM its maker did not provision, or a firmware TPM): the EK is
+        // then trusted on first use only.
+        Err(CommandError::Tpm { .. }) => None,
+        Err(other) => return Err(other),
+    };
+    let ek = tpm.create_primary(RH_ENDORSEMENT, &ek_rsa_template())?;
+    tpm.flush(ek.handle)?;
+    let ak = tpm.create_primary(RH_ENDORSEMENT, &ak_template())?;
+    let quoted = tpm.quote(ak.handle, extra_data, &BOOT_PCRS.collect::<Vec<_>>());
+    tpm.flush(ak.handle)?;
+    let (attest, signature) = quoted?;
+    Ok(BootEvidence {
+        ek_public: ek.public.bytes,
+        ek_certificate,
+        ak_public: ak.public.bytes,
+        attest,
+        signature,
+        event_log,
+    })
 }
 
 /// One line per PCR, for a person at the console.

@@ -20,6 +20,7 @@ pub mod identity;
 pub mod inventory;
 pub mod join;
 pub mod lldp;
+pub mod measurement;
 pub mod tool;
 pub mod tpm;
 pub mod wipe;

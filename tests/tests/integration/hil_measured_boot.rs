@@ -1,7 +1,8 @@
 //! Measured boot on a QEMU machine with UEFI firmware (OVMF) and a TPM 2.0 (swtpm with an EK
 //! certificate): the firmware's event log, read by metal-boot in the ramdisk, replays to the
 //! TPM's PCRs; the host's own replay and tpm2-tools' `tpm2_eventlog` (the oracle) agree with
-//! both; the boot PCRs are the same boot after boot, and a changed kernel command line moves
+//! both; metal-boot's quote of them verifies, binds the nonce and matches the replayed log;
+//! the boot PCRs are the same boot after boot, and a changed kernel command line moves
 //! PCR 9 alone (so the firmware's PCRs can be golden values and the per-boot data cannot).
 
 use std::collections::BTreeMap;
@@ -12,7 +13,9 @@ use metal_tests::hil::{Console, Guest};
 
 const SCRIPT: &str = "metal-boot measurements --save-log /tmp/event.log; echo \"measurements-exit $?\"\n\
      echo BEGIN log; base64 /tmp/event.log; echo END log\n\
-     echo BEGIN pcrs; for i in 0 1 2 3 4 5 6 7 8 9; do echo \"$i $(cat /sys/class/tpm/tpm0/pcr-sha256/$i)\"; done; echo END pcrs";
+     echo BEGIN pcrs; for i in 0 1 2 3 4 5 6 7 8 9; do echo \"$i $(cat /sys/class/tpm/tpm0/pcr-sha256/$i)\"; done; echo END pcrs\n\
+     metal-boot quote --extra-data 6e6f6e6365 > /tmp/evidence.json; echo \"quote-exit $?\"\n\
+     echo BEGIN evidence; cat /tmp/evidence.json; echo END evidence";
 
 /// One boot: what metal-boot said, the raw log and the TPM's PCRs as sysfs shows them.
 struct Boot {
@@ -79,6 +82,16 @@ fn the_firmwares_event_log_replays_to_the_tpm_and_only_pcr_9_carries_the_boots_o
         })
         .collect();
     assert_eq!(oracle, replayed, "tpm2_eventlog disagrees:\n{yaml}");
+
+    // The ramdisk's boot evidence: a quote by the TPM's attestation key of exactly these
+    // values, binding the nonce, that the log replays to; the EK certificate with it.
+    assert!(text.contains("quote-exit 0"), "{text}");
+    let evidence: metal_protocol::measurement::BootEvidence =
+        serde_json::from_str(&first.console.section("evidence").unwrap()).unwrap();
+    let verified = evidence.verify(b"nonce").unwrap();
+    let quoted: BTreeMap<u32, String> = verified.pcrs.iter().map(|(pcr, v)| (*pcr, hex::encode(v))).collect();
+    assert_eq!(quoted, first.pcrs);
+    assert!(evidence.ek_certificate.is_some());
 
     // The same machine booted again: the same values. Another command line: PCR 9 alone moves.
     let again = boot(&state, "metal.note=one");

@@ -102,3 +102,48 @@ fn the_ek_is_the_certified_key_the_ak_is_the_same_every_time_and_its_quotes_veri
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// The Spec ID header of a real log and no events: what a TPM whose boot PCRs are all reset
+/// (this bare swtpm) replays to.
+fn log_without_events() -> Vec<u8> {
+    let ovmf = include_bytes!("../../../protocol/testdata/ovmf-2022.11-swtpm.eventlog");
+    let size = u32::from_le_bytes(ovmf[28..32].try_into().unwrap()) as usize;
+    ovmf[..32 + size].to_vec()
+}
+
+#[test]
+fn boot_evidence_verifies_only_for_its_challenge_and_its_own_log() {
+    use metal_protocol::measurement::{EvidenceRefusal, binding};
+    let dir = tempfile::tempdir().unwrap();
+    let state = metal_tests::tpm::manufacture(&dir.path().join("state"));
+    let swtpm = metal_tests::tpm::Swtpm::start_bare(&state, dir.path());
+    let mut tpm = Tpm::new(swtpm.connect());
+    let extra = binding(b"nonce-1", b"secret", b"ramdisk-key");
+    let evidence = metal_boot::measured::evidence(&mut tpm, &extra, log_without_events()).unwrap();
+    assert!(evidence.ek_certificate.is_some());
+
+    let verified = evidence.verify(&extra).unwrap();
+    assert_eq!(verified.pcrs.len(), 10);
+    assert!(verified.pcrs.values().all(|v| v == &[0u8; 32]));
+    // JSON round trip (the wire form).
+    let wire: metal_protocol::measurement::BootEvidence =
+        serde_json::from_str(&serde_json::to_string(&evidence).unwrap()).unwrap();
+    assert_eq!(wire, evidence);
+
+    // Another challenge's binding, a log of another boot, a signature over other bytes.
+    assert_eq!(
+        evidence.verify(&binding(b"nonce-2", b"secret", b"ramdisk-key")).unwrap_err(),
+        EvidenceRefusal::WrongChallenge
+    );
+    let other_log = metal_protocol::measurement::BootEvidence {
+        event_log: include_bytes!("../../../protocol/testdata/ovmf-2022.11-swtpm.eventlog").to_vec(),
+        ..evidence.clone()
+    };
+    assert_eq!(other_log.verify(&extra).unwrap_err(), EvidenceRefusal::LogDoesNotReplay);
+    let mut forged = evidence.clone();
+    forged.attest[20] ^= 1;
+    assert_eq!(forged.verify(&extra).unwrap_err(), EvidenceRefusal::BadSignature);
+    // The EK cannot stand in for the attestation key (it is a decryption key).
+    let ek_as_ak = metal_protocol::measurement::BootEvidence { ak_public: evidence.ek_public.clone(), ..evidence };
+    assert!(matches!(ek_as_ak.verify(&extra).unwrap_err(), EvidenceRefusal::NotAnAttestationKey(_)));
+}
