@@ -24,7 +24,15 @@ pub const RH_ENDORSEMENT: u32 = 0x4000_000b;
 /// The NV index of an RSA 2048 EK certificate (TCG EK Credential Profile).
 pub const EK_CERT_RSA_INDEX: u32 = 0x01c0_0002;
 
+/// `TPM_RH_NULL`.
+const RH_NULL: u32 = 0x4000_0007;
+/// `TPM_SE_POLICY`.
+const SE_POLICY: u8 = 0x01;
+
+const CC_ACTIVATE_CREDENTIAL: u32 = 0x147;
 const CC_CREATE_PRIMARY: u32 = 0x131;
+const CC_POLICY_SECRET: u32 = 0x151;
+const CC_START_AUTH_SESSION: u32 = 0x176;
 const CC_NV_READ: u32 = 0x14e;
 const CC_QUOTE: u32 = 0x158;
 const CC_FLUSH_CONTEXT: u32 = 0x165;
@@ -154,20 +162,26 @@ impl<T: Read + Write> Tpm<T> {
     /// A command with `handles`, a password session of empty authorization on each of
     /// `authorized` handles, and `parameters`.
     fn command(code: u32, handles: &[u32], authorized: usize, parameters: &[u8]) -> Vec<u8> {
+        Self::command_in_sessions(code, handles, &vec![RS_PW; authorized], parameters)
+    }
+
+    /// A command with `handles` authorized by `sessions` in order (the password session, or
+    /// a policy session that needs no HMAC), and `parameters`.
+    fn command_in_sessions(code: u32, handles: &[u32], sessions: &[u32], parameters: &[u8]) -> Vec<u8> {
         let mut body = Writer::default();
         for handle in handles {
             body.u32(*handle);
         }
-        if authorized > 0 {
-            // Each: the session handle, an empty nonce, no attributes, an empty password.
-            let sessions: Vec<u8> =
-                (0..authorized).flat_map(|_| [&RS_PW.to_be_bytes()[..], &[0, 0, 0, 0, 0]].concat()).collect();
-            body.u32(u32::try_from(sessions.len()).expect("small")).bytes(&sessions);
+        if !sessions.is_empty() {
+            // Each: the session handle, an empty nonce, no attributes, an empty HMAC.
+            let area: Vec<u8> =
+                sessions.iter().flat_map(|s| [&s.to_be_bytes()[..], &[0, 0, 0, 0, 0]].concat()).collect();
+            body.u32(u32::try_from(area.len()).expect("small")).bytes(&area);
         }
         body.bytes(parameters);
         let mut command = Writer::default();
         command
-            .u16(if authorized > 0 { ST_SESSIONS } else { ST_NO_SESSIONS })
+            .u16(if sessions.is_empty() { ST_NO_SESSIONS } else { ST_SESSIONS })
             .u32(u32::try_from(10 + body.0.len()).expect("small"))
             .u32(code)
             .bytes(&body.0);
@@ -225,6 +239,55 @@ impl<T: Read + Write> Tpm<T> {
             data.extend(Reader::new(&parameters).sized()?);
         }
         Ok(data)
+    }
+
+    /// Recovers the secret a verifier encrypted with MakeCredential for `key` (loaded in this
+    /// TPM) and the EK `ek`. The EK's policy asks for the endorsement hierarchy's (empty)
+    /// authorization, given in a policy session that ends with the command.
+    pub fn activate_credential(
+        &mut self,
+        key: u32,
+        ek: u32,
+        blob: &[u8],
+        encrypted_seed: &[u8],
+    ) -> Result<Vec<u8>, CommandError> {
+        let mut p = Writer::default();
+        p.sized(&[0; 16]); // nonceCaller (its content does not matter without HMACs)
+        p.sized(&[]); // encryptedSalt: unsalted
+        p.u8(SE_POLICY).u16(tpm::ALG_NULL).u16(HashAlgorithm::SHA256.0);
+        let response =
+            self.transact("StartAuthSession", &Self::command(CC_START_AUTH_SESSION, &[RH_NULL, RH_NULL], 0, &p.0))?;
+        let session = Reader::new(&response).u32()?;
+        let activated = self.activate_in(session, key, ek, blob, encrypted_seed);
+        if activated.is_err() {
+            // A failed command leaves the session loaded; a successful one ends it.
+            let _ = self.flush(session);
+        }
+        activated
+    }
+
+    fn activate_in(
+        &mut self,
+        session: u32,
+        key: u32,
+        ek: u32,
+        blob: &[u8],
+        encrypted_seed: &[u8],
+    ) -> Result<Vec<u8>, CommandError> {
+        let mut p = Writer::default();
+        p.sized(&[]).sized(&[]).sized(&[]).u32(0); // nonceTPM, cpHashA, policyRef, expiration
+        self.transact(
+            "PolicySecret",
+            &Self::command_in_sessions(CC_POLICY_SECRET, &[RH_ENDORSEMENT, session], &[RS_PW], &p.0),
+        )?;
+        let mut p = Writer::default();
+        p.sized(blob).sized(encrypted_seed);
+        let response = self.transact(
+            "ActivateCredential",
+            &Self::command_in_sessions(CC_ACTIVATE_CREDENTIAL, &[key, ek], &[RS_PW, session], &p.0),
+        )?;
+        let parameters = Self::parameters(&response, 0)?;
+        Ok(Reader::new(&parameters).sized()?.to_vec())
     }
 
     /// Quotes `pcrs` of the SHA-256 bank with `key`, binding `extra_data`: the `TPMS_ATTEST`

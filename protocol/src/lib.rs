@@ -11,6 +11,8 @@ pub mod attest;
 pub mod boot;
 pub mod canonical;
 pub mod cloudinit;
+#[cfg(feature = "credential")]
+pub mod credential;
 pub mod deploy;
 pub mod disk;
 pub mod dsse;

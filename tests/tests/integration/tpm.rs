@@ -147,3 +147,62 @@ fn boot_evidence_verifies_only_for_its_challenge_and_its_own_log() {
     let ek_as_ak = metal_protocol::measurement::BootEvidence { ak_public: evidence.ek_public.clone(), ..evidence };
     assert!(matches!(ek_as_ak.verify(&extra).unwrap_err(), EvidenceRefusal::NotAnAttestationKey(_)));
 }
+
+#[test]
+fn a_credential_made_for_the_ak_and_ek_activates_only_in_their_tpm() {
+    use metal_protocol::credential::make_credential;
+    let dir = tempfile::tempdir().unwrap();
+    let state = metal_tests::tpm::manufacture(&dir.path().join("state"));
+    let swtpm = metal_tests::tpm::Swtpm::start_bare(&state, dir.path());
+    let mut tpm = Tpm::new(swtpm.connect());
+    let ek = tpm.create_primary(RH_ENDORSEMENT, &ek_rsa_template()).unwrap();
+    let ak = tpm.create_primary(RH_ENDORSEMENT, &ak_template()).unwrap();
+    let mut rng = rand::thread_rng();
+
+    // Ours: the TPM recovers the secret for the AK beside this EK.
+    let secret = [0x5au8; 32];
+    let credential = make_credential(&ek.public, &ak.public.name(), &secret, &mut rng).unwrap();
+    let recovered =
+        tpm.activate_credential(ak.handle, ek.handle, &credential.blob, &credential.encrypted_seed).unwrap();
+    assert_eq!(recovered, secret);
+
+    // Made for another key's name (the EK's own here): the TPM refuses it.
+    let for_other_key = make_credential(&ek.public, &ek.public.name(), &secret, &mut rng).unwrap();
+    let refused = tpm.activate_credential(ak.handle, ek.handle, &for_other_key.blob, &for_other_key.encrypted_seed);
+    assert!(
+        matches!(refused, Err(metal_boot::tpm::CommandError::Tpm { command: "ActivateCredential", .. })),
+        "{refused:?}"
+    );
+
+    // Made for another TPM's EK: refused as well.
+    let other_state = metal_tests::tpm::manufacture(&dir.path().join("other"));
+    let other_dir = dir.path().join("other-run");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let other = metal_tests::tpm::Swtpm::start_bare(&other_state, &other_dir);
+    let other_ek = Tpm::new(other.connect()).create_primary(RH_ENDORSEMENT, &ek_rsa_template()).unwrap();
+    assert_ne!(other_ek.public, ek.public);
+    let for_other_tpm = make_credential(&other_ek.public, &ak.public.name(), &secret, &mut rng).unwrap();
+    assert!(tpm.activate_credential(ak.handle, ek.handle, &for_other_tpm.blob, &for_other_tpm.encrypted_seed).is_err());
+
+    // The oracle: a credential tpm2_makecredential made offline activates through our client.
+    let tpm2b_public = [&u16::try_from(ek.public.bytes.len()).unwrap().to_be_bytes()[..], &ek.public.bytes].concat();
+    let (ek_file, secret_file, out) = (dir.path().join("ek.pub"), dir.path().join("secret"), dir.path().join("cred"));
+    std::fs::write(&ek_file, tpm2b_public).unwrap();
+    std::fs::write(&secret_file, b"from tpm2-tools").unwrap();
+    let output = Command::new("tpm2_makecredential")
+        .args(["--tcti", "none", "-u"])
+        .arg(&ek_file)
+        .arg("-s")
+        .arg(&secret_file)
+        .args(["-n", &hex::encode(ak.public.name())])
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // tpm2-tools' file: a magic and a version, then TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET.
+    let file = std::fs::read(&out).unwrap();
+    let mut r = metal_protocol::tpm::Reader::new(&file[8..]);
+    let (blob, seed) = (r.sized().unwrap().to_vec(), r.sized().unwrap().to_vec());
+    assert_eq!(tpm.activate_credential(ak.handle, ek.handle, &blob, &seed).unwrap(), b"from tpm2-tools");
+}
