@@ -216,6 +216,22 @@ impl Joined {
         self.runtime.block_on(send(|| self.client.post(url.clone()).json(&envelope), "the report", &self.retry))
     }
 
+    /// Asks for a measured-boot challenge for the TPM keys in `request` (over mTLS).
+    pub fn challenge(
+        &self,
+        request: &metal_protocol::measurement::ChallengeRequest,
+    ) -> Result<metal_protocol::measurement::Challenge, ControllerError> {
+        let url = self
+            .base
+            .join(metal_protocol::boot::ATTEST_CHALLENGE_PATH)
+            .map_err(|e| ControllerError::Invalid(e.to_string()))?;
+        self.runtime.block_on(send(
+            || self.client.post(url.clone()).json(request),
+            "the attestation challenge",
+            &self.retry,
+        ))
+    }
+
     /// Fetches this node's deploy plan (over mTLS) and checks it is self-consistent.
     pub fn fetch_plan(&self) -> Result<DeployPlan, ControllerError> {
         let url = self.base.join(PLAN_PATH).map_err(|e| ControllerError::Invalid(e.to_string()))?;

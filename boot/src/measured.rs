@@ -10,10 +10,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use metal_protocol::eventlog::{EventLog, HashAlgorithm};
-use metal_protocol::measurement::BootEvidence;
+use std::io::{Read, Write};
+
+use metal_protocol::boot::ReportReceipt;
+use metal_protocol::measurement::{AttestationReport, BootEvidence, ChallengeRequest, binding};
 use metal_protocol::tpm::{ak_template, ek_rsa_template};
 
-use crate::tpm::{CommandError, EK_CERT_RSA_INDEX, RH_ENDORSEMENT, Tpm};
+use crate::controller::Joined;
+use crate::tpm::{CommandError, EK_CERT_RSA_INDEX, Loaded, RH_ENDORSEMENT, Tpm};
 
 pub use metal_protocol::measurement::BOOT_PCRS;
 
@@ -105,35 +109,106 @@ pub fn check(paths: &Paths, save: Option<&Path>) -> Result<Vec<PcrCheck>, String
     compare(&log, &pcrs(paths)?)
 }
 
+/// The TPM's keys for one attestation, loaded: the EK (with its certificate when the TPM
+/// has one) and the attestation key.
+#[derive(Debug)]
+pub struct Keys {
+    ek: Loaded,
+    ek_certificate: Option<Vec<u8>>,
+    ak: Loaded,
+}
+
+impl Keys {
+    /// Reads the EK certificate and recreates the EK and the attestation key.
+    pub fn load<T: Read + Write>(tpm: &mut Tpm<T>) -> Result<Keys, CommandError> {
+        let ek_certificate = match tpm.nv_read(EK_CERT_RSA_INDEX) {
+            Ok(der) => Some(der),
+            // No certificate (a TPM its maker did not provision, or a firmware TPM): the EK
+            // is then trusted on first use only.
+            Err(CommandError::Tpm { .. }) => None,
+            Err(other) => return Err(other),
+        };
+        let ek = tpm.create_primary(RH_ENDORSEMENT, &ek_rsa_template())?;
+        match tpm.create_primary(RH_ENDORSEMENT, &ak_template()) {
+            Ok(ak) => Ok(Keys { ek, ek_certificate, ak }),
+            Err(e) => {
+                let _ = tpm.flush(ek.handle);
+                Err(e)
+            }
+        }
+    }
+
+    /// What a challenge is asked with.
+    pub fn challenge_request(&self) -> ChallengeRequest {
+        ChallengeRequest {
+            ek_public: self.ek.public.bytes.clone(),
+            ek_certificate: self.ek_certificate.clone(),
+            ak_public: self.ak.public.bytes.clone(),
+        }
+    }
+
+    /// Quotes the boot PCRs binding `extra_data`, then unloads both keys.
+    pub fn quote<T: Read + Write>(
+        self,
+        tpm: &mut Tpm<T>,
+        extra_data: &[u8],
+        event_log: Vec<u8>,
+    ) -> Result<BootEvidence, CommandError> {
+        let quoted = tpm.quote(self.ak.handle, extra_data, &BOOT_PCRS.collect::<Vec<_>>());
+        self.unload(tpm);
+        let (attest, signature) = quoted?;
+        Ok(BootEvidence {
+            ek_public: self.ek.public.bytes,
+            ek_certificate: self.ek_certificate,
+            ak_public: self.ak.public.bytes,
+            attest,
+            signature,
+            event_log,
+        })
+    }
+
+    fn unload<T: Read + Write>(&self, tpm: &mut Tpm<T>) {
+        let _ = tpm.flush(self.ak.handle);
+        let _ = tpm.flush(self.ek.handle);
+    }
+}
+
 /// Quotes the boot PCRs with the attestation key, binding `extra_data`, and gathers the
-/// evidence: the EK (and its certificate when the TPM has one), the key, the quote and
-/// `event_log`.
-pub fn evidence<T: std::io::Read + std::io::Write>(
+/// evidence (`metal-boot quote`).
+pub fn evidence<T: Read + Write>(
     tpm: &mut Tpm<T>,
     extra_data: &[u8],
     event_log: Vec<u8>,
 ) -> Result<BootEvidence, CommandError> {
-    let ek_certificate = match tpm.nv_read(EK_CERT_RSA_INDEX) {
-        Ok(der) => Some(der),
-        // No certificate (a TPM its maker did not provision, or a firmware TPM): the EK is
-        // then trusted on first use only.
-        Err(CommandError::Tpm { .. }) => None,
-        Err(other) => return Err(other),
+    Keys::load(tpm)?.quote(tpm, extra_data, event_log)
+}
+
+/// Attests to the joined controller: asks for a challenge for this TPM's keys, opens its
+/// credential (only this TPM can), quotes binding the nonce, the secret and this ramdisk's
+/// key, and posts the evidence signed.
+pub fn attest<T: Read + Write>(
+    tpm: &mut Tpm<T>,
+    controller: &Joined,
+    event_log: Vec<u8>,
+) -> Result<ReportReceipt, String> {
+    let keys = Keys::load(tpm).map_err(|e| e.to_string())?;
+    let opened = controller.challenge(&keys.challenge_request()).map_err(|e| e.to_string()).and_then(|challenge| {
+        let secret = tpm
+            .activate_credential(keys.ak.handle, keys.ek.handle, &challenge.credential_blob, &challenge.encrypted_seed)
+            .map_err(|e| e.to_string())?;
+        let ramdisk_key = controller.identity().signer().verifying_key();
+        Ok((challenge.challenge_id, binding(&challenge.nonce, &secret, ramdisk_key.as_bytes())))
+    });
+    let (challenge_id, extra_data) = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            keys.unload(tpm);
+            return Err(e);
+        }
     };
-    let ek = tpm.create_primary(RH_ENDORSEMENT, &ek_rsa_template())?;
-    tpm.flush(ek.handle)?;
-    let ak = tpm.create_primary(RH_ENDORSEMENT, &ak_template())?;
-    let quoted = tpm.quote(ak.handle, extra_data, &BOOT_PCRS.collect::<Vec<_>>());
-    tpm.flush(ak.handle)?;
-    let (attest, signature) = quoted?;
-    Ok(BootEvidence {
-        ek_public: ek.public.bytes,
-        ek_certificate,
-        ak_public: ak.public.bytes,
-        attest,
-        signature,
-        event_log,
-    })
+    let evidence = keys.quote(tpm, &extra_data, event_log).map_err(|e| e.to_string())?;
+    let report = AttestationReport { node_id: controller.identity().identity().node.clone(), challenge_id, evidence };
+    controller.post_report(AttestationReport::PAYLOAD_TYPE, &report).map_err(|e| e.to_string())
 }
 
 /// One line per PCR, for a person at the console.

@@ -12,6 +12,8 @@ use time::OffsetDateTime;
 pub const JOIN_PATH: &str = "/v1/boot/join";
 /// Where a ramdisk posts its signed reports.
 pub const REPORTS_PATH: &str = "/v1/boot/reports";
+/// Where a ramdisk asks for a measured-boot challenge (`POST`, mutual TLS).
+pub const ATTEST_CHALLENGE_PATH: &str = "/v1/boot/attest/challenge";
 /// Where a deploying ramdisk fetches its `DeployPlan` (mutual TLS).
 pub const PLAN_PATH: &str = "/v1/boot/plan";
 /// Images the controller serves to deploying ramdisks (`IMAGES_PATH/ID`, Range supported).

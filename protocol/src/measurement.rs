@@ -43,6 +43,60 @@ pub struct BootEvidence {
     pub event_log: Vec<u8>,
 }
 
+/// `POST /v1/boot/attest/challenge`: the ramdisk names its TPM's keys and asks what to quote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChallengeRequest {
+    /// The EK's `TPMT_PUBLIC`.
+    #[serde(with = "bytes")]
+    pub ek_public: Vec<u8>,
+    /// The EK certificate from NV (DER), when the TPM has one.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "optional_bytes")]
+    pub ek_certificate: Option<Vec<u8>>,
+    /// The attestation key's `TPMT_PUBLIC`.
+    #[serde(with = "bytes")]
+    pub ak_public: Vec<u8>,
+}
+
+/// The controller's challenge: a one-time nonce and a credential only the TPM of the pinned
+/// EK can open for that attestation key. The quote must bind [`binding`] of the nonce, the
+/// opened secret and the ramdisk's own key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Challenge {
+    /// Names the challenge in the report that answers it.
+    pub challenge_id: String,
+    /// The one-time nonce.
+    #[serde(with = "bytes")]
+    pub nonce: Vec<u8>,
+    /// MakeCredential's `TPM2B_ID_OBJECT` contents.
+    #[serde(with = "bytes")]
+    pub credential_blob: Vec<u8>,
+    /// MakeCredential's `TPM2B_ENCRYPTED_SECRET` contents.
+    #[serde(with = "bytes")]
+    pub encrypted_seed: Vec<u8>,
+    /// When the challenge stops being accepted.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: time::OffsetDateTime,
+}
+
+/// The answer to a challenge, signed by the ramdisk's certificate like every report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AttestationReport {
+    /// The node the ramdisk runs on.
+    pub node_id: String,
+    /// The challenge answered.
+    pub challenge_id: String,
+    /// The quote, keys and event log.
+    pub evidence: BootEvidence,
+}
+
+impl AttestationReport {
+    /// DSSE payload type.
+    pub const PAYLOAD_TYPE: &'static str = "application/vnd.metal.attestation.v1+json";
+}
+
 /// Why evidence was refused. One variant per rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EvidenceRefusal {
@@ -97,17 +151,25 @@ const AK_ATTRIBUTES: u32 = attributes::FIXED_TPM
     | attributes::RESTRICTED
     | attributes::SIGN;
 
+/// Parses an attestation key and checks that it is one: a restricted signing key that
+/// never left the TPM that made it.
+pub fn attestation_key(ak_public: &[u8]) -> Result<PublicKey, EvidenceRefusal> {
+    let ak =
+        PublicKey::parse(ak_public).map_err(|e| EvidenceRefusal::Malformed(format!("the attestation key: {e}")))?;
+    if !ak.has(AK_ATTRIBUTES) {
+        return Err(EvidenceRefusal::NotAnAttestationKey(format!(
+            "attributes {:#010x} lack fixedTPM, fixedParent, sensitiveDataOrigin, restricted or sign",
+            ak.attributes
+        )));
+    }
+    Ok(ak)
+}
+
 impl BootEvidence {
     /// Checks the quote against `extra_data` and replays the log to it.
     pub fn verify(&self, extra_data: &[u8]) -> Result<VerifiedBoot, EvidenceRefusal> {
         let malformed = |what: &str, e: &dyn std::fmt::Display| EvidenceRefusal::Malformed(format!("{what}: {e}"));
-        let ak = PublicKey::parse(&self.ak_public).map_err(|e| malformed("the attestation key", &e))?;
-        if !ak.has(AK_ATTRIBUTES) {
-            return Err(EvidenceRefusal::NotAnAttestationKey(format!(
-                "attributes {:#010x} lack fixedTPM, fixedParent, sensitiveDataOrigin, restricted or sign",
-                ak.attributes
-            )));
-        }
+        let ak = attestation_key(&self.ak_public)?;
         ak.verify(&self.attest, &self.signature).map_err(|e| match e {
             crate::tpm::TpmError::BadSignature => EvidenceRefusal::BadSignature,
             other => malformed("the signature", &other),
@@ -128,6 +190,20 @@ impl BootEvidence {
             return Err(EvidenceRefusal::LogDoesNotReplay);
         }
         Ok(VerifiedBoot { pcrs, log, quote, ak })
+    }
+}
+
+impl EvidenceRefusal {
+    /// A short stable name for the rule, stored with a refused attestation.
+    pub fn code(&self) -> &'static str {
+        match self {
+            EvidenceRefusal::Malformed(_) => "malformed",
+            EvidenceRefusal::NotAnAttestationKey(_) => "not-an-attestation-key",
+            EvidenceRefusal::BadSignature => "bad-signature",
+            EvidenceRefusal::WrongChallenge => "wrong-challenge",
+            EvidenceRefusal::WrongSelection(_) => "wrong-selection",
+            EvidenceRefusal::LogDoesNotReplay => "log-does-not-replay",
+        }
     }
 }
 

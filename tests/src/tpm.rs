@@ -90,3 +90,11 @@ impl Swtpm {
         ]
     }
 }
+
+/// An event log with the Spec ID header of a real one (OVMF's) and no events: what a TPM
+/// whose boot PCRs are all reset (a bare swtpm) replays to.
+pub fn empty_event_log() -> Vec<u8> {
+    let ovmf = include_bytes!("../../protocol/testdata/ovmf-2022.11-swtpm.eventlog");
+    let size = u32::from_le_bytes(ovmf[28..32].try_into().unwrap()) as usize;
+    ovmf[..32 + size].to_vec()
+}

@@ -1,5 +1,5 @@
-//! Admin views of what the boot service stored (a node's platform inventory and its wipe
-//! reports) and the deploy plan a deploying ramdisk will fetch.
+//! Admin views of what the boot service stored (a node's platform inventory, its wipe
+//! reports and attestations) and the deploy plan a deploying ramdisk will fetch.
 
 use axum::extract::State;
 
@@ -10,7 +10,9 @@ use crate::{ApiJson, Caller};
 use metal_service::app::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
-use metal_types::model::boot::{FirmwareCheckRecord, NodeBoot, NodeInventory, WipeReportDetail, WipeReportRecord};
+use metal_types::model::boot::{
+    AttestationRecord, FirmwareCheckRecord, NodeBoot, NodeInventory, WipeReportDetail, WipeReportRecord,
+};
 
 /// The node's platform inventory (its last commissioning report).
 #[utoipa::path(get, path = "/v1/nodes/{id}/inventory", params(("id" = String, Path, description = "node id")),
@@ -35,6 +37,19 @@ pub async fn list_wipe_reports(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Vec<WipeReportRecord>>> {
     Ok(ApiJson(node_rows(&app, &caller, id, store::boot::wipe_reports).await?))
+}
+
+/// Every attestation received for the node (measured boot): a TPM quote of its boot PCRs
+/// verified against its one-time challenge and the node's pinned EK, with the quoted PCRs,
+/// or refused with the rule it broke (`ek-differs`, `wrong-challenge`, `log-does-not-replay`).
+#[utoipa::path(get, path = "/v1/nodes/{id}/attestations", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = Vec<AttestationRecord>), (status = 404, body = metal_types::error::ErrorBody)))]
+pub async fn list_attestations(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<ApiJson<Vec<AttestationRecord>>> {
+    Ok(ApiJson(node_rows(&app, &caller, id, store::attestations::list).await?))
 }
 
 /// The boots the scheduler started for the node, newest first: who started each, which

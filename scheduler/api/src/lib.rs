@@ -100,6 +100,7 @@ pub use metal_types::extract::{ApiJson, ApiPath, ApiQuery};
         boot::list_boots,
         boot::arm_boot,
         boot::list_wipe_reports,
+        boot::list_attestations,
         boot::list_firmware_checks,
         boot::get_wipe_report,
         boot::get_wipe_envelope,
@@ -230,6 +231,7 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/ports", get(switches::get_ports).put(switches::put_ports))
         .route("/v1/nodes/{id}/boots", get(boot::list_boots).post(boot::arm_boot))
         .route("/v1/nodes/{id}/wipe-reports", get(boot::list_wipe_reports))
+        .route("/v1/nodes/{id}/attestations", get(boot::list_attestations))
         .route("/v1/nodes/{id}/firmware-checks", get(boot::list_firmware_checks))
         .route("/v1/nodes/{id}/wipe-reports/{report}", get(boot::get_wipe_report))
         .route("/v1/nodes/{id}/wipe-reports/{report}/envelope", get(boot::get_wipe_envelope))

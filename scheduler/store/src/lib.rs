@@ -9,6 +9,7 @@
 //! PostgreSQL serialises conflicting writers with the row locks the compare-and-set
 //! UPDATEs take.
 
+pub mod attestations;
 pub mod auth;
 pub mod billing;
 pub mod bmcs;

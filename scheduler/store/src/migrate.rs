@@ -27,6 +27,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (17, "media-claims", include_str!("../migrations/0017_media_claims.sql")),
     (18, "lessee", include_str!("../migrations/0018_lessee.sql")),
     (19, "architecture", include_str!("../migrations/0019_architecture.sql")),
+    (20, "measured-boot", include_str!("../migrations/0020_measured_boot.sql")),
 ];
 
 /// Brings the schema up to date.

@@ -589,3 +589,53 @@ fn the_machine_asking_again_before_it_joined_gets_a_new_token_and_a_join_again_w
     assert!(script.contains("two ramdisks claimed node n1") && !script.contains("metal.token"), "{script}");
     assert_eq!(contested(&s)["second"], "127.0.0.1");
 }
+
+#[test]
+fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refused() {
+    use metal_boot::measured::{Keys, attest};
+    use metal_boot::tpm::Tpm;
+    use metal_protocol::measurement::AttestationReport;
+    use metal_tests::tpm::{Swtpm, empty_event_log, manufacture};
+    let s = start();
+    s.enrol("n1", MAC);
+    let joined = join(&s, &boot(&s, "commission")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
+    let mut tpm = Tpm::new(swtpm.connect());
+
+    // The first attestation pins the TPM and verifies.
+    let receipt = attest(&mut tpm, &joined, empty_event_log()).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    let (status, list) = s.call("GET", "/v1/nodes/n1/attestations", None);
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["verified"], true, "{list}");
+    assert_eq!(list[0]["pcrs"].as_object().unwrap().len(), 10);
+    assert_eq!(list[0]["pcrs"]["0"], "0".repeat(64));
+    assert_eq!(s.events("node.tpm.registered").len(), 1);
+    assert_eq!(s.events("node.attestation.verified").len(), 1);
+
+    // A quote that binds something other than the challenge, then the same answer again.
+    let keys = Keys::load(&mut tpm).unwrap();
+    let challenge = joined.challenge(&keys.challenge_request()).unwrap();
+    let evidence = keys.quote(&mut tpm, &challenge.nonce, empty_event_log()).unwrap();
+    let report = AttestationReport { node_id: "n1".into(), challenge_id: challenge.challenge_id, evidence };
+    let refused = joined.post_report(AttestationReport::PAYLOAD_TYPE, &report).unwrap();
+    assert!(!refused.accepted && refused.reason.as_deref().unwrap().starts_with("wrong-challenge"), "{refused:?}");
+    let replayed = joined.post_report(AttestationReport::PAYLOAD_TYPE, &report).unwrap();
+    assert!(replayed.reason.as_deref().unwrap().contains("already answered"), "{replayed:?}");
+
+    // Another TPM for the same node: refused before any credential is made for it.
+    let other_dir = dir.path().join("other");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let other = Swtpm::start_bare(&manufacture(&other_dir.join("tpm")), &other_dir);
+    let error = attest(&mut Tpm::new(other.connect()), &joined, empty_event_log()).unwrap_err();
+    assert!(error.contains("differs from the EK node n1 registered"), "{error}");
+    let (_, list) = s.call("GET", "/v1/nodes/n1/attestations", None);
+    let mut codes: Vec<&str> =
+        list.as_array().unwrap().iter().map(|a| a["code"].as_str().unwrap_or("verified")).collect();
+    codes.sort_unstable();
+    assert_eq!(codes, ["challenge-refused", "ek-differs", "verified", "wrong-challenge"]);
+    assert_eq!(s.events("node.attestation.refused").len(), 3);
+    assert_eq!(s.node("n1")["state"], "commissioning", "an attestation alone moves no node");
+}

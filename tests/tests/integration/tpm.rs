@@ -103,14 +103,6 @@ fn the_ek_is_the_certified_key_the_ak_is_the_same_every_time_and_its_quotes_veri
     );
 }
 
-/// The Spec ID header of a real log and no events: what a TPM whose boot PCRs are all reset
-/// (this bare swtpm) replays to.
-fn log_without_events() -> Vec<u8> {
-    let ovmf = include_bytes!("../../../protocol/testdata/ovmf-2022.11-swtpm.eventlog");
-    let size = u32::from_le_bytes(ovmf[28..32].try_into().unwrap()) as usize;
-    ovmf[..32 + size].to_vec()
-}
-
 #[test]
 fn boot_evidence_verifies_only_for_its_challenge_and_its_own_log() {
     use metal_protocol::measurement::{EvidenceRefusal, binding};
@@ -119,7 +111,7 @@ fn boot_evidence_verifies_only_for_its_challenge_and_its_own_log() {
     let swtpm = metal_tests::tpm::Swtpm::start_bare(&state, dir.path());
     let mut tpm = Tpm::new(swtpm.connect());
     let extra = binding(b"nonce-1", b"secret", b"ramdisk-key");
-    let evidence = metal_boot::measured::evidence(&mut tpm, &extra, log_without_events()).unwrap();
+    let evidence = metal_boot::measured::evidence(&mut tpm, &extra, metal_tests::tpm::empty_event_log()).unwrap();
     assert!(evidence.ek_certificate.is_some());
 
     let verified = evidence.verify(&extra).unwrap();

@@ -261,3 +261,37 @@ mod tests {
         assert!("shell".parse::<BootTask>().is_err());
     }
 }
+
+/// One attestation as received (issue 32): a TPM quote of the node's boot PCRs with its
+/// event log, verified against its one-time challenge and the node's pinned EK, or refused
+/// with the rule it broke.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttestationRecord {
+    /// Id of this record.
+    pub id: String,
+    /// The node it was posted for.
+    pub node_id: String,
+    /// The node's identity generation it came from.
+    pub identity_generation: i64,
+    /// The challenge it answered, when it named a known one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenge_id: Option<String>,
+    /// Whether the quote verified, bound its challenge and the log replayed to it.
+    pub verified: bool,
+    /// The refusal's stable code (`ek-differs`, `wrong-challenge`, `log-does-not-replay`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Why it was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The quoted SHA-256 PCRs 0-9 (hex), when it verified.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub pcrs: std::collections::BTreeMap<u32, String>,
+    /// SHA-256 of the event log, when one was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_sha256: Option<String>,
+    /// When it arrived.
+    #[serde(with = "time::serde::rfc3339")]
+    pub received_at: time::OffsetDateTime,
+}

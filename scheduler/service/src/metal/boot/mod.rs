@@ -4,6 +4,7 @@
 //! fingerprint on its kernel command line and authenticates with the certificate it joined
 //! for; and the join service (`hosts`), where a deployed OS becomes a host. Unauthenticated requests are rate-limited per client address (`crate::ratelimit`).
 
+pub mod attest;
 pub mod claims;
 pub mod digests;
 pub mod hosts;

@@ -14,6 +14,7 @@ use base64::Engine as _;
 use metal_protocol::boot::{JoinRequest, JoinResponse, ReportReceipt, TaskReport};
 use metal_protocol::identity::{pem_encode, read_unverified};
 use metal_protocol::join::HostSetupReport;
+use metal_protocol::measurement::AttestationReport;
 use metal_protocol::{
     Envelope, Identity, InventoryReport, Role, SiteCa, VerifyingKey, WipeExpectation, WipeReport, verify_wipe_report,
 };
@@ -500,6 +501,7 @@ pub async fn reports(
                 WipeReport::PAYLOAD_TYPE => wipe_report(tx, &ca, &identity, &envelope, &deadlines, now),
                 TaskReport::PAYLOAD_TYPE => task_report(tx, &identity, &key, &envelope, &deadlines, now),
                 HostSetupReport::PAYLOAD_TYPE => super::hosts::setup_report(tx, &identity, &key, &envelope, now),
+                AttestationReport::PAYLOAD_TYPE => super::attest::report(tx, &identity, &key, &envelope, now),
                 other => Err(ApiError::invalid("payloadType", format!("unknown report type {other:?}"))),
             }?;
             claims::after_report(tx, &identity.node, token_ttl, now)?;

@@ -1,4 +1,5 @@
-//! The boot service's TLS listener (the ramdisk protocol and the hosts' join service). Its certificate is issued by the site CA for the
+//! The boot service's TLS listener (the ramdisk protocol, measured boot's challenges and the
+//! hosts' join service). Its certificate is issued by the site CA for the
 //! controller URL's host (`server_tls::RenewingCertificate`); client certificates are
 //! optional at the handshake (the join has none) and checked against the site CA by the
 //! handlers that need them (`Peer`).
@@ -11,7 +12,7 @@ use rustls::server::WebPkiClientVerifier;
 use tracing::info;
 
 use crate::app::AppState;
-use crate::metal::boot::{BootService, Peer, hosts, ramdisk};
+use crate::metal::boot::{BootService, Peer, attest, hosts, ramdisk};
 use crate::server_tls::RenewingCertificate;
 
 /// The rustls configuration of the boot listener.
@@ -33,7 +34,7 @@ pub fn server_config(service: &BootService) -> Result<rustls::ServerConfig, Stri
 
 /// The routes of the ramdisk protocol.
 pub fn router(app: AppState) -> Router {
-    use metal_protocol::boot::{IMAGES_PATH, JOIN_PATH, PLAN_PATH, REPORTS_PATH};
+    use metal_protocol::boot::{ATTEST_CHALLENGE_PATH, IMAGES_PATH, JOIN_PATH, PLAN_PATH, REPORTS_PATH};
     use metal_protocol::join::{
         HOST_AGENT_PATH, HOST_INSTALL_PATH, HOST_JOIN_FAILED_PATH, HOST_JOIN_PATH, HOST_RENEW_PATH,
     };
@@ -45,6 +46,7 @@ pub fn router(app: AppState) -> Router {
         .route(HOST_INSTALL_PATH, get(hosts::install))
         .route(HOST_AGENT_PATH, get(hosts::agent))
         .route(REPORTS_PATH, post(ramdisk::reports))
+        .route(ATTEST_CHALLENGE_PATH, post(attest::challenge))
         .route(PLAN_PATH, get(ramdisk::plan))
         .route(&format!("{IMAGES_PATH}/{{id}}"), get(ramdisk::image))
         .fallback(|| async { metal_types::error::ApiError::NotFound("route".into()) })

@@ -1,0 +1,208 @@
+//! Measured boot on the boot listener (issue 32). A ramdisk names its TPM's EK and
+//! attestation key and gets a one-time challenge: a nonce and a credential (MakeCredential)
+//! only the TPM of that EK can open for that key. The node's first challenge pins its EK;
+//! a later one from another EK is refused and recorded (`ek-differs`). The answer, a quote of
+//! PCRs 0-9 binding the nonce, the opened secret and the ramdisk's own key, with the event
+//! log, comes as a signed report; it is verified (`BootEvidence::verify`) and stored, verified
+//! or refused with its rule, with an event either way.
+
+use std::time::Duration;
+
+use axum::Extension;
+use axum::extract::State;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use metal_protocol::boot::ReportReceipt;
+use metal_protocol::measurement::{AttestationReport, Challenge, ChallengeRequest, attestation_key, binding};
+use metal_protocol::tpm::{KeyMaterial, PublicKey, attributes};
+use metal_protocol::{Envelope, Identity, Role, VerifyingKey};
+use rand::RngCore as _;
+use serde_json::json;
+use sha2::Digest as _;
+use time::OffsetDateTime;
+use tracing::{info, warn};
+
+use crate::app::AppState;
+use crate::metal::boot::ramdisk::{node_payload, peer_identity};
+use crate::metal::boot::{BootService, Peer};
+use metal_store::{self as store, Conn};
+use metal_types::error::{ApiError, ApiResult};
+use metal_types::extract::ApiJson;
+use metal_types::model::boot::AttestationRecord;
+
+/// How long a challenge may be answered: the ramdisk answers within seconds.
+const CHALLENGE_TTL: Duration = Duration::from_secs(300);
+
+/// The refusal of an EK other than the one the node registered.
+pub const EK_DIFFERS: &str = "ek-differs";
+
+/// `POST /v1/boot/attest/challenge`.
+pub async fn challenge(
+    State(app): State<AppState>,
+    Extension(peer): Extension<Peer>,
+    ApiJson(request): ApiJson<ChallengeRequest>,
+) -> ApiResult<ApiJson<Challenge>> {
+    let service = BootService::of(&app)?;
+    let now = app.clock.now();
+    let (identity, key) = peer_identity(service, &peer, now)?;
+    if identity.role != Role::Ramdisk {
+        return Err(ApiError::Forbidden(format!("a {} certificate cannot ask for a challenge", identity.role)));
+    }
+    let ek = endorsement_key(&request.ek_public)?;
+    let ak = attestation_key(&request.ak_public).map_err(|e| ApiError::invalid("akPublic", e.to_string()))?;
+    let (mut nonce, mut secret) = ([0u8; 32], [0u8; 32]);
+    rand::thread_rng().fill_bytes(&mut nonce);
+    rand::thread_rng().fill_bytes(&mut secret);
+    let credential = metal_protocol::credential::make_credential(&ek, &ak.name(), &secret, &mut rand::thread_rng())
+        .map_err(|e| ApiError::invalid("ekPublic", e.to_string()))?;
+    let extra_data = hex::encode(binding(&nonce, &secret, key.as_bytes()));
+    let id = format!("chl-{}", uuid::Uuid::new_v4().simple());
+    let ek_sha256 = hex::encode(sha2::Sha256::digest(&request.ek_public));
+    let (node_id, challenge_id) = (identity.node.clone(), id.clone());
+    let issued = app
+        .change(move |tx| {
+            let node = node_of(tx, &identity)?;
+            let subject = format!("node/{}", node.id);
+            match store::attestations::tpm(tx, &node.id)? {
+                None => {
+                    let certificate = request.ek_certificate.as_deref().map(|der| STANDARD.encode(der));
+                    let public = STANDARD.encode(&request.ek_public);
+                    store::attestations::pin(tx, &node.id, &ek_sha256, &public, certificate.as_deref(), now)?;
+                    let data = json!({"node": node.id, "ekSha256": ek_sha256, "certified": certificate.is_some()});
+                    store::events::append(tx, "node.tpm.registered", &subject, None, &data, now)?;
+                }
+                Some(pinned) if pinned.ek_sha256 != ek_sha256 => {
+                    let reason = format!(
+                        "the TPM's EK ({ek_sha256}) differs from the EK node {} registered on {} ({})",
+                        node.id, pinned.first_seen, pinned.ek_sha256
+                    );
+                    let raw = serde_json::to_string(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
+                    refuse(tx, &identity, None, EK_DIFFERS, &reason, &raw, now)?;
+                    return Ok(Err(reason));
+                }
+                Some(_) => {}
+            }
+            let issued = store::attestations::IssuedChallenge {
+                node_id: node.id.clone(),
+                identity_generation: node.identity_generation,
+                extra_data,
+            };
+            store::attestations::issue_challenge(tx, &id, &issued, now, CHALLENGE_TTL)?;
+            Ok(Ok(()))
+        })
+        .await?;
+    if let Err(reason) = issued {
+        warn!(node = %node_id, %reason, "attestation challenge refused");
+        return Err(ApiError::Forbidden(reason));
+    }
+    info!(node = %node_id, challenge = %challenge_id, "attestation challenge issued");
+    Ok(ApiJson(Challenge {
+        challenge_id,
+        nonce: nonce.to_vec(),
+        credential_blob: credential.blob,
+        encrypted_seed: credential.encrypted_seed,
+        expires_at: now + CHALLENGE_TTL,
+    }))
+}
+
+/// The EK a challenge's credential is made for: an RSA restricted decryption key fixed to
+/// its TPM (the TCG default EK).
+fn endorsement_key(bytes: &[u8]) -> ApiResult<PublicKey> {
+    let ek = PublicKey::parse(bytes).map_err(|e| ApiError::invalid("ekPublic", e.to_string()))?;
+    let required = attributes::FIXED_TPM | attributes::FIXED_PARENT | attributes::RESTRICTED | attributes::DECRYPT;
+    if !matches!(ek.key, KeyMaterial::Rsa { .. }) || !ek.has(required) {
+        return Err(ApiError::invalid("ekPublic", "not an RSA endorsement key (fixedTPM, restricted, decrypt)"));
+    }
+    Ok(ek)
+}
+
+/// The node of a ramdisk certificate, at the certificate's identity generation.
+fn node_of(tx: &mut dyn Conn, identity: &Identity) -> ApiResult<metal_types::model::node::Node> {
+    let node =
+        store::nodes::get(tx, &identity.node)?.ok_or_else(|| ApiError::NotFound(format!("node {}", identity.node)))?;
+    if u64::try_from(node.identity_generation).ok() != Some(identity.generation) {
+        return Err(ApiError::Forbidden(format!(
+            "the certificate is of identity generation {}, node {} is at {}",
+            identity.generation, node.id, node.identity_generation
+        )));
+    }
+    Ok(node)
+}
+
+/// Records a refused attestation and raises `node.attestation.refused`.
+fn refuse(
+    tx: &mut dyn Conn,
+    identity: &Identity,
+    challenge_id: Option<&str>,
+    code: &str,
+    reason: &str,
+    raw: &str,
+    now: OffsetDateTime,
+) -> ApiResult<AttestationRecord> {
+    let record = AttestationRecord {
+        id: format!("att-{}", uuid::Uuid::new_v4().simple()),
+        node_id: identity.node.clone(),
+        identity_generation: i64::try_from(identity.generation).unwrap_or_default(),
+        challenge_id: challenge_id.map(str::to_owned),
+        verified: false,
+        code: Some(code.to_owned()),
+        reason: Some(reason.to_owned()),
+        pcrs: Default::default(),
+        log_sha256: None,
+        received_at: now,
+    };
+    store::attestations::record(tx, &record, raw)?;
+    let data = json!({"node": record.node_id, "attestation": record.id, "code": code, "reason": reason});
+    store::events::append(tx, "node.attestation.refused", &format!("node/{}", record.node_id), None, &data, now)?;
+    Ok(record)
+}
+
+/// An attestation report: the challenge taken (once), the evidence verified against it.
+pub(super) fn report(
+    tx: &mut dyn Conn,
+    identity: &Identity,
+    key: &VerifyingKey,
+    envelope: &Envelope,
+    now: OffsetDateTime,
+) -> ApiResult<ReportReceipt> {
+    let (node, report): (_, AttestationReport) =
+        node_payload(tx, identity, key, envelope, &[Role::Ramdisk], |r: &AttestationReport| &r.node_id)?;
+    let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let checked = match store::attestations::take_challenge(tx, &report.challenge_id, now) {
+        Err(ApiError::Forbidden(reason)) => Err(("challenge-refused", reason)),
+        Err(other) => return Err(other),
+        Ok(challenge) if challenge.node_id != node.id || challenge.identity_generation != node.identity_generation => {
+            Err((
+                "wrong-challenge",
+                format!("challenge {} was not issued to this node's current identity", report.challenge_id),
+            ))
+        }
+        Ok(challenge) => {
+            let extra_data = hex::decode(&challenge.extra_data).map_err(|e| ApiError::Internal(e.to_string()))?;
+            report.evidence.verify(&extra_data).map_err(|refusal| (refusal.code(), refusal.to_string()))
+        }
+    };
+    let verified = match checked {
+        Ok(verified) => verified,
+        Err((code, reason)) => {
+            refuse(tx, identity, Some(&report.challenge_id), code, &reason, &raw, now)?;
+            return Ok(ReportReceipt { accepted: false, reason: Some(format!("{code}: {reason}")) });
+        }
+    };
+    let record = AttestationRecord {
+        id: format!("att-{}", uuid::Uuid::new_v4().simple()),
+        node_id: node.id.clone(),
+        identity_generation: node.identity_generation,
+        challenge_id: Some(report.challenge_id.clone()),
+        verified: true,
+        code: None,
+        reason: None,
+        pcrs: verified.pcrs.iter().map(|(pcr, value)| (*pcr, hex::encode(value))).collect(),
+        log_sha256: Some(hex::encode(sha2::Sha256::digest(&report.evidence.event_log))),
+        received_at: now,
+    };
+    store::attestations::record(tx, &record, &raw)?;
+    let data = json!({"node": node.id, "attestation": record.id, "events": verified.log.events.len()});
+    store::events::append(tx, "node.attestation.verified", &format!("node/{}", node.id), None, &data, now)?;
+    Ok(ReportReceipt { accepted: true, reason: None })
+}

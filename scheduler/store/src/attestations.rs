@@ -1,0 +1,165 @@
+//! Measured-boot rows (issue 32): the TPM a node's first attestation pinned, one-time
+//! challenges (only the digest their quote must bind is kept, never the credential's
+//! secret) and every attestation as received, verified or refused.
+
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use crate::{Conn, DbResult, Row};
+use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
+use metal_types::model::boot::AttestationRecord;
+
+/// The TPM pinned to a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeTpm {
+    /// SHA-256 (hex) of the EK's public area.
+    pub ek_sha256: String,
+    /// When it was pinned.
+    pub first_seen: OffsetDateTime,
+    /// Whether it came with an EK certificate.
+    pub certified: bool,
+}
+
+/// The node's pinned TPM, if it has one.
+pub fn tpm(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<NodeTpm>> {
+    conn.query("SELECT ek_sha256, ek_certificate, first_seen FROM node_tpms WHERE node_id = $1", &[&node_id])?
+        .first()
+        .map(|row| {
+            Ok(NodeTpm {
+                ek_sha256: row.get("ek_sha256")?,
+                first_seen: from_millis(row.get("first_seen")?),
+                certified: row.get::<Option<String>>("ek_certificate")?.is_some(),
+            })
+        })
+        .transpose()
+}
+
+/// Pins a TPM to a node (its first attestation). The EK and its certificate are base64.
+pub fn pin(
+    conn: &mut dyn Conn,
+    node_id: &str,
+    ek_sha256: &str,
+    ek_public: &str,
+    ek_certificate: Option<&str>,
+    now: OffsetDateTime,
+) -> DbResult<()> {
+    conn.execute(
+        "INSERT INTO node_tpms (node_id, ek_sha256, ek_public, ek_certificate, first_seen) VALUES ($1, $2, $3, $4, $5)",
+        &[&node_id, &ek_sha256, &ek_public, &ek_certificate, &to_millis(now)],
+    )?;
+    Ok(())
+}
+
+/// A challenge as issued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedChallenge {
+    /// The node.
+    pub node_id: String,
+    /// The node's identity generation when it was issued.
+    pub identity_generation: i64,
+    /// The hex the quote must bind.
+    pub extra_data: String,
+}
+
+/// Records a challenge, valid for `ttl`.
+pub fn issue_challenge(
+    conn: &mut dyn Conn,
+    id: &str,
+    challenge: &IssuedChallenge,
+    now: OffsetDateTime,
+    ttl: Duration,
+) -> DbResult<()> {
+    conn.execute(
+        "INSERT INTO attest_challenges (id, node_id, identity_generation, extra_data, created_at, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[
+            &id,
+            &challenge.node_id,
+            &challenge.identity_generation,
+            &challenge.extra_data,
+            &to_millis(now),
+            &to_millis(now + ttl),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Takes a challenge: once, before it expires. Refused (403) when unknown, used or expired.
+pub fn take_challenge(conn: &mut dyn Conn, id: &str, now: OffsetDateTime) -> Result<IssuedChallenge, ApiError> {
+    let rows = conn.query(
+        "SELECT node_id, identity_generation, extra_data, expires_at, used_at FROM attest_challenges WHERE id = $1",
+        &[&id],
+    )?;
+    let row = rows.first().ok_or_else(|| ApiError::Forbidden(format!("challenge {id} is unknown")))?;
+    if row.get::<Option<i64>>("used_at")?.is_some() {
+        return Err(ApiError::Forbidden(format!("challenge {id} was already answered")));
+    }
+    if from_millis(row.get("expires_at")?) <= now {
+        return Err(ApiError::Forbidden(format!("challenge {id} has expired")));
+    }
+    // Conditional, so that of two answers racing on PostgreSQL only one takes it.
+    let taken = conn.execute(
+        "UPDATE attest_challenges SET used_at = $1 WHERE id = $2 AND used_at IS NULL",
+        &[&to_millis(now), &id],
+    )?;
+    if taken != 1 {
+        return Err(ApiError::Forbidden(format!("challenge {id} was already answered")));
+    }
+    Ok(IssuedChallenge {
+        node_id: row.get("node_id")?,
+        identity_generation: row.get("identity_generation")?,
+        extra_data: row.get("extra_data")?,
+    })
+}
+
+/// Stores an attestation as received.
+pub fn record(conn: &mut dyn Conn, record: &AttestationRecord, envelope: &str) -> DbResult<()> {
+    let pcrs = serde_json::to_string(&record.pcrs).unwrap_or_else(|_| "{}".into());
+    conn.execute(
+        "INSERT INTO attestations (id, node_id, identity_generation, challenge_id, verified, code, reason, pcrs, \
+         log_sha256, envelope, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        &[
+            &record.id,
+            &record.node_id,
+            &record.identity_generation,
+            &record.challenge_id,
+            &i64::from(record.verified),
+            &record.code,
+            &record.reason,
+            &pcrs,
+            &record.log_sha256,
+            &envelope,
+            &to_millis(record.received_at),
+        ],
+    )?;
+    Ok(())
+}
+
+fn record_from_row(row: &Row) -> DbResult<AttestationRecord> {
+    Ok(AttestationRecord {
+        id: row.get("id")?,
+        node_id: row.get("node_id")?,
+        identity_generation: row.get("identity_generation")?,
+        challenge_id: row.get("challenge_id")?,
+        verified: row.flag("verified")?,
+        code: row.get("code")?,
+        reason: row.get("reason")?,
+        pcrs: row.json("pcrs")?,
+        log_sha256: row.get("log_sha256")?,
+        received_at: from_millis(row.get("received_at")?),
+    })
+}
+
+/// The node's attestations, oldest first.
+pub fn list(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<AttestationRecord>> {
+    conn.query(
+        "SELECT id, node_id, identity_generation, challenge_id, verified, code, reason, pcrs, log_sha256, received_at \
+         FROM attestations WHERE node_id = $1 ORDER BY received_at, id",
+        &[&node_id],
+    )?
+    .iter()
+    .map(record_from_row)
+    .collect()
+}
