@@ -291,12 +291,34 @@ fn join(params: &Params, machine: &Machine) -> Result<Option<crate::controller::
     }
 }
 
+/// Measured boot: on a machine with a TPM 2.0, attests to the controller (the TPM's quote of
+/// what booted, with the firmware's event log). What a refusal means is the controller's
+/// call (a pool that enforces measured boot fails the teardown); here it is only said.
+fn attest(joined: &crate::controller::Joined, machine: &Machine) {
+    if !std::path::Path::new("/dev/tpmrm0").exists() {
+        machine.say("measured boot: no TPM 2.0 (/dev/tpmrm0), nothing to attest");
+        return;
+    }
+    let attested = crate::measured::event_log(&Default::default()).and_then(|log| {
+        let mut tpm = crate::tpm::Tpm::open().map_err(|e| e.to_string())?;
+        crate::measured::attest(&mut tpm, joined, log)
+    });
+    machine.say(&match attested {
+        Ok(receipt) if receipt.accepted => "measured boot: attestation accepted".to_owned(),
+        Ok(receipt) => format!("measured boot: attestation refused: {}", receipt.reason.unwrap_or_default()),
+        Err(e) => format!("measured boot: cannot attest: {e}"),
+    });
+}
+
 /// Runs the task `params` name on `machine`: what PID 1 does once the network is up.
 pub fn run_task(params: &Params, machine: &Machine) -> Result<(), String> {
     let say = |message: &str| machine.say(message);
     match &params.task {
         Task::Commission => {
             let joined = join(params, machine)?;
+            if let Some(joined) = &joined {
+                attest(joined, machine);
+            }
             let node = match &joined {
                 Some(j) => j.identity().identity().node.clone(),
                 None => params.node.clone().unwrap_or_else(|| "unknown".into()),
@@ -336,6 +358,7 @@ pub fn run_task(params: &Params, machine: &Machine) -> Result<(), String> {
         Task::Erase => {
             let joined = join(params, machine)?
                 .ok_or("an erase needs the controller: metal.controller, metal.token, metal.ca")?;
+            attest(&joined, machine);
             let result = erase(&joined, machine, params.erase_method.as_deref());
             finish(&joined, machine, "erase", "erase", result)
         }

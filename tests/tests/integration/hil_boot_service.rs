@@ -2,7 +2,8 @@
 //! iPXE option ROM and the repository's `ipxe/metal.ipxe`, fetch their script, kernel and
 //! initrd from the scheduler's boot service, join it over TLS and report. Commissioning
 //! stores the inventory QEMU was given; the erase's signed wipe report is accepted (and a
-//! tenant-signed or partial one refused); a disk that lies about discards is caught.
+//! tenant-signed or partial one refused); a disk that lies about discards is caught; a UEFI
+//! machine with a TPM attests what booted and the scheduler verifies it.
 
 use std::path::Path;
 use std::process::Command;
@@ -495,19 +496,23 @@ fn the_production_mkosi_ramdisk_commissions_a_network_booted_machine() {
 }
 
 #[test]
-fn a_uefi_machine_network_boots_the_ramdisk_with_its_initrd() {
+fn a_uefi_machine_with_a_tpm_network_boots_the_ramdisk_and_attests_what_booted() {
     // Debian's iPXE starts an EFI-stub kernel without its initrd unless the kernel line names
     // it (initrd=initrd): this boot reaches metal-boot only if the scheduler's script does.
+    // With a TPM (swtpm, manufactured with an EK certificate), the commissioning ramdisk
+    // attests the boot as production boots it (OVMF, iPXE, the EFI stub) before it reports.
     let dir = tempfile::tempdir().unwrap();
     let s = scheduler("");
     let mac = "52:54:00:00:07:0b";
     s.enrol("hil-11", mac);
     let tftp = tftp_dir(dir.path(), &format!("http://10.0.2.2:{}", s.port));
+    let state = metal_tests::tpm::manufacture(&dir.path().join("tpm"));
     let console = Guest::new()
         .uefi()
+        .tpm(&state)
         .boot(BootFrom::Network(tftp))
         .nic(mac)
-        .until("joined the controller as")
+        .until("report sent")
         .timeout(Duration::from_secs(420))
         .run();
     assert!(console.finished, "{}", console.text);
@@ -516,4 +521,16 @@ fn a_uefi_machine_network_boots_the_ramdisk_with_its_initrd() {
         "{}",
         console.text
     );
+    assert!(console.text.contains("measured boot: attestation accepted"), "{}", console.text);
+    let (status, attestations) = s.call("GET", "/v1/nodes/hil-11/attestations", None);
+    assert_eq!(status, 200, "{attestations}");
+    let attestation = &attestations[0];
+    assert_eq!(attestation["verified"], true, "{attestations}");
+    // The firmware measured itself (PCR 0) and iPXE measured the kernel it started (PCR 4).
+    for pcr in ["0", "4"] {
+        assert_ne!(attestation["pcrs"][pcr], "0".repeat(64), "PCR {pcr}: {attestations}");
+    }
+    let registered = s.events("node.tpm.registered");
+    assert_eq!(registered.len(), 1);
+    assert_eq!(registered[0]["data"]["certified"], true, "{registered:?}");
 }
