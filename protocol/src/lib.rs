@@ -16,6 +16,7 @@ pub mod credential;
 pub mod deploy;
 pub mod disk;
 pub mod dsse;
+pub mod ekcert;
 pub mod eventlog;
 pub mod firmware;
 pub mod identity;

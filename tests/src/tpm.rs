@@ -8,6 +8,23 @@ use std::time::{Duration, Instant};
 
 use crate::emulators::Guard;
 
+/// swtpm-tools' local CA: it signs the EK certificates `manufacture` creates, through its
+/// intermediate (`issuercert.pem`) under its root.
+pub const LOCAL_CA: &str = "/var/lib/swtpm-localca";
+
+/// A PEM bundle of swtpm's local CA (root and intermediate, or the root alone), written in
+/// `dir`: what a site configures as its TPM makers' CAs (`boot-tpm-ca-file`).
+pub fn local_ca_bundle(dir: &Path, with_intermediate: bool) -> PathBuf {
+    let read = |name: &str| std::fs::read_to_string(Path::new(LOCAL_CA).join(name)).unwrap();
+    let mut pem = read("swtpm-localca-rootca-cert.pem");
+    if with_intermediate {
+        pem += &read("issuercert.pem");
+    }
+    let file = dir.join(if with_intermediate { "tpm-cas.pem" } else { "tpm-root.pem" });
+    std::fs::write(&file, pem).unwrap();
+    file
+}
+
 /// Manufactures a TPM's state in `dir` (which then holds it for the machine's life: the EK
 /// derives from it, so a fresh one is another TPM).
 pub fn manufacture(dir: &Path) -> PathBuf {

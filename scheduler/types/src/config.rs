@@ -182,6 +182,10 @@ pub struct BootConfig {
     /// ramdisk from virtual media wherever the BMC has it, from `FILES_DIR/media.iso`, the
     /// template `ipxe/build-ipxe-iso.sh --claim-template` builds.
     pub media_url: Option<String>,
+    /// PEM file of the TPM makers' CAs (roots and intermediates) that EK certificates must
+    /// chain to (measured boot). Set, a node's TPM is registered only with an EK certificate
+    /// that chains to one of them; unset, its first EK is trusted on first use.
+    pub tpm_ca_file: Option<PathBuf>,
     /// Site name for a CA created on first start (the SPIFFE trust domain).
     pub site: String,
 }
@@ -202,6 +206,7 @@ impl Default for BootConfig {
             kernel_args: "console=tty0 console=ttyS0,115200".into(),
             lldp_wait: Duration::ZERO,
             media_url: None,
+            tpm_ca_file: None,
             site: "metal".into(),
         }
     }
@@ -281,6 +286,8 @@ pub struct ConfigLayer {
     pub boot_lldp_wait: Option<String>,
     /// `boot-media-url = "http://10.0.0.1:7451"` (teardowns boot from virtual media).
     pub boot_media_url: Option<String>,
+    /// `boot-tpm-ca-file = "/etc/metal/tpm-cas.pem"` (EK certificates must chain to these).
+    pub boot_tpm_ca_file: Option<PathBuf>,
     /// `site = "metal"`.
     pub site: Option<String>,
     /// `image-dir = "/var/lib/metal/images"`.
@@ -383,6 +390,7 @@ impl ConfigLayer {
             boot_kernel_args: get("METAL_BOOT_KERNEL_ARGS"),
             boot_lldp_wait: get("METAL_BOOT_LLDP_WAIT"),
             boot_media_url: get("METAL_BOOT_MEDIA_URL"),
+            boot_tpm_ca_file: get("METAL_BOOT_TPM_CA_FILE").map(PathBuf::from),
             site: get("METAL_SITE"),
             image_dir: get("METAL_IMAGE_DIR").map(PathBuf::from),
             image_catalog: get("METAL_IMAGE_CATALOG").map(PathBuf::from),
@@ -470,6 +478,9 @@ impl ConfigLayer {
                 ));
             }
             boot.media_url = Some(v.trim_end_matches('/').to_owned());
+        }
+        if let Some(v) = self.boot_tpm_ca_file {
+            boot.tpm_ca_file = Some(v);
         }
         if let Some(v) = self.boot_certificate_validity {
             boot.certificate_validity = duration("boot-certificate-validity", &v)?;

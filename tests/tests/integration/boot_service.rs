@@ -595,11 +595,12 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     use metal_boot::measured::{Keys, attest};
     use metal_boot::tpm::Tpm;
     use metal_protocol::measurement::AttestationReport;
-    use metal_tests::tpm::{Swtpm, empty_event_log, manufacture};
-    let s = start();
+    use metal_tests::tpm::{Swtpm, empty_event_log, local_ca_bundle, manufacture};
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = local_ca_bundle(dir.path(), true);
+    let s = TestScheduler::start(|c| c.boot.tpm_ca_file = Some(bundle));
     s.enrol("n1", MAC);
     let joined = join(&s, &boot(&s, "commission")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
     let mut tpm = Tpm::new(swtpm.connect());
 
@@ -612,7 +613,9 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     assert_eq!(list[0]["verified"], true, "{list}");
     assert_eq!(list[0]["pcrs"].as_object().unwrap().len(), 10);
     assert_eq!(list[0]["pcrs"]["0"], "0".repeat(64));
-    assert_eq!(s.events("node.tpm.registered").len(), 1);
+    let registered = s.events("node.tpm.registered");
+    assert_eq!(registered.len(), 1);
+    assert_eq!(registered[0]["data"]["certificate"], "verified", "{registered:?}");
     assert_eq!(s.events("node.attestation.verified").len(), 1);
 
     // A quote that binds something other than the challenge, then the same answer again.
@@ -638,4 +641,22 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     assert_eq!(codes, ["challenge-refused", "ek-differs", "verified", "wrong-challenge"]);
     assert_eq!(s.events("node.attestation.refused").len(), 3);
     assert_eq!(s.node("n1")["state"], "commissioning", "an attestation alone moves no node");
+}
+
+#[test]
+fn a_tpm_whose_ek_certificate_does_not_chain_to_the_sites_tpm_cas_is_not_registered() {
+    use metal_boot::tpm::Tpm;
+    use metal_tests::tpm::{Swtpm, empty_event_log, local_ca_bundle, manufacture};
+    let dir = tempfile::tempdir().unwrap();
+    // The site trusts swtpm's root but not the intermediate that signed the EK certificate.
+    let root_only = local_ca_bundle(dir.path(), false);
+    let s = TestScheduler::start(|c| c.boot.tpm_ca_file = Some(root_only));
+    s.enrol("n1", MAC);
+    let joined = join(&s, &boot(&s, "commission")).unwrap();
+    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
+    let error = metal_boot::measured::attest(&mut Tpm::new(swtpm.connect()), &joined, empty_event_log()).unwrap_err();
+    assert!(error.contains("the EK certificate is not trusted: no trusted TPM CA named CN=swtpm-localca"), "{error}");
+    assert!(s.events("node.tpm.registered").is_empty());
+    let (_, list) = s.call("GET", "/v1/nodes/n1/attestations", None);
+    assert_eq!(list, serde_json::json!([]));
 }

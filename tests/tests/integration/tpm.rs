@@ -9,8 +9,7 @@ use metal_boot::tpm::{EK_CERT_RSA_INDEX, RH_ENDORSEMENT, Tpm};
 use metal_protocol::tpm::{KeyMaterial, Quote, TpmError, ak_template, attributes, ek_rsa_template, pcr_digest};
 use x509_parser::public_key::PublicKey as CertKey;
 
-/// swtpm-tools' local CA (it signed the EK certificate through its intermediate).
-const LOCAL_CA: &str = "/var/lib/swtpm-localca";
+use metal_tests::tpm::{LOCAL_CA, local_ca_bundle};
 
 #[test]
 fn the_ek_is_the_certified_key_the_ak_is_the_same_every_time_and_its_quotes_verify() {
@@ -55,6 +54,21 @@ fn the_ek_is_the_certified_key_the_ak_is_the_same_every_time_and_its_quotes_veri
         String::from_utf8_lossy(&verify.stdout),
         String::from_utf8_lossy(&verify.stderr)
     );
+
+    // ... and metal's own check agrees: the chain from the EK certificate through swtpm's
+    // intermediate to its root, and it certifies this EK; without the intermediate, or for
+    // another EK, it is refused.
+    let bundle = std::fs::read_to_string(local_ca_bundle(dir.path(), true)).unwrap();
+    let cas = metal_protocol::identity::certificates_from_pem(&bundle).unwrap();
+    let chain = metal_protocol::ekcert::verify(&certificate, &ek.public, &cas).unwrap();
+    assert_eq!(chain.len(), 3, "{chain:?}");
+    assert!(chain[2].contains("swtpm-localca-rootca"), "{chain:?}");
+    let error = metal_protocol::ekcert::verify(&certificate, &ek.public, &cas[..1]).unwrap_err();
+    assert!(error.contains("no trusted TPM CA named CN=swtpm-localca"), "{error}");
+    let ak_as_ek = tpm.create_primary(RH_ENDORSEMENT, &ak_template()).unwrap();
+    let error = metal_protocol::ekcert::verify(&certificate, &ak_as_ek.public, &cas).unwrap_err();
+    assert!(error.contains("certifies another key"), "{error}");
+    tpm.flush(ak_as_ek.handle).unwrap();
 
     // The attestation key: the same key from the same seed, restricted to signing TPM data.
     let ak = tpm.create_primary(RH_ENDORSEMENT, &ak_template()).unwrap();

@@ -1,7 +1,8 @@
 //! Measured boot on the boot listener (issue 32). A ramdisk names its TPM's EK and
 //! attestation key and gets a one-time challenge: a nonce and a credential (MakeCredential)
-//! only the TPM of that EK can open for that key. The node's first challenge pins its EK;
-//! a later one from another EK is refused and recorded (`ek-differs`). The answer, a quote of
+//! only the TPM of that EK can open for that key. The node's first challenge pins its EK
+//! (with `boot-tpm-ca-file`, only an EK whose certificate chains to a TPM maker's CA the site
+//! trusts); a later one from another EK is refused and recorded (`ek-differs`). The answer, a quote of
 //! PCRs 0-9 binding the nonce, the opened secret and the ramdisk's own key, with the event
 //! log, comes as a signed report; it is verified (`BootEvidence::verify`) and stored, verified
 //! or refused with its rule, with an event either way.
@@ -58,6 +59,25 @@ pub async fn challenge(
     let extra_data = hex::encode(binding(&nonce, &secret, key.as_bytes()));
     let id = format!("chl-{}", uuid::Uuid::new_v4().simple());
     let ek_sha256 = hex::encode(sha2::Sha256::digest(&request.ek_public));
+    // An EK is pinned only with a certificate that chains to a configured TPM maker's CA,
+    // when the site trusts some; otherwise on first use.
+    let certificate = match (&request.ek_certificate, service.tpm_cas.is_empty()) {
+        (Some(_), true) => "unchecked",
+        (None, true) => "none",
+        (Some(der), false) => {
+            metal_protocol::ekcert::verify(der, &ek, &service.tpm_cas).map_err(|e| {
+                warn!(node = %identity.node, reason = %e, "attestation challenge refused: untrusted EK certificate");
+                ApiError::Forbidden(format!("the EK certificate is not trusted: {e}"))
+            })?;
+            "verified"
+        }
+        (None, false) => {
+            warn!(node = %identity.node, "attestation challenge refused: no EK certificate");
+            return Err(ApiError::Forbidden(
+                "the TPM has no EK certificate, and this site trusts only EKs certified by its TPM CAs".into(),
+            ));
+        }
+    };
     let (node_id, challenge_id) = (identity.node.clone(), id.clone());
     let issued = app
         .change(move |tx| {
@@ -65,10 +85,10 @@ pub async fn challenge(
             let subject = format!("node/{}", node.id);
             match store::attestations::tpm(tx, &node.id)? {
                 None => {
-                    let certificate = request.ek_certificate.as_deref().map(|der| STANDARD.encode(der));
+                    let der = request.ek_certificate.as_deref().map(|der| STANDARD.encode(der));
                     let public = STANDARD.encode(&request.ek_public);
-                    store::attestations::pin(tx, &node.id, &ek_sha256, &public, certificate.as_deref(), now)?;
-                    let data = json!({"node": node.id, "ekSha256": ek_sha256, "certified": certificate.is_some()});
+                    store::attestations::pin(tx, &node.id, &ek_sha256, &public, der.as_deref(), now)?;
+                    let data = json!({"node": node.id, "ekSha256": ek_sha256, "certificate": certificate});
                     store::events::append(tx, "node.tpm.registered", &subject, None, &data, now)?;
                 }
                 Some(pinned) if pinned.ek_sha256 != ek_sha256 => {

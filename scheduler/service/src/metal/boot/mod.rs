@@ -50,6 +50,9 @@ pub struct BootService {
     /// The virtual-media template, when `boot-media-url` is set: teardowns then boot their
     /// ramdisk from per-boot ISOs wherever the BMC has virtual media.
     pub media: Option<media::MediaTemplate>,
+    /// The TPM makers' CAs (DER) an EK certificate must chain to, when `boot-tpm-ca-file`
+    /// is set; empty: a node's first EK is trusted on first use.
+    pub tpm_cas: Vec<Vec<u8>>,
 }
 
 impl BootService {
@@ -80,7 +83,22 @@ impl BootService {
             }
             None => None,
         };
-        info!(%controller_url, ca_fingerprint, virtual_media = media.is_some(), "boot service on");
+        let tpm_cas = match &config.boot.tpm_ca_file {
+            Some(file) => {
+                let read = std::fs::read_to_string(file)
+                    .map_err(|e| e.to_string())
+                    .and_then(|pem| metal_protocol::identity::certificates_from_pem(&pem).map_err(|e| e.to_string()));
+                match read {
+                    Ok(cas) if !cas.is_empty() => cas,
+                    Ok(_) => {
+                        return Err(StartError::Boot(format!("boot-tpm-ca-file {}: no certificate", file.display())));
+                    }
+                    Err(e) => return Err(StartError::Boot(format!("boot-tpm-ca-file {}: {e}", file.display()))),
+                }
+            }
+            None => Vec::new(),
+        };
+        info!(%controller_url, ca_fingerprint, virtual_media = media.is_some(), tpm_cas = tpm_cas.len(), "boot service on");
         Ok(Some(BootService {
             ca: Arc::new(ca),
             controller_url,
@@ -90,6 +108,7 @@ impl BootService {
             limiter: crate::ratelimit::RateLimiter::new(config.boot.rate_per_minute, "boot requests from"),
             digests: digests::FileDigests::default(),
             media,
+            tpm_cas,
         }))
     }
 
