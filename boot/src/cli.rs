@@ -92,12 +92,22 @@ enum Command {
     },
     /// Check what this machine's firmware measured: replay the TPM event log (from
     /// securityfs) and compare it with the TPM's SHA-256 PCRs 0 to 9 (from sysfs), one line
-    /// per PCR. Exit 1 when a PCR holds a value the log does not account for, 3 when the
+    /// per PCR. With --baseline, also compare the firmware's PCRs (0 to 7, or --pcrs) with a
+    /// known-good boot's log and name the first differing PCR and event. Exit 1 when a PCR
+    /// holds a value the log does not account for or differs from the baseline, 3 when the
     /// machine has no TPM 2.0 or did not boot through UEFI.
     Measurements {
-        /// Also write the raw event log here (for `tpm2_eventlog` or a support case).
+        /// Also write the raw event log here (for `tpm2_eventlog`, a support case, or as the
+        /// baseline of machines like this one).
         #[arg(long, value_name = "FILE")]
         save_log: Option<PathBuf>,
+        /// A known-good boot's event log (`--save-log` there) to compare with.
+        #[arg(long, value_name = "FILE")]
+        baseline: Option<PathBuf>,
+        /// The PCRs compared with the baseline (comma-separated).
+        #[arg(long, value_delimiter = ',', default_values_t = crate::measured::FIRMWARE_PCRS, requires = "baseline",
+              value_parser = clap::value_parser!(u32).range(0..24))]
+        pcrs: Vec<u32>,
     },
     /// Print this machine's boot evidence (JSON): a TPM quote of SHA-256 PCRs 0 to 9 by
     /// its attestation key (a primary key of the endorsement hierarchy, the same every
@@ -183,18 +193,27 @@ pub fn run(cli: Cli) -> u8 {
             }
             if report.passed() { EXIT_OK } else { EXIT_VERIFY }
         }
-        Command::Measurements { save_log } => match crate::measured::check(&Default::default(), save_log.as_deref()) {
-            Ok(checks) => {
-                print!("{}", crate::measured::render(&checks));
-                let differing = checks.iter().filter(|c| !c.replays()).count();
-                if differing == 0 {
-                    EXIT_OK
-                } else {
-                    fail(EXIT_VERIFY, format!("{differing} PCRs hold values the event log does not account for"))
-                }
+        Command::Measurements { save_log, baseline, pcrs } => {
+            let (log, checks) = match crate::measured::check(&Default::default(), save_log.as_deref()) {
+                Ok(checked) => checked,
+                Err(e) => return fail(EXIT_FAILED, e),
+            };
+            print!("{}", crate::measured::render(&checks));
+            let differing = checks.iter().filter(|c| !c.replays()).count();
+            if differing > 0 {
+                return fail(EXIT_VERIFY, format!("{differing} PCRs hold values the event log does not account for"));
             }
-            Err(e) => fail(EXIT_FAILED, e),
-        },
+            match baseline.map(|file| crate::measured::against_baseline(&log, &file, &pcrs)) {
+                None => EXIT_OK,
+                Some(Ok(None)) => {
+                    let pcrs: Vec<String> = pcrs.iter().map(u32::to_string).collect();
+                    println!("PCRs {} match the baseline", pcrs.join(","));
+                    EXIT_OK
+                }
+                Some(Ok(Some(difference))) => fail(EXIT_VERIFY, format!("against the baseline: {difference}")),
+                Some(Err(e)) => fail(EXIT_BAD_ARGUMENTS, e),
+            }
+        }
         Command::Quote { extra_data } => {
             let extra_data = match hex::decode(&extra_data) {
                 Ok(bytes) if bytes.len() <= 64 => bytes,

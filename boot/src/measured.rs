@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use metal_protocol::eventlog::{EventLog, HashAlgorithm};
+use metal_protocol::eventlog::{EventLog, HashAlgorithm, PcrDifference};
 use std::io::{Read, Write};
 
 use metal_protocol::boot::ReportReceipt;
@@ -20,6 +20,10 @@ use crate::controller::Joined;
 use crate::tpm::{CommandError, EK_CERT_RSA_INDEX, Loaded, RH_ENDORSEMENT, Tpm};
 
 pub use metal_protocol::measurement::BOOT_PCRS;
+
+/// The PCRs a machine's firmware and its configuration own (8 and 9 carry each boot's own
+/// command line and initrd): what a baseline from a known-good boot is compared on.
+pub const FIRMWARE_PCRS: [u32; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
 
 /// Where the kernel shows the TPM.
 #[derive(Debug, Clone)]
@@ -100,13 +104,22 @@ pub fn compare(log: &EventLog, tpm: &BTreeMap<u32, Vec<u8>>) -> Result<Vec<PcrCh
 }
 
 /// Reads the log and the PCRs and compares them; `save` keeps a copy of the raw log.
-pub fn check(paths: &Paths, save: Option<&Path>) -> Result<Vec<PcrCheck>, String> {
+pub fn check(paths: &Paths, save: Option<&Path>) -> Result<(EventLog, Vec<PcrCheck>), String> {
     let bytes = event_log(paths)?;
     if let Some(save) = save {
         std::fs::write(save, &bytes).map_err(|e| format!("{}: {e}", save.display()))?;
     }
     let log = EventLog::parse(&bytes).map_err(|e| e.to_string())?;
-    compare(&log, &pcrs(paths)?)
+    let checks = compare(&log, &pcrs(paths)?)?;
+    Ok((log, checks))
+}
+
+/// Compares `log` with the log of a known-good boot (`metal-boot measurements --save-log`
+/// there) on `pcrs`: the first that differs, with its first differing event.
+pub fn against_baseline(log: &EventLog, baseline: &Path, pcrs: &[u32]) -> Result<Option<PcrDifference>, String> {
+    let bytes = std::fs::read(baseline).map_err(|e| format!("{}: {e}", baseline.display()))?;
+    let baseline = EventLog::parse(&bytes).map_err(|e| format!("{}: {e}", baseline.display()))?;
+    log.first_difference(&baseline, pcrs).map_err(|e| e.to_string())
 }
 
 /// The TPM's keys for one attestation, loaded: the EK (with its certificate when the TPM
@@ -257,10 +270,12 @@ mod tests {
     fn a_log_that_accounts_for_every_boot_pcr_replays() {
         let dir = tempfile::tempdir().unwrap();
         let saved = dir.path().join("saved.log");
-        let checks = check(&machine(dir.path(), |_| {}), Some(&saved)).unwrap();
+        let (log, checks) = check(&machine(dir.path(), |_| {}), Some(&saved)).unwrap();
         assert_eq!(checks.len(), 10);
         assert!(checks.iter().all(PcrCheck::replays));
-        assert_eq!(std::fs::read(saved).unwrap(), OVMF);
+        assert_eq!(std::fs::read(&saved).unwrap(), OVMF);
+        // Against its own log as a baseline: no difference.
+        assert_eq!(against_baseline(&log, &saved, &FIRMWARE_PCRS).unwrap(), None);
         let text = render(&checks);
         assert!(text.contains("PCR  8 sha256 0000") && text.contains("no events"), "{text}");
         assert!(text.contains("PCR  0 sha256 b44d5dc8") && text.contains("replays from"), "{text}");
@@ -269,7 +284,7 @@ mod tests {
     #[test]
     fn a_tpm_value_the_log_does_not_account_for_is_named() {
         let dir = tempfile::tempdir().unwrap();
-        let checks = check(&machine(dir.path(), |values| values.get_mut(&4).unwrap()[0] ^= 1), None).unwrap();
+        let (_, checks) = check(&machine(dir.path(), |values| values.get_mut(&4).unwrap()[0] ^= 1), None).unwrap();
         let differing: Vec<u32> = checks.iter().filter(|c| !c.replays()).map(|c| c.pcr).collect();
         assert_eq!(differing, vec![4]);
         assert!(render(&checks).contains("PCR  4 sha256") && render(&checks).contains("DIFFERS"));

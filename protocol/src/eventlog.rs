@@ -242,6 +242,51 @@ impl EventLog {
     }
 }
 
+/// Where a log departs from a baseline's log: the first compared PCR whose value differs,
+/// and the first of its events that differs (the one to look at).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PcrDifference {
+    /// The PCR.
+    pub pcr: u32,
+    /// The first of its events, in the observed log, that is not the baseline's (by type
+    /// and digest, in order): its number and type name. `None` when the observed log ends
+    /// where the baseline goes on.
+    pub event: Option<(usize, String)>,
+}
+
+impl fmt::Display for PcrDifference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.event {
+            Some((number, name)) => write!(f, "PCR {} differs (event {number}, {name})", self.pcr),
+            None => write!(f, "PCR {} differs (events the baseline has are missing)", self.pcr),
+        }
+    }
+}
+
+impl EventLog {
+    /// The first of `pcrs` (ascending) whose SHA-256 value differs between `baseline` and
+    /// this log, with the first differing event; `None` when they agree on all of them.
+    pub fn first_difference(&self, baseline: &EventLog, pcrs: &[u32]) -> Result<Option<PcrDifference>, EventLogError> {
+        let (ours, theirs) = (self.replay(HashAlgorithm::SHA256)?, baseline.replay(HashAlgorithm::SHA256)?);
+        let mut pcrs = pcrs.to_vec();
+        pcrs.sort_unstable();
+        let Some(pcr) = pcrs.into_iter().find(|pcr| ours.get(pcr) != theirs.get(pcr)) else { return Ok(None) };
+        let measured = |log: &EventLog| -> Vec<Event> {
+            log.events.iter().filter(|e| e.pcr == pcr && e.event_type != EV_NO_ACTION).cloned().collect()
+        };
+        let (ours, theirs) = (measured(self), measured(baseline));
+        let same = |a: &Event, b: &Event| {
+            a.event_type == b.event_type && a.digest(HashAlgorithm::SHA256) == b.digest(HashAlgorithm::SHA256)
+        };
+        let event = ours
+            .iter()
+            .enumerate()
+            .find(|(i, event)| theirs.get(*i).is_none_or(|base| !same(event, base)))
+            .map(|(_, event)| (event.number, event.type_name()));
+        Ok(Some(PcrDifference { pcr, event }))
+    }
+}
+
 /// Reads the Spec ID event (in the old SHA-1 record format, as the spec requires of the first
 /// event) and returns the banks and digest sizes it declares.
 fn spec_id(reader: &mut Reader<'_>) -> Result<Vec<(HashAlgorithm, u16)>, EventLogError> {
@@ -407,6 +452,28 @@ mod tests {
         assert!(matches!(EventLog::parse(&extra), Err(EventLogError::BadEvent { number: 25, .. })), "{extra:?}");
         let log = EventLog::parse(OVMF).unwrap();
         assert_eq!(log.replay(HashAlgorithm::SHA384), Err(EventLogError::NoSuchBank(HashAlgorithm::SHA384)));
+    }
+
+    #[test]
+    fn a_difference_names_the_first_differing_pcr_and_event() {
+        let baseline = EventLog::parse(OVMF).unwrap();
+        assert_eq!(baseline.first_difference(&baseline, &[0, 1, 2, 3, 4, 5, 6, 7]).unwrap(), None);
+        // The second firmware blob of PCR 0 changed (another firmware build), and PCR 7.
+        let mut changed = baseline.clone();
+        let blob = changed.events.iter().filter(|e| e.pcr == 0).nth(1).unwrap().number;
+        changed.events[blob - 1].digests[0].1[0] ^= 1;
+        let seven = changed.events.iter().position(|e| e.pcr == 7).unwrap();
+        changed.events[seven].digests[0].1[0] ^= 1;
+        let difference = changed.first_difference(&baseline, &[7, 0]).unwrap().unwrap();
+        assert_eq!(difference, PcrDifference { pcr: 0, event: Some((blob, "EV_EFI_PLATFORM_FIRMWARE_BLOB".into())) });
+        assert_eq!(difference.to_string(), format!("PCR 0 differs (event {blob}, EV_EFI_PLATFORM_FIRMWARE_BLOB)"));
+        // Not compared, not reported: only PCR 7 is asked for.
+        assert_eq!(changed.first_difference(&baseline, &[7]).unwrap().unwrap().pcr, 7);
+        // An event left out: the difference is the first event after the gap.
+        let mut shorter = baseline.clone();
+        let last_of_one = shorter.events.iter().rposition(|e| e.pcr == 1).unwrap();
+        shorter.events.remove(last_of_one);
+        assert_eq!(shorter.first_difference(&baseline, &[1]).unwrap().unwrap().event, None);
     }
 
     #[test]

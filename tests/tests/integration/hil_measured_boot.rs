@@ -2,6 +2,8 @@
 //! certificate): the firmware's event log, read by metal-boot in the ramdisk, replays to the
 //! TPM's PCRs; the host's own replay and tpm2-tools' `tpm2_eventlog` (the oracle) agree with
 //! both; metal-boot's quote of them verifies, binds the nonce and matches the replayed log;
+//! compared with the log of a machine without a NIC, the option ROM's PCR 2 is named, and
+//! without its NIC the machine matches it;
 //! the boot PCRs are the same boot after boot, and a changed kernel command line moves
 //! PCR 9 alone (so the firmware's PCRs can be golden values and the per-boot data cannot).
 
@@ -15,7 +17,8 @@ const SCRIPT: &str = "metal-boot measurements --save-log /tmp/event.log; echo \"
      echo BEGIN log; base64 /tmp/event.log; echo END log\n\
      echo BEGIN pcrs; for i in 0 1 2 3 4 5 6 7 8 9; do echo \"$i $(cat /sys/class/tpm/tpm0/pcr-sha256/$i)\"; done; echo END pcrs\n\
      metal-boot quote --extra-data 6e6f6e6365 > /tmp/evidence.json; echo \"quote-exit $?\"\n\
-     echo BEGIN evidence; cat /tmp/evidence.json; echo END evidence";
+     echo BEGIN evidence; cat /tmp/evidence.json; echo END evidence\n\
+     metal-boot measurements --baseline /baseline.log --pcrs 0,1,2,3,5,6,7; echo \"baseline-exit $?\"";
 
 /// One boot: what metal-boot said, the raw log and the TPM's PCRs as sysfs shows them.
 struct Boot {
@@ -24,8 +27,16 @@ struct Boot {
     pcrs: BTreeMap<u32, String>,
 }
 
-fn boot(state: &std::path::Path, append: &str) -> Boot {
-    let console = Guest::new().uefi().tpm(state).append(append).script(SCRIPT).run_again_if_stalled();
+/// The log of a machine like these but without a NIC (the protocol's fixture): every boot
+/// compares itself with it on PCRs 0-7 but 4 (the kernel QEMU's `-kernel` loads carries the
+/// initrd's size, so PCR 4 differs from the fixture's). It is in every boot's initrd alike
+/// (the initrd is measured).
+const WITHOUT_NIC: &[u8] = include_bytes!("../../../protocol/testdata/ovmf-2022.11-swtpm.eventlog");
+
+/// Boots the machine with this command line and these extra QEMU arguments.
+fn boot(state: &std::path::Path, append: &str, args: &[&str]) -> Boot {
+    let guest = Guest::new().uefi().tpm(state).args(args).append(append).file("/baseline.log", WITHOUT_NIC, 0o644);
+    let console = guest.script(SCRIPT).run_again_if_stalled();
     assert!(console.finished && console.test_exit() == Some(0), "{}", console.text);
     let encoded: String = console.section("log").expect("the log section").split_whitespace().collect();
     let log = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded).unwrap();
@@ -45,7 +56,7 @@ fn boot(state: &std::path::Path, append: &str) -> Boot {
 fn the_firmwares_event_log_replays_to_the_tpm_and_only_pcr_9_carries_the_boots_own_data() {
     let dir = tempfile::tempdir().unwrap();
     let state = metal_tests::tpm::manufacture(&dir.path().join("tpm"));
-    let first = boot(&state, "metal.note=one");
+    let first = boot(&state, "metal.note=one", &[]);
 
     // metal-boot in the ramdisk: every boot PCR accounted for by the log.
     let text = &first.console.text;
@@ -93,10 +104,17 @@ fn the_firmwares_event_log_replays_to_the_tpm_and_only_pcr_9_carries_the_boots_o
     assert_eq!(quoted, first.pcrs);
     assert!(evidence.ek_certificate.is_some());
 
-    // The same machine booted again: the same values. Another command line: PCR 9 alone moves.
-    let again = boot(&state, "metal.note=one");
+    // Against the log of a machine without a NIC, the NIC's option ROM (PCR 2) is named.
+    assert!(text.contains("against the baseline: PCR 2 differs (event") && text.contains("baseline-exit 1"), "{text}");
+
+    // The same machine booted again: the same values. Another command line: PCR 9 alone
+    // moves. Without its NIC, its firmware PCRs match the NIC-less machine's baseline.
+    let again = boot(&state, "metal.note=one", &[]);
     assert_eq!(again.pcrs, first.pcrs);
-    let other = boot(&state, "metal.note=two");
+    let other = boot(&state, "metal.note=two", &[]);
     let moved: Vec<u32> = (0..=9).filter(|pcr| other.pcrs[pcr] != first.pcrs[pcr]).collect();
     assert_eq!(moved, vec![9], "{:?}\n{:?}", first.pcrs, other.pcrs);
+    let without_nic = boot(&state, "metal.note=one", &["-net", "none"]);
+    let text = &without_nic.console.text;
+    assert!(text.contains("PCRs 0,1,2,3,5,6,7 match the baseline\nbaseline-exit 0"), "{text}");
 }
