@@ -196,6 +196,9 @@ enum NodeCommand {
     Inventory { id: String },
     /// Every wipe report received for the node: accepted, or refused with the rule it broke.
     WipeReports { id: String },
+    /// Every attestation (measured boot) received for the node: a TPM quote of its boot PCRs
+    /// that verified, or was refused with the rule it broke (-o json for the quoted PCRs).
+    Attestations { id: String },
     /// Set the deploy plan (a DeployPlan JSON file, e.g. from `metal-boot plan`; - is stdin) its
     /// ramdisk fetches when it next deploys.
     DeployPlan { id: String, file: PathBuf },
@@ -339,6 +342,14 @@ const WIPE_COLUMNS: [(&str, &str); 5] = [
     ("CODE", "code"),
     ("REASON", "reason"),
     ("SIGNER", "signer"),
+];
+
+const ATTESTATION_COLUMNS: [(&str, &str); 5] = [
+    ("RECEIVED", "receivedAt"),
+    ("GENERATION", "identityGeneration"),
+    ("VERIFIED", "verified"),
+    ("CODE", "code"),
+    ("REASON", "reason"),
 ];
 
 const NODE_COLUMNS: [(&str, &str); 11] = [
@@ -592,6 +603,10 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         Command::Node(NodeCommand::WipeReports { id }) => {
             let reports = client.request("GET", &format!("/v1/nodes/{id}/wipe-reports"), None)?;
             print(out, &reports, &WIPE_COLUMNS);
+        }
+        Command::Node(NodeCommand::Attestations { id }) => {
+            let attestations = client.request("GET", &format!("/v1/nodes/{id}/attestations"), None)?;
+            print(out, &attestations, &ATTESTATION_COLUMNS);
         }
         Command::Node(NodeCommand::DeployPlan { id, file }) => {
             let text = read_input(&file)?;

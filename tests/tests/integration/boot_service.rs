@@ -641,6 +641,10 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     assert_eq!(codes, ["challenge-refused", "ek-differs", "verified", "wrong-challenge"]);
     assert_eq!(s.events("node.attestation.refused").len(), 3);
     assert_eq!(s.node("n1")["state"], "commissioning", "an attestation alone moves no node");
+    // metalctl shows them to an operator.
+    let home = metal_tests::metalctl::home(&dir.path().join("home"), &s.url, &s.admin);
+    let table = metal_tests::metalctl::run(&home, &["node", "attestations", "n1"]);
+    assert!(table.contains("VERIFIED") && table.contains("ek-differs") && table.contains("wrong-challenge"), "{table}");
 }
 
 #[test]
