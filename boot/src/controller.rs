@@ -216,17 +216,17 @@ impl Joined {
         self.runtime.block_on(send(|| self.client.post(url.clone()).json(&envelope), "the report", &self.retry))
     }
 
-    /// Asks for a measured-boot challenge for the TPM keys in `request` (over mTLS).
+    /// Asks for a measured-boot challenge for the TPM's `keys` (over mTLS).
     pub fn challenge(
         &self,
-        request: &metal_protocol::measurement::ChallengeRequest,
+        keys: &metal_protocol::measurement::TpmKeys,
     ) -> Result<metal_protocol::measurement::Challenge, ControllerError> {
         let url = self
             .base
             .join(metal_protocol::boot::ATTEST_CHALLENGE_PATH)
             .map_err(|e| ControllerError::Invalid(e.to_string()))?;
         self.runtime.block_on(send(
-            || self.client.post(url.clone()).json(request),
+            || self.client.post(url.clone()).json(keys),
             "the attestation challenge",
             &self.retry,
         ))

@@ -13,7 +13,7 @@ use metal_protocol::eventlog::{EventLog, HashAlgorithm, PcrDifference};
 use std::io::{Read, Write};
 
 use metal_protocol::boot::ReportReceipt;
-use metal_protocol::measurement::{AttestationReport, BootEvidence, ChallengeRequest, binding};
+use metal_protocol::measurement::{AttestationReport, BootEvidence, TpmKeys, binding};
 use metal_protocol::tpm::{ak_template, ek_rsa_template};
 
 use crate::controller::Joined;
@@ -151,9 +151,9 @@ impl Keys {
         }
     }
 
-    /// What a challenge is asked with.
-    pub fn challenge_request(&self) -> ChallengeRequest {
-        ChallengeRequest {
+    /// The keys as a challenge is asked with and evidence names them.
+    pub fn names(&self) -> TpmKeys {
+        TpmKeys {
             ek_public: self.ek.public.bytes.clone(),
             ek_certificate: self.ek_certificate.clone(),
             ak_public: self.ak.public.bytes.clone(),
@@ -170,14 +170,7 @@ impl Keys {
         let quoted = tpm.quote(self.ak.handle, extra_data, &BOOT_PCRS.collect::<Vec<_>>());
         self.unload(tpm);
         let (attest, signature) = quoted?;
-        Ok(BootEvidence {
-            ek_public: self.ek.public.bytes,
-            ek_certificate: self.ek_certificate,
-            ak_public: self.ak.public.bytes,
-            attest,
-            signature,
-            event_log,
-        })
+        Ok(BootEvidence { keys: self.names(), attest, signature, event_log })
     }
 
     fn unload<T: Read + Write>(&self, tpm: &mut Tpm<T>) {
@@ -205,7 +198,7 @@ pub fn attest<T: Read + Write>(
     event_log: Vec<u8>,
 ) -> Result<ReportReceipt, String> {
     let keys = Keys::load(tpm).map_err(|e| e.to_string())?;
-    let opened = controller.challenge(&keys.challenge_request()).map_err(|e| e.to_string()).and_then(|challenge| {
+    let opened = controller.challenge(&keys.names()).map_err(|e| e.to_string()).and_then(|challenge| {
         let secret = tpm
             .activate_credential(keys.ak.handle, keys.ek.handle, &challenge.credential_blob, &challenge.encrypted_seed)
             .map_err(|e| e.to_string())?;

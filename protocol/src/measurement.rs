@@ -19,10 +19,11 @@ use crate::tpm::{PublicKey, Quote, attributes};
 /// The PCRs a boot's measurements go into, and that every quote covers.
 pub const BOOT_PCRS: std::ops::RangeInclusive<u32> = 0..=9;
 
-/// What the ramdisk sends. Every byte field is base64.
+/// A TPM's keys as the ramdisk names them: what it asks a challenge with
+/// (`POST /v1/boot/attest/challenge`), and part of its evidence. Bytes are base64.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct BootEvidence {
+pub struct TpmKeys {
     /// The EK's `TPMT_PUBLIC` (recreated from the TCG default template).
     #[serde(with = "bytes")]
     pub ek_public: Vec<u8>,
@@ -32,6 +33,14 @@ pub struct BootEvidence {
     /// The attestation key's `TPMT_PUBLIC`.
     #[serde(with = "bytes")]
     pub ak_public: Vec<u8>,
+}
+
+/// What the ramdisk sends to prove what booted. Bytes are base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BootEvidence {
+    /// The keys: the quote is the attestation key's.
+    pub keys: TpmKeys,
     /// The quote's `TPMS_ATTEST`.
     #[serde(with = "bytes")]
     pub attest: Vec<u8>,
@@ -41,21 +50,6 @@ pub struct BootEvidence {
     /// The firmware's TCG2 event log, as securityfs gave it.
     #[serde(with = "bytes")]
     pub event_log: Vec<u8>,
-}
-
-/// `POST /v1/boot/attest/challenge`: the ramdisk names its TPM's keys and asks what to quote.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ChallengeRequest {
-    /// The EK's `TPMT_PUBLIC`.
-    #[serde(with = "bytes")]
-    pub ek_public: Vec<u8>,
-    /// The EK certificate from NV (DER), when the TPM has one.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "optional_bytes")]
-    pub ek_certificate: Option<Vec<u8>>,
-    /// The attestation key's `TPMT_PUBLIC`.
-    #[serde(with = "bytes")]
-    pub ak_public: Vec<u8>,
 }
 
 /// The controller's challenge: a one-time nonce and a credential only the TPM of the pinned
@@ -169,7 +163,7 @@ impl BootEvidence {
     /// Checks the quote against `extra_data` and replays the log to it.
     pub fn verify(&self, extra_data: &[u8]) -> Result<VerifiedBoot, EvidenceRefusal> {
         let malformed = |what: &str, e: &dyn std::fmt::Display| EvidenceRefusal::Malformed(format!("{what}: {e}"));
-        let ak = attestation_key(&self.ak_public)?;
+        let ak = attestation_key(&self.keys.ak_public)?;
         ak.verify(&self.attest, &self.signature).map_err(|e| match e {
             crate::tpm::TpmError::BadSignature => EvidenceRefusal::BadSignature,
             other => malformed("the signature", &other),

@@ -620,7 +620,7 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
 
     // A quote that binds something other than the challenge, then the same answer again.
     let keys = Keys::load(&mut tpm).unwrap();
-    let challenge = joined.challenge(&keys.challenge_request()).unwrap();
+    let challenge = joined.challenge(&keys.names()).unwrap();
     let evidence = keys.quote(&mut tpm, &challenge.nonce, empty_event_log()).unwrap();
     let report = AttestationReport { node_id: "n1".into(), challenge_id: challenge.challenge_id, evidence };
     let refused = joined.post_report(AttestationReport::PAYLOAD_TYPE, &report).unwrap();

@@ -102,7 +102,7 @@ fn the_firmwares_event_log_replays_to_the_tpm_and_only_pcr_9_carries_the_boots_o
     let verified = evidence.verify(b"nonce").unwrap();
     let quoted: BTreeMap<u32, String> = verified.pcrs.iter().map(|(pcr, v)| (*pcr, hex::encode(v))).collect();
     assert_eq!(quoted, first.pcrs);
-    assert!(evidence.ek_certificate.is_some());
+    assert!(evidence.keys.ek_certificate.is_some());
 
     // Against the log of a machine without a NIC, the NIC's option ROM (PCR 2) is named.
     assert!(text.contains("against the baseline: PCR 2 differs (event") && text.contains("baseline-exit 1"), "{text}");

@@ -126,7 +126,7 @@ fn boot_evidence_verifies_only_for_its_challenge_and_its_own_log() {
     let mut tpm = Tpm::new(swtpm.connect());
     let extra = binding(b"nonce-1", b"secret", b"ramdisk-key");
     let evidence = metal_boot::measured::evidence(&mut tpm, &extra, metal_tests::tpm::empty_event_log()).unwrap();
-    assert!(evidence.ek_certificate.is_some());
+    assert!(evidence.keys.ek_certificate.is_some());
 
     let verified = evidence.verify(&extra).unwrap();
     assert_eq!(verified.pcrs.len(), 10);
@@ -150,7 +150,8 @@ fn boot_evidence_verifies_only_for_its_challenge_and_its_own_log() {
     forged.attest[20] ^= 1;
     assert_eq!(forged.verify(&extra).unwrap_err(), EvidenceRefusal::BadSignature);
     // The EK cannot stand in for the attestation key (it is a decryption key).
-    let ek_as_ak = metal_protocol::measurement::BootEvidence { ak_public: evidence.ek_public.clone(), ..evidence };
+    let mut ek_as_ak = evidence;
+    ek_as_ak.keys.ak_public = ek_as_ak.keys.ek_public.clone();
     assert!(matches!(ek_as_ak.verify(&extra).unwrap_err(), EvidenceRefusal::NotAnAttestationKey(_)));
 }
 

@@ -14,7 +14,7 @@ use axum::extract::State;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use metal_protocol::boot::ReportReceipt;
-use metal_protocol::measurement::{AttestationReport, Challenge, ChallengeRequest, attestation_key, binding};
+use metal_protocol::measurement::{AttestationReport, Challenge, TpmKeys, attestation_key, binding};
 use metal_protocol::tpm::{KeyMaterial, PublicKey, attributes};
 use metal_protocol::{Envelope, Identity, Role, VerifyingKey};
 use rand::RngCore as _;
@@ -24,7 +24,7 @@ use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use crate::app::AppState;
-use crate::metal::boot::ramdisk::{node_payload, peer_identity};
+use crate::metal::boot::ramdisk::{current_node, node_payload, peer_identity};
 use crate::metal::boot::{BootService, Peer};
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
@@ -41,7 +41,7 @@ pub const EK_DIFFERS: &str = "ek-differs";
 pub async fn challenge(
     State(app): State<AppState>,
     Extension(peer): Extension<Peer>,
-    ApiJson(request): ApiJson<ChallengeRequest>,
+    ApiJson(request): ApiJson<TpmKeys>,
 ) -> ApiResult<ApiJson<Challenge>> {
     let service = BootService::of(&app)?;
     let now = app.clock.now();
@@ -81,7 +81,7 @@ pub async fn challenge(
     let (node_id, challenge_id) = (identity.node.clone(), id.clone());
     let issued = app
         .change(move |tx| {
-            let node = node_of(tx, &identity)?;
+            let node = current_node(tx, &identity)?;
             let subject = format!("node/{}", node.id);
             match store::attestations::tpm(tx, &node.id)? {
                 None => {
@@ -134,19 +134,6 @@ fn endorsement_key(bytes: &[u8]) -> ApiResult<PublicKey> {
         return Err(ApiError::invalid("ekPublic", "not an RSA endorsement key (fixedTPM, restricted, decrypt)"));
     }
     Ok(ek)
-}
-
-/// The node of a ramdisk certificate, at the certificate's identity generation.
-fn node_of(tx: &mut dyn Conn, identity: &Identity) -> ApiResult<metal_types::model::node::Node> {
-    let node =
-        store::nodes::get(tx, &identity.node)?.ok_or_else(|| ApiError::NotFound(format!("node {}", identity.node)))?;
-    if u64::try_from(node.identity_generation).ok() != Some(identity.generation) {
-        return Err(ApiError::Forbidden(format!(
-            "the certificate is of identity generation {}, node {} is at {}",
-            identity.generation, node.id, node.identity_generation
-        )));
-    }
-    Ok(node)
 }
 
 /// Records a refused attestation and raises `node.attestation.refused`.

@@ -177,13 +177,7 @@ pub(super) fn node_payload<T: serde::de::DeserializeOwned>(
     envelope
         .verify_signature(signature, key)
         .map_err(|_| ApiError::Forbidden("the report is not signed by the connection's certificate".into()))?;
-    let node = node_or_404(tx, &identity.node)?;
-    if u64::try_from(node.identity_generation).ok() != Some(identity.generation) {
-        return Err(ApiError::Forbidden(format!(
-            "the certificate is of identity generation {}, node {} is at {}",
-            identity.generation, node.id, node.identity_generation
-        )));
-    }
+    let node = current_node(tx, identity)?;
     let bytes = envelope.payload_bytes().map_err(|e| ApiError::invalid("payload", e.to_string()))?;
     let payload: T = serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid("payload", e.to_string()))?;
     if node_of(&payload) != node.id {
@@ -194,6 +188,19 @@ pub(super) fn node_payload<T: serde::de::DeserializeOwned>(
         )));
     }
     Ok((node, payload))
+}
+
+/// The node a certificate names, refused (403) unless the certificate is of the node's
+/// current identity generation.
+pub(super) fn current_node(tx: &mut dyn Conn, identity: &Identity) -> ApiResult<Node> {
+    let node = node_or_404(tx, &identity.node)?;
+    if u64::try_from(node.identity_generation).ok() != Some(identity.generation) {
+        return Err(ApiError::Forbidden(format!(
+            "the certificate is of identity generation {}, node {} is at {}",
+            identity.generation, node.id, node.identity_generation
+        )));
+    }
+    Ok(node)
 }
 
 fn move_node(
