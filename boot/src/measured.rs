@@ -160,6 +160,16 @@ impl Keys {
         }
     }
 
+    /// The attestation key's handle.
+    pub fn ak(&self) -> u32 {
+        self.ak.handle
+    }
+
+    /// The EK's handle.
+    pub fn ek(&self) -> u32 {
+        self.ek.handle
+    }
+
     /// Quotes the boot PCRs binding `extra_data`, then unloads both keys.
     pub fn quote<T: Read + Write>(
         self,
@@ -200,7 +210,7 @@ pub fn attest<T: Read + Write>(
     let keys = Keys::load(tpm).map_err(|e| e.to_string())?;
     let opened = controller.challenge(&keys.names()).map_err(|e| e.to_string()).and_then(|challenge| {
         let secret = tpm
-            .activate_credential(keys.ak.handle, keys.ek.handle, &challenge.credential_blob, &challenge.encrypted_seed)
+            .activate_credential(keys.ak(), keys.ek(), &challenge.credential_blob, &challenge.encrypted_seed)
             .map_err(|e| e.to_string())?;
         let ramdisk_key = controller.identity().signer().verifying_key();
         Ok((challenge.challenge_id, binding(&challenge.nonce, &secret, ramdisk_key.as_bytes())))

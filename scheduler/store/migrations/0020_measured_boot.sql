@@ -12,13 +12,14 @@ CREATE TABLE node_tpms (
 
 -- attest_challenges: one-time challenges. extra_data is the hex the quote must bind (a
 -- digest of the nonce, the credential's secret and the ramdisk's key); the secret itself is
--- never stored. A challenge is taken once (used_at), before it expires, by a ramdisk of the
--- node's identity generation it was issued at.
+-- never stored. A challenge is taken once (used_at), before it expires, by the ramdisk key
+-- (base64) that asked for it, at the node's identity generation it was issued at.
 CREATE TABLE attest_challenges (
     id                  TEXT PRIMARY KEY,
     node_id             TEXT NOT NULL REFERENCES nodes (id),
     identity_generation BIGINT NOT NULL,
     extra_data          TEXT NOT NULL,
+    ramdisk_key         TEXT NOT NULL,
     created_at          BIGINT NOT NULL,
     expires_at          BIGINT NOT NULL,
     used_at             BIGINT

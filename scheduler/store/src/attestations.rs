@@ -61,6 +61,8 @@ pub struct IssuedChallenge {
     pub identity_generation: i64,
     /// The hex the quote must bind.
     pub extra_data: String,
+    /// The ramdisk key (base64) that asked for it: only that key may answer it.
+    pub ramdisk_key: String,
 }
 
 /// Records a challenge, valid for `ttl`.
@@ -72,13 +74,14 @@ pub fn issue_challenge(
     ttl: Duration,
 ) -> DbResult<()> {
     conn.execute(
-        "INSERT INTO attest_challenges (id, node_id, identity_generation, extra_data, created_at, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO attest_challenges (id, node_id, identity_generation, extra_data, ramdisk_key, created_at, \
+         expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
         &[
             &id,
             &challenge.node_id,
             &challenge.identity_generation,
             &challenge.extra_data,
+            &challenge.ramdisk_key,
             &to_millis(now),
             &to_millis(now + ttl),
         ],
@@ -89,7 +92,8 @@ pub fn issue_challenge(
 /// Takes a challenge: once, before it expires. Refused (403) when unknown, used or expired.
 pub fn take_challenge(conn: &mut dyn Conn, id: &str, now: OffsetDateTime) -> Result<IssuedChallenge, ApiError> {
     let rows = conn.query(
-        "SELECT node_id, identity_generation, extra_data, expires_at, used_at FROM attest_challenges WHERE id = $1",
+        "SELECT node_id, identity_generation, extra_data, ramdisk_key, expires_at, used_at FROM attest_challenges \
+         WHERE id = $1",
         &[&id],
     )?;
     let row = rows.first().ok_or_else(|| ApiError::Forbidden(format!("challenge {id} is unknown")))?;
@@ -111,6 +115,7 @@ pub fn take_challenge(conn: &mut dyn Conn, id: &str, now: OffsetDateTime) -> Res
         node_id: row.get("node_id")?,
         identity_generation: row.get("identity_generation")?,
         extra_data: row.get("extra_data")?,
+        ramdisk_key: row.get("ramdisk_key")?,
     })
 }
 

@@ -628,6 +628,19 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     let replayed = joined.post_report(AttestationReport::PAYLOAD_TYPE, &report).unwrap();
     assert!(replayed.reason.as_deref().unwrap().contains("already answered"), "{replayed:?}");
 
+    // A genuine answer posted by another ramdisk certificate of the node than the one that
+    // asked (its key is not the one the quote binds): refused.
+    let keys = Keys::load(&mut tpm).unwrap();
+    let challenge = joined.challenge(&keys.names()).unwrap();
+    let secret =
+        tpm.activate_credential(keys.ak(), keys.ek(), &challenge.credential_blob, &challenge.encrypted_seed).unwrap();
+    let asker = joined.identity().signer().verifying_key();
+    let bound = metal_protocol::measurement::binding(&challenge.nonce, &secret, asker.as_bytes());
+    let evidence = keys.quote(&mut tpm, &bound, empty_event_log()).unwrap();
+    let report = AttestationReport { node_id: "n1".into(), challenge_id: challenge.challenge_id, evidence };
+    let relayed = s.post_report_as(metal_protocol::Role::Ramdisk, "n1", 1, AttestationReport::PAYLOAD_TYPE, &report);
+    assert!(relayed["reason"].as_str().is_some_and(|r| r.contains("another ramdisk key")), "{relayed}");
+
     // Another TPM for the same node: refused before any credential is made for it.
     let other_dir = dir.path().join("other");
     std::fs::create_dir_all(&other_dir).unwrap();
@@ -638,8 +651,8 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     let mut codes: Vec<&str> =
         list.as_array().unwrap().iter().map(|a| a["code"].as_str().unwrap_or("verified")).collect();
     codes.sort_unstable();
-    assert_eq!(codes, ["challenge-refused", "ek-differs", "verified", "wrong-challenge"]);
-    assert_eq!(s.events("node.attestation.refused").len(), 3);
+    assert_eq!(codes, ["challenge-refused", "ek-differs", "verified", "wrong-challenge", "wrong-challenge"]);
+    assert_eq!(s.events("node.attestation.refused").len(), 4);
     assert_eq!(s.node("n1")["state"], "commissioning", "an attestation alone moves no node");
     // metalctl shows them to an operator.
     let home = metal_tests::metalctl::home(&dir.path().join("home"), &s.url, &s.admin);

@@ -25,7 +25,7 @@ use tracing::{info, warn};
 
 use crate::app::AppState;
 use crate::metal::boot::ramdisk::{current_node, node_payload, peer_identity};
-use crate::metal::boot::{BootService, Peer};
+use crate::metal::boot::{BootService, Peer, claims};
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::extract::ApiJson;
@@ -57,6 +57,7 @@ pub async fn challenge(
     let credential = metal_protocol::credential::make_credential(&ek, &ak.name(), &secret, &mut rand::thread_rng())
         .map_err(|e| ApiError::invalid("ekPublic", e.to_string()))?;
     let extra_data = hex::encode(binding(&nonce, &secret, key.as_bytes()));
+    let ramdisk_key = claims::key_text(&key);
     let id = format!("chl-{}", uuid::Uuid::new_v4().simple());
     let ek_sha256 = hex::encode(sha2::Sha256::digest(&request.ek_public));
     // An EK is pinned only with a certificate that chains to a configured TPM maker's CA,
@@ -106,6 +107,7 @@ pub async fn challenge(
                 node_id: node.id.clone(),
                 identity_generation: node.identity_generation,
                 extra_data,
+                ramdisk_key,
             };
             store::attestations::issue_challenge(tx, &id, &issued, now, CHALLENGE_TTL)?;
             Ok(Ok(()))
@@ -184,6 +186,11 @@ pub(super) fn report(
                 format!("challenge {} was not issued to this node's current identity", report.challenge_id),
             ))
         }
+        // Only the ramdisk that asked may answer: the quote binds its key.
+        Ok(challenge) if challenge.ramdisk_key != claims::key_text(key) => Err((
+            "wrong-challenge",
+            format!("challenge {} was issued to another ramdisk key than the report's", report.challenge_id),
+        )),
         Ok(challenge) => {
             let extra_data = hex::decode(&challenge.extra_data).map_err(|e| ApiError::Internal(e.to_string()))?;
             report.evidence.verify(&extra_data).map_err(|refusal| (refusal.code(), refusal.to_string()))
