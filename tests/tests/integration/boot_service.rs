@@ -654,6 +654,21 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     assert_eq!(codes, ["challenge-refused", "ek-differs", "verified", "wrong-challenge", "wrong-challenge"]);
     assert_eq!(s.events("node.attestation.refused").len(), 4);
     assert_eq!(s.node("n1")["state"], "commissioning", "an attestation alone moves no node");
+    // A tenant's certificate of the node (its deployed OS's) can neither ask for a challenge
+    // nor answer one.
+    let (tenant, signer) = s.boot_client_as(Role::NodeTenant, "n1", 1);
+    let keys = Keys::load(&mut tpm).unwrap();
+    let url = format!("{}{}", s.boot_url, metal_protocol::boot::ATTEST_CHALLENGE_PATH);
+    let asked = s.block_on(async { tenant.post(url).json(&keys.names()).send().await.unwrap().status() });
+    assert_eq!(asked, 403);
+    let challenge = joined.challenge(&keys.names()).unwrap();
+    let evidence = keys.quote(&mut tpm, &challenge.nonce, empty_event_log()).unwrap();
+    let report = AttestationReport { node_id: "n1".into(), challenge_id: challenge.challenge_id, evidence };
+    let envelope = metal_protocol::Envelope::sign_json(AttestationReport::PAYLOAD_TYPE, &report, &signer).unwrap();
+    let url = format!("{}{}", s.boot_url, metal_protocol::boot::REPORTS_PATH);
+    let answered = s.block_on(async { tenant.post(url).json(&envelope).send().await.unwrap().status() });
+    assert_eq!(answered, 403);
+
     // metalctl shows them to an operator.
     let home = metal_tests::metalctl::home(&dir.path().join("home"), &s.url, &s.admin);
     let table = metal_tests::metalctl::run(&home, &["node", "attestations", "n1"]);
