@@ -170,7 +170,7 @@ pub fn wipe_report() -> metal_protocol::WipeReport {
 }
 
 /// Every step of an agent pool's teardown, in order: what a clean run's history lists.
-pub const TEARDOWN_STEPS: [&str; 10] = [
+pub const TEARDOWN_STEPS: [&str; 11] = [
     "power-off",
     "network-cleaning",
     "fence",
@@ -178,6 +178,7 @@ pub const TEARDOWN_STEPS: [&str; 10] = [
     "eject-media",
     "firmware",
     "erase",
+    "attest",
     "clean-up",
     "network-provisioning",
     "exit-tenant-root",

@@ -58,11 +58,12 @@ impl Swtpm {
     /// Starts swtpm for a QEMU machine (whose firmware starts the TPM up); its control
     /// socket lives in `run_dir`.
     pub fn start(state: &Path, run_dir: &Path) -> Swtpm {
-        Swtpm::spawn(state, run_dir, &[])
+        Swtpm::spawn(state, run_dir, &["--terminate"])
     }
 
     /// Starts swtpm with no machine: already started up (PCRs reset), its command channel a
-    /// Unix socket ([`Swtpm::connect`]) that takes raw TPM commands as `/dev/tpmrm0` does.
+    /// Unix socket ([`Swtpm::connect`]) that takes raw TPM commands as `/dev/tpmrm0` does,
+    /// one connection after another, until dropped.
     pub fn start_bare(state: &Path, run_dir: &Path) -> Swtpm {
         let server = format!("type=unixio,path={}", run_dir.join("swtpm-server.sock").display());
         Swtpm::spawn(state, run_dir, &["--server", &server, "--flags", "not-need-init,startup-clear"])
@@ -78,7 +79,7 @@ impl Swtpm {
         let socket = run_dir.join("swtpm.sock");
         let _ = std::fs::remove_file(&socket);
         let process = Command::new("swtpm")
-            .args(["socket", "--tpm2", "--terminate", "--tpmstate"])
+            .args(["socket", "--tpm2", "--tpmstate"])
             .arg(format!("dir={}", state.display()))
             .args(["--ctrl", &format!("type=unixio,path={}", socket.display())])
             .args(["--log", &format!("file={},level=1", run_dir.join("swtpm.log").display())])
@@ -114,4 +115,43 @@ pub fn empty_event_log() -> Vec<u8> {
     let ovmf = include_bytes!("../../protocol/testdata/ovmf-2022.11-swtpm.eventlog");
     let size = u32::from_le_bytes(ovmf[28..32].try_into().unwrap()) as usize;
     ovmf[..32 + size].to_vec()
+}
+
+/// `EV_EFI_PLATFORM_FIRMWARE_BLOB2`: what UEFI firmware measures its volumes as.
+pub const EV_EFI_PLATFORM_FIRMWARE_BLOB2: u32 = 0x8000_000a;
+
+/// Measures `data` as firmware does: extends PCR `pcr` of a bare swtpm ([`Swtpm::start_bare`])
+/// with its SHA-256 (`TPM2_PCR_Extend`, platform authorization empty) and appends the event
+/// to `log` (a crypto-agile log whose Spec ID header declares SHA-256 alone, as
+/// [`empty_event_log`]'s), so the log keeps replaying to the TPM's PCRs.
+pub fn measure(swtpm: &Swtpm, log: &mut Vec<u8>, pcr: u32, event_type: u32, data: &[u8]) {
+    use sha2::Digest as _;
+    use std::io::{Read as _, Write as _};
+    let digest = sha2::Sha256::digest(data);
+    let mut command = Vec::new();
+    command.extend(0x8002u16.to_be_bytes()); // TPM_ST_SESSIONS
+    command.extend(0u32.to_be_bytes()); // size, set below
+    command.extend(0x182u32.to_be_bytes()); // TPM_CC_PCR_Extend
+    command.extend(pcr.to_be_bytes());
+    command.extend(9u32.to_be_bytes()); // the password session, empty
+    command.extend(0x4000_0009u32.to_be_bytes());
+    command.extend([0, 0, 0, 0, 0]);
+    command.extend(1u32.to_be_bytes()); // one digest: SHA-256
+    command.extend(0x000bu16.to_be_bytes());
+    command.extend(digest);
+    let size = u32::try_from(command.len()).unwrap().to_be_bytes();
+    command[2..6].copy_from_slice(&size);
+    let mut tpm = swtpm.connect();
+    tpm.write_all(&command).unwrap();
+    let mut response = [0u8; 19];
+    let read = tpm.read(&mut response).unwrap();
+    assert_eq!(&response[6..10], &[0, 0, 0, 0], "PCR_Extend answered {:02x?}", &response[..read]);
+
+    log.extend(pcr.to_le_bytes());
+    log.extend(event_type.to_le_bytes());
+    log.extend(1u32.to_le_bytes());
+    log.extend(0x000bu16.to_le_bytes());
+    log.extend(digest);
+    log.extend(u32::try_from(data.len()).unwrap().to_le_bytes());
+    log.extend(data);
 }

@@ -8,10 +8,12 @@ use metal_protocol::DeployPlan;
 
 use crate::{ApiJson, Caller};
 use metal_service::app::AppState;
+use metal_service::metal::measured_boot;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::{
-    AttestationRecord, FirmwareCheckRecord, NodeBoot, NodeInventory, WipeReportDetail, WipeReportRecord,
+    AttestationRecord, BaselineApproval, BootBaseline, FirmwareCheckRecord, NodeBoot, NodeInventory, WipeReportDetail,
+    WipeReportRecord,
 };
 
 /// The node's platform inventory (its last commissioning report).
@@ -50,6 +52,44 @@ pub async fn list_attestations(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Vec<AttestationRecord>>> {
     Ok(ApiJson(node_rows(&app, &caller, id, store::attestations::list).await?))
+}
+
+/// The node's measured-boot baselines, newest first: the active one its teardowns compare
+/// their TPM quote with, and those it replaced (obsolete), each with how it was learned.
+#[utoipa::path(get, path = "/v1/nodes/{id}/boot-baselines", params(("id" = String, Path, description = "node id")),
+    responses((status = 200, body = Vec<BootBaseline>), (status = 404, body = metal_types::error::ErrorBody)))]
+pub async fn list_baselines(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<ApiJson<Vec<BootBaseline>>> {
+    Ok(ApiJson(node_rows(&app, &caller, id, store::attestations::baselines).await?))
+}
+
+/// Approves a verified attestation of the node as its baseline (the one it replaces becomes
+/// obsolete): for a machine known good whose firmware changed on purpose, or one commissioned
+/// before its pool measured boots. The approving credential is on record.
+#[utoipa::path(post, path = "/v1/nodes/{id}/boot-baselines", params(("id" = String, Path, description = "node id")),
+    request_body = BaselineApproval,
+    responses((status = 201, body = BootBaseline), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 409, description = "the attestation was refused", body = metal_types::error::ErrorBody)))]
+pub async fn approve_baseline(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(approval): ApiJson<BaselineApproval>,
+) -> ApiResult<(axum::http::StatusCode, ApiJson<BootBaseline>)> {
+    caller.admin(&format!("node {id}"))?;
+    let (now, by) = (app.clock.now(), format!("credential {}", caller.0.id));
+    let what = format!("node {id}");
+    let baseline = app
+        .store
+        .write(move |tx| {
+            store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
+            measured_boot::approve(tx, &id, &approval.attestation_id, &by, now)
+        })
+        .await?;
+    Ok((axum::http::StatusCode::CREATED, ApiJson(baseline)))
 }
 
 /// The boots the scheduler started for the node, newest first: who started each, which

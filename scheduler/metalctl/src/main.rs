@@ -1,5 +1,6 @@
 //! `metalctl`: parses the command line and dispatches to the scheduler's HTTP API.
 
+mod attest;
 mod bmc;
 mod host;
 mod image;
@@ -52,6 +53,9 @@ enum Command {
     /// discovery.
     #[command(subcommand)]
     Bmc(bmc::BmcCommand),
+    /// Measured boot: a node's TPM attestations and baselines, and approving a baseline.
+    #[command(subcommand)]
+    Attest(attest::AttestCommand),
     /// Switches and node ports: tenant isolation on the switch.
     #[command(subcommand)]
     Switch(switch::SwitchCommand),
@@ -196,9 +200,6 @@ enum NodeCommand {
     Inventory { id: String },
     /// Every wipe report received for the node: accepted, or refused with the rule it broke.
     WipeReports { id: String },
-    /// Every attestation (measured boot) received for the node: a TPM quote of its boot PCRs
-    /// that verified, or was refused with the rule it broke (-o json for the quoted PCRs).
-    Attestations { id: String },
     /// Set the deploy plan (a DeployPlan JSON file, e.g. from `metal-boot plan`; - is stdin) its
     /// ramdisk fetches when it next deploys.
     DeployPlan { id: String, file: PathBuf },
@@ -342,14 +343,6 @@ const WIPE_COLUMNS: [(&str, &str); 5] = [
     ("CODE", "code"),
     ("REASON", "reason"),
     ("SIGNER", "signer"),
-];
-
-const ATTESTATION_COLUMNS: [(&str, &str); 5] = [
-    ("RECEIVED", "receivedAt"),
-    ("GENERATION", "identityGeneration"),
-    ("VERIFIED", "verified"),
-    ("CODE", "code"),
-    ("REASON", "reason"),
 ];
 
 const NODE_COLUMNS: [(&str, &str); 11] = [
@@ -604,10 +597,6 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             let reports = client.request("GET", &format!("/v1/nodes/{id}/wipe-reports"), None)?;
             print(out, &reports, &WIPE_COLUMNS);
         }
-        Command::Node(NodeCommand::Attestations { id }) => {
-            let attestations = client.request("GET", &format!("/v1/nodes/{id}/attestations"), None)?;
-            print(out, &attestations, &ATTESTATION_COLUMNS);
-        }
         Command::Node(NodeCommand::DeployPlan { id, file }) => {
             let text = read_input(&file)?;
             let plan: Value = serde_json::from_str(&text)
@@ -620,6 +609,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         Command::Image(command) => image::run_image(&client, out, command)?,
         Command::Host(command) => host::run_host(&client, out, command)?,
         Command::Switch(command) => switch::run(&client, out, command)?,
+        Command::Attest(command) => attest::run(&client, out, command)?,
         Command::Profile(command) => image::run_profile(&client, out, command)?,
         Command::Provision { profile, count } => image::run_provision(&client, out, &profile, count)?,
         Command::Tenant(TenantCommand::List) => {

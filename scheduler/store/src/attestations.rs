@@ -1,6 +1,7 @@
 //! Measured-boot rows (issue 32): the TPM a node's first attestation pinned, one-time
 //! challenges (only the digest their quote must bind is kept, never the credential's
-//! secret) and every attestation as received, verified or refused.
+//! secret), every attestation as received, verified or refused, and the baselines learned
+//! from verified ones.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use time::OffsetDateTime;
 use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
-use metal_types::model::boot::AttestationRecord;
+use metal_types::model::boot::{AttestationRecord, BaselineState, BootBaseline};
 
 /// The TPM pinned to a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +125,7 @@ pub fn record(conn: &mut dyn Conn, record: &AttestationRecord, envelope: &str) -
     let pcrs = serde_json::to_string(&record.pcrs).unwrap_or_else(|_| "{}".into());
     conn.execute(
         "INSERT INTO attestations (id, node_id, identity_generation, challenge_id, verified, code, reason, pcrs, \
-         log_sha256, envelope, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         log_sha256, ramdisk_key, envelope, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         &[
             &record.id,
             &record.node_id,
@@ -135,6 +136,7 @@ pub fn record(conn: &mut dyn Conn, record: &AttestationRecord, envelope: &str) -
             &record.reason,
             &pcrs,
             &record.log_sha256,
+            &record.ramdisk_key,
             &envelope,
             &to_millis(record.received_at),
         ],
@@ -153,18 +155,103 @@ fn record_from_row(row: &Row) -> DbResult<AttestationRecord> {
         reason: row.get("reason")?,
         pcrs: row.json("pcrs")?,
         log_sha256: row.get("log_sha256")?,
+        ramdisk_key: row.get("ramdisk_key")?,
         received_at: from_millis(row.get("received_at")?),
     })
 }
 
+const RECORD_COLUMNS: &str = "id, node_id, identity_generation, challenge_id, verified, code, reason, pcrs, log_sha256, ramdisk_key, received_at";
+
 /// The node's attestations, oldest first.
 pub fn list(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<AttestationRecord>> {
     conn.query(
-        "SELECT id, node_id, identity_generation, challenge_id, verified, code, reason, pcrs, log_sha256, received_at \
-         FROM attestations WHERE node_id = $1 ORDER BY received_at, id",
+        &format!("SELECT {RECORD_COLUMNS} FROM attestations WHERE node_id = $1 ORDER BY received_at, id"),
         &[&node_id],
     )?
     .iter()
     .map(record_from_row)
     .collect()
+}
+
+/// The node's attestations sent by the ramdisk of `ramdisk_key` (one boot), oldest first.
+pub fn by_ramdisk(conn: &mut dyn Conn, node_id: &str, ramdisk_key: &str) -> DbResult<Vec<AttestationRecord>> {
+    conn.query(
+        &format!(
+            "SELECT {RECORD_COLUMNS} FROM attestations WHERE node_id = $1 AND ramdisk_key = $2 \
+             ORDER BY received_at, id"
+        ),
+        &[&node_id, &ramdisk_key],
+    )?
+    .iter()
+    .map(record_from_row)
+    .collect()
+}
+
+/// Attestation `id` of `node_id` with the DSSE envelope it came in.
+pub fn get(conn: &mut dyn Conn, node_id: &str, id: &str) -> DbResult<Option<(AttestationRecord, String)>> {
+    conn.query(
+        &format!("SELECT {RECORD_COLUMNS}, envelope FROM attestations WHERE node_id = $1 AND id = $2"),
+        &[&node_id, &id],
+    )?
+    .first()
+    .map(|row| Ok((record_from_row(row)?, row.get("envelope")?)))
+    .transpose()
+}
+
+fn baseline_from_row(row: &Row) -> DbResult<BootBaseline> {
+    Ok(BootBaseline {
+        id: row.get("id")?,
+        node_id: row.get("node_id")?,
+        attestation_id: row.get("attestation_id")?,
+        pcrs: row.json("pcrs")?,
+        state: row.parse("state")?,
+        learned_by: row.get("learned_by")?,
+        created_at: from_millis(row.get("created_at")?),
+        replaced_at: row.get::<Option<i64>>("replaced_at")?.map(from_millis),
+    })
+}
+
+/// The node's baselines, newest first.
+pub fn baselines(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<BootBaseline>> {
+    conn.query(
+        "SELECT id, node_id, attestation_id, pcrs, state, learned_by, created_at, replaced_at FROM boot_baselines \
+         WHERE node_id = $1 ORDER BY created_at DESC, id DESC",
+        &[&node_id],
+    )?
+    .iter()
+    .map(baseline_from_row)
+    .collect()
+}
+
+/// The node's active baseline.
+pub fn active_baseline(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<BootBaseline>> {
+    Ok(baselines(conn, node_id)?.into_iter().find(|b| b.state == BaselineState::Active))
+}
+
+/// Makes `baseline` the node's active one; the one it replaces becomes obsolete.
+pub fn learn(conn: &mut dyn Conn, baseline: &BootBaseline) -> DbResult<()> {
+    conn.execute(
+        "UPDATE boot_baselines SET state = $1, replaced_at = $2 WHERE node_id = $3 AND state = $4",
+        &[
+            &BaselineState::Obsolete.as_str(),
+            &to_millis(baseline.created_at),
+            &baseline.node_id,
+            &BaselineState::Active.as_str(),
+        ],
+    )?;
+    let pcrs = serde_json::to_string(&baseline.pcrs).unwrap_or_else(|_| "{}".into());
+    conn.execute(
+        "INSERT INTO boot_baselines (id, node_id, attestation_id, pcrs, state, learned_by, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &baseline.id,
+            &baseline.node_id,
+            &baseline.attestation_id,
+            &pcrs,
+            &BaselineState::Active.as_str(),
+            &baseline.learned_by,
+            &to_millis(baseline.created_at),
+        ],
+    )?;
+    Ok(())
 }

@@ -141,8 +141,8 @@ pub fn record_wipe(
     envelope: &str,
 ) -> DbResult<()> {
     conn.execute(
-        "INSERT INTO wipe_reports (id, node_id, accepted, code, reason, signer, envelope, received_at, node_generation) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO wipe_reports (id, node_id, accepted, code, reason, signer, signer_key, envelope, received_at, \
+         node_generation) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         &[
             &record.id,
             &record.node_id,
@@ -150,6 +150,7 @@ pub fn record_wipe(
             &record.code,
             &record.reason,
             &record.signer,
+            &record.signer_key,
             &envelope,
             &to_millis(record.received_at),
             &node_generation,
@@ -161,7 +162,7 @@ pub fn record_wipe(
 /// The node's wipe reports, oldest first.
 pub fn wipe_reports(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<WipeReportRecord>> {
     conn.query(
-        "SELECT id, node_id, accepted, code, reason, signer, received_at FROM wipe_reports \
+        "SELECT id, node_id, accepted, code, reason, signer, signer_key, received_at FROM wipe_reports \
          WHERE node_id = $1 ORDER BY received_at, id",
         &[&node_id],
     )?
@@ -174,6 +175,7 @@ pub fn wipe_reports(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<WipeRepo
             code: row.get("code")?,
             reason: row.get("reason")?,
             signer: row.get("signer")?,
+            signer_key: row.get("signer_key")?,
             received_at: from_millis(row.get("received_at")?),
         })
     })

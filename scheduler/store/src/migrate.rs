@@ -28,6 +28,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (18, "lessee", include_str!("../migrations/0018_lessee.sql")),
     (19, "architecture", include_str!("../migrations/0019_architecture.sql")),
     (20, "measured-boot", include_str!("../migrations/0020_measured_boot.sql")),
+    (21, "boot-baselines", include_str!("../migrations/0021_boot_baselines.sql")),
 ];
 
 /// Brings the schema up to date.

@@ -83,6 +83,10 @@ async fn pools_validate_field_by_field_and_tenants_see_only_offered_ones() {
         (json!({"firmwareRemediation": "reflash"}), "policy.firmwareImages"),
         (json!({"allowUnverifiedRelease": true}), "policy.allowUnverifiedRelease"),
         (json!({"firmwareBaseline": {"bad component!": "1"}}), "policy.firmwareBaseline"),
+        (json!({"agent": "none", "measuredBoot": {"mode": "enforce"}}), "policy.measuredBoot.mode"),
+        (json!({"measuredBoot": {"mode": "learn", "pcrs": [0, 9]}}), "policy.measuredBoot.pcrs"),
+        (json!({"measuredBoot": {"mode": "learn", "pcrs": [1, 1]}}), "policy.measuredBoot.pcrs"),
+        (json!({"measuredBoot": {"mode": "learn", "pcrs": []}}), "policy.measuredBoot.pcrs"),
     ] {
         let (s, body) = site
             .admin(

@@ -600,6 +600,11 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     let bundle = local_ca_bundle(dir.path(), true);
     let s = TestScheduler::start(|c| c.boot.tpm_ca_file = Some(bundle));
     s.enrol("n1", MAC);
+    // In a pool that enforces measured boot: the commissioning quote becomes the baseline.
+    let pool = json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c",
+                      "policy": {"measuredBoot": {"mode": "enforce"}}});
+    assert_eq!(s.call("POST", "/v1/pools", Some(pool)).0, 201);
+    assert_eq!(s.call("PATCH", "/v1/nodes/n1", Some(json!({"poolId": "p1"}))).0, 200);
     let joined = join(&s, &boot(&s, "commission")).unwrap();
     let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
     let mut tpm = Tpm::new(swtpm.connect());
@@ -617,6 +622,10 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     assert_eq!(registered.len(), 1);
     assert_eq!(registered[0]["data"]["certificate"], "verified", "{registered:?}");
     assert_eq!(s.events("node.attestation.verified").len(), 1);
+    let (_, baselines) = s.call("GET", "/v1/nodes/n1/boot-baselines", None);
+    assert_eq!(baselines.as_array().unwrap().len(), 1, "{baselines}");
+    assert_eq!((&baselines[0]["learnedBy"], &baselines[0]["state"]), (&json!("commissioning"), &json!("active")));
+    assert_eq!((&baselines[0]["attestationId"], &baselines[0]["pcrs"]), (&list[0]["id"], &list[0]["pcrs"]));
 
     // A quote that binds something other than the challenge, then the same answer again.
     let keys = Keys::load(&mut tpm).unwrap();
@@ -671,8 +680,17 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
 
     // metalctl shows them to an operator.
     let home = metal_tests::metalctl::home(&dir.path().join("home"), &s.url, &s.admin);
-    let table = metal_tests::metalctl::run(&home, &["node", "attestations", "n1"]);
+    let table = metal_tests::metalctl::run(&home, &["attest", "list", "n1"]);
     assert!(table.contains("VERIFIED") && table.contains("ek-differs") && table.contains("wrong-challenge"), "{table}");
+    let table = metal_tests::metalctl::run(&home, &["attest", "baselines", "n1"]);
+    assert!(table.contains("commissioning") && table.contains(baselines[0]["id"].as_str().unwrap()), "{table}");
+    // A refused attestation cannot be approved as a baseline.
+    let refused = list.as_array().unwrap().iter().find(|a| a["code"] == "ek-differs").unwrap();
+    let (status, body) = s.call("POST", "/v1/nodes/n1/boot-baselines", Some(json!({"attestationId": refused["id"]})));
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("only a verified quote can be a baseline"), "{body}");
+    let (status, _) = s.call("POST", "/v1/nodes/n1/boot-baselines", Some(json!({"attestationId": "att-none"})));
+    assert_eq!(status, 404);
 }
 
 #[test]

@@ -979,3 +979,164 @@ fn a_teardown_boots_its_ramdisk_from_a_per_boot_iso_that_a_host_naming_the_mac_c
     let (_, script) = s.get_text(&format!("/boot/ipxe?claim={claim}&mac={MAC}"));
     assert!(!script.contains("token="), "{script}");
 }
+
+/// What the erase boot's ramdisk sends before its wipe report: nothing, or a quote of the
+/// machine's TPM (a bare swtpm whose PCRs `log` replays to).
+enum Quote<'a> {
+    None,
+    Of(&'a metal_tests::tpm::Swtpm, &'a [u8]),
+}
+
+/// The ramdisk's part of the teardown, the erase boot quoting the TPM first (as metal-boot's
+/// init does right after it joins); the wipe report is accepted either way. The quote's
+/// refusal, if the scheduler refused it, is returned.
+fn attest_and_erase(s: &TestScheduler, version: &str, quote: Quote<'_>) -> Option<String> {
+    let joined = ramdisk(s, "firmware");
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", version)])).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    let joined = ramdisk(s, "erase");
+    let refused = match quote {
+        Quote::None => None,
+        Quote::Of(swtpm, log) => {
+            let mut tpm = metal_boot::tpm::Tpm::new(swtpm.connect());
+            match metal_boot::measured::attest(&mut tpm, &joined, log.to_vec()) {
+                Ok(receipt) => receipt.reason,
+                Err(e) => Some(e),
+            }
+        }
+    };
+    let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &wipe_report()).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    later(s);
+    refused
+}
+
+/// n1 quarantined by its last teardown's attest step: the reason.
+fn quarantined_by_attest(s: &TestScheduler) -> String {
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
+    assert_eq!((node["tenantRoot"].as_bool(), node["maintenance"].as_bool()), (Some(true), Some(true)), "{node}");
+    let run = teardowns(s).pop().unwrap();
+    assert_eq!(run["status"], "failed", "{run}");
+    let last = run["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((last["step"].as_str(), last["result"].as_str()), (Some("attest"), Some("failed")), "{run}");
+    let reason = node["stateReason"].as_str().unwrap().to_owned();
+    assert!(reason.starts_with("attest: measured-boot: "), "{reason}");
+    reason
+}
+
+/// Recover (a second later, so the new run sorts last): the teardown from its first step to
+/// the erase boot.
+fn recover(s: &TestScheduler) {
+    s.clock.advance(Duration::from_secs(1));
+    ok(s, "POST", "/v1/nodes/n1/recover", Value::Null);
+    s.passes();
+}
+
+/// The id of n1's newest attestation.
+fn newest_attestation(s: &TestScheduler) -> String {
+    let list = ok(s, "GET", "/v1/nodes/n1/attestations", Value::Null);
+    list.as_array().unwrap().last().unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approved_baseline_or_is_missing() {
+    use metal_tests::tpm::{EV_EFI_PLATFORM_FIRMWARE_BLOB2, Swtpm, empty_event_log, manufacture, measure};
+    let dir = tempfile::tempdir().unwrap();
+    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
+    let mut log = empty_event_log();
+    measure(&swtpm, &mut log, 0, EV_EFI_PLATFORM_FIRMWARE_BLOB2, b"firmware volume 1.0");
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, ipmi(&sim), json!({"measuredBoot": {"mode": "enforce"}}));
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+
+    // Commissioned before its pool measured boots, the node has no baseline: fail closed.
+    assert_eq!(attest_and_erase(&s, &version, Quote::Of(&swtpm, &log)), None);
+    let reason = quarantined_by_attest(&s);
+    let first = newest_attestation(&s);
+    assert!(reason.contains(&format!("node n1 has no baseline to compare attestation {first} with")), "{reason}");
+    assert_eq!(s.events("node.tenant-root.quarantined").len(), 1);
+
+    // The operator knows the machine is good and approves its quote; the teardown passes.
+    let home = metal_tests::metalctl::home(&dir.path().join("home"), &s.url, &s.admin);
+    let table = metal_tests::metalctl::run(&home, &["attest", "approve", "n1", &first]);
+    assert!(table.contains("active") && table.contains(&first), "{table}");
+    let baseline = ok(&s, "GET", "/v1/nodes/n1/boot-baselines", Value::Null)[0].clone();
+    assert!(baseline["learnedBy"].as_str().unwrap().starts_with("approved by credential "), "{baseline}");
+    recover(&s);
+    assert_eq!(attest_and_erase(&s, &version, Quote::Of(&swtpm, &log)), None);
+    let node = s.node("n1");
+    assert_eq!(node["state"], "ready", "{node}");
+    let run = teardowns(&s).pop().unwrap();
+    assert_eq!(metal_tests::leases::history_steps(&run), metal_tests::leases::TEARDOWN_STEPS, "{run}");
+    let attested = &step_record(&run, "attest")["detail"];
+    assert_eq!((&attested["mode"], &attested["baseline"]), (&json!("enforce"), &baseline["id"]), "{run}");
+    assert_eq!(attested["attestation"], newest_attestation(&s).as_str(), "the erase boot's own quote: {run}");
+
+    // The next tenant's firmware measures something else into PCR 0: quarantined, naming the
+    // PCR, the event and the baseline.
+    ok(&s, "PATCH", "/v1/nodes/n1", json!({"maintenance": false}));
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+    measure(&swtpm, &mut log, 0, EV_EFI_PLATFORM_FIRMWARE_BLOB2, b"an implant");
+    assert_eq!(attest_and_erase(&s, &version, Quote::Of(&swtpm, &log)), None);
+    let reason = quarantined_by_attest(&s);
+    let id = baseline["id"].as_str().unwrap();
+    assert!(
+        reason.ends_with(&format!("PCR 0 differs (event 2, EV_EFI_PLATFORM_FIRMWARE_BLOB2) from baseline {id}")),
+        "{reason}"
+    );
+
+    // An erase boot that sends no quote is not vouched for by the verified quotes of earlier
+    // boots of the same identity generation.
+    recover(&s);
+    assert_eq!(attest_and_erase(&s, &version, Quote::None), None);
+    let reason = quarantined_by_attest(&s);
+    assert!(reason.contains("the erase boot sent no attestation"), "{reason}");
+
+    // Another TPM in the machine: its quote is refused, and so is the teardown.
+    let other_dir = dir.path().join("other");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let other = Swtpm::start_bare(&manufacture(&other_dir.join("tpm")), &other_dir);
+    recover(&s);
+    let refused = attest_and_erase(&s, &version, Quote::Of(&other, &empty_event_log())).unwrap();
+    assert!(refused.contains("differs from the EK node n1 registered"), "{refused}");
+    let reason = quarantined_by_attest(&s);
+    assert!(reason.contains("refused: ek-differs: the TPM's EK"), "{reason}");
+    assert_eq!(s.events("node.tenant-root.quarantined").len(), 4);
+    assert_eq!(s.node("n1")["identityGeneration"], 4, "no quarantined teardown handed the node back");
+}
+
+#[test]
+fn a_learning_pool_learns_the_first_quote_and_relearns_a_differing_one_with_the_difference_on_record() {
+    use metal_tests::tpm::{Swtpm, empty_event_log, manufacture, measure};
+    let dir = tempfile::tempdir().unwrap();
+    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
+    let mut log = empty_event_log();
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    let version = site(&s, ipmi(&sim), json!({"measuredBoot": {"mode": "learn", "pcrs": [0, 7]}}));
+    for round in 0..2 {
+        if round == 1 {
+            // A firmware update on vetted hardware, in PCR 7 (Secure Boot's databases).
+            measure(&swtpm, &mut log, 7, 0x8000_0001, b"db: a new certificate");
+        }
+        let reservation = leased_and_deployed(&s);
+        release(&s, &reservation);
+        assert_eq!(attest_and_erase(&s, &version, Quote::Of(&swtpm, &log)), None);
+        assert_eq!(s.node("n1")["state"], "ready", "round {round}");
+    }
+    let learned = s.events("node.boot-baseline.learned");
+    assert_eq!(learned.len(), 2, "{learned:?}");
+    assert_eq!((&learned[0]["data"]["learnedBy"], &learned[0]["data"]["why"]), (&json!("learn"), &Value::Null));
+    let why = learned[1]["data"]["why"].as_str().unwrap();
+    assert!(why.starts_with("PCR 7 differs (event 1, EV_EFI_VARIABLE_DRIVER_CONFIG) from baseline mbb-"), "{why}");
+    let baselines = ok(&s, "GET", "/v1/nodes/n1/boot-baselines", Value::Null);
+    let states: Vec<&str> = baselines.as_array().unwrap().iter().map(|b| b["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["active", "obsolete"], "{baselines}");
+    assert_eq!(learned[1]["data"]["replaced"], baselines[1]["id"], "{learned:?}");
+    let run = teardowns(&s).pop().unwrap();
+    assert_eq!(step_record(&run, "attest")["detail"]["learned"], true, "{run}");
+}

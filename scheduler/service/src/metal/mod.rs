@@ -11,6 +11,7 @@ pub mod fencing;
 pub mod images;
 pub mod installer;
 pub mod lease;
+pub mod measured_boot;
 pub mod network;
 pub mod provision;
 pub mod reinstall;

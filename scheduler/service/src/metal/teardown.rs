@@ -3,7 +3,9 @@
 //! cleaning VLAN (in a pool that isolates tenants), fences it, rotates the BMC
 //! credential, ejects media, checks firmware against the pool's baseline, boots the
 //! ramdisk to erase every disk (only an accepted wipe report of the current generation
-//! lets it go on), cleans the lease's boot state up, moves the ports back to the
+//! lets it go on), proves with the erase boot's TPM quote that the firmware it booted
+//! is the node's baseline (a pool with `measuredBoot`), cleans the lease's boot state up,
+//! moves the ports back to the
 //! provisioning VLAN and hands the node back to the platform
 //! under a new identity generation. `metal-tenant-root-release-oob@1` is the agentless
 //! variant: no wipe, so `ready` only with `allowUnverifiedRelease`.
@@ -23,7 +25,7 @@ use crate::app::AppState;
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition};
-use metal_types::model::pool::{AgentMode, Pool};
+use metal_types::model::pool::{AgentMode, MeasuredBootMode, Pool};
 use metal_types::model::workflow::WorkflowRun;
 
 const fn bmc_step(name: &'static str) -> StepDef {
@@ -59,6 +61,7 @@ pub static RELEASE: Definition = Definition {
         bmc_step("eject-media"),
         StepDef { deadline: Duration::from_secs(3600), ..bmc_step("firmware") },
         ERASE,
+        bmc_step("attest"),
         bmc_step("clean-up"),
         bmc_step("network-provisioning"),
         bmc_step("exit-tenant-root"),
@@ -168,6 +171,7 @@ impl Hooks for Teardown {
                 "eject-media" => steps.eject().await,
                 "firmware" => steps.firmware().await,
                 "erase" => steps.erase().await,
+                "attest" => steps.attest().await,
                 "clean-up" => steps.clean_up().await,
                 "exit-tenant-root" => steps.exit(),
                 other => Outcome::Failed(format!("{} has no step {other}", run.definition), Value::Null),
@@ -512,6 +516,49 @@ impl Steps<'_> {
             return Outcome::Retry(format!("recording the erase boot's path: {e}"), Value::Null);
         }
         Outcome::Waiting(format!("booted the ramdisk to erase every disk (boot {}, from {path})", boots + 1))
+    }
+
+    /// The erase boot's TPM quote (the attestation from the ramdisk key that signed the wipe
+    /// report the erase step accepted) against the node's baseline, in a pool that measures
+    /// boots: the same PCRs pass; a difference, no quote, a refused one or no baseline
+    /// quarantines in `enforce`; in `learn` the quote becomes the baseline.
+    async fn attest(&self) -> Outcome {
+        use super::measured_boot::{self, Verdict};
+        let Some(policy) = self.pool.and_then(|p| p.policy.measured_boot.clone()) else {
+            return Outcome::done(json!({"measuredBoot": "off"}));
+        };
+        if policy.mode == MeasuredBootMode::Off {
+            return Outcome::done(json!({"measuredBoot": "off"}));
+        }
+        let (run, node, mode) = (self.run.id.clone(), self.node.clone(), policy.mode);
+        let judged = self.app.store.read(move |tx| {
+            let history = store::workflows::history(tx, &run)?;
+            let erased = history.iter().rev().find(|h| h.step == ERASE.name && h.result == "done");
+            let wipe = erased.and_then(|h| h.detail.get("wipeReport")).and_then(Value::as_str).unwrap_or_default();
+            let reports = store::boot::wipe_reports(tx, &node.id)?;
+            let Some(key) = reports.into_iter().find(|r| r.id == wipe).and_then(|r| r.signer_key) else {
+                return Ok(Verdict::Refused(format!(
+                    "measured-boot: the erase step accepted no wipe report ({wipe:?})"
+                )));
+            };
+            measured_boot::judge(tx, &node, &policy, &key)
+        });
+        match judged.await {
+            Ok(Verdict::Matches { attestation, baseline }) => {
+                Outcome::done(json!({"mode": mode, "attestation": attestation, "baseline": baseline}))
+            }
+            Ok(Verdict::Learn { attestation, difference }) => {
+                let detail = json!({"mode": mode, "attestation": attestation.id, "learned": true,
+                                    "difference": difference});
+                let now = self.app.clock.now();
+                let effects: Effects = Box::new(move |tx, _| {
+                    measured_boot::learn(tx, &attestation, measured_boot::LEARN, difference.as_deref(), now).map(drop)
+                });
+                Outcome::Done(detail, Some(effects))
+            }
+            Ok(Verdict::Refused(reason)) => Outcome::Failed(reason, json!({"mode": mode})),
+            Err(e) => Outcome::Retry(e.to_string(), Value::Null),
+        }
     }
 
     /// Replaces the run's context (fenced by the run's claim, as every write of the run).

@@ -180,6 +180,9 @@ pub struct WipeReportRecord {
     /// The identity of the certificate that signed it, when it could be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signer: Option<String>,
+    /// The public key (base64 Ed25519) of that certificate, when it could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer_key: Option<String>,
     /// When it arrived.
     #[serde(with = "time::serde::rfc3339")]
     pub received_at: time::OffsetDateTime,
@@ -291,7 +294,78 @@ pub struct AttestationRecord {
     /// SHA-256 of the event log, when one was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_sha256: Option<String>,
+    /// The key (base64 Ed25519) of the ramdisk that sent it: one key per ramdisk boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramdisk_key: Option<String>,
     /// When it arrived.
     #[serde(with = "time::serde::rfc3339")]
     pub received_at: time::OffsetDateTime,
+}
+
+/// The state of a measured-boot baseline: the node's `active` one is what its attestations
+/// are compared with; one an approval or a re-learn replaced is `obsolete`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum BaselineState {
+    /// Compared with.
+    Active,
+    /// Replaced; kept as evidence.
+    Obsolete,
+}
+
+impl BaselineState {
+    /// The stored form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BaselineState::Active => "active",
+            BaselineState::Obsolete => "obsolete",
+        }
+    }
+}
+
+impl std::str::FromStr for BaselineState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "active" => Ok(BaselineState::Active),
+            "obsolete" => Ok(BaselineState::Obsolete),
+            other => Err(format!("unknown baseline state {other:?}")),
+        }
+    }
+}
+
+/// A node's measured-boot baseline (issue 32): the PCRs of one verified attestation, learned
+/// in platform custody (commissioning, a teardown in a `learn` pool) or approved by an
+/// operator; the teardown's `attest` step compares each erase boot's quote with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootBaseline {
+    /// Id of the baseline.
+    pub id: String,
+    /// The node.
+    pub node_id: String,
+    /// The verified attestation it was learned from (its event log names differing events).
+    pub attestation_id: String,
+    /// The quoted SHA-256 PCRs 0-9 (hex).
+    pub pcrs: std::collections::BTreeMap<u32, String>,
+    /// Active or obsolete.
+    pub state: BaselineState,
+    /// How it was learned: `commissioning`, `learn` (a teardown in a learn pool), or
+    /// `approved by CREDENTIAL`.
+    pub learned_by: String,
+    /// When it was learned.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: time::OffsetDateTime,
+    /// When another replaced it.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    pub replaced_at: Option<time::OffsetDateTime>,
+}
+
+/// Approves a verified attestation as the node's baseline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BaselineApproval {
+    /// The attestation (of this node, verified) whose PCRs become the baseline.
+    pub attestation_id: String,
 }

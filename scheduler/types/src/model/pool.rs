@@ -66,6 +66,49 @@ pub struct PoolPolicy {
     /// moves when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkPolicy>,
+    /// Measured boot (issue 32): whether the teardown's erase boot must attest with the
+    /// machine's TPM, and what its PCRs are compared with (off when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_boot: Option<MeasuredBootPolicy>,
+}
+
+/// What a teardown does with the erase boot's TPM quote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum MeasuredBootMode {
+    /// Nothing: the `attest` step passes without a quote.
+    Off,
+    /// A quote is required and verified; PCRs that differ from the node's baseline become
+    /// its new baseline (the old one obsolete), recorded as an event. For vetted hardware.
+    Learn,
+    /// A quote is required, verified and compared: any compared PCR that differs from the
+    /// node's active baseline, or no baseline, quarantines the node.
+    Enforce,
+}
+
+/// A pool's measured-boot policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MeasuredBootPolicy {
+    /// Off, learn or enforce.
+    pub mode: MeasuredBootMode,
+    /// The PCRs compared with the baseline, of 0-7 (the firmware's, boot entries included);
+    /// 0-3 and 5-7 when absent. PCR 4 (the boot loader and kernel) and 8-9 (the command line
+    /// with its one-time token) change with each ramdisk build or boot.
+    #[serde(default = "MeasuredBootPolicy::default_pcrs")]
+    pub pcrs: Vec<u32>,
+}
+
+impl MeasuredBootPolicy {
+    /// PCRs 0-3 and 5-7.
+    pub fn default_pcrs() -> Vec<u32> {
+        vec![0, 1, 2, 3, 5, 6, 7]
+    }
+
+    /// The mode, `off` for a pool with no policy.
+    pub fn mode_of(policy: Option<&MeasuredBootPolicy>) -> MeasuredBootMode {
+        policy.map_or(MeasuredBootMode::Off, |p| p.mode)
+    }
 }
 
 /// The VLANs of a pool that isolates its tenants on the switch. A lease's deploy runs on the
@@ -198,6 +241,30 @@ fn check_network(network: &NetworkPolicy) -> Result<(), ApiError> {
     Ok(())
 }
 
+fn check_measured_boot(policy: &MeasuredBootPolicy, agent: Option<AgentMode>) -> Result<(), ApiError> {
+    if policy.mode != MeasuredBootMode::Off && agent == Some(AgentMode::None) {
+        return Err(ApiError::invalid(
+            "policy.measuredBoot.mode",
+            "an agentless pool (agent: none) boots no ramdisk to quote its TPM; use off",
+        ));
+    }
+    if policy.pcrs.is_empty() {
+        return Err(ApiError::invalid("policy.measuredBoot.pcrs", "name at least one PCR"));
+    }
+    for (i, pcr) in policy.pcrs.iter().enumerate() {
+        if *pcr > 7 {
+            return Err(ApiError::invalid(
+                "policy.measuredBoot.pcrs",
+                format!("PCR {pcr} is not a firmware PCR (0-7); 8 and 9 hold each boot's command line"),
+            ));
+        }
+        if policy.pcrs[..i].contains(pcr) {
+            return Err(ApiError::invalid("policy.measuredBoot.pcrs", format!("PCR {pcr} is named twice")));
+        }
+    }
+    Ok(())
+}
+
 fn component_ok(c: &str) -> bool {
     !c.is_empty()
         && c.len() <= 64
@@ -258,6 +325,9 @@ impl PoolCreate {
             && (command.trim().is_empty() || command.len() > 4096 || command.contains('\0'))
         {
             return Err(ApiError::invalid("policy.fencing.command", "must be a command line of 1 to 4096 bytes"));
+        }
+        if let Some(measured) = &p.measured_boot {
+            check_measured_boot(measured, p.agent)?;
         }
         if p.allow_unverified_release && p.agent != Some(AgentMode::None) {
             return Err(ApiError::invalid(

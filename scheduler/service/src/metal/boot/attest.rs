@@ -5,7 +5,8 @@
 //! trusts); a later one from another EK is refused and recorded (`ek-differs`). The answer, a quote of
 //! PCRs 0-9 binding the nonce, the opened secret and the ramdisk's own key, with the event
 //! log, comes as a signed report; it is verified (`BootEvidence::verify`) and stored, verified
-//! or refused with its rule, with an event either way.
+//! or refused with its rule, with an event either way; a commissioning node's first one
+//! becomes its baseline in a pool that measures boots (`measured_boot::commissioned`).
 
 use std::time::Duration;
 
@@ -98,7 +99,7 @@ pub async fn challenge(
                         node.id, pinned.first_seen, pinned.ek_sha256
                     );
                     let raw = serde_json::to_string(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
-                    refuse(tx, &identity, None, EK_DIFFERS, &reason, &raw, now)?;
+                    refuse(tx, &identity, &ramdisk_key, None, (EK_DIFFERS, &reason), &raw, now)?;
                     return Ok(Err(reason));
                 }
                 Some(_) => {}
@@ -138,13 +139,14 @@ fn endorsement_key(bytes: &[u8]) -> ApiResult<PublicKey> {
     Ok(ek)
 }
 
-/// Records a refused attestation and raises `node.attestation.refused`.
+/// Records a refused attestation from the ramdisk of `ramdisk_key` (the refusal's code and
+/// reason) and raises `node.attestation.refused`.
 fn refuse(
     tx: &mut dyn Conn,
     identity: &Identity,
+    ramdisk_key: &str,
     challenge_id: Option<&str>,
-    code: &str,
-    reason: &str,
+    (code, reason): (&str, &str),
     raw: &str,
     now: OffsetDateTime,
 ) -> ApiResult<AttestationRecord> {
@@ -158,6 +160,7 @@ fn refuse(
         reason: Some(reason.to_owned()),
         pcrs: Default::default(),
         log_sha256: None,
+        ramdisk_key: Some(ramdisk_key.to_owned()),
         received_at: now,
     };
     store::attestations::record(tx, &record, raw)?;
@@ -199,7 +202,8 @@ pub(super) fn report(
     let verified = match checked {
         Ok(verified) => verified,
         Err((code, reason)) => {
-            refuse(tx, identity, Some(&report.challenge_id), code, &reason, &raw, now)?;
+            let challenge = Some(report.challenge_id.as_str());
+            refuse(tx, identity, &claims::key_text(key), challenge, (code, &reason), &raw, now)?;
             return Ok(ReportReceipt { accepted: false, reason: Some(format!("{code}: {reason}")) });
         }
     };
@@ -213,10 +217,12 @@ pub(super) fn report(
         reason: None,
         pcrs: verified.pcrs.iter().map(|(pcr, value)| (*pcr, hex::encode(value))).collect(),
         log_sha256: Some(hex::encode(sha2::Sha256::digest(&report.evidence.event_log))),
+        ramdisk_key: Some(claims::key_text(key)),
         received_at: now,
     };
     store::attestations::record(tx, &record, &raw)?;
     let data = json!({"node": node.id, "attestation": record.id, "events": verified.log.events.len()});
     store::events::append(tx, "node.attestation.verified", &format!("node/{}", node.id), None, &data, now)?;
+    crate::metal::measured_boot::commissioned(tx, &node, &record, now)?;
     Ok(ReportReceipt { accepted: true, reason: None })
 }

@@ -422,6 +422,7 @@ fn wipe_report(
         code: outcome.as_ref().err().map(|(code, _)| (*code).to_owned()),
         reason: outcome.as_ref().err().map(|(_, reason)| reason.clone()),
         signer,
+        signer_key: leaf.as_ref().map(|(_, key)| claims::key_text(key)),
         received_at: now,
     };
     let raw = serde_json::to_string(envelope).map_err(|e| ApiError::Internal(e.to_string()))?;
