@@ -215,6 +215,18 @@ impl Guest {
         self
     }
 
+    /// UEFI firmware from a split build: its code read-only and a copy of its variable store
+    /// template (written in `dir`) as the machine's NVRAM, as a server's flash holds them.
+    pub fn uefi_split(mut self, code: &Path, vars_template: &Path, dir: &Path) -> Guest {
+        let vars = dir.join("OVMF_VARS.fd");
+        std::fs::copy(vars_template, &vars).unwrap();
+        for (file, readonly) in [(code, ",readonly=on"), (vars.as_path(), "")] {
+            self.args.extend(["-drive".into(), format!("if=pflash,format=raw{readonly},file={}", file.display())]);
+        }
+        self.uefi = true;
+        self
+    }
+
     /// A TPM 2.0 (swtpm) on the manufactured state in `state` ([`crate::tpm::manufacture`]),
     /// started for each boot.
     pub fn tpm(mut self, state: &Path) -> Guest {

@@ -12,8 +12,8 @@ use metal_service::metal::measured_boot;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::{
-    AttestationRecord, BaselineApproval, BootBaseline, FirmwareCheckRecord, NodeBoot, NodeInventory, WipeReportDetail,
-    WipeReportRecord,
+    AttestationDetail, AttestationRecord, BaselineApproval, BootBaseline, FirmwareCheckRecord, NodeBoot, NodeInventory,
+    SignerCertificate, WipeReportDetail, WipeReportRecord,
 };
 
 /// The node's platform inventory (its last commissioning report).
@@ -197,18 +197,24 @@ pub async fn get_wipe_report(
         .as_ref()
         .and_then(|e| e.payload_bytes().ok())
         .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+    Ok(ApiJson(WipeReportDetail {
+        record,
+        signer: signer_of(envelope.as_ref()),
+        payload_type: envelope.map(|e| e.payload_type).unwrap_or_default(),
+        report,
+    }))
+}
+
+/// The first certificate of an envelope's signature, as PEM with its fingerprint.
+fn signer_of(envelope: Option<&metal_protocol::dsse::Envelope>) -> SignerCertificate {
     let signer = envelope
-        .as_ref()
         .and_then(|e| e.single_signature().ok())
         .and_then(|s| s.certificate_ders().ok())
         .and_then(|chain| chain.into_iter().next());
-    Ok(ApiJson(WipeReportDetail {
-        record,
-        payload_type: envelope.map(|e| e.payload_type).unwrap_or_default(),
-        report,
+    SignerCertificate {
         signer_fingerprint: signer.as_deref().map(|der| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(der))),
         signer_certificate: signer.as_deref().map(certificate_pem),
-    }))
+    }
 }
 
 /// The wipe report's DSSE envelope exactly as the ramdisk posted it, as a download: what
@@ -222,12 +228,63 @@ pub async fn get_wipe_envelope(
     caller: Caller,
     ApiPath((id, report)): ApiPath<(String, String)>,
 ) -> ApiResult<axum::response::Response> {
+    let (record, envelope) = wipe_report_and_envelope(&app, &caller, id, report).await?;
+    Ok(envelope_download(&record.id, envelope))
+}
+
+/// An envelope as a JSON download named after its record.
+fn envelope_download(id: &str, envelope: String) -> axum::response::Response {
     use axum::http::header;
     use axum::response::IntoResponse;
-    let (record, envelope) = wipe_report_and_envelope(&app, &caller, id, report).await?;
-    let disposition = format!("attachment; filename=\"{}.dsse.json\"", record.id);
-    Ok(([(header::CONTENT_TYPE, "application/json".to_owned()), (header::CONTENT_DISPOSITION, disposition)], envelope)
-        .into_response())
+    let disposition = format!("attachment; filename=\"{id}.dsse.json\"");
+    ([(header::CONTENT_TYPE, "application/json".to_owned()), (header::CONTENT_DISPOSITION, disposition)], envelope)
+        .into_response()
+}
+
+/// One attestation: the server's verdict on receipt, the events its TCG event log says were
+/// measured, how its PCRs compare now with the node's active baseline (on the pool's
+/// compared PCRs), and the ramdisk certificate that signed it.
+#[utoipa::path(get, path = "/v1/nodes/{id}/attestations/{attestation}",
+    params(("id" = String, Path, description = "node id"), ("attestation" = String, Path, description = "attestation id")),
+    responses((status = 200, body = AttestationDetail), (status = 404, body = metal_types::error::ErrorBody)))]
+pub async fn get_attestation(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath((id, attestation)): ApiPath<(String, String)>,
+) -> ApiResult<ApiJson<AttestationDetail>> {
+    caller.admin(&format!("node {id}"))?;
+    let what = format!("attestation {attestation} of node {id}");
+    let (record, envelope, events, comparison) = app
+        .store
+        .read(move |tx| {
+            let node = store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(what.clone()))?;
+            let (record, envelope) =
+                store::attestations::get(tx, &id, &attestation)?.ok_or(ApiError::NotFound(what))?;
+            let (events, comparison) = measured_boot::describe(tx, &node, &record, &envelope)?;
+            Ok::<_, ApiError>((record, envelope, events, comparison))
+        })
+        .await?;
+    let envelope = metal_protocol::dsse::Envelope::from_json(envelope.as_bytes()).ok();
+    Ok(ApiJson(AttestationDetail { record, events, comparison, signer: signer_of(envelope.as_ref()) }))
+}
+
+/// The attestation's DSSE envelope exactly as the ramdisk posted it (the quote, its
+/// signature, the attestation key and the event log inside), as a download:
+/// `metal-boot verify-attestation` checks it offline.
+#[utoipa::path(get, path = "/v1/nodes/{id}/attestations/{attestation}/envelope",
+    params(("id" = String, Path, description = "node id"), ("attestation" = String, Path, description = "attestation id")),
+    responses((status = 200, description = "the DSSE envelope (JSON)", content_type = "application/json", body = Object),
+        (status = 404, body = metal_types::error::ErrorBody)))]
+pub async fn get_attestation_envelope(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath((id, attestation)): ApiPath<(String, String)>,
+) -> ApiResult<axum::response::Response> {
+    caller.admin(&format!("node {id}"))?;
+    let what = format!("attestation {attestation} of node {id}");
+    let found = app.store.read(move |tx| store::attestations::get(tx, &id, &attestation)).await?;
+    let (record, envelope) = found.ok_or(ApiError::NotFound(what))?;
+    Ok(envelope_download(&record.id, envelope))
 }
 
 async fn wipe_report_and_envelope(

@@ -101,6 +101,8 @@ pub use metal_types::extract::{ApiJson, ApiPath, ApiQuery};
         boot::arm_boot,
         boot::list_wipe_reports,
         boot::list_attestations,
+        boot::get_attestation,
+        boot::get_attestation_envelope,
         boot::list_baselines,
         boot::approve_baseline,
         boot::list_firmware_checks,
@@ -234,6 +236,8 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/boots", get(boot::list_boots).post(boot::arm_boot))
         .route("/v1/nodes/{id}/wipe-reports", get(boot::list_wipe_reports))
         .route("/v1/nodes/{id}/attestations", get(boot::list_attestations))
+        .route("/v1/nodes/{id}/attestations/{attestation}", get(boot::get_attestation))
+        .route("/v1/nodes/{id}/attestations/{attestation}/envelope", get(boot::get_attestation_envelope))
         .route("/v1/nodes/{id}/boot-baselines", get(boot::list_baselines).post(boot::approve_baseline))
         .route("/v1/nodes/{id}/firmware-checks", get(boot::list_firmware_checks))
         .route("/v1/nodes/{id}/wipe-reports/{report}", get(boot::get_wipe_report))

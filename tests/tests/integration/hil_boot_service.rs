@@ -500,7 +500,10 @@ fn a_uefi_machine_with_a_tpm_network_boots_the_ramdisk_and_attests_what_booted()
     // Debian's iPXE starts an EFI-stub kernel without its initrd unless the kernel line names
     // it (initrd=initrd): this boot reaches metal-boot only if the scheduler's script does.
     // With a TPM (swtpm, manufactured with an EK certificate), the commissioning ramdisk
-    // attests the boot as production boots it (OVMF, iPXE, the EFI stub) before it reports.
+    // attests the boot as production boots it (OVMF, iPXE, the EFI stub) before it reports;
+    // in a pool that enforces measured boot its quote becomes the node's baseline. Booted
+    // again with another OVMF build in its flash, the machine's quote differs in PCR 0, at
+    // the firmware's own measurement of itself.
     let dir = tempfile::tempdir().unwrap();
     let ramdisk = metal_tests::hil::ramdisk();
     let bundle = metal_tests::tpm::local_ca_bundle(dir.path(), true);
@@ -509,16 +512,15 @@ fn a_uefi_machine_with_a_tpm_network_boots_the_ramdisk_and_attests_what_booted()
     });
     let mac = "52:54:00:00:07:0b";
     s.enrol("hil-11", mac);
+    let pool = serde_json::json!({"id": "p1", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
+        "policy": {"measuredBoot": {"mode": "enforce"}}});
+    assert_eq!(s.call("POST", "/v1/pools", Some(pool)).0, 201);
+    assert_eq!(s.call("PATCH", "/v1/nodes/hil-11", Some(serde_json::json!({"poolId": "p1"}))).0, 200);
     let tftp = tftp_dir(dir.path(), &format!("http://10.0.2.2:{}", s.port));
     let state = metal_tests::tpm::manufacture(&dir.path().join("tpm"));
-    let console = Guest::new()
-        .uefi()
-        .tpm(&state)
-        .boot(BootFrom::Network(tftp))
-        .nic(mac)
-        .until("report sent")
-        .timeout(Duration::from_secs(420))
-        .run();
+    let machine = || Guest::new().tpm(&state).boot(BootFrom::Network(tftp.clone())).nic(mac).until("report sent");
+    let console =
+        machine().uefi().timeout(Duration::from_secs(420)).run_again_if_stalled_after(|| drop(s.arm_boot("hil-11")));
     assert!(console.finished, "{}", console.text);
     assert!(
         console.text.contains("joined the controller as spiffe://metal/node/hil-11/gen/1/ramdisk"),
@@ -537,4 +539,32 @@ fn a_uefi_machine_with_a_tpm_network_boots_the_ramdisk_and_attests_what_booted()
     let registered = s.events("node.tpm.registered");
     assert_eq!(registered.len(), 1);
     assert_eq!(registered[0]["data"]["certificate"], "verified", "{registered:?}");
+    let (_, baselines) = s.call("GET", "/v1/nodes/hil-11/boot-baselines", None);
+    assert_eq!(
+        (&baselines[0]["learnedBy"], &baselines[0]["attestationId"]),
+        (&serde_json::json!("commissioning"), &attestation["id"])
+    );
+
+    // Commissioned again, with the 4 MiB OVMF build (code and variable store in flash).
+    let state_now = s.node("hil-11")["state"].as_str().unwrap().to_owned();
+    s.walk("hil-11", &[&state_now, "commissioning"]);
+    s.arm_boot("hil-11");
+    let ovmf = Path::new("/usr/share/OVMF");
+    let console = machine()
+        .uefi_split(&ovmf.join("OVMF_CODE_4M.fd"), &ovmf.join("OVMF_VARS_4M.fd"), dir.path())
+        .timeout(Duration::from_secs(420))
+        .run_again_if_stalled_after(|| drop(s.arm_boot("hil-11")));
+    assert!(console.text.contains("measured boot: attestation accepted"), "{}", console.text);
+    let (_, attestations) = s.call("GET", "/v1/nodes/hil-11/attestations", None);
+    let second = attestations.as_array().unwrap().iter().find(|a| a["id"] != attestation["id"]).unwrap();
+    assert_eq!(second["verified"], true, "{attestations}");
+    let id = second["id"].as_str().unwrap();
+    let (_, detail) = s.call("GET", &format!("/v1/nodes/hil-11/attestations/{id}"), None);
+    let difference = detail["comparison"]["difference"].as_str().unwrap_or_else(|| panic!("{detail}"));
+    assert!(difference.starts_with("PCR 0 differs (event "), "{detail}");
+    assert!(difference.ends_with(&format!("from baseline {}", baselines[0]["id"].as_str().unwrap())), "{detail}");
+    let event: usize = difference["PCR 0 differs (event ".len()..].split(',').next().unwrap().parse().unwrap();
+    let measured = detail["events"].as_array().unwrap().iter().find(|e| e["number"] == event).unwrap();
+    assert_eq!(measured["pcr"], 0, "{detail}");
+    assert!(difference.contains(measured["eventType"].as_str().unwrap()), "{detail}");
 }

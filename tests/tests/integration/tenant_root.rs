@@ -20,6 +20,7 @@
 use std::time::Duration;
 
 use metal_boot::controller::{self, Retry};
+use metal_protocol::measurement::AttestationReport;
 use metal_protocol::{InventoryReport, Role, WipeReport};
 use metal_service::{capacity, metal};
 use metal_tests::emulators::{IpmiSim, SUSHY_PASSWORD, Sushy};
@@ -1088,6 +1089,21 @@ fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approve
         reason.ends_with(&format!("PCR 0 differs (event 2, EV_EFI_PLATFORM_FIRMWARE_BLOB2) from baseline {id}")),
         "{reason}"
     );
+    // The attestation as an operator sees it: its events, the same comparison, the envelope.
+    let differing = newest_attestation(&s);
+    let detail = ok(&s, "GET", &format!("/v1/nodes/n1/attestations/{differing}"), Value::Null);
+    let types: Vec<(u64, &str)> = detail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["pcr"].as_u64().unwrap(), e["eventType"].as_str().unwrap()))
+        .collect();
+    assert_eq!(types, [(0, "EV_EFI_PLATFORM_FIRMWARE_BLOB2"), (0, "EV_EFI_PLATFORM_FIRMWARE_BLOB2")], "{detail}");
+    assert_eq!(detail["comparison"]["baselineId"], baseline["id"], "{detail}");
+    assert!(reason.ends_with(detail["comparison"]["difference"].as_str().unwrap()), "{detail}");
+    assert!(detail["signerCertificate"].as_str().unwrap().starts_with("-----BEGIN CERTIFICATE-----"), "{detail}");
+    let (status, envelope) = s.call("GET", &format!("/v1/nodes/n1/attestations/{differing}/envelope"), None);
+    assert_eq!((status, envelope["payloadType"].as_str()), (200, Some(AttestationReport::PAYLOAD_TYPE)), "{envelope}");
 
     // An erase boot that sends no quote is not vouched for by the verified quotes of earlier
     // boots of the same identity generation.

@@ -7,14 +7,14 @@
 //! baseline's, from both attestations' event logs.
 
 use metal_protocol::Envelope;
-use metal_protocol::eventlog::EventLog;
+use metal_protocol::eventlog::{EventLog, HashAlgorithm};
 use metal_protocol::measurement::AttestationReport;
 use serde_json::json;
 use time::OffsetDateTime;
 
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
-use metal_types::model::boot::{AttestationRecord, BaselineState, BootBaseline};
+use metal_types::model::boot::{AttestationRecord, BaselineComparison, BaselineState, BootBaseline, MeasuredEvent};
 use metal_types::model::node::{Node, NodeState};
 use metal_types::model::pool::{MeasuredBootMode, MeasuredBootPolicy};
 
@@ -132,32 +132,66 @@ pub fn judge(tx: &mut dyn Conn, node: &Node, policy: &MeasuredBootPolicy, ramdis
             node.id, attestation.id, node.id
         ));
     };
-    let Some(pcr) = policy.pcrs.iter().copied().find(|p| attestation.pcrs.get(p) != baseline.pcrs.get(p)) else {
+    let Some(difference) = difference(tx, &node.id, &attestation, &baseline, &policy.pcrs)? else {
         return Ok(Verdict::Matches { attestation: attestation.id, baseline: baseline.id });
     };
-    let difference = format!("{} from baseline {}", explain(tx, node, &attestation, &baseline, pcr)?, baseline.id);
     if learning {
         return Ok(Verdict::Learn { attestation: Box::new(attestation), difference: Some(difference) });
     }
     refused(difference)
 }
 
-/// "PCR n differs (event k, TYPE)": the first compared PCR that differs, found again in the
-/// two event logs (which replayed to their quotes) to name the first event that is not the
-/// baseline's; just "PCR n differs" when a log cannot be read back.
-fn explain(
+/// How verified `attestation` departs from `baseline` on `pcrs`: "PCR n differs (event k,
+/// TYPE) from baseline B", the first compared PCR that differs found again in the two event
+/// logs (which replayed to their quotes) to name the first event that is not the baseline's
+/// (just "PCR n differs" when a log cannot be read back); `None` when they agree.
+pub fn difference(
     tx: &mut dyn Conn,
-    node: &Node,
+    node_id: &str,
     attestation: &AttestationRecord,
     baseline: &BootBaseline,
-    pcr: u32,
-) -> ApiResult<String> {
+    pcrs: &[u32],
+) -> ApiResult<Option<String>> {
+    let Some(pcr) = pcrs.iter().copied().find(|p| attestation.pcrs.get(p) != baseline.pcrs.get(p)) else {
+        return Ok(None);
+    };
     let mut log = |id: &str| -> ApiResult<Option<EventLog>> {
-        Ok(store::attestations::get(tx, &node.id, id)?.and_then(|(_, envelope)| event_log(&envelope).ok()))
+        Ok(store::attestations::get(tx, node_id, id)?.and_then(|(_, envelope)| event_log(&envelope).ok()))
     };
     let (ours, theirs) = (log(&attestation.id)?, log(&baseline.attestation_id)?);
     let found = ours.zip(theirs).and_then(|(ours, theirs)| ours.first_difference(&theirs, &[pcr]).ok().flatten());
-    Ok(found.map_or_else(|| format!("PCR {pcr} differs"), |difference| difference.to_string()))
+    let what = found.map_or_else(|| format!("PCR {pcr} differs"), |difference| difference.to_string());
+    Ok(Some(format!("{what} from baseline {}", baseline.id)))
+}
+
+/// What a stored attestation says was measured, and how it compares now with the node's
+/// active baseline on its pool's PCRs (the default ones outside a measuring pool).
+pub fn describe(
+    tx: &mut dyn Conn,
+    node: &Node,
+    attestation: &AttestationRecord,
+    envelope: &str,
+) -> ApiResult<(Vec<MeasuredEvent>, Option<BaselineComparison>)> {
+    let events = event_log(envelope)
+        .map(|log| {
+            log.events
+                .iter()
+                .map(|e| MeasuredEvent {
+                    number: e.number,
+                    pcr: e.pcr,
+                    event_type: e.type_name(),
+                    sha256: e.digest(HashAlgorithm::SHA256).map(hex::encode),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let baseline = store::attestations::active_baseline(tx, &node.id)?;
+    let Some(baseline) = baseline.filter(|_| attestation.verified) else { return Ok((events, None)) };
+    let pool = store::capacity::pool_of(tx, node)?;
+    let pcrs =
+        pool.and_then(|p| p.policy.measured_boot).map_or_else(MeasuredBootPolicy::default_pcrs, |policy| policy.pcrs);
+    let difference = difference(tx, &node.id, attestation, &baseline, &pcrs)?;
+    Ok((events, Some(BaselineComparison { baseline_id: baseline.id, pcrs, difference })))
 }
 
 /// The event log of a stored attestation envelope.

@@ -223,12 +223,9 @@ pub struct WipeReportDetail {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub report: Option<serde_json::Value>,
-    /// The signing certificate (the first of the signature's chain) as PEM.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signer_certificate: Option<String>,
-    /// SHA-256 of that certificate's DER, hex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signer_fingerprint: Option<String>,
+    /// The signing certificate (the first of the signature's chain) and its fingerprint.
+    #[serde(flatten)]
+    pub signer: SignerCertificate,
 }
 
 #[cfg(test)]
@@ -368,4 +365,62 @@ pub struct BootBaseline {
 pub struct BaselineApproval {
     /// The attestation (of this node, verified) whose PCRs become the baseline.
     pub attestation_id: String,
+}
+
+/// One event of an attestation's TCG event log, as the console lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MeasuredEvent {
+    /// Its number in the log (the Spec ID header is 0, as `tpm2_eventlog` numbers).
+    pub number: usize,
+    /// The PCR it was extended into.
+    pub pcr: u32,
+    /// The TCG name of its type (`EV_EFI_PLATFORM_FIRMWARE_BLOB2`).
+    pub event_type: String,
+    /// Its SHA-256 digest (hex), when the log carries that bank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// An attestation compared with the node's active baseline on its pool's PCRs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BaselineComparison {
+    /// The baseline.
+    pub baseline_id: String,
+    /// The PCRs compared.
+    pub pcrs: Vec<u32>,
+    /// The first difference (`PCR 0 differs (event 12, EV_EFI_PLATFORM_FIRMWARE_BLOB2) from
+    /// baseline B`); absent when every compared PCR is the baseline's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub difference: Option<String>,
+}
+
+/// One attestation: the server's verdict on receipt, what its event log says was measured,
+/// how it compares with the node's baseline now, and the certificate that signed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttestationDetail {
+    /// The record: verified, or refused with the rule it broke.
+    pub record: AttestationRecord,
+    /// The event log's events (empty when the report carried none that parses).
+    pub events: Vec<MeasuredEvent>,
+    /// Against the node's active baseline (absent without one, or for a refused quote).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<BaselineComparison>,
+    /// The signing certificate (the ramdisk's) and its fingerprint.
+    #[serde(flatten)]
+    pub signer: SignerCertificate,
+}
+
+/// The certificate that signed a report: the first of its signature's chain.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SignerCertificate {
+    /// The certificate as PEM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer_certificate: Option<String>,
+    /// SHA-256 of its DER, hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer_fingerprint: Option<String>,
 }
