@@ -117,6 +117,28 @@ enum Command {
         #[arg(long, value_name = "HEX")]
         extra_data: String,
     },
+    /// Check an attestation envelope offline (as `GET /v1/nodes/ID/attestations/A/envelope`
+    /// downloads it): signed by a ramdisk certificate of the site CA, its quote a TPM
+    /// attestation key's over SHA-256 PCRs 0 to 9, its event log replaying to it; print each
+    /// PCR. With --baseline (another envelope, or a raw event log), name the first differing
+    /// PCR and event. Exit 1 when it does not verify or differs from the baseline.
+    VerifyAttestation {
+        /// The envelope (JSON).
+        envelope: PathBuf,
+        /// The site CA certificate (PEM) its signer must chain to.
+        #[arg(long, value_name = "FILE")]
+        ca: PathBuf,
+        /// TPM makers' CA certificates (PEM bundle) to check the EK certificate against.
+        #[arg(long, value_name = "FILE")]
+        tpm_ca: Option<PathBuf>,
+        /// A known-good boot: its attestation envelope, or its event log.
+        #[arg(long, value_name = "FILE")]
+        baseline: Option<PathBuf>,
+        /// The PCRs compared with the baseline (comma-separated).
+        #[arg(long, value_delimiter = ',', default_values_t = crate::measured::FIRMWARE_PCRS, requires = "baseline",
+              value_parser = clap::value_parser!(u32).range(0..24))]
+        pcrs: Vec<u32>,
+    },
     /// Deploy an image by its plan onto a disk.
     Deploy {
         /// The plan (JSON).
@@ -229,6 +251,20 @@ pub fn run(cli: Cli) -> u8 {
                     EXIT_OK
                 }
                 Err(e) => fail(EXIT_FAILED, e),
+            }
+        }
+        Command::VerifyAttestation { envelope, ca, tpm_ca, baseline, pcrs } => {
+            use crate::attestation::{Failure, verify};
+            match verify(&envelope, &ca, tpm_ca.as_deref(), baseline.as_deref(), &pcrs) {
+                Ok(checked) => {
+                    print!("{}", checked.summary);
+                    match checked.difference {
+                        None => EXIT_OK,
+                        Some(difference) => fail(EXIT_VERIFY, format!("against the baseline: {difference}")),
+                    }
+                }
+                Err(Failure::Arguments(e)) => fail(EXIT_BAD_ARGUMENTS, e),
+                Err(Failure::Refused(e)) => fail(EXIT_VERIFY, e),
             }
         }
         Command::Deploy { plan, device, ca_fingerprint, allow_http, target_zeroed, read_back } => {

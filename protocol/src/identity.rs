@@ -336,6 +336,14 @@ impl CaCertificate {
         Ok(VerifiedCertificate { identity, public_key: parsed.public_key()?, not_after: SystemTime::from(not_after) })
     }
 
+    /// [`CaCertificate::verify`] as of the certificate's own issue (its notBefore): for
+    /// evidence checked offline after its short-lived signer expired. It proves the site CA
+    /// issued it, for that identity; not that it was valid when it signed.
+    pub fn verify_as_issued(&self, leaf_der: &[u8]) -> Result<VerifiedCertificate, IdentityError> {
+        let issued = StrictCert::parse(leaf_der)?.cert.validity().not_before.to_datetime();
+        self.verify(leaf_der, SystemTime::from(issued))
+    }
+
     fn subject_raw(&self) -> Result<Vec<u8>, IdentityError> {
         Ok(StrictCert::parse(&self.der)?.cert.tbs_certificate.subject.as_raw().to_vec())
     }

@@ -15,6 +15,7 @@ use sha2::Digest as _;
 
 use crate::eventlog::{EventLog, HashAlgorithm};
 use crate::tpm::{PublicKey, Quote, attributes};
+use crate::{CaCertificate, Envelope, Identity, Role};
 
 /// The PCRs a boot's measurements go into, and that every quote covers.
 pub const BOOT_PCRS: std::ops::RangeInclusive<u32> = 0..=9;
@@ -162,6 +163,16 @@ pub fn attestation_key(ak_public: &[u8]) -> Result<PublicKey, EvidenceRefusal> {
 impl BootEvidence {
     /// Checks the quote against `extra_data` and replays the log to it.
     pub fn verify(&self, extra_data: &[u8]) -> Result<VerifiedBoot, EvidenceRefusal> {
+        self.verify_bound(Some(extra_data))
+    }
+
+    /// Checks everything [`BootEvidence::verify`] does but the challenge, which only its
+    /// verifier knows: for evidence checked offline (its extra data is in the result).
+    pub fn verify_unbound(&self) -> Result<VerifiedBoot, EvidenceRefusal> {
+        self.verify_bound(None)
+    }
+
+    fn verify_bound(&self, extra_data: Option<&[u8]>) -> Result<VerifiedBoot, EvidenceRefusal> {
         let malformed = |what: &str, e: &dyn std::fmt::Display| EvidenceRefusal::Malformed(format!("{what}: {e}"));
         let ak = attestation_key(&self.keys.ak_public)?;
         ak.verify(&self.attest, &self.signature).map_err(|e| match e {
@@ -169,7 +180,7 @@ impl BootEvidence {
             other => malformed("the signature", &other),
         })?;
         let quote = Quote::parse(&self.attest).map_err(|e| malformed("the quote", &e))?;
-        if quote.extra_data != extra_data {
+        if extra_data.is_some_and(|expected| quote.extra_data != expected) {
             return Err(EvidenceRefusal::WrongChallenge);
         }
         if quote.bank != HashAlgorithm::SHA256 || quote.pcrs != BOOT_PCRS.collect::<Vec<_>>() {
@@ -228,4 +239,72 @@ mod optional_bytes {
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
         super::bytes::deserialize(d).map(Some)
     }
+}
+
+/// An attestation envelope as checked offline ([`verify_offline`]).
+#[derive(Debug, Clone)]
+pub struct OfflineAttestation {
+    /// The ramdisk identity that signed it.
+    pub signer: Identity,
+    /// The report as signed.
+    pub report: AttestationReport,
+    /// The quote's PCRs and the log that replays to them.
+    pub boot: VerifiedBoot,
+}
+
+/// Why an attestation envelope does not verify offline.
+#[derive(Debug, thiserror::Error)]
+pub enum OfflineRefusal {
+    /// The envelope, its signature or its payload cannot be read, or the signature fails.
+    #[error("the envelope: {0}")]
+    Envelope(String),
+    /// Its certificate was not issued by this site CA.
+    #[error("the signing certificate: {0}")]
+    Certificate(#[from] crate::IdentityError),
+    /// Signed by a certificate of another role than a ramdisk's.
+    #[error("signed by a {0} certificate, not a ramdisk's")]
+    NotARamdisk(Role),
+    /// The report names another node than its certificate.
+    #[error("the report names node {report}, its certificate {certificate}")]
+    WrongNode {
+        /// The node the report names.
+        report: String,
+        /// The node the certificate names.
+        certificate: String,
+    },
+    /// The evidence itself is refused.
+    #[error(transparent)]
+    Evidence(#[from] EvidenceRefusal),
+}
+
+/// Checks an attestation envelope without the scheduler: signed by a ramdisk certificate the
+/// site CA `ca` issued for the node the report names; the quote signed by a TPM attestation
+/// key (restricted, fixed to its TPM) over SHA-256 PCRs 0-9; the event log replaying to the
+/// quoted digest. What only the scheduler could check at the time is not: that the attestation
+/// key is in the TPM of the node's pinned EK (credential activation) and that the quote bound
+/// its one-time challenge (`boot.quote.extra_data` is there to compare with the challenge on
+/// record).
+pub fn verify_offline(envelope: &Envelope, ca: &CaCertificate) -> Result<OfflineAttestation, OfflineRefusal> {
+    let unreadable = |e: &dyn std::fmt::Display| OfflineRefusal::Envelope(e.to_string());
+    if envelope.payload_type != AttestationReport::PAYLOAD_TYPE {
+        return Err(OfflineRefusal::Envelope(format!(
+            "payload type {:?} is not an attestation's",
+            envelope.payload_type
+        )));
+    }
+    let signature = envelope.single_signature().map_err(|e| unreadable(&e))?;
+    let chain = signature.certificate_ders().map_err(|e| unreadable(&e))?;
+    let leaf = chain.first().ok_or_else(|| OfflineRefusal::Envelope("the signature carries no certificate".into()))?;
+    let certificate = ca.verify_as_issued(leaf)?;
+    if certificate.identity.role != Role::Ramdisk {
+        return Err(OfflineRefusal::NotARamdisk(certificate.identity.role));
+    }
+    envelope.verify_signature(signature, &certificate.public_key).map_err(|e| unreadable(&e))?;
+    let payload = envelope.payload_bytes().map_err(|e| unreadable(&e))?;
+    let report: AttestationReport = serde_json::from_slice(&payload).map_err(|e| unreadable(&e))?;
+    if report.node_id != certificate.identity.node {
+        return Err(OfflineRefusal::WrongNode { report: report.node_id, certificate: certificate.identity.node });
+    }
+    let boot = report.evidence.verify_unbound()?;
+    Ok(OfflineAttestation { signer: certificate.identity, report, boot })
 }

@@ -1104,6 +1104,41 @@ fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approve
     assert!(detail["signerCertificate"].as_str().unwrap().starts_with("-----BEGIN CERTIFICATE-----"), "{detail}");
     let (status, envelope) = s.call("GET", &format!("/v1/nodes/n1/attestations/{differing}/envelope"), None);
     assert_eq!((status, envelope["payloadType"].as_str()), (200, Some(AttestationReport::PAYLOAD_TYPE)), "{envelope}");
+    // Checked offline with metal-boot, against the approved baseline's own envelope.
+    let file = |name: &str, attestation: &str| {
+        let path = format!("/v1/nodes/n1/attestations/{attestation}/envelope");
+        let (_, envelope) = s.call("GET", &path, None);
+        let file = dir.path().join(name);
+        std::fs::write(&file, envelope.to_string()).unwrap();
+        file
+    };
+    let (differing, approved) = (file("differing.json", &differing), file("approved.json", &first));
+    let ca = dir.path().join("site-ca.pem");
+    std::fs::write(&ca, s.ca().certificate().pem()).unwrap();
+    let tpm_cas = metal_tests::tpm::local_ca_bundle(dir.path(), true);
+    let pcrs = metal_boot::measured::FIRMWARE_PCRS;
+    let checked = metal_boot::attestation::verify(&differing, &ca, Some(&tpm_cas), Some(&approved), &pcrs).unwrap();
+    assert!(checked.summary.contains("signed by:        spiffe://"), "{}", checked.summary);
+    assert!(checked.summary.contains("/node/n1/gen/4/ramdisk"), "{}", checked.summary);
+    assert!(checked.summary.contains("certifies this EK, chains to CN=swtpm-localca-rootca"), "{}", checked.summary);
+    let found = checked.difference.map(|d| d.to_string());
+    assert_eq!(found.as_deref(), Some("PCR 0 differs (event 2, EV_EFI_PLATFORM_FIRMWARE_BLOB2)"));
+    let cli = |envelope: &std::path::Path, baseline: &std::path::Path| {
+        let args = ["metal-boot", "verify-attestation", "--ca", ca.to_str().unwrap(), envelope.to_str().unwrap()];
+        let args = [&args[..], &["--baseline", baseline.to_str().unwrap()]].concat();
+        metal_boot::cli::run(<metal_boot::cli::Cli as clap::Parser>::try_parse_from(args).unwrap())
+    };
+    assert_eq!((cli(&differing, &approved), cli(&approved, &approved)), (1, 0), "differs, then matches");
+    // A payload changed after signing is refused.
+    let mut tampered: Value = serde_json::from_slice(&std::fs::read(&approved).unwrap()).unwrap();
+    let payload = tampered["payload"].as_str().unwrap().replacen('A', "B", 1);
+    tampered["payload"] = json!(payload);
+    std::fs::write(&approved, tampered.to_string()).unwrap();
+    let refused = metal_boot::attestation::verify(&approved, &ca, None, None, &pcrs).unwrap_err();
+    assert!(
+        matches!(&refused, metal_boot::attestation::Failure::Refused(e) if e.contains("the envelope")),
+        "{refused:?}"
+    );
 
     // An erase boot that sends no quote is not vouched for by the verified quotes of earlier
     // boots of the same identity generation.
