@@ -710,3 +710,43 @@ fn a_tpm_whose_ek_certificate_does_not_chain_to_the_sites_tpm_cas_is_not_registe
     let (_, list) = s.call("GET", "/v1/nodes/n1/attestations", None);
     assert_eq!(list, serde_json::json!([]));
 }
+
+#[test]
+fn a_challenge_issued_before_the_scheduler_restarts_is_answered_after_it_once() {
+    // The scheduler keeps no secret of a challenge, only the digest its quote must bind: a
+    // restart between the challenge and the answer loses nothing, and opens no replay.
+    use metal_boot::measured::Keys;
+    use metal_boot::tpm::Tpm;
+    use metal_protocol::measurement::{AttestationReport, Challenge, binding};
+    use metal_tests::tpm::{Swtpm, empty_event_log, local_ca_bundle, manufacture};
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = local_ca_bundle(dir.path(), true);
+    let configure = |c: &mut Config| c.boot.tpm_ca_file = Some(bundle.clone());
+    let s = TestScheduler::start(configure);
+    s.enrol("n1", MAC);
+    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
+    let mut tpm = Tpm::new(swtpm.connect());
+    let keys = Keys::load(&mut tpm).unwrap();
+    let (ramdisk, signer) = s.boot_client_as(Role::Ramdisk, "n1", 1);
+    let url = format!("{}{}", s.boot_url, metal_protocol::boot::ATTEST_CHALLENGE_PATH);
+    let challenge: Challenge =
+        s.block_on(async { ramdisk.post(url).json(&keys.names()).send().await.unwrap().json().await.unwrap() });
+
+    let s = s.restart(configure);
+    let secret =
+        tpm.activate_credential(keys.ak(), keys.ek(), &challenge.credential_blob, &challenge.encrypted_seed).unwrap();
+    let bound = binding(&challenge.nonce, &secret, signer.verifying_key().as_bytes());
+    let evidence = keys.quote(&mut tpm, &bound, empty_event_log()).unwrap();
+    let report = AttestationReport { node_id: "n1".into(), challenge_id: challenge.challenge_id, evidence };
+    let envelope = metal_protocol::Envelope::sign_json(AttestationReport::PAYLOAD_TYPE, &report, &signer).unwrap();
+    let url = format!("{}{}", s.boot_url, metal_protocol::boot::REPORTS_PATH);
+    let post = || -> Value {
+        s.block_on(async { ramdisk.post(&url).json(&envelope).send().await.unwrap().json().await.unwrap() })
+    };
+    assert_eq!(post()["accepted"], true, "the answer verifies after the restart");
+    let again = post();
+    assert!(again["reason"].as_str().is_some_and(|r| r.contains("already answered")), "{again}");
+    let (_, list) = s.call("GET", "/v1/nodes/n1/attestations", None);
+    let verified: Vec<bool> = list.as_array().unwrap().iter().map(|a| a["verified"].as_bool().unwrap()).collect();
+    assert_eq!(verified.iter().filter(|v| **v).count(), 1, "{list}");
+}
