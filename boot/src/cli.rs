@@ -241,8 +241,7 @@ pub fn run(cli: Cli) -> u8 {
                 Ok(bytes) if bytes.len() <= 64 => bytes,
                 _ => return fail(EXIT_BAD_ARGUMENTS, "--extra-data: at most 64 bytes, in hex"),
             };
-            let evidence = crate::measured::event_log(&Default::default()).and_then(|log| {
-                let mut tpm = crate::tpm::Tpm::open().map_err(|e| e.to_string())?;
+            let evidence = crate::measured::this_machine(&Default::default()).and_then(|(mut tpm, log)| {
                 crate::measured::evidence(&mut tpm, &extra_data, log).map_err(|e| e.to_string())
             });
             match evidence {

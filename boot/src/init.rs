@@ -299,10 +299,8 @@ fn attest(joined: &crate::controller::Joined, machine: &Machine) {
         machine.say("measured boot: no TPM 2.0 (/dev/tpmrm0), nothing to attest");
         return;
     }
-    let attested = crate::measured::event_log(&Default::default()).and_then(|log| {
-        let mut tpm = crate::tpm::Tpm::open().map_err(|e| e.to_string())?;
-        crate::measured::attest(&mut tpm, joined, log)
-    });
+    let attested = crate::measured::this_machine(&Default::default())
+        .and_then(|(mut tpm, log)| crate::measured::attest(&mut tpm, joined, log));
     machine.say(&match attested {
         Ok(receipt) if receipt.accepted => "measured boot: attestation accepted".to_owned(),
         Ok(receipt) => format!("measured boot: attestation refused: {}", receipt.reason.unwrap_or_default()),

@@ -72,6 +72,13 @@ pub fn event_log(paths: &Paths) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("no TPM event log at {} ({e}): no TPM 2.0, or not a UEFI boot", log.display()))
 }
 
+/// This machine's TPM (the kernel's resource manager) and its firmware's event log: what a
+/// quote and its evidence are made of.
+pub fn this_machine(paths: &Paths) -> Result<(Tpm<std::fs::File>, Vec<u8>), String> {
+    let log = event_log(paths)?;
+    Ok((Tpm::open().map_err(|e| e.to_string())?, log))
+}
+
 /// The TPM's SHA-256 values of the boot PCRs.
 pub fn pcrs(paths: &Paths) -> Result<BTreeMap<u32, Vec<u8>>, String> {
     BOOT_PCRS

@@ -258,36 +258,28 @@ impl<T: Read + Write> Tpm<T> {
         let response =
             self.transact("StartAuthSession", &Self::command(CC_START_AUTH_SESSION, &[RH_NULL, RH_NULL], 0, &p.0))?;
         let session = Reader::new(&response).u32()?;
-        let activated = self.activate_in(session, key, ek, blob, encrypted_seed);
+        let mut activate = || {
+            let mut p = Writer::default();
+            p.sized(&[]).sized(&[]).sized(&[]).u32(0); // nonceTPM, cpHashA, policyRef, expiration
+            self.transact(
+                "PolicySecret",
+                &Self::command_in_sessions(CC_POLICY_SECRET, &[RH_ENDORSEMENT, session], &[RS_PW], &p.0),
+            )?;
+            let mut p = Writer::default();
+            p.sized(blob).sized(encrypted_seed);
+            let response = self.transact(
+                "ActivateCredential",
+                &Self::command_in_sessions(CC_ACTIVATE_CREDENTIAL, &[key, ek], &[RS_PW, session], &p.0),
+            )?;
+            let parameters = Self::parameters(&response, 0)?;
+            Ok(Reader::new(&parameters).sized()?.to_vec())
+        };
+        let activated = activate();
         if activated.is_err() {
             // A failed command leaves the session loaded; a successful one ends it.
             let _ = self.flush(session);
         }
         activated
-    }
-
-    fn activate_in(
-        &mut self,
-        session: u32,
-        key: u32,
-        ek: u32,
-        blob: &[u8],
-        encrypted_seed: &[u8],
-    ) -> Result<Vec<u8>, CommandError> {
-        let mut p = Writer::default();
-        p.sized(&[]).sized(&[]).sized(&[]).u32(0); // nonceTPM, cpHashA, policyRef, expiration
-        self.transact(
-            "PolicySecret",
-            &Self::command_in_sessions(CC_POLICY_SECRET, &[RH_ENDORSEMENT, session], &[RS_PW], &p.0),
-        )?;
-        let mut p = Writer::default();
-        p.sized(blob).sized(encrypted_seed);
-        let response = self.transact(
-            "ActivateCredential",
-            &Self::command_in_sessions(CC_ACTIVATE_CREDENTIAL, &[key, ek], &[RS_PW, session], &p.0),
-        )?;
-        let parameters = Self::parameters(&response, 0)?;
-        Ok(Reader::new(&parameters).sized()?.to_vec())
     }
 
     /// Quotes `pcrs` of the SHA-256 bank with `key`, binding `extra_data`: the `TPMS_ATTEST`

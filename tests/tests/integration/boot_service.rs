@@ -3,6 +3,7 @@
 //! commissioning and wipe report intake (every refusal stored and raised), task reports,
 //! deploy plans, rate limits and auto-enrolment.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use metal_boot::controller::{self, ControllerError, Joined, Retry};
@@ -590,23 +591,32 @@ fn the_machine_asking_again_before_it_joined_gets_a_new_token_and_a_join_again_w
     assert_eq!(contested(&s)["second"], "127.0.0.1");
 }
 
+/// A site that trusts swtpm's local CA (with the intermediate that signs its EK
+/// certificates, or its root alone) with node n1 enrolled, and n1's TPM: a bare swtpm whose
+/// state lives in `dir`. Returns the CA bundle too (for a restart's configuration).
+fn tpm_site(dir: &Path, with_intermediate: bool) -> (TestScheduler, metal_tests::tpm::Swtpm, PathBuf) {
+    use metal_tests::tpm::{Swtpm, local_ca_bundle, manufacture};
+    let bundle = local_ca_bundle(dir, with_intermediate);
+    let trusted = bundle.clone();
+    let s = TestScheduler::start(|c| c.boot.tpm_ca_file = Some(trusted));
+    s.enrol("n1", MAC);
+    (s, Swtpm::start_bare(&manufacture(&dir.join("tpm")), dir), bundle)
+}
+
 #[test]
 fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refused() {
     use metal_boot::measured::{Keys, attest};
     use metal_boot::tpm::Tpm;
     use metal_protocol::measurement::AttestationReport;
-    use metal_tests::tpm::{Swtpm, empty_event_log, local_ca_bundle, manufacture};
+    use metal_tests::tpm::{Swtpm, empty_event_log, manufacture};
     let dir = tempfile::tempdir().unwrap();
-    let bundle = local_ca_bundle(dir.path(), true);
-    let s = TestScheduler::start(|c| c.boot.tpm_ca_file = Some(bundle));
-    s.enrol("n1", MAC);
+    let (s, swtpm, _) = tpm_site(dir.path(), true);
     // In a pool that enforces measured boot: the commissioning quote becomes the baseline.
     let pool = json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c",
                       "policy": {"measuredBoot": {"mode": "enforce"}}});
     assert_eq!(s.call("POST", "/v1/pools", Some(pool)).0, 201);
     assert_eq!(s.call("PATCH", "/v1/nodes/n1", Some(json!({"poolId": "p1"}))).0, 200);
     let joined = join(&s, &boot(&s, "commission")).unwrap();
-    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
     let mut tpm = Tpm::new(swtpm.connect());
 
     // The first attestation pins the TPM and verifies.
@@ -696,14 +706,11 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
 #[test]
 fn a_tpm_whose_ek_certificate_does_not_chain_to_the_sites_tpm_cas_is_not_registered() {
     use metal_boot::tpm::Tpm;
-    use metal_tests::tpm::{Swtpm, empty_event_log, local_ca_bundle, manufacture};
+    use metal_tests::tpm::empty_event_log;
     let dir = tempfile::tempdir().unwrap();
     // The site trusts swtpm's root but not the intermediate that signed the EK certificate.
-    let root_only = local_ca_bundle(dir.path(), false);
-    let s = TestScheduler::start(|c| c.boot.tpm_ca_file = Some(root_only));
-    s.enrol("n1", MAC);
+    let (s, swtpm, _) = tpm_site(dir.path(), false);
     let joined = join(&s, &boot(&s, "commission")).unwrap();
-    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
     let error = metal_boot::measured::attest(&mut Tpm::new(swtpm.connect()), &joined, empty_event_log()).unwrap_err();
     assert!(error.contains("the EK certificate is not trusted: no trusted TPM CA named CN=swtpm-localca"), "{error}");
     assert!(s.events("node.tpm.registered").is_empty());
@@ -718,13 +725,9 @@ fn a_challenge_issued_before_the_scheduler_restarts_is_answered_after_it_once() 
     use metal_boot::measured::Keys;
     use metal_boot::tpm::Tpm;
     use metal_protocol::measurement::{AttestationReport, Challenge, binding};
-    use metal_tests::tpm::{Swtpm, empty_event_log, local_ca_bundle, manufacture};
+    use metal_tests::tpm::empty_event_log;
     let dir = tempfile::tempdir().unwrap();
-    let bundle = local_ca_bundle(dir.path(), true);
-    let configure = |c: &mut Config| c.boot.tpm_ca_file = Some(bundle.clone());
-    let s = TestScheduler::start(configure);
-    s.enrol("n1", MAC);
-    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
+    let (s, swtpm, bundle) = tpm_site(dir.path(), true);
     let mut tpm = Tpm::new(swtpm.connect());
     let keys = Keys::load(&mut tpm).unwrap();
     let (ramdisk, signer) = s.boot_client_as(Role::Ramdisk, "n1", 1);
@@ -732,7 +735,7 @@ fn a_challenge_issued_before_the_scheduler_restarts_is_answered_after_it_once() 
     let challenge: Challenge =
         s.block_on(async { ramdisk.post(url).json(&keys.names()).send().await.unwrap().json().await.unwrap() });
 
-    let s = s.restart(configure);
+    let s = s.restart(|c| c.boot.tpm_ca_file = Some(bundle));
     let secret =
         tpm.activate_credential(keys.ak(), keys.ek(), &challenge.credential_blob, &challenge.encrypted_seed).unwrap();
     let bound = binding(&challenge.nonce, &secret, signer.verifying_key().as_bytes());

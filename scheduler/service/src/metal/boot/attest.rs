@@ -55,8 +55,6 @@ pub async fn challenge(
     let (mut nonce, mut secret) = ([0u8; 32], [0u8; 32]);
     rand::thread_rng().fill_bytes(&mut nonce);
     rand::thread_rng().fill_bytes(&mut secret);
-    let credential = metal_protocol::credential::make_credential(&ek, &ak.name(), &secret, &mut rand::thread_rng())
-        .map_err(|e| ApiError::invalid("ekPublic", e.to_string()))?;
     let extra_data = hex::encode(binding(&nonce, &secret, key.as_bytes()));
     let ramdisk_key = claims::key_text(&key);
     let id = format!("chl-{}", uuid::Uuid::new_v4().simple());
@@ -81,28 +79,32 @@ pub async fn challenge(
         }
     };
     let (node_id, challenge_id) = (identity.node.clone(), id.clone());
+    let ak_name = ak.name();
     let issued = app
         .change(move |tx| {
             let node = current_node(tx, &identity)?;
             let subject = format!("node/{}", node.id);
-            match store::attestations::tpm(tx, &node.id)? {
-                None => {
-                    let der = request.ek_certificate.as_deref().map(|der| STANDARD.encode(der));
-                    let public = STANDARD.encode(&request.ek_public);
-                    store::attestations::pin(tx, &node.id, &ek_sha256, &public, der.as_deref(), now)?;
-                    let data = json!({"node": node.id, "ekSha256": ek_sha256, "certificate": certificate});
-                    store::events::append(tx, "node.tpm.registered", &subject, None, &data, now)?;
-                }
-                Some(pinned) if pinned.ek_sha256 != ek_sha256 => {
-                    let reason = format!(
-                        "the TPM's EK ({ek_sha256}) differs from the EK node {} registered on {} ({})",
-                        node.id, pinned.first_seen, pinned.ek_sha256
-                    );
-                    let raw = serde_json::to_string(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
-                    refuse(tx, &identity, &ramdisk_key, None, (EK_DIFFERS, &reason), &raw, now)?;
-                    return Ok(Err(reason));
-                }
-                Some(_) => {}
+            let pinned = store::attestations::tpm(tx, &node.id)?;
+            if let Some(pinned) = pinned.as_ref().filter(|pinned| pinned.ek_sha256 != ek_sha256) {
+                let reason = format!(
+                    "the TPM's EK ({ek_sha256}) differs from the EK node {} registered on {} ({})",
+                    node.id, pinned.first_seen, pinned.ek_sha256
+                );
+                let raw = serde_json::to_string(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
+                refuse(tx, &identity, &ramdisk_key, None, (EK_DIFFERS, &reason), &raw, now)?;
+                return Ok(Err(reason));
+            }
+            // Made only for the node's own EK (another TPM gets nothing to open), and before
+            // a first EK is pinned (one no credential can be made for is not).
+            let credential =
+                metal_protocol::credential::make_credential(&ek, &ak_name, &secret, &mut rand::thread_rng())
+                    .map_err(|e| ApiError::invalid("ekPublic", e.to_string()))?;
+            if pinned.is_none() {
+                let der = request.ek_certificate.as_deref().map(|der| STANDARD.encode(der));
+                let public = STANDARD.encode(&request.ek_public);
+                store::attestations::pin(tx, &node.id, &ek_sha256, &public, der.as_deref(), now)?;
+                let data = json!({"node": node.id, "ekSha256": ek_sha256, "certificate": certificate});
+                store::events::append(tx, "node.tpm.registered", &subject, None, &data, now)?;
             }
             let issued = store::attestations::IssuedChallenge {
                 node_id: node.id.clone(),
@@ -111,13 +113,16 @@ pub async fn challenge(
                 ramdisk_key,
             };
             store::attestations::issue_challenge(tx, &id, &issued, now, CHALLENGE_TTL)?;
-            Ok(Ok(()))
+            Ok(Ok(credential))
         })
         .await?;
-    if let Err(reason) = issued {
-        warn!(node = %node_id, %reason, "attestation challenge refused");
-        return Err(ApiError::Forbidden(reason));
-    }
+    let credential = match issued {
+        Ok(credential) => credential,
+        Err(reason) => {
+            warn!(node = %node_id, %reason, "attestation challenge refused");
+            return Err(ApiError::Forbidden(reason));
+        }
+    };
     info!(node = %node_id, challenge = %challenge_id, "attestation challenge issued");
     Ok(ApiJson(Challenge {
         challenge_id,
