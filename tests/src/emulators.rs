@@ -345,6 +345,12 @@ impl IpmiSim {
         Self::start_with(CHASSIS, "password")
     }
 
+    /// [`IpmiSim::start`] with another firmware revision than 9.08: `major.minor` (a
+    /// machine whose firmware was updated).
+    pub fn start_with_firmware(major: u8, minor: u8) -> IpmiSim {
+        Self::start_full(CHASSIS, "password", (major, minor))
+    }
+
     /// The same with `password` (at most 20 characters) for `admin` instead of `password`:
     /// a secret a test can search for without matching the word.
     pub fn start_with_admin_password(password: &str) -> IpmiSim {
@@ -387,6 +393,10 @@ impl IpmiSim {
     }
 
     fn start_with(chassis_program: &str, admin_password: &str) -> IpmiSim {
+        Self::start_full(chassis_program, admin_password, (9, 8))
+    }
+
+    fn start_full(chassis_program: &str, admin_password: &str, (major, minor): (u8, u8)) -> IpmiSim {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let port = free_udp_port();
@@ -406,7 +416,10 @@ impl IpmiSim {
         std::fs::write(dir.path().join("lan.conf"), lan).unwrap();
         std::fs::write(
             dir.path().join("sim.emu"),
-            "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\nsel_enable 0x20 1000 0x0a\nmc_enable 0x20\n",
+            format!(
+                "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 {major} {minor} 0x9f 0x1291 0xf02 persist_sdr\n\
+                 sel_enable 0x20 1000 0x0a\nmc_enable 0x20\n"
+            ),
         )
         .unwrap();
         std::fs::create_dir(dir.path().join("state")).unwrap();

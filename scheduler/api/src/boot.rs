@@ -54,8 +54,9 @@ pub async fn list_attestations(
     Ok(ApiJson(node_rows(&app, &caller, id, store::attestations::list).await?))
 }
 
-/// The node's measured-boot baselines, newest first: the active one its teardowns compare
-/// their TPM quote with, and those it replaced (obsolete), each with how it was learned.
+/// The node's measured-boot baselines, newest first: its own and its hardware profile's at
+/// the firmware its pool names (the active ones its teardowns compare their TPM quote with,
+/// and those they replaced, obsolete), each with how it was learned.
 #[utoipa::path(get, path = "/v1/nodes/{id}/boot-baselines", params(("id" = String, Path, description = "node id")),
     responses((status = 200, body = Vec<BootBaseline>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn list_baselines(
@@ -63,16 +64,29 @@ pub async fn list_baselines(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Vec<BootBaseline>>> {
-    Ok(ApiJson(node_rows(&app, &caller, id, store::attestations::baselines).await?))
+    caller.admin(&format!("node {id}"))?;
+    let what = format!("node {id}");
+    let baselines = app
+        .store
+        .read(move |tx| {
+            let node = store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
+            measured_boot::baselines_of(tx, &node)
+        })
+        .await?;
+    Ok(ApiJson(baselines))
 }
 
-/// Approves a verified attestation of the node as its baseline (the one it replaces becomes
-/// obsolete): for a machine known good whose firmware changed on purpose, or one commissioned
-/// before its pool measured boots. The approving credential is on record.
+/// Approves a verified attestation of the node as its own baseline, or (`scope: profile`) as
+/// its hardware profile's at the firmware its pool names, qualifying that firmware for every
+/// machine of the profile; the one it replaces becomes obsolete. For a machine known good
+/// whose firmware changed on purpose, or one commissioned before its pool measured boots.
+/// The approving credential is on record.
 #[utoipa::path(post, path = "/v1/nodes/{id}/boot-baselines", params(("id" = String, Path, description = "node id")),
     request_body = BaselineApproval,
     responses((status = 201, body = BootBaseline), (status = 404, body = metal_types::error::ErrorBody),
-        (status = 409, description = "the attestation was refused", body = metal_types::error::ErrorBody)))]
+        (status = 409, description = "the attestation was refused", body = metal_types::error::ErrorBody),
+        (status = 422, description = "scope profile, and the node's pool names no hardwareProfile",
+            body = metal_types::error::ErrorBody)))]
 pub async fn approve_baseline(
     State(app): State<AppState>,
     caller: Caller,
@@ -85,8 +99,8 @@ pub async fn approve_baseline(
     let baseline = app
         .store
         .write(move |tx| {
-            store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
-            measured_boot::approve(tx, &id, &approval.attestation_id, &by, now)
+            let node = store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
+            measured_boot::approve(tx, &node, &approval.attestation_id, approval.scope, &by, now)
         })
         .await?;
     Ok((axum::http::StatusCode::CREATED, ApiJson(baseline)))
@@ -254,18 +268,18 @@ pub async fn get_attestation(
 ) -> ApiResult<ApiJson<AttestationDetail>> {
     caller.admin(&format!("node {id}"))?;
     let what = format!("attestation {attestation} of node {id}");
-    let (record, envelope, events, comparison) = app
+    let (record, envelope, events, comparisons) = app
         .store
         .read(move |tx| {
             let node = store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(what.clone()))?;
             let (record, envelope) =
                 store::attestations::get(tx, &id, &attestation)?.ok_or(ApiError::NotFound(what))?;
-            let (events, comparison) = measured_boot::describe(tx, &node, &record, &envelope)?;
-            Ok::<_, ApiError>((record, envelope, events, comparison))
+            let (events, comparisons) = measured_boot::describe(tx, &node, &record, &envelope)?;
+            Ok::<_, ApiError>((record, envelope, events, comparisons))
         })
         .await?;
     let envelope = metal_protocol::dsse::Envelope::from_json(envelope.as_bytes()).ok();
-    Ok(ApiJson(AttestationDetail { record, events, comparison, signer: signer_of(envelope.as_ref()) }))
+    Ok(ApiJson(AttestationDetail { record, events, comparisons, signer: signer_of(envelope.as_ref()) }))
 }
 
 /// The attestation's DSSE envelope exactly as the ramdisk posted it (the quote, its

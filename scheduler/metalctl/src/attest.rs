@@ -15,10 +15,18 @@ pub enum AttestCommand {
     List { node: String },
     /// The node's baselines, newest first: the active one and those it replaced.
     Baselines { node: String },
-    /// Make a verified attestation of the node its baseline (the active one becomes
-    /// obsolete). Only for a machine known good: a teardown that quarantined on a PCR
-    /// difference passes once the differing quote is approved.
-    Approve { node: String, attestation: String },
+    /// Make a verified attestation of the node its own baseline, or with --scope profile its
+    /// hardware profile's at the firmware its pool names (qualifying that firmware for every
+    /// machine of the profile); the active one becomes obsolete. Only for a machine known
+    /// good: a teardown that quarantined on a PCR difference passes once the differing quote
+    /// is approved.
+    Approve {
+        node: String,
+        attestation: String,
+        /// node (the node's own PCRs) or profile (the firmware's, for the whole profile).
+        #[arg(long, default_value = "node", value_parser = ["node", "profile"])]
+        scope: String,
+    },
 }
 
 const ATTESTATION_COLUMNS: [(&str, &str); 6] = [
@@ -30,8 +38,10 @@ const ATTESTATION_COLUMNS: [(&str, &str); 6] = [
     ("REASON", "reason"),
 ];
 
-const BASELINE_COLUMNS: [(&str, &str); 5] = [
+const BASELINE_COLUMNS: [(&str, &str); 7] = [
     ("ID", "id"),
+    ("SCOPE", "scope"),
+    ("FIRMWARE", "firmware"),
     ("STATE", "state"),
     ("ATTESTATION", "attestationId"),
     ("LEARNED BY", "learnedBy"),
@@ -46,8 +56,8 @@ pub fn run(client: &Client, out: Output, command: AttestCommand) -> Result<(), C
         AttestCommand::Baselines { node } => {
             print(out, &client.request("GET", &format!("/v1/nodes/{node}/boot-baselines"), None)?, &BASELINE_COLUMNS)
         }
-        AttestCommand::Approve { node, attestation } => {
-            let body = RequestBody::Json(json!({"attestationId": attestation}));
+        AttestCommand::Approve { node, attestation, scope } => {
+            let body = RequestBody::Json(json!({"attestationId": attestation, "scope": scope}));
             let baseline = client.request("POST", &format!("/v1/nodes/{node}/boot-baselines"), Some(body))?;
             print(out, &baseline, &BASELINE_COLUMNS);
         }

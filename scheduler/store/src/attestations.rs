@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
-use metal_types::model::boot::{AttestationRecord, BaselineState, BootBaseline};
+use metal_types::model::boot::{AttestationRecord, BaselineKey, BaselineScope, BaselineState, BootBaseline};
 
 /// The TPM pinned to a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,6 +187,15 @@ pub fn by_ramdisk(conn: &mut dyn Conn, node_id: &str, ramdisk_key: &str) -> DbRe
     .collect()
 }
 
+/// The DSSE envelope attestation `id` came in, whichever node sent it (a profile's baseline
+/// was learned on another node).
+pub fn envelope(conn: &mut dyn Conn, id: &str) -> DbResult<Option<String>> {
+    conn.query("SELECT envelope FROM attestations WHERE id = $1", &[&id])?
+        .first()
+        .map(|row| row.get("envelope"))
+        .transpose()
+}
+
 /// Attestation `id` of `node_id` with the DSSE envelope it came in.
 pub fn get(conn: &mut dyn Conn, node_id: &str, id: &str) -> DbResult<Option<(AttestationRecord, String)>> {
     conn.query(
@@ -198,10 +207,16 @@ pub fn get(conn: &mut dyn Conn, node_id: &str, id: &str) -> DbResult<Option<(Att
     .transpose()
 }
 
+const BASELINE_COLUMNS: &str = "id, scope, node_id, hardware_profile, firmware, attestation_id, pcrs, state, \
+                                learned_by, created_at, replaced_at";
+
 fn baseline_from_row(row: &Row) -> DbResult<BootBaseline> {
     Ok(BootBaseline {
         id: row.get("id")?,
+        scope: row.parse("scope")?,
         node_id: row.get("node_id")?,
+        hardware_profile: row.get("hardware_profile")?,
+        firmware: row.get("firmware")?,
         attestation_id: row.get("attestation_id")?,
         pcrs: row.json("pcrs")?,
         state: row.parse("state")?,
@@ -211,41 +226,50 @@ fn baseline_from_row(row: &Row) -> DbResult<BootBaseline> {
     })
 }
 
-/// The node's baselines, newest first.
-pub fn baselines(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<BootBaseline>> {
-    conn.query(
-        "SELECT id, node_id, attestation_id, pcrs, state, learned_by, created_at, replaced_at FROM boot_baselines \
-         WHERE node_id = $1 ORDER BY created_at DESC, id DESC",
-        &[&node_id],
-    )?
-    .iter()
-    .map(baseline_from_row)
-    .collect()
+/// The baselines of `key`, newest first.
+pub fn baselines(conn: &mut dyn Conn, key: &BaselineKey) -> DbResult<Vec<BootBaseline>> {
+    let rows = match key {
+        BaselineKey::Node(node) => conn.query(
+            &format!(
+                "SELECT {BASELINE_COLUMNS} FROM boot_baselines WHERE scope = $1 AND node_id = $2 \
+                 ORDER BY created_at DESC, id DESC"
+            ),
+            &[&BaselineScope::Node.as_str(), node],
+        )?,
+        BaselineKey::Profile { hardware_profile, firmware } => conn.query(
+            &format!(
+                "SELECT {BASELINE_COLUMNS} FROM boot_baselines WHERE scope = $1 AND hardware_profile = $2 \
+                 AND firmware = $3 ORDER BY created_at DESC, id DESC"
+            ),
+            &[&BaselineScope::Profile.as_str(), hardware_profile, firmware],
+        )?,
+    };
+    rows.iter().map(baseline_from_row).collect()
 }
 
-/// The node's active baseline.
-pub fn active_baseline(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<BootBaseline>> {
-    Ok(baselines(conn, node_id)?.into_iter().find(|b| b.state == BaselineState::Active))
+/// The active baseline of `key`.
+pub fn active_baseline(conn: &mut dyn Conn, key: &BaselineKey) -> DbResult<Option<BootBaseline>> {
+    Ok(baselines(conn, key)?.into_iter().find(|b| b.state == BaselineState::Active))
 }
 
-/// Makes `baseline` the node's active one; the one it replaces becomes obsolete.
+/// Makes `baseline` the active one of its key; the one it replaces becomes obsolete.
 pub fn learn(conn: &mut dyn Conn, baseline: &BootBaseline) -> DbResult<()> {
-    conn.execute(
-        "UPDATE boot_baselines SET state = $1, replaced_at = $2 WHERE node_id = $3 AND state = $4",
-        &[
-            &BaselineState::Obsolete.as_str(),
-            &to_millis(baseline.created_at),
-            &baseline.node_id,
-            &BaselineState::Active.as_str(),
-        ],
-    )?;
+    if let Some(active) = active_baseline(conn, &baseline.key())? {
+        conn.execute(
+            "UPDATE boot_baselines SET state = $1, replaced_at = $2 WHERE id = $3",
+            &[&BaselineState::Obsolete.as_str(), &to_millis(baseline.created_at), &active.id],
+        )?;
+    }
     let pcrs = serde_json::to_string(&baseline.pcrs).unwrap_or_else(|_| "{}".into());
     conn.execute(
-        "INSERT INTO boot_baselines (id, node_id, attestation_id, pcrs, state, learned_by, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO boot_baselines (id, scope, node_id, hardware_profile, firmware, attestation_id, pcrs, state, \
+         learned_by, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         &[
             &baseline.id,
+            &baseline.scope.as_str(),
             &baseline.node_id,
+            &baseline.hardware_profile,
+            &baseline.firmware,
             &baseline.attestation_id,
             &pcrs,
             &BaselineState::Active.as_str(),

@@ -87,6 +87,7 @@ async fn pools_validate_field_by_field_and_tenants_see_only_offered_ones() {
         (json!({"measuredBoot": {"mode": "learn", "pcrs": [0, 9]}}), "policy.measuredBoot.pcrs"),
         (json!({"measuredBoot": {"mode": "learn", "pcrs": [1, 1]}}), "policy.measuredBoot.pcrs"),
         (json!({"measuredBoot": {"mode": "learn", "pcrs": []}}), "policy.measuredBoot.pcrs"),
+        (json!({"measuredBoot": {"mode": "learn", "nodePcrs": [8]}}), "policy.measuredBoot.nodePcrs"),
     ] {
         let (s, body) = site
             .admin(

@@ -560,7 +560,7 @@ fn a_uefi_machine_with_a_tpm_network_boots_the_ramdisk_and_attests_what_booted()
     assert_eq!(second["verified"], true, "{attestations}");
     let id = second["id"].as_str().unwrap();
     let (_, detail) = s.call("GET", &format!("/v1/nodes/hil-11/attestations/{id}"), None);
-    let difference = detail["comparison"]["difference"].as_str().unwrap_or_else(|| panic!("{detail}"));
+    let difference = detail["comparisons"][0]["difference"].as_str().unwrap_or_else(|| panic!("{detail}"));
     assert!(difference.starts_with("PCR 0 differs (event "), "{detail}");
     assert!(difference.ends_with(&format!("from baseline {}", baselines[0]["id"].as_str().unwrap())), "{detail}");
     let event: usize = difference["PCR 0 differs (event ".len()..].split(',').next().unwrap().parse().unwrap();

@@ -1057,7 +1057,7 @@ fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approve
     assert_eq!(attest_and_erase(&s, &version, Quote::Of(&swtpm, &log)), None);
     let reason = quarantined_by_attest(&s);
     let first = newest_attestation(&s);
-    assert!(reason.contains(&format!("node n1 has no baseline to compare attestation {first} with")), "{reason}");
+    assert!(reason.contains(&format!("no baseline for node n1 to compare attestation {first} with")), "{reason}");
     assert_eq!(s.events("node.tenant-root.quarantined").len(), 1);
 
     // The operator knows the machine is good and approves its quote; the teardown passes.
@@ -1073,7 +1073,7 @@ fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approve
     let run = teardowns(&s).pop().unwrap();
     assert_eq!(metal_tests::leases::history_steps(&run), metal_tests::leases::TEARDOWN_STEPS, "{run}");
     let attested = &step_record(&run, "attest")["detail"];
-    assert_eq!((&attested["mode"], &attested["baseline"]), (&json!("enforce"), &baseline["id"]), "{run}");
+    assert_eq!((&attested["mode"], &attested["baselines"]), (&json!("enforce"), &json!([baseline["id"]])), "{run}");
     assert_eq!(attested["attestation"], newest_attestation(&s).as_str(), "the erase boot's own quote: {run}");
 
     // The next tenant's firmware measures something else into PCR 0: quarantined, naming the
@@ -1099,8 +1099,8 @@ fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approve
         .map(|e| (e["pcr"].as_u64().unwrap(), e["eventType"].as_str().unwrap()))
         .collect();
     assert_eq!(types, [(0, "EV_EFI_PLATFORM_FIRMWARE_BLOB2"), (0, "EV_EFI_PLATFORM_FIRMWARE_BLOB2")], "{detail}");
-    assert_eq!(detail["comparison"]["baselineId"], baseline["id"], "{detail}");
-    assert!(reason.ends_with(detail["comparison"]["difference"].as_str().unwrap()), "{detail}");
+    assert_eq!(detail["comparisons"][0]["baselineId"], baseline["id"], "{detail}");
+    assert!(reason.ends_with(detail["comparisons"][0]["difference"].as_str().unwrap()), "{detail}");
     assert!(detail["signerCertificate"].as_str().unwrap().starts_with("-----BEGIN CERTIFICATE-----"), "{detail}");
     let (status, envelope) = s.call("GET", &format!("/v1/nodes/n1/attestations/{differing}/envelope"), None);
     assert_eq!((status, envelope["payloadType"].as_str()), (200, Some(AttestationReport::PAYLOAD_TYPE)), "{envelope}");
@@ -1189,5 +1189,80 @@ fn a_learning_pool_learns_the_first_quote_and_relearns_a_differing_one_with_the_
     assert_eq!(states, ["active", "obsolete"], "{baselines}");
     assert_eq!(learned[1]["data"]["replaced"], baselines[1]["id"], "{learned:?}");
     let run = teardowns(&s).pop().unwrap();
-    assert_eq!(step_record(&run, "attest")["detail"]["learned"], true, "{run}");
+    let learned = &step_record(&run, "attest")["detail"]["learned"];
+    assert!(learned[0]["difference"].as_str().unwrap().starts_with("PCR 7 differs"), "{run}");
+}
+
+#[test]
+fn a_firmware_no_machine_of_the_profile_was_qualified_on_fails_closed_until_approved_for_the_profile() {
+    use metal_tests::tpm::{EV_EFI_PLATFORM_FIRMWARE_BLOB2, Swtpm, empty_event_log, manufacture, measure};
+    const EV_EFI_VARIABLE_BOOT: u32 = 0x8000_0002;
+    let dir = tempfile::tempdir().unwrap();
+    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
+    let mut log = empty_event_log();
+    measure(&swtpm, &mut log, 0, EV_EFI_PLATFORM_FIRMWARE_BLOB2, b"firmware 9.08");
+    measure(&swtpm, &mut log, 1, EV_EFI_VARIABLE_BOOT, b"Boot0001: the NIC");
+    let (sim, updated) = (IpmiSim::start(), IpmiSim::start_with_firmware(9, 9));
+    let s = TestScheduler::start(|_| {});
+    // A vetted pool learns: the node's own PCR 1, and its profile's firmware PCRs at 9.08.
+    let policy = json!({"hardwareProfile": "q35", "measuredBoot": {"mode": "learn"}});
+    let version = site(&s, ipmi(&sim), policy);
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+    assert_eq!(attest_and_erase(&s, &version, Quote::Of(&swtpm, &log)), None);
+    assert_eq!(s.node("n1")["state"], "ready");
+    let baselines = ok(&s, "GET", "/v1/nodes/n1/boot-baselines", Value::Null);
+    let mut scopes: Vec<(&str, Option<&str>)> =
+        baselines.as_array().unwrap().iter().map(|b| (b["scope"].as_str().unwrap(), b["firmware"].as_str())).collect();
+    scopes.sort_unstable();
+    assert_eq!(scopes, [("node", None), ("profile", Some(format!("bmc={version}").as_str()))], "{baselines}");
+
+    // The machine's firmware is updated (its BMC now reports 9.09, its PCR 0 measures the new
+    // image) and it moves to an enforcing pool of the same profile that wants that firmware.
+    let mut pool = json!({"id": "p2", "tenantId": "root", "siteId": "site-a", "class": "metal-dedicated",
+                          "policy": {"tenantRoot": true, "hardwareProfile": "q35", "measuredBoot": {"mode": "enforce"}}});
+    ok(&s, "PUT", "/v1/nodes/n1/bmc", ipmi(&updated));
+    let readings = ok(&s, "GET", "/v1/nodes/n1/bmc/readings", Value::Null);
+    let new_version = readings["firmware"]["value"][0]["version"].as_str().unwrap().to_owned();
+    assert_ne!(new_version, version);
+    pool["policy"]["firmwareBaseline"] = json!({"bmc": new_version});
+    ok(&s, "POST", "/v1/pools", pool);
+    ok(&s, "POST", "/v1/pools/p2/offers", json!({"tenantId": "acme"}));
+    ok(&s, "PATCH", "/v1/nodes/n1", json!({"poolId": "p2"}));
+    measure(&swtpm, &mut log, 0, EV_EFI_PLATFORM_FIRMWARE_BLOB2, b"firmware 9.09");
+    let body = json!({"tenantId": "acme", "poolId": "p2", "devices": [{"class": "gpu", "count": 1}], "duration": "1d",
+                      "binding": "node", "node": {"profileId": "acme-os", "profileVersion": 1}});
+    let reservation = ok(&s, "POST", "/v1/reservations", body)["id"].as_str().unwrap().to_owned();
+    s.passes();
+    installer_done(&s.url);
+    later(&s);
+    release(&s, &reservation);
+    assert_eq!(attest_and_erase(&s, &new_version, Quote::Of(&swtpm, &log)), None);
+    let reason = quarantined_by_attest(&s);
+    let attestation = newest_attestation(&s);
+    assert!(
+        reason.contains(&format!(
+            "no baseline for hardware profile q35 with firmware bmc={new_version} to compare attestation {attestation} \
+             with (qualify the firmware on a reference node)"
+        )),
+        "{reason}"
+    );
+    assert!(reason.ends_with("--scope profile"), "{reason}");
+
+    // Qualified for the profile by an operator: the teardown runs again and passes, its node
+    // PCR against the node's own baseline, its firmware PCRs against the profile's new one.
+    let home = metal_tests::metalctl::home(&dir.path().join("home"), &s.url, &s.admin);
+    let table = metal_tests::metalctl::run(&home, &["attest", "approve", "n1", &attestation, "--scope", "profile"]);
+    assert!(table.contains("profile") && table.contains(&format!("bmc={new_version}")), "{table}");
+    recover(&s);
+    assert_eq!(attest_and_erase(&s, &new_version, Quote::Of(&swtpm, &log)), None);
+    assert_eq!(s.node("n1")["state"], "ready", "{}", s.node("n1"));
+    let run = teardowns(&s).pop().unwrap();
+    let matched = step_record(&run, "attest")["detail"]["baselines"].as_array().unwrap().len();
+    assert_eq!(matched, 2, "the node's own and the profile's: {run}");
+    // The attestation's detail compares it with both, each on its own PCRs.
+    let detail = ok(&s, "GET", &format!("/v1/nodes/n1/attestations/{attestation}"), Value::Null);
+    let scopes: Vec<&str> =
+        detail["comparisons"].as_array().unwrap().iter().map(|c| c["scope"].as_str().unwrap()).collect();
+    assert_eq!(scopes, ["node", "profile"], "{detail}");
 }

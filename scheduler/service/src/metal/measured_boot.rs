@@ -1,10 +1,13 @@
-//! Measured-boot baselines and the teardown's verdict (issue 32). A node's baseline is the
-//! quoted PCRs of one verified attestation, learned in platform custody (the commissioning
-//! ramdisk's attestation when the node has none, a teardown in a `learn` pool) or approved
-//! by an operator. The teardown's `attest` step takes the attestation of the erase boot (the
-//! ramdisk key whose wipe report it accepted) and compares the pool's PCRs with the active
-//! baseline; a difference names the PCR and the first event of its log that is not the
-//! baseline's, from both attestations' event logs.
+//! Measured-boot baselines and the teardown's verdict (issue 32). A baseline is the quoted
+//! PCRs of one verified attestation, learned in platform custody (the commissioning ramdisk's
+//! attestation, a teardown in a `learn` pool) or approved by an operator. It is a node's own
+//! (its boot entries, PCR 1), or, in a pool that names a `hardwareProfile`, the profile's at
+//! the firmware the pool's `firmwareBaseline` names (the firmware's own PCRs), so a firmware
+//! is qualified once for every machine of the profile and a move to firmware no machine was
+//! qualified on fails closed. The teardown's `attest` step takes the attestation of the erase
+//! boot (the ramdisk key whose wipe report it accepted) and compares each part of the pool's
+//! PCRs with its baseline; a difference names the PCR and the first event of its log that is
+//! not the baseline's, from both attestations' event logs.
 
 use metal_protocol::Envelope;
 use metal_protocol::eventlog::{EventLog, HashAlgorithm};
@@ -14,20 +17,45 @@ use time::OffsetDateTime;
 
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
-use metal_types::model::boot::{AttestationRecord, BaselineComparison, BaselineState, BootBaseline, MeasuredEvent};
+use metal_types::model::boot::{
+    AttestationRecord, BaselineComparison, BaselineKey, BaselineScope, BaselineState, BootBaseline, MeasuredEvent,
+};
 use metal_types::model::node::{Node, NodeState};
-use metal_types::model::pool::{MeasuredBootMode, MeasuredBootPolicy};
+use metal_types::model::pool::{MeasuredBootMode, MeasuredBootPolicy, Pool};
 
 /// `learned_by` of a baseline learned from the commissioning ramdisk's attestation.
 pub const COMMISSIONING: &str = "commissioning";
 /// `learned_by` of a baseline a teardown in a `learn` pool recorded.
 pub const LEARN: &str = "learn";
 
-/// Makes verified `attestation` the node's active baseline (the one it replaces obsolete)
+/// The hardware profile's key in `pool`, at the firmware its baseline names
+/// (`component=version,...`); none when the pool names no profile.
+fn profile_key(pool: &Pool) -> Option<BaselineKey> {
+    let hardware_profile = pool.policy.hardware_profile.clone()?;
+    let firmware = pool.policy.firmware_baseline.iter().flatten().map(|(c, v)| format!("{c}={v}"));
+    Some(BaselineKey::Profile { hardware_profile, firmware: firmware.collect::<Vec<_>>().join(",") })
+}
+
+/// The node's own key.
+fn node_key(node: &Node) -> BaselineKey {
+    BaselineKey::Node(node.id.clone())
+}
+
+/// The parts the pool's PCRs are compared in: each baseline's key and its PCRs (the node's
+/// own for `nodePcrs` and the profile's for the rest, or the node's for all without a
+/// profile); parts with no PCR are left out.
+fn parts(node: &Node, pool: Option<&Pool>, policy: &MeasuredBootPolicy) -> Vec<(BaselineKey, Vec<u32>)> {
+    let Some(profile) = pool.and_then(profile_key) else { return vec![(node_key(node), policy.pcrs.clone())] };
+    let (own, profiles): (Vec<u32>, Vec<u32>) = policy.pcrs.iter().partition(|pcr| policy.node_pcrs.contains(pcr));
+    [(node_key(node), own), (profile, profiles)].into_iter().filter(|(_, pcrs)| !pcrs.is_empty()).collect()
+}
+
+/// Makes verified `attestation` the active baseline of `key` (the one it replaces obsolete)
 /// and raises `node.boot-baseline.learned` (with `why`, when it replaced a differing one).
 pub fn learn(
     tx: &mut dyn Conn,
     attestation: &AttestationRecord,
+    key: &BaselineKey,
     learned_by: &str,
     why: Option<&str>,
     now: OffsetDateTime,
@@ -39,9 +67,18 @@ pub fn learn(
             attestation.code.as_deref().unwrap_or("refused")
         )));
     }
+    let (scope, hardware_profile, firmware) = match key {
+        BaselineKey::Node(_) => (BaselineScope::Node, None, None),
+        BaselineKey::Profile { hardware_profile, firmware } => {
+            (BaselineScope::Profile, Some(hardware_profile.clone()), Some(firmware.clone()))
+        }
+    };
     let baseline = BootBaseline {
         id: format!("mbb-{}", uuid::Uuid::new_v4().simple()),
+        scope,
         node_id: attestation.node_id.clone(),
+        hardware_profile,
+        firmware,
         attestation_id: attestation.id.clone(),
         pcrs: attestation.pcrs.clone(),
         state: BaselineState::Active,
@@ -49,16 +86,18 @@ pub fn learn(
         created_at: now,
         replaced_at: None,
     };
-    let replaced = store::attestations::active_baseline(tx, &baseline.node_id)?;
+    let replaced = store::attestations::active_baseline(tx, key)?;
     store::attestations::learn(tx, &baseline)?;
-    let data = json!({"node": baseline.node_id, "baseline": baseline.id, "attestation": attestation.id,
-                      "learnedBy": learned_by, "replaced": replaced.map(|b| b.id), "why": why});
+    let data = json!({"node": baseline.node_id, "baseline": baseline.id, "scope": scope, "for": key.to_string(),
+                      "attestation": attestation.id, "learnedBy": learned_by, "replaced": replaced.map(|b| b.id),
+                      "why": why});
     store::events::append(tx, "node.boot-baseline.learned", &format!("node/{}", baseline.node_id), None, &data, now)?;
     Ok(baseline)
 }
 
-/// After a verified attestation: a commissioning node in a pool that measures its boot, and
-/// with no baseline yet, learns this one (the machine is in platform custody).
+/// After a verified attestation: a commissioning node in a pool that measures its boot
+/// learns it as its own baseline when it has none (the machine is in platform custody), and,
+/// in a `learn` pool, as its profile's at this firmware when that has none either.
 pub fn commissioned(
     tx: &mut dyn Conn,
     node: &Node,
@@ -70,37 +109,49 @@ pub fn commissioned(
     }
     let pool = store::capacity::pool_of(tx, node)?;
     let mode = MeasuredBootPolicy::mode_of(pool.as_ref().and_then(|p| p.policy.measured_boot.as_ref()));
-    if mode == MeasuredBootMode::Off || store::attestations::active_baseline(tx, &node.id)?.is_some() {
+    if mode == MeasuredBootMode::Off {
         return Ok(());
     }
-    learn(tx, attestation, COMMISSIONING, None, now).map(drop)
+    let profile = pool.as_ref().and_then(profile_key).filter(|_| mode == MeasuredBootMode::Learn);
+    for key in [Some(node_key(node)), profile].into_iter().flatten() {
+        if store::attestations::active_baseline(tx, &key)?.is_none() {
+            learn(tx, attestation, &key, COMMISSIONING, None, now)?;
+        }
+    }
+    Ok(())
 }
 
 /// What the `attest` step found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// The compared PCRs are the baseline's.
+    /// Every part's PCRs are its baseline's.
     Matches {
         /// The erase boot's attestation.
         attestation: String,
-        /// The baseline it matched.
-        baseline: String,
+        /// The baselines it matched.
+        baselines: Vec<String>,
     },
-    /// A `learn` pool: this attestation is to become the baseline (there was none, or it
-    /// differs as `difference` says).
+    /// A `learn` pool: this attestation is to become the baseline of some parts (there was
+    /// none, or it differs as said).
     Learn {
         /// The erase boot's attestation.
         attestation: Box<AttestationRecord>,
-        /// How it differs from the baseline it replaces.
-        difference: Option<String>,
+        /// Each part to learn, and how it differs from the baseline it replaces.
+        parts: Vec<(BaselineKey, Option<String>)>,
     },
     /// The machine's boot is not proven: the reason the node is quarantined with.
     Refused(String),
 }
 
 /// The verdict on the erase boot (the ramdisk of `ramdisk_key`) of `node`'s current
-/// identity generation under `policy` (whose mode is not off).
-pub fn judge(tx: &mut dyn Conn, node: &Node, policy: &MeasuredBootPolicy, ramdisk_key: &str) -> ApiResult<Verdict> {
+/// identity generation under its pool's `policy` (whose mode is not off).
+pub fn judge(
+    tx: &mut dyn Conn,
+    node: &Node,
+    pool: Option<&Pool>,
+    policy: &MeasuredBootPolicy,
+    ramdisk_key: &str,
+) -> ApiResult<Verdict> {
     let refused = |why: String| Ok(Verdict::Refused(format!("measured-boot: {why}")));
     let sent: Vec<_> = store::attestations::by_ramdisk(tx, &node.id, ramdisk_key)?
         .into_iter()
@@ -122,23 +173,33 @@ pub fn judge(tx: &mut dyn Conn, node: &Node, policy: &MeasuredBootPolicy, ramdis
         ));
     };
     let learning = policy.mode == MeasuredBootMode::Learn;
-    let Some(baseline) = store::attestations::active_baseline(tx, &node.id)? else {
-        if learning {
-            return Ok(Verdict::Learn { attestation: Box::new(attestation), difference: None });
+    let (mut matched, mut to_learn) = (Vec::new(), Vec::new());
+    for (key, pcrs) in parts(node, pool, policy) {
+        let Some(baseline) = store::attestations::active_baseline(tx, &key)? else {
+            if learning {
+                to_learn.push((key, None));
+                continue;
+            }
+            let (how, scope) = match key {
+                BaselineKey::Node(_) => ("", ""),
+                BaselineKey::Profile { .. } => (" --scope profile", " (qualify the firmware on a reference node)"),
+            };
+            return refused(format!(
+                "no baseline for {key} to compare attestation {} with{scope}: approve one known good with metalctl \
+                 attest approve {} ATTESTATION{how}",
+                attestation.id, node.id
+            ));
+        };
+        match difference(tx, &attestation, &baseline, &pcrs)? {
+            None => matched.push(baseline.id),
+            Some(difference) if learning => to_learn.push((key, Some(difference))),
+            Some(difference) => return refused(difference),
         }
-        return refused(format!(
-            "node {} has no baseline to compare attestation {} with (approve one known good: metalctl attest \
-             approve {} ATTESTATION)",
-            node.id, attestation.id, node.id
-        ));
-    };
-    let Some(difference) = difference(tx, &node.id, &attestation, &baseline, &policy.pcrs)? else {
-        return Ok(Verdict::Matches { attestation: attestation.id, baseline: baseline.id });
-    };
-    if learning {
-        return Ok(Verdict::Learn { attestation: Box::new(attestation), difference: Some(difference) });
     }
-    refused(difference)
+    if to_learn.is_empty() {
+        return Ok(Verdict::Matches { attestation: attestation.id, baselines: matched });
+    }
+    Ok(Verdict::Learn { attestation: Box::new(attestation), parts: to_learn })
 }
 
 /// How verified `attestation` departs from `baseline` on `pcrs`: "PCR n differs (event k,
@@ -147,7 +208,6 @@ pub fn judge(tx: &mut dyn Conn, node: &Node, policy: &MeasuredBootPolicy, ramdis
 /// (just "PCR n differs" when a log cannot be read back); `None` when they agree.
 pub fn difference(
     tx: &mut dyn Conn,
-    node_id: &str,
     attestation: &AttestationRecord,
     baseline: &BootBaseline,
     pcrs: &[u32],
@@ -156,7 +216,7 @@ pub fn difference(
         return Ok(None);
     };
     let mut log = |id: &str| -> ApiResult<Option<EventLog>> {
-        Ok(store::attestations::get(tx, node_id, id)?.and_then(|(_, envelope)| event_log(&envelope).ok()))
+        Ok(store::attestations::envelope(tx, id)?.and_then(|envelope| event_log(&envelope).ok()))
     };
     let (ours, theirs) = (log(&attestation.id)?, log(&baseline.attestation_id)?);
     let found = ours.zip(theirs).and_then(|(ours, theirs)| ours.first_difference(&theirs, &[pcr]).ok().flatten());
@@ -164,14 +224,26 @@ pub fn difference(
     Ok(Some(format!("{what} from baseline {}", baseline.id)))
 }
 
+/// The node's baselines, newest first: its own, and its hardware profile's at the firmware
+/// its pool names.
+pub fn baselines_of(tx: &mut dyn Conn, node: &Node) -> ApiResult<Vec<BootBaseline>> {
+    let pool = store::capacity::pool_of(tx, node)?;
+    let mut found = store::attestations::baselines(tx, &node_key(node))?;
+    if let Some(profile) = pool.as_ref().and_then(profile_key) {
+        found.extend(store::attestations::baselines(tx, &profile)?);
+    }
+    found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
+    Ok(found)
+}
+
 /// What a stored attestation says was measured, and how it compares now with the node's
-/// active baseline on its pool's PCRs (the default ones outside a measuring pool).
+/// active baselines on its pool's PCRs (the default ones outside a measuring pool).
 pub fn describe(
     tx: &mut dyn Conn,
     node: &Node,
     attestation: &AttestationRecord,
     envelope: &str,
-) -> ApiResult<(Vec<MeasuredEvent>, Option<BaselineComparison>)> {
+) -> ApiResult<(Vec<MeasuredEvent>, Vec<BaselineComparison>)> {
     let events = event_log(envelope)
         .map(|log| {
             log.events
@@ -185,13 +257,24 @@ pub fn describe(
                 .collect()
         })
         .unwrap_or_default();
-    let baseline = store::attestations::active_baseline(tx, &node.id)?;
-    let Some(baseline) = baseline.filter(|_| attestation.verified) else { return Ok((events, None)) };
+    if !attestation.verified {
+        return Ok((events, Vec::new()));
+    }
     let pool = store::capacity::pool_of(tx, node)?;
-    let pcrs =
-        pool.and_then(|p| p.policy.measured_boot).map_or_else(MeasuredBootPolicy::default_pcrs, |policy| policy.pcrs);
-    let difference = difference(tx, &node.id, attestation, &baseline, &pcrs)?;
-    Ok((events, Some(BaselineComparison { baseline_id: baseline.id, pcrs, difference })))
+    let default = MeasuredBootPolicy {
+        mode: MeasuredBootMode::Off,
+        pcrs: MeasuredBootPolicy::default_pcrs(),
+        node_pcrs: MeasuredBootPolicy::default_node_pcrs(),
+    };
+    let policy = pool.as_ref().and_then(|p| p.policy.measured_boot.clone()).unwrap_or(default);
+    let mut comparisons = Vec::new();
+    for (key, pcrs) in parts(node, pool.as_ref(), &policy) {
+        if let Some(baseline) = store::attestations::active_baseline(tx, &key)? {
+            let difference = difference(tx, attestation, &baseline, &pcrs)?;
+            comparisons.push(BaselineComparison { baseline_id: baseline.id, scope: baseline.scope, pcrs, difference });
+        }
+    }
+    Ok((events, comparisons))
 }
 
 /// The event log of a stored attestation envelope.
@@ -202,16 +285,29 @@ fn event_log(envelope: &str) -> Result<EventLog, String> {
     EventLog::parse(&report.evidence.event_log).map_err(|e| e.to_string())
 }
 
-/// An operator's approval: verified attestation `attestation_id` of `node_id` becomes its
-/// baseline, `by` (a credential) on record.
+/// An operator's approval: verified attestation `attestation_id` of `node` becomes its own
+/// baseline, or its hardware profile's at the firmware its pool names, `by` (a credential)
+/// on record.
 pub fn approve(
     tx: &mut dyn Conn,
-    node_id: &str,
+    node: &Node,
     attestation_id: &str,
+    scope: BaselineScope,
     by: &str,
     now: OffsetDateTime,
 ) -> ApiResult<BootBaseline> {
-    let (attestation, _) = store::attestations::get(tx, node_id, attestation_id)?
-        .ok_or_else(|| ApiError::NotFound(format!("attestation {attestation_id} of node {node_id}")))?;
-    learn(tx, &attestation, &format!("approved by {by}"), None, now)
+    let (attestation, _) = store::attestations::get(tx, &node.id, attestation_id)?
+        .ok_or_else(|| ApiError::NotFound(format!("attestation {attestation_id} of node {}", node.id)))?;
+    let key = match scope {
+        BaselineScope::Node => node_key(node),
+        BaselineScope::Profile => {
+            store::capacity::pool_of(tx, node)?.as_ref().and_then(profile_key).ok_or_else(|| {
+                ApiError::invalid(
+                    "scope",
+                    format!("node {}'s pool names no hardwareProfile to qualify firmware for", node.id),
+                )
+            })?
+        }
+    };
+    learn(tx, &attestation, &key, &format!("approved by {by}"), None, now)
 }

@@ -530,7 +530,7 @@ impl Steps<'_> {
         if policy.mode == MeasuredBootMode::Off {
             return Outcome::done(json!({"measuredBoot": "off"}));
         }
-        let (run, node, mode) = (self.run.id.clone(), self.node.clone(), policy.mode);
+        let (run, node, pool, mode) = (self.run.id.clone(), self.node.clone(), self.pool.cloned(), policy.mode);
         let judged = self.app.store.read(move |tx| {
             let history = store::workflows::history(tx, &run)?;
             let erased = history.iter().rev().find(|h| h.step == ERASE.name && h.result == "done");
@@ -541,18 +541,22 @@ impl Steps<'_> {
                     "measured-boot: the erase step accepted no wipe report ({wipe:?})"
                 )));
             };
-            measured_boot::judge(tx, &node, &policy, &key)
+            measured_boot::judge(tx, &node, pool.as_ref(), &policy, &key)
         });
         match judged.await {
-            Ok(Verdict::Matches { attestation, baseline }) => {
-                Outcome::done(json!({"mode": mode, "attestation": attestation, "baseline": baseline}))
+            Ok(Verdict::Matches { attestation, baselines }) => {
+                Outcome::done(json!({"mode": mode, "attestation": attestation, "baselines": baselines}))
             }
-            Ok(Verdict::Learn { attestation, difference }) => {
-                let detail = json!({"mode": mode, "attestation": attestation.id, "learned": true,
-                                    "difference": difference});
+            Ok(Verdict::Learn { attestation, parts }) => {
+                let learned: Vec<_> =
+                    parts.iter().map(|(key, why)| json!({"for": key.to_string(), "difference": why})).collect();
+                let detail = json!({"mode": mode, "attestation": attestation.id, "learned": learned});
                 let now = self.app.clock.now();
                 let effects: Effects = Box::new(move |tx, _| {
-                    measured_boot::learn(tx, &attestation, measured_boot::LEARN, difference.as_deref(), now).map(drop)
+                    for (key, why) in &parts {
+                        measured_boot::learn(tx, &attestation, key, measured_boot::LEARN, why.as_deref(), now)?;
+                    }
+                    Ok(())
                 });
                 Outcome::Done(detail, Some(effects))
             }

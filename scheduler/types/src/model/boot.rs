@@ -332,16 +332,83 @@ impl std::str::FromStr for BaselineState {
     }
 }
 
-/// A node's measured-boot baseline (issue 32): the PCRs of one verified attestation, learned
-/// in platform custody (commissioning, a teardown in a `learn` pool) or approved by an
-/// operator; the teardown's `attest` step compares each erase boot's quote with it.
+/// What a baseline applies to: one node (its boot entries, PCR 1), or every node of a
+/// hardware profile running one firmware (the firmware's own PCRs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum BaselineScope {
+    /// The node it was learned on.
+    Node,
+    /// Its hardware profile and firmware.
+    Profile,
+}
+
+impl BaselineScope {
+    /// The stored form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BaselineScope::Node => "node",
+            BaselineScope::Profile => "profile",
+        }
+    }
+}
+
+impl std::str::FromStr for BaselineScope {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "node" => Ok(BaselineScope::Node),
+            "profile" => Ok(BaselineScope::Profile),
+            other => Err(format!("unknown baseline scope {other:?}")),
+        }
+    }
+}
+
+/// Which baseline a comparison takes: a node's own, or a hardware profile's at a firmware.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BaselineKey {
+    /// The node's.
+    Node(String),
+    /// The profile's, at a firmware (`component=version,...`, as the pool's `firmwareBaseline`).
+    Profile {
+        /// The hardware profile.
+        hardware_profile: String,
+        /// The firmware.
+        firmware: String,
+    },
+}
+
+impl std::fmt::Display for BaselineKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BaselineKey::Node(node) => write!(f, "node {node}"),
+            BaselineKey::Profile { hardware_profile, firmware } => {
+                write!(f, "hardware profile {hardware_profile} with firmware {firmware}")
+            }
+        }
+    }
+}
+
+/// A measured-boot baseline (issue 32): the PCRs of one verified attestation, learned in
+/// platform custody (commissioning, a teardown in a `learn` pool) or approved by an operator;
+/// the teardown's `attest` step compares each erase boot's quote with the node's own
+/// (per-node PCRs) and its hardware profile's at its firmware (the firmware's PCRs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BootBaseline {
     /// Id of the baseline.
     pub id: String,
-    /// The node.
+    /// Whether it is the node's own or its hardware profile's.
+    pub scope: BaselineScope,
+    /// The node whose attestation it was learned from.
     pub node_id: String,
+    /// The hardware profile it applies to (scope `profile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware_profile: Option<String>,
+    /// The firmware it applies to, `component=version,...` (scope `profile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<String>,
     /// The verified attestation it was learned from (its event log names differing events).
     pub attestation_id: String,
     /// The quoted SHA-256 PCRs 0-9 (hex).
@@ -359,12 +426,34 @@ pub struct BootBaseline {
     pub replaced_at: Option<time::OffsetDateTime>,
 }
 
-/// Approves a verified attestation as the node's baseline.
+impl BootBaseline {
+    /// What it applies to.
+    pub fn key(&self) -> BaselineKey {
+        match (self.scope, &self.hardware_profile, &self.firmware) {
+            (BaselineScope::Profile, Some(profile), Some(firmware)) => {
+                BaselineKey::Profile { hardware_profile: profile.clone(), firmware: firmware.clone() }
+            }
+            _ => BaselineKey::Node(self.node_id.clone()),
+        }
+    }
+}
+
+/// Approves a verified attestation of the node as a baseline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BaselineApproval {
     /// The attestation (of this node, verified) whose PCRs become the baseline.
     pub attestation_id: String,
+    /// The node's own baseline (the default), or its hardware profile's at the firmware its
+    /// pool names (qualifying that firmware for every node of the profile).
+    #[serde(default = "BaselineApproval::node_scope")]
+    pub scope: BaselineScope,
+}
+
+impl BaselineApproval {
+    fn node_scope() -> BaselineScope {
+        BaselineScope::Node
+    }
 }
 
 /// One event of an attestation's TCG event log, as the console lists it.
@@ -382,12 +471,14 @@ pub struct MeasuredEvent {
     pub sha256: Option<String>,
 }
 
-/// An attestation compared with the node's active baseline on its pool's PCRs.
+/// An attestation compared with one of the node's active baselines, on its PCRs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BaselineComparison {
     /// The baseline.
     pub baseline_id: String,
+    /// The node's own, or its hardware profile's.
+    pub scope: BaselineScope,
     /// The PCRs compared.
     pub pcrs: Vec<u32>,
     /// The first difference (`PCR 0 differs (event 12, EV_EFI_PLATFORM_FIRMWARE_BLOB2) from
@@ -405,9 +496,9 @@ pub struct AttestationDetail {
     pub record: AttestationRecord,
     /// The event log's events (empty when the report carried none that parses).
     pub events: Vec<MeasuredEvent>,
-    /// Against the node's active baseline (absent without one, or for a refused quote).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comparison: Option<BaselineComparison>,
+    /// Against the node's active baselines, its own and its hardware profile's (none for a
+    /// refused quote).
+    pub comparisons: Vec<BaselineComparison>,
     /// The signing certificate (the ramdisk's) and its fingerprint.
     #[serde(flatten)]
     pub signer: SignerCertificate,

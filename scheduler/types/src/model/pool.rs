@@ -97,12 +97,24 @@ pub struct MeasuredBootPolicy {
     /// with its one-time token) change with each ramdisk build or boot.
     #[serde(default = "MeasuredBootPolicy::default_pcrs")]
     pub pcrs: Vec<u32>,
+    /// Of `pcrs`, those compared with each node's own baseline when the pool names a
+    /// `hardwareProfile` (PCR 1, the boot entries, by default); the others are compared with
+    /// the profile's baseline at the firmware the pool's `firmwareBaseline` names, so a
+    /// firmware is qualified once for every node of the profile. Without a profile, every PCR
+    /// is compared per node.
+    #[serde(default = "MeasuredBootPolicy::default_node_pcrs")]
+    pub node_pcrs: Vec<u32>,
 }
 
 impl MeasuredBootPolicy {
     /// PCRs 0-3 and 5-7.
     pub fn default_pcrs() -> Vec<u32> {
         vec![0, 1, 2, 3, 5, 6, 7]
+    }
+
+    /// PCR 1.
+    pub fn default_node_pcrs() -> Vec<u32> {
+        vec![1]
     }
 
     /// The mode, `off` for a pool with no policy.
@@ -251,15 +263,19 @@ fn check_measured_boot(policy: &MeasuredBootPolicy, agent: Option<AgentMode>) ->
     if policy.pcrs.is_empty() {
         return Err(ApiError::invalid("policy.measuredBoot.pcrs", "name at least one PCR"));
     }
-    for (i, pcr) in policy.pcrs.iter().enumerate() {
-        if *pcr > 7 {
-            return Err(ApiError::invalid(
-                "policy.measuredBoot.pcrs",
-                format!("PCR {pcr} is not a firmware PCR (0-7); 8 and 9 hold each boot's command line"),
-            ));
-        }
-        if policy.pcrs[..i].contains(pcr) {
-            return Err(ApiError::invalid("policy.measuredBoot.pcrs", format!("PCR {pcr} is named twice")));
+    for (field, pcrs) in
+        [("policy.measuredBoot.pcrs", &policy.pcrs), ("policy.measuredBoot.nodePcrs", &policy.node_pcrs)]
+    {
+        for (i, pcr) in pcrs.iter().enumerate() {
+            if *pcr > 7 {
+                return Err(ApiError::invalid(
+                    field,
+                    format!("PCR {pcr} is not a firmware PCR (0-7); 8 and 9 hold each boot's command line"),
+                ));
+            }
+            if pcrs[..i].contains(pcr) {
+                return Err(ApiError::invalid(field, format!("PCR {pcr} is named twice")));
+            }
         }
     }
     Ok(())
