@@ -292,8 +292,9 @@ fn join(params: &Params, machine: &Machine) -> Result<Option<crate::controller::
 }
 
 /// Measured boot: on a machine with a TPM 2.0, attests to the controller (the TPM's quote of
-/// what booted, with the firmware's event log). What a refusal means is the controller's
-/// call (a pool that enforces measured boot fails the teardown); here it is only said.
+/// what booted, with the firmware's event log) right after joining, in commissioning, erase
+/// and deploy boots. What a refusal means is the controller's call (a pool that enforces
+/// measured boot fails the teardown, and serves a deploy nothing); here it is only said.
 fn attest(joined: &crate::controller::Joined, machine: &Machine) {
     if !std::path::Path::new("/dev/tpmrm0").exists() {
         machine.say("measured boot: no TPM 2.0 (/dev/tpmrm0), nothing to attest");
@@ -350,6 +351,7 @@ pub fn run_task(params: &Params, machine: &Machine) -> Result<(), String> {
         Task::Deploy => {
             let joined = join(params, machine)?
                 .ok_or("a deploy needs the controller: metal.controller, metal.token, metal.ca")?;
+            attest(&joined, machine);
             let result = deploy(&joined, machine);
             finish(&joined, machine, "deploy", "deploy", result)
         }

@@ -753,3 +753,40 @@ fn a_challenge_issued_before_the_scheduler_restarts_is_answered_after_it_once() 
     let verified: Vec<bool> = list.as_array().unwrap().iter().map(|a| a["verified"].as_bool().unwrap()).collect();
     assert_eq!(verified.iter().filter(|v| **v).count(), 1, "{list}");
 }
+
+#[test]
+fn in_an_enforcing_pool_a_deploys_plan_and_image_go_only_to_a_ramdisk_that_quoted_the_nodes_tpm() {
+    use metal_boot::measured::attest;
+    use metal_boot::tpm::Tpm;
+    use metal_tests::tpm::empty_event_log;
+    let dir = tempfile::tempdir().unwrap();
+    let (s, swtpm, _) = tpm_site(dir.path(), true);
+    let pool = json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c",
+                      "policy": {"measuredBoot": {"mode": "enforce"}}});
+    assert_eq!(s.call("POST", "/v1/pools", Some(pool)).0, 201);
+    assert_eq!(s.call("PATCH", "/v1/nodes/n1", Some(json!({"poolId": "p1"}))).0, 200);
+    let joined = join(&s, &boot(&s, "commission")).unwrap();
+    assert!(attest(&mut Tpm::new(swtpm.connect()), &joined, empty_event_log()).unwrap().accepted);
+    assert!(joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory("n1")).unwrap().accepted);
+    let plan: Value = serde_json::from_str(include_str!("../../../protocol/tests/golden/deploy-plan.json")).unwrap();
+    assert_eq!(s.call("PUT", "/v1/nodes/n1/deploy-plan", Some(plan)).0, 204);
+    s.walk("n1", &["ready", "allocated", "deploying"]);
+
+    // The deploy boot's ramdisk, before it quotes the TPM: nothing of the tenant's.
+    let joined = join(&s, &boot(&s, "deploy")).unwrap();
+    match joined.fetch_plan() {
+        Err(ControllerError::Refused { status: 403, message, .. }) => {
+            assert!(message.contains("sent no verified quote of the node's TPM"), "{message}")
+        }
+        other => panic!("a deploy's plan before a quote: {other:?}"),
+    }
+    // Another TPM's quote is refused, and serves nothing either.
+    let other_dir = dir.path().join("other");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let other = metal_tests::tpm::Swtpm::start_bare(&metal_tests::tpm::manufacture(&other_dir.join("tpm")), &other_dir);
+    assert!(attest(&mut Tpm::new(other.connect()), &joined, empty_event_log()).is_err());
+    assert!(joined.fetch_plan().is_err());
+    // The machine's own TPM: served.
+    assert!(attest(&mut Tpm::new(swtpm.connect()), &joined, empty_event_log()).unwrap().accepted);
+    assert!(joined.fetch_plan().is_ok(), "the ramdisk that quoted the node's TPM gets its plan");
+}

@@ -121,6 +121,29 @@ pub fn commissioned(
     Ok(())
 }
 
+/// In a pool that enforces measured boot, only a ramdisk that quoted the node's TPM this
+/// boot (a verified attestation from its key, at the node's identity generation) is served
+/// a deploy's plan and image: a host that took the boot's token without the machine's TPM
+/// gets nothing of the tenant's. Elsewhere, nothing to check.
+pub fn require_quote(tx: &mut dyn Conn, node: &Node, ramdisk_key: &str) -> ApiResult<()> {
+    let pool = store::capacity::pool_of(tx, node)?;
+    if MeasuredBootPolicy::mode_of(pool.as_ref().and_then(|p| p.policy.measured_boot.as_ref()))
+        != MeasuredBootMode::Enforce
+    {
+        return Ok(());
+    }
+    let quoted = store::attestations::by_ramdisk(tx, &node.id, ramdisk_key)?
+        .iter()
+        .any(|a| a.verified && a.identity_generation == node.identity_generation);
+    if quoted {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden(format!(
+        "node {}'s pool enforces measured boot, and this ramdisk has sent no verified quote of the node's TPM",
+        node.id
+    )))
+}
+
 /// What the `attest` step found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

@@ -553,6 +553,7 @@ pub async fn image(
                 return Err(ApiError::Conflict(format!("node {} is {}, not deploying", node.id, node.state)));
             }
             claims::require_boot_key(tx, &node.id, &key, now)?;
+            crate::metal::measured_boot::require_quote(tx, &node, &claims::key_text(&key))?;
             if store::boot::plan_image(tx, &node.id)?.as_deref() != Some(image_id.as_str()) {
                 return Err(ApiError::Forbidden(format!(
                     "node {}'s deploy plan does not name image {image_id}",
@@ -591,6 +592,7 @@ pub async fn plan(
                 return Err(ApiError::Conflict(format!("node {} is {}, not deploying", node.id, node.state)));
             }
             claims::require_boot_key(tx, &node.id, &key, now)?;
+            crate::metal::measured_boot::require_quote(tx, &node, &claims::key_text(&key))?;
             let Some(stored) = store::boot::get_plan(tx, &node.id)? else { return Ok(None) };
             let mut plan: metal_protocol::DeployPlan = serde_json::from_value(stored)
                 .map_err(|e| ApiError::Internal(format!("the stored plan of node {}: {e}", node.id)))?;
