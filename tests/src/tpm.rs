@@ -69,6 +69,13 @@ impl Swtpm {
         Swtpm::spawn(state, run_dir, &["--server", &server, "--flags", "not-need-init,startup-clear"])
     }
 
+    /// A machine's TPM of its own: a state manufactured in `dir` (made if missing) and a bare
+    /// swtpm on it ([`Swtpm::start_bare`]), its sockets in `dir` too.
+    pub fn fresh(dir: &Path) -> Swtpm {
+        std::fs::create_dir_all(dir).unwrap();
+        Swtpm::start_bare(&manufacture(&dir.join("tpm")), dir)
+    }
+
     /// A connection to [`Swtpm::start_bare`]'s command channel.
     pub fn connect(&self) -> std::os::unix::net::UnixStream {
         let server = self.socket.with_file_name("swtpm-server.sock");

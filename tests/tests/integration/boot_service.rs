@@ -595,12 +595,20 @@ fn the_machine_asking_again_before_it_joined_gets_a_new_token_and_a_join_again_w
 /// certificates, or its root alone) with node n1 enrolled, and n1's TPM: a bare swtpm whose
 /// state lives in `dir`. Returns the CA bundle too (for a restart's configuration).
 fn tpm_site(dir: &Path, with_intermediate: bool) -> (TestScheduler, metal_tests::tpm::Swtpm, PathBuf) {
-    use metal_tests::tpm::{Swtpm, local_ca_bundle, manufacture};
+    use metal_tests::tpm::{Swtpm, local_ca_bundle};
     let bundle = local_ca_bundle(dir, with_intermediate);
     let trusted = bundle.clone();
     let s = TestScheduler::start(|c| c.boot.tpm_ca_file = Some(trusted));
     s.enrol("n1", MAC);
-    (s, Swtpm::start_bare(&manufacture(&dir.join("tpm")), dir), bundle)
+    (s, Swtpm::fresh(dir), bundle)
+}
+
+/// n1 in pool p1, which enforces measured boot.
+fn enforcing(s: &TestScheduler) {
+    let pool = json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c",
+                      "policy": {"measuredBoot": {"mode": "enforce"}}});
+    assert_eq!(s.call("POST", "/v1/pools", Some(pool)).0, 201);
+    assert_eq!(s.call("PATCH", "/v1/nodes/n1", Some(json!({"poolId": "p1"}))).0, 200);
 }
 
 #[test]
@@ -608,14 +616,11 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     use metal_boot::measured::{Keys, attest};
     use metal_boot::tpm::Tpm;
     use metal_protocol::measurement::AttestationReport;
-    use metal_tests::tpm::{Swtpm, empty_event_log, manufacture};
+    use metal_tests::tpm::{Swtpm, empty_event_log};
     let dir = tempfile::tempdir().unwrap();
     let (s, swtpm, _) = tpm_site(dir.path(), true);
     // In a pool that enforces measured boot: the commissioning quote becomes the baseline.
-    let pool = json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c",
-                      "policy": {"measuredBoot": {"mode": "enforce"}}});
-    assert_eq!(s.call("POST", "/v1/pools", Some(pool)).0, 201);
-    assert_eq!(s.call("PATCH", "/v1/nodes/n1", Some(json!({"poolId": "p1"}))).0, 200);
+    enforcing(&s);
     let joined = join(&s, &boot(&s, "commission")).unwrap();
     let mut tpm = Tpm::new(swtpm.connect());
 
@@ -661,9 +666,7 @@ fn a_ramdisk_attests_with_its_tpm_and_a_replayed_answer_or_another_tpm_is_refuse
     assert!(relayed["reason"].as_str().is_some_and(|r| r.contains("another ramdisk key")), "{relayed}");
 
     // Another TPM for the same node: refused before any credential is made for it.
-    let other_dir = dir.path().join("other");
-    std::fs::create_dir_all(&other_dir).unwrap();
-    let other = Swtpm::start_bare(&manufacture(&other_dir.join("tpm")), &other_dir);
+    let other = Swtpm::fresh(&dir.path().join("other"));
     let error = attest(&mut Tpm::new(other.connect()), &joined, empty_event_log()).unwrap_err();
     assert!(error.contains("differs from the EK node n1 registered"), "{error}");
     let (_, list) = s.call("GET", "/v1/nodes/n1/attestations", None);
@@ -761,10 +764,7 @@ fn in_an_enforcing_pool_a_deploys_plan_and_image_go_only_to_a_ramdisk_that_quote
     use metal_tests::tpm::empty_event_log;
     let dir = tempfile::tempdir().unwrap();
     let (s, swtpm, _) = tpm_site(dir.path(), true);
-    let pool = json!({"id": "p1", "tenantId": "root", "siteId": "s", "class": "c",
-                      "policy": {"measuredBoot": {"mode": "enforce"}}});
-    assert_eq!(s.call("POST", "/v1/pools", Some(pool)).0, 201);
-    assert_eq!(s.call("PATCH", "/v1/nodes/n1", Some(json!({"poolId": "p1"}))).0, 200);
+    enforcing(&s);
     let joined = join(&s, &boot(&s, "commission")).unwrap();
     assert!(attest(&mut Tpm::new(swtpm.connect()), &joined, empty_event_log()).unwrap().accepted);
     assert!(joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory("n1")).unwrap().accepted);
@@ -781,9 +781,7 @@ fn in_an_enforcing_pool_a_deploys_plan_and_image_go_only_to_a_ramdisk_that_quote
         other => panic!("a deploy's plan before a quote: {other:?}"),
     }
     // Another TPM's quote is refused, and serves nothing either.
-    let other_dir = dir.path().join("other");
-    std::fs::create_dir_all(&other_dir).unwrap();
-    let other = metal_tests::tpm::Swtpm::start_bare(&metal_tests::tpm::manufacture(&other_dir.join("tpm")), &other_dir);
+    let other = metal_tests::tpm::Swtpm::fresh(&dir.path().join("other"));
     assert!(attest(&mut Tpm::new(other.connect()), &joined, empty_event_log()).is_err());
     assert!(joined.fetch_plan().is_err());
     // The machine's own TPM: served.

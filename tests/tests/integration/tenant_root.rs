@@ -1042,9 +1042,9 @@ fn newest_attestation(s: &TestScheduler) -> String {
 
 #[test]
 fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approved_baseline_or_is_missing() {
-    use metal_tests::tpm::{EV_EFI_PLATFORM_FIRMWARE_BLOB2, Swtpm, empty_event_log, manufacture, measure};
+    use metal_tests::tpm::{EV_EFI_PLATFORM_FIRMWARE_BLOB2, Swtpm, empty_event_log, measure};
     let dir = tempfile::tempdir().unwrap();
-    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
+    let swtpm = Swtpm::fresh(dir.path());
     let mut log = empty_event_log();
     measure(&swtpm, &mut log, 0, EV_EFI_PLATFORM_FIRMWARE_BLOB2, b"firmware volume 1.0");
     let sim = IpmiSim::start();
@@ -1148,9 +1148,7 @@ fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approve
     assert!(reason.contains("the erase boot sent no attestation"), "{reason}");
 
     // Another TPM in the machine: its quote is refused, and so is the teardown.
-    let other_dir = dir.path().join("other");
-    std::fs::create_dir_all(&other_dir).unwrap();
-    let other = Swtpm::start_bare(&manufacture(&other_dir.join("tpm")), &other_dir);
+    let other = Swtpm::fresh(&dir.path().join("other"));
     recover(&s);
     let refused = attest_and_erase(&s, &version, Quote::Of(&other, &empty_event_log())).unwrap();
     assert!(refused.contains("differs from the EK node n1 registered"), "{refused}");
@@ -1162,9 +1160,9 @@ fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approve
 
 #[test]
 fn a_learning_pool_learns_the_first_quote_and_relearns_a_differing_one_with_the_difference_on_record() {
-    use metal_tests::tpm::{Swtpm, empty_event_log, manufacture, measure};
+    use metal_tests::tpm::{Swtpm, empty_event_log, measure};
     let dir = tempfile::tempdir().unwrap();
-    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
+    let swtpm = Swtpm::fresh(dir.path());
     let mut log = empty_event_log();
     let sim = IpmiSim::start();
     let s = TestScheduler::start(|_| {});
@@ -1195,10 +1193,10 @@ fn a_learning_pool_learns_the_first_quote_and_relearns_a_differing_one_with_the_
 
 #[test]
 fn a_firmware_no_machine_of_the_profile_was_qualified_on_fails_closed_until_approved_for_the_profile() {
-    use metal_tests::tpm::{EV_EFI_PLATFORM_FIRMWARE_BLOB2, Swtpm, empty_event_log, manufacture, measure};
+    use metal_tests::tpm::{EV_EFI_PLATFORM_FIRMWARE_BLOB2, Swtpm, empty_event_log, measure};
     const EV_EFI_VARIABLE_BOOT: u32 = 0x8000_0002;
     let dir = tempfile::tempdir().unwrap();
-    let swtpm = Swtpm::start_bare(&manufacture(&dir.path().join("tpm")), dir.path());
+    let swtpm = Swtpm::fresh(dir.path());
     let mut log = empty_event_log();
     measure(&swtpm, &mut log, 0, EV_EFI_PLATFORM_FIRMWARE_BLOB2, b"firmware 9.08");
     measure(&swtpm, &mut log, 1, EV_EFI_VARIABLE_BOOT, b"Boot0001: the NIC");

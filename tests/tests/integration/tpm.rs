@@ -182,10 +182,7 @@ fn a_credential_made_for_the_ak_and_ek_activates_only_in_their_tpm() {
     );
 
     // Made for another TPM's EK: refused as well.
-    let other_state = metal_tests::tpm::manufacture(&dir.path().join("other"));
-    let other_dir = dir.path().join("other-run");
-    std::fs::create_dir_all(&other_dir).unwrap();
-    let other = metal_tests::tpm::Swtpm::start_bare(&other_state, &other_dir);
+    let other = metal_tests::tpm::Swtpm::fresh(&dir.path().join("other"));
     let other_ek = Tpm::new(other.connect()).create_primary(RH_ENDORSEMENT, &ek_rsa_template()).unwrap();
     assert_ne!(other_ek.public, ek.public);
     let for_other_tpm = make_credential(&other_ek.public, &ak.public.name(), &secret, &mut rng).unwrap();
