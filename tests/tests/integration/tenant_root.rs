@@ -1106,13 +1106,13 @@ fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approve
     assert_eq!((status, envelope["payloadType"].as_str()), (200, Some(AttestationReport::PAYLOAD_TYPE)), "{envelope}");
     // Checked offline with metal-boot, against the approved baseline's own envelope.
     let file = |name: &str, attestation: &str| {
-        let path = format!("/v1/nodes/n1/attestations/{attestation}/envelope");
-        let (_, envelope) = s.call("GET", &path, None);
         let file = dir.path().join(name);
-        std::fs::write(&file, envelope.to_string()).unwrap();
-        file
+        let args = ["attest", "show", "n1", attestation, "--envelope", file.to_str().unwrap()];
+        (metal_tests::metalctl::run(&home, &args), file)
     };
-    let (differing, approved) = (file("differing.json", &differing), file("approved.json", &first));
+    let ((shown, differing), (_, approved)) = (file("differing.json", &differing), file("approved.json", &first));
+    assert!(shown.contains(&format!("against the node baseline {id} (PCRs 0,1,2,3,5,6,7): PCR 0 differs")), "{shown}");
+    assert_eq!(shown.matches("EV_EFI_PLATFORM_FIRMWARE_BLOB2").count(), 3, "the comparison and two events: {shown}");
     let ca = dir.path().join("site-ca.pem");
     std::fs::write(&ca, s.ca().certificate().pem()).unwrap();
     let tpm_cas = metal_tests::tpm::local_ca_bundle(dir.path(), true);
