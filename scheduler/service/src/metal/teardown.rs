@@ -524,12 +524,9 @@ impl Steps<'_> {
     /// quarantines in `enforce`; in `learn` the quote becomes the baseline.
     async fn attest(&self) -> Outcome {
         use super::measured_boot::{self, Verdict};
-        let Some(policy) = self.pool.and_then(|p| p.policy.measured_boot.clone()) else {
-            return Outcome::done(json!({"measuredBoot": "off"}));
-        };
-        if policy.mode == MeasuredBootMode::Off {
-            return Outcome::done(json!({"measuredBoot": "off"}));
-        }
+        let measuring =
+            self.pool.and_then(|p| p.policy.measured_boot.clone()).filter(|p| p.mode != MeasuredBootMode::Off);
+        let Some(policy) = measuring else { return Outcome::done(json!({"measuredBoot": "off"})) };
         let (run, node, pool, mode) = (self.run.id.clone(), self.node.clone(), self.pool.cloned(), policy.mode);
         let judged = self.app.store.read(move |tx| {
             let history = store::workflows::history(tx, &run)?;
