@@ -11,9 +11,11 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::Mutex;
 
 use crate::error::{BmcError, BmcResult};
+use std::collections::BTreeMap;
+
 use crate::model::{
-    BootPersistence, BootTarget, FirmwareComponent, FirmwareUpdate, Identity, LogEntry, MediaStatus, PowerAction,
-    PowerOutcome, PowerState, ReadModel, Section, Temperature, UpdateOutcome,
+    BiosSettings, BiosValue, BootPersistence, BootTarget, FirmwareComponent, FirmwareUpdate, Identity, LogEntry,
+    MediaStatus, PowerAction, PowerOutcome, PowerState, ReadModel, Section, Temperature, UpdateOutcome,
 };
 use crate::secret::{Credential, Secret};
 
@@ -141,6 +143,14 @@ impl IpmiBmc {
     pub fn new(config: IpmiConfig) -> Self {
         let name = format!("{}:{}", config.host, config.port);
         Self { credential: Mutex::new(config.credential.clone()), config, name }
+    }
+
+    fn no_bios(&self) -> BmcError {
+        BmcError::Unsupported {
+            bmc: self.name.clone(),
+            operation: "BIOS settings".into(),
+            message: "IPMI has no standard BIOS settings; use the BMC's Redfish service".into(),
+        }
     }
 
     fn ipmitool_error(&self, operation: &str, stderr: &str, user: &str) -> BmcError {
@@ -392,6 +402,18 @@ impl crate::Bmc for IpmiBmc {
             ),
             logs,
         })
+    }
+
+    async fn bios(&self) -> BmcResult<BiosSettings> {
+        Err(self.no_bios())
+    }
+
+    async fn set_bios(&self, _attributes: &BTreeMap<String, BiosValue>) -> BmcResult<()> {
+        Err(self.no_bios())
+    }
+
+    async fn reset_bios(&self) -> BmcResult<()> {
+        Err(self.no_bios())
     }
 
     async fn update_firmware(&self, _update: &FirmwareUpdate) -> BmcResult<UpdateOutcome> {

@@ -16,8 +16,8 @@ pub mod tls;
 
 pub use error::{BmcError, BmcResult};
 pub use model::{
-    BootPersistence, BootTarget, FirmwareUpdate, MediaStatus, PowerAction, PowerOutcome, PowerState, ReadModel,
-    UpdateOutcome, UpdateTarget,
+    BiosSettings, BiosValue, BootPersistence, BootTarget, FirmwareUpdate, MediaStatus, PowerAction, PowerOutcome,
+    PowerState, ReadModel, UpdateOutcome, UpdateTarget,
 };
 pub use secret::{Credential, Secret};
 
@@ -85,6 +85,15 @@ pub trait Bmc: Send + Sync {
     /// Sets `user`'s password to `new` and proves it by logging in with it. A rotation the
     /// BMC refuses is an error, and the old credential stays the current one.
     async fn rotate_password(&self, user: &str, new: &Secret) -> BmcResult<()>;
+
+    /// The BIOS attributes, current and pending.
+    async fn bios(&self) -> BmcResult<BiosSettings>;
+
+    /// Writes BIOS attributes for the next boot (most BMCs apply them only then).
+    async fn set_bios(&self, attributes: &std::collections::BTreeMap<String, BiosValue>) -> BmcResult<()>;
+
+    /// Resets every BIOS attribute to the vendor's defaults (at the next boot, on most BMCs).
+    async fn reset_bios(&self) -> BmcResult<()>;
 
     /// Writes a firmware image through the BMC's update service and follows it to its end.
     async fn update_firmware(&self, update: &FirmwareUpdate) -> BmcResult<UpdateOutcome>;

@@ -97,6 +97,22 @@ pub struct MediaStatus {
     pub image: Option<String>,
 }
 
+/// A BIOS attribute's value as Redfish carries it: a string, a number or a boolean.
+pub type BiosValue = serde_json::Value;
+
+/// The BIOS attributes a BMC reports (Redfish `Bios`): those in effect and those written
+/// for the next boot (`Bios/Settings`, where they differ).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BiosSettings {
+    /// In effect now.
+    pub current: std::collections::BTreeMap<String, BiosValue>,
+    /// Written and applied at the next boot: only those that differ from `current`.
+    pub pending: std::collections::BTreeMap<String, BiosValue>,
+    /// The attribute registry the BMC names (what each attribute may hold).
+    pub registry: Option<String>,
+}
+
 /// A section of the read model: what the BMC reported, or why it is absent.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "status", content = "value")]

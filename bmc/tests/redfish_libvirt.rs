@@ -9,10 +9,7 @@ use metal_bmc::tls::{TlsTrust, parse_fingerprint};
 use metal_bmc::{Bmc, Credential};
 use metal_tests::emulators::{LibvirtDomain, SUSHY_PASSWORD, Sushy};
 
-#[tokio::test]
-async fn power_round_trip_on_a_real_qemu_guest() {
-    let domain = LibvirtDomain::define();
-    let sushy = Sushy::start_libvirt(&domain.uuid);
+async fn bmc_of(domain: &LibvirtDomain, sushy: &Sushy) -> RedfishBmc {
     let config = RedfishConfig {
         endpoint: sushy.endpoint.clone(),
         credential: Credential::new("admin", SUSHY_PASSWORD),
@@ -20,7 +17,14 @@ async fn power_round_trip_on_a_real_qemu_guest() {
         system: Some(domain.uuid.clone()),
         timing: Timing { settle: Duration::from_secs(60), request: Duration::from_secs(60), ..Timing::default() },
     };
-    let bmc = RedfishBmc::connect(config).await.unwrap();
+    RedfishBmc::connect(config).await.unwrap()
+}
+
+#[tokio::test]
+async fn power_round_trip_on_a_real_qemu_guest() {
+    let domain = LibvirtDomain::define();
+    let sushy = Sushy::start_libvirt(&domain.uuid);
+    let bmc = bmc_of(&domain, &sushy).await;
     assert_eq!(bmc.power_state().await.unwrap(), PowerState::Off);
     assert_eq!(domain.state(), "shut off");
     let on = bmc.power(PowerAction::On).await.unwrap();
@@ -32,4 +36,24 @@ async fn power_round_trip_on_a_real_qemu_guest() {
     let off = bmc.power(PowerAction::Off).await.unwrap();
     assert_eq!((off.sent.as_slice(), off.after), (&["ForceOff".to_owned()][..], PowerState::Off));
     assert_eq!(domain.state(), "shut off");
+}
+
+/// sushy-tools keeps BIOS attributes in the domain's libvirt metadata and applies a PATCH at
+/// once (a real BMC holds it for the next boot), so nothing reads as pending here.
+#[tokio::test]
+async fn bios_attributes_are_read_written_and_reset_to_defaults() {
+    let domain = LibvirtDomain::define();
+    let sushy = Sushy::start_libvirt(&domain.uuid);
+    let bmc = bmc_of(&domain, &sushy).await;
+    let defaults = bmc.bios().await.unwrap();
+    assert_eq!(defaults.current["ProcTurboMode"], "Enabled", "{defaults:?}");
+    assert_eq!(defaults.registry.as_deref(), Some("BiosAttributeRegistryP89.v1_0_0"));
+    assert!(defaults.pending.is_empty(), "{defaults:?}");
+    let changed = [("ProcTurboMode".to_owned(), serde_json::json!("Disabled"))].into();
+    bmc.set_bios(&changed).await.unwrap();
+    let after = bmc.bios().await.unwrap();
+    assert_eq!(after.current["ProcTurboMode"], "Disabled");
+    assert!(domain.xml().contains("ProcTurboMode"), "kept in the domain: {}", domain.xml());
+    bmc.reset_bios().await.unwrap();
+    assert_eq!(bmc.bios().await.unwrap().current, defaults.current, "the vendor's defaults again");
 }

@@ -84,3 +84,16 @@ fn update_tasks_that_wait_for_a_reset() {
         &serde_json::json!({"@Message.ExtendedInfo": [{"MessageId": "Base.1.0.ResetRequired"}]})
     ));
 }
+
+#[test]
+fn dmtf_bios_and_its_pending_settings() {
+    let bios = fixture("bios");
+    let current = parse::attributes(&bios);
+    assert_eq!(current.len(), 10);
+    assert_eq!(current["ProcTurboMode"], "Enabled");
+    assert_eq!(current["ProcCoreDisable"], 0, "numbers stay numbers");
+    assert_eq!(parse::settings_object(&bios).as_deref(), Some("/redfish/v1/Systems/437XR1138R2/BIOS/Settings"));
+    let pending = parse::attributes(&fixture("bios_settings"));
+    assert_eq!(pending["ProcTurboMode"], "Disabled");
+    assert_eq!(parse::settings_object(&fixture("bios_settings")), None, "the settings object has none of its own");
+}

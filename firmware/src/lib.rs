@@ -2,6 +2,7 @@
 //! running machine), the baseline check, and reflash through the BMC's update service.
 
 pub mod baseline;
+pub mod bios;
 pub mod cli;
 pub mod image;
 pub mod inband;

@@ -99,6 +99,12 @@ fn wait_for_tcp(port: u16, child: &mut Child, what: &str) {
     }
 }
 
+/// A bcrypt hash of `password`, as sushy's basic-auth file holds it.
+fn bcrypt_hash(password: &str) -> String {
+    let script = format!("import bcrypt; print(bcrypt.hashpw(b'{password}', bcrypt.gensalt(4)).decode())");
+    run(Command::new(format!("{VENV}/bin/python3")).args(["-c", &script])).trim().to_owned()
+}
+
 /// The password of sushy's `admin` user.
 pub const SUSHY_PASSWORD: &str = "sushy-Secret-42";
 
@@ -134,6 +140,16 @@ impl Sushy {
         Sushy::start_with(&Self::libvirt(domain_uuid), true)
     }
 
+    /// Another BMC account (sushy reads its auth file on every request): something other
+    /// than the platform that can reach the BMC, as a vendor's in-band tool can.
+    pub fn add_account(&self, user: &str, password: &str) {
+        let hash = bcrypt_hash(password);
+        let auth = self.dir.path().join("htpasswd");
+        let mut accounts = std::fs::read_to_string(&auth).unwrap();
+        accounts.push_str(&format!("{user}:{hash}\n"));
+        std::fs::write(&auth, accounts).unwrap();
+    }
+
     fn libvirt(domain_uuid: &str) -> String {
         format!("SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\nSUSHY_EMULATOR_ALLOWED_INSTANCES = ['{domain_uuid}']\n")
     }
@@ -141,12 +157,8 @@ impl Sushy {
     fn start_with(driver: &str, accounts: bool) -> Sushy {
         let dir = tempfile::tempdir().unwrap();
         let pki = pki(dir.path(), "sushy");
-        let hash = run(Command::new(format!("{VENV}/bin/python3")).args([
-            "-c",
-            &format!("import bcrypt; print(bcrypt.hashpw(b'{SUSHY_PASSWORD}', bcrypt.gensalt(4)).decode())"),
-        ]));
         let auth = dir.path().join("htpasswd");
-        std::fs::write(&auth, format!("admin:{}\n", hash.trim())).unwrap();
+        std::fs::write(&auth, format!("admin:{}\n", bcrypt_hash(SUSHY_PASSWORD))).unwrap();
         let config = dir.path().join("sushy.conf");
         std::fs::write(&config, format!("{driver}SUSHY_EMULATOR_AUTH_FILE = '{}'\n", auth.display())).unwrap();
         let port = free_tcp_port();

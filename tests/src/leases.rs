@@ -170,15 +170,17 @@ pub fn wipe_report() -> metal_protocol::WipeReport {
 }
 
 /// Every step of an agent pool's teardown, in order: what a clean run's history lists.
-pub const TEARDOWN_STEPS: [&str; 11] = [
+pub const TEARDOWN_STEPS: [&str; 13] = [
     "power-off",
     "network-cleaning",
     "fence",
     "rotate-credential",
     "eject-media",
     "firmware",
+    "bios-reset",
     "erase",
     "attest",
+    "bios-verify",
     "clean-up",
     "network-provisioning",
     "exit-tenant-root",

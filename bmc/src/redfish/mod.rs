@@ -13,8 +13,8 @@ pub use http::{Answer, Timing, Transport};
 
 use crate::error::{BmcError, BmcResult};
 use crate::model::{
-    BootPersistence, BootTarget, FirmwareComponent, FirmwareUpdate, LogEntry, MediaStatus, PowerAction, PowerOutcome,
-    PowerState, ReadModel, Section, Temperature, UpdateOutcome,
+    BiosSettings, BiosValue, BootPersistence, BootTarget, FirmwareComponent, FirmwareUpdate, LogEntry, MediaStatus,
+    PowerAction, PowerOutcome, PowerState, ReadModel, Section, Temperature, UpdateOutcome,
 };
 use crate::secret::{Credential, Secret};
 use crate::tls::{TlsTrust, http_client};
@@ -115,6 +115,14 @@ impl RedfishBmc {
 
     async fn system(&self) -> BmcResult<Value> {
         Ok(self.transport.get(&self.layout.system).await?.body)
+    }
+
+    /// The system's `Bios` resource and its path.
+    async fn bios_resource(&self, operation: &str) -> BmcResult<(String, Value)> {
+        let path = odata_id(&self.system().await?["Bios"])
+            .ok_or_else(|| self.transport.unsupported(operation, "the system has no Bios resource"))?;
+        let bios = self.transport.get(&path).await?.body;
+        Ok((path, bios))
     }
 
     /// The reset types the BMC allows (from the action or its ActionInfo).
@@ -422,6 +430,38 @@ impl crate::Bmc for RedfishBmc {
 
     async fn update_firmware(&self, update: &FirmwareUpdate) -> BmcResult<UpdateOutcome> {
         self.apply_update(update).await
+    }
+
+    async fn bios(&self) -> BmcResult<BiosSettings> {
+        let (_, bios) = self.bios_resource("BIOS settings").await?;
+        let current = parse::attributes(&bios);
+        let pending = match parse::settings_object(&bios) {
+            Some(settings) => parse::attributes(&self.transport.get(&settings).await?.body)
+                .into_iter()
+                .filter(|(name, value)| current.get(name) != Some(value))
+                .collect(),
+            None => Default::default(),
+        };
+        Ok(BiosSettings { current, pending, registry: text(&bios["AttributeRegistry"]) })
+    }
+
+    async fn set_bios(&self, attributes: &std::collections::BTreeMap<String, BiosValue>) -> BmcResult<()> {
+        const OPERATION: &str = "BIOS settings";
+        let (path, bios) = self.bios_resource(OPERATION).await?;
+        // Written to the settings object where the BMC has one (applied at the next boot),
+        // to the resource itself otherwise.
+        let target = parse::settings_object(&bios).unwrap_or(path);
+        self.transport.patch(OPERATION, &target, &json!({"Attributes": attributes})).await?;
+        Ok(())
+    }
+
+    async fn reset_bios(&self) -> BmcResult<()> {
+        const OPERATION: &str = "BIOS reset";
+        let (_, bios) = self.bios_resource(OPERATION).await?;
+        let target = text(&bios["Actions"]["#Bios.ResetBios"]["target"])
+            .ok_or_else(|| self.transport.unsupported(OPERATION, "the Bios resource has no ResetBios action"))?;
+        self.transport.post_action(OPERATION, &target, &json!({})).await?;
+        Ok(())
     }
 
     async fn rotate_password(&self, user: &str, new: &Secret) -> BmcResult<()> {

@@ -153,6 +153,16 @@ pub fn media_action(media: &Value, action: &str) -> Option<String> {
     text(&media["Actions"][format!("#VirtualMedia.{action}")]["target"])
 }
 
+/// A `Bios` (or settings) resource's attributes.
+pub fn attributes(bios: &Value) -> std::collections::BTreeMap<String, Value> {
+    bios["Attributes"].as_object().map(|a| a.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default()
+}
+
+/// Where a resource takes its settings for the next boot (`@Redfish.Settings`).
+pub fn settings_object(resource: &Value) -> Option<String> {
+    odata_id(&resource["@Redfish.Settings"]["SettingsObject"])
+}
+
 /// Whether a task state is still running.
 pub fn task_running(state: &str) -> bool {
     matches!(state, "New" | "Starting" | "Running" | "Pending" | "Stopping" | "Suspended" | "Interrupted")

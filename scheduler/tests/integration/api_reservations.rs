@@ -88,6 +88,9 @@ async fn pools_validate_field_by_field_and_tenants_see_only_offered_ones() {
         (json!({"measuredBoot": {"mode": "learn", "pcrs": [1, 1]}}), "policy.measuredBoot.pcrs"),
         (json!({"measuredBoot": {"mode": "learn", "pcrs": []}}), "policy.measuredBoot.pcrs"),
         (json!({"measuredBoot": {"mode": "learn", "nodePcrs": [8]}}), "policy.measuredBoot.nodePcrs"),
+        (json!({"agent": "none", "biosBaseline": {"attributes": {"A": 1}}}), "policy.biosBaseline"),
+        (json!({"biosBaseline": {"attributes": {}}}), "policy.biosBaseline.attributes"),
+        (json!({"biosBaseline": {"attributes": {"BootOrder": ["Pxe"]}}}), "policy.biosBaseline.attributes.BootOrder"),
     ] {
         let (s, body) = site
             .admin(

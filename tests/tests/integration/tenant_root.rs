@@ -62,8 +62,13 @@ fn ramdisk_asking(s: &TestScheduler, query: &str, task: &str) -> controller::Joi
 /// The ramdisk's part of the teardown: the in-band firmware check, then the erase and its
 /// wipe report (accepted).
 fn erase_by_ramdisk(s: &TestScheduler, version: &str) {
+    erase_reporting(s, &[("bmc", version)]);
+}
+
+/// [`erase_by_ramdisk`] with the in-band firmware `{component, version}` it reports.
+fn erase_reporting(s: &TestScheduler, firmware: &[(&str, &str)]) {
     let joined = ramdisk(s, "firmware");
-    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(&[("bmc", version)])).unwrap();
+    let receipt = joined.post_report(InventoryReport::PAYLOAD_TYPE, &inventory(firmware)).unwrap();
     assert!(receipt.accepted && receipt.reason.is_none(), "{receipt:?}");
     let joined = ramdisk(s, "erase");
     let receipt = joined.post_report(WipeReport::PAYLOAD_TYPE, &wipe_report()).unwrap();
@@ -131,7 +136,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     let done: Vec<&str> = run["history"].as_array().unwrap().iter().map(|h| h["step"].as_str().unwrap()).collect();
     assert_eq!(
         done,
-        ["power-off", "network-cleaning", "fence", "rotate-credential", "eject-media", "firmware"],
+        ["power-off", "network-cleaning", "fence", "rotate-credential", "eject-media", "firmware", "bios-reset"],
         "{run}"
     );
     let history = &run["history"];
@@ -429,6 +434,90 @@ fn a_redfish_teardown_fences_rotates_through_the_account_service_and_reflashes_d
     assert_eq!(system(SUSHY_PASSWORD).status(), 401, "the tenant-era password no longer logs in");
     let (status, power) = s.call("GET", "/v1/nodes/n1/power", None);
     assert_eq!((status, power["power"].as_str()), (200, Some("off")), "the rotated one does: {power}");
+}
+
+#[test]
+fn bios_settings_a_tenant_changed_are_written_back_for_the_erase_boot_and_drift_that_survives_it_quarantines() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let disk = dir.path().join("disk.img");
+    std::fs::write(&disk, vec![0u8; 1 << 20]).unwrap();
+    let tftp = metal_tests::hil::tftp_dir(dir.path(), "http://10.0.2.2:9");
+    let domain = metal_tests::emulators::LibvirtDomain::machine(&metal_tests::emulators::LibvirtMachine {
+        disk: &disk,
+        serial: "RF02",
+        mac: MAC,
+        tftp: &tftp,
+    });
+    let sushy = Sushy::start_libvirt_with_accounts(&domain.uuid);
+    // What the tenant's root reaches besides the platform: vendor tools write the settings
+    // the BMC shows (a second account here, which the teardown's rotation leaves alone).
+    sushy.add_account("vendor-tool", "vendor-Secret-7");
+    let http = reqwest::blocking::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+    let bios_url = format!("{}/redfish/v1/Systems/{}/BIOS", sushy.endpoint, domain.uuid);
+    let turbo = || {
+        let bios: Value =
+            http.get(&bios_url).basic_auth("vendor-tool", Some("vendor-Secret-7")).send().unwrap().json().unwrap();
+        bios["Attributes"]["ProcTurboMode"].as_str().unwrap().to_owned()
+    };
+    let set_turbo = |value: &str| {
+        let answer = http
+            .patch(format!("{bios_url}/Settings"))
+            .basic_auth("vendor-tool", Some("vendor-Secret-7"))
+            .json(&json!({"Attributes": {"ProcTurboMode": value}}))
+            .send()
+            .unwrap();
+        assert!(answer.status().is_success(), "{answer:?}");
+    };
+    let system: Value = http
+        .get(format!("{}/redfish/v1/Systems/{}", sushy.endpoint, domain.uuid))
+        .basic_auth("admin", Some(SUSHY_PASSWORD))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let bios_version = system["BiosVersion"].as_str().unwrap().to_owned();
+    let s = TestScheduler::start(|_| {});
+    let bmc = json!({"protocol": "redfish", "address": sushy.endpoint, "username": "admin", "password": SUSHY_PASSWORD,
+                     "tls": {"mode": "fingerprint", "value": sushy.pki.fingerprint}});
+    let baseline = json!({"attributes": {"ProcTurboMode": "Enabled", "BootMode": "Uefi"}});
+    site(&s, bmc, json!({"firmwareBaseline": {"bios": bios_version}, "biosBaseline": baseline}));
+    let reservation = leased_and_deployed(&s);
+    set_turbo("Disabled");
+
+    // Before the erase boot: the drifted attribute found and written back, the other left.
+    release(&s, &reservation);
+    let run = teardowns(&s).pop().unwrap();
+    let written = &step_record(&run, "bios-reset")["detail"];
+    assert_eq!(written["found"], json!({"BootMode": "Uefi", "ProcTurboMode": "Disabled"}), "{run}");
+    assert_eq!(written["set"], json!({"ProcTurboMode": "Enabled"}), "{run}");
+    assert_eq!(written["drifted"][0]["found"], "Disabled", "{run}");
+    assert_eq!(turbo(), "Enabled", "sushy applies a write at once");
+    // The drift survives the boot meant to apply the baseline (firmware that re-asserts it).
+    set_turbo("Disabled");
+    erase_reporting(&s, &[("bios", &bios_version)]);
+    later(&s);
+    let node = s.node("n1");
+    assert_eq!((node["state"].as_str(), node["failedFrom"].as_str()), (Some("failed"), Some("releasing")), "{node}");
+    let reason = node["stateReason"].as_str().unwrap();
+    assert_eq!(
+        reason,
+        r#"bios-verify: BIOS_DRIFT: after the boot that applies them, ProcTurboMode is "Disabled", the baseline wants "Enabled""#
+    );
+    let run = teardowns(&s).pop().unwrap();
+    assert_eq!(step_record(&run, "bios-verify")["detail"]["found"]["ProcTurboMode"], "Disabled", "{run}");
+
+    // Recovered: the teardown writes it back again, and this time it holds.
+    recover(&s);
+    assert_eq!(turbo(), "Enabled");
+    erase_reporting(&s, &[("bios", &bios_version)]);
+    later(&s);
+    let run = teardowns(&s).pop().unwrap();
+    assert_eq!(s.node("n1")["state"], "ready", "{run}");
+    let verified = &step_record(&run, "bios-verify")["detail"];
+    assert_eq!(verified["found"], json!({"BootMode": "Uefi", "ProcTurboMode": "Enabled"}), "{run}");
+    assert_eq!((verified["drifted"].as_array().unwrap().len(), verified["pending"].as_object().unwrap().len()), (0, 0));
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! credential, ejects media, checks firmware against the pool's baseline, boots the
 //! ramdisk to erase every disk (only an accepted wipe report of the current generation
 //! lets it go on), proves with the erase boot's TPM quote that the firmware it booted
-//! is the node's baseline (a pool with `measuredBoot`), cleans the lease's boot state up,
+//! is the node's baseline (a pool with `measuredBoot`), writes the pool's BIOS settings back
+//! before that boot and checks them after it (a pool with `biosBaseline`), cleans the lease's boot state up,
 //! moves the ports back to the
 //! provisioning VLAN and hands the node back to the platform
 //! under a new identity generation. `metal-tenant-root-release-oob@1` is the agentless
@@ -60,8 +61,10 @@ pub static RELEASE: Definition = Definition {
         bmc_step("rotate-credential"),
         bmc_step("eject-media"),
         StepDef { deadline: Duration::from_secs(3600), ..bmc_step("firmware") },
+        bmc_step("bios-reset"),
         ERASE,
         bmc_step("attest"),
+        bmc_step("bios-verify"),
         bmc_step("clean-up"),
         bmc_step("network-provisioning"),
         bmc_step("exit-tenant-root"),
@@ -172,6 +175,8 @@ impl Hooks for Teardown {
                 "firmware" => steps.firmware().await,
                 "erase" => steps.erase().await,
                 "attest" => steps.attest().await,
+                "bios-reset" => steps.bios_reset().await,
+                "bios-verify" => steps.bios_verify().await,
                 "clean-up" => steps.clean_up().await,
                 "exit-tenant-root" => steps.exit(),
                 other => Outcome::Failed(format!("{} has no step {other}", run.definition), Value::Null),
@@ -199,6 +204,17 @@ struct Steps<'a> {
 
 fn bmc_retry(what: &str, e: impl std::fmt::Display) -> Outcome {
     Outcome::Retry(format!("{what}: {e}"), Value::Null)
+}
+
+/// A BMC error in a BIOS step: refusals (and a BMC without BIOS settings) quarantine with
+/// `code`, anything else (unreachable, a timeout) is tried again.
+fn bios_bmc_error(code: &str, e: metal_bmc::BmcError) -> Outcome {
+    match e {
+        metal_bmc::BmcError::Refused { .. } | metal_bmc::BmcError::Unsupported { .. } => {
+            Outcome::Failed(format!("{code}: {e}"), Value::Null)
+        }
+        e => bmc_retry("the BIOS settings", e),
+    }
 }
 
 /// The node off, read back (the teardown's first step, and a reinstall's).
@@ -559,6 +575,48 @@ impl Steps<'_> {
             }
             Ok(Verdict::Refused(reason)) => Outcome::Failed(reason, json!({"mode": mode})),
             Err(e) => Outcome::Retry(e.to_string(), Value::Null),
+        }
+    }
+
+    /// The pool's BIOS baseline written back for the erase boot to apply: the attributes
+    /// found, those that drifted and what was written are the evidence. A BMC that refuses
+    /// (a BIOS password the tenant set, no BIOS resource) or a baseline naming attributes the
+    /// machine lacks quarantines.
+    async fn bios_reset(&self) -> Outcome {
+        let Some(baseline) = self.pool.and_then(|p| p.policy.bios_baseline.as_ref()) else {
+            return Outcome::done(json!({"biosBaseline": "none"}));
+        };
+        let bmc = match self.bmc().await {
+            Ok(bmc) => bmc,
+            Err(outcome) => return outcome,
+        };
+        match metal_firmware::bios::reset(bmc.as_ref(), baseline).await {
+            Ok(reset) => Outcome::done(serde_json::to_value(&reset).unwrap_or(Value::Null)),
+            Err(e @ metal_firmware::bios::BiosError::Unknown { .. }) => {
+                Outcome::Failed(format!("INVALID_CONFIG: {e}"), Value::Null)
+            }
+            Err(metal_firmware::bios::BiosError::Bmc(e)) => bios_bmc_error("BIOS_RESET_REFUSED", e),
+        }
+    }
+
+    /// After the erase boot applied them: every baseline attribute holds, or the node is
+    /// quarantined with each that does not.
+    async fn bios_verify(&self) -> Outcome {
+        let Some(baseline) = self.pool.and_then(|p| p.policy.bios_baseline.as_ref()) else {
+            return Outcome::done(json!({"biosBaseline": "none"}));
+        };
+        let bmc = match self.bmc().await {
+            Ok(bmc) => bmc,
+            Err(outcome) => return outcome,
+        };
+        match metal_firmware::bios::verify(bmc.as_ref(), baseline).await {
+            Ok(check) if check.drifted.is_empty() => Outcome::done(serde_json::to_value(&check).unwrap_or(Value::Null)),
+            Ok(check) => {
+                let drift: Vec<String> = check.drifted.iter().map(ToString::to_string).collect();
+                let detail = serde_json::to_value(&check).unwrap_or(Value::Null);
+                Outcome::Failed(format!("BIOS_DRIFT: after the boot that applies them, {}", drift.join("; ")), detail)
+            }
+            Err(e) => bios_bmc_error("BIOS_UNREADABLE", e),
         }
     }
 

@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use crate::error::ApiError;
 
+pub use metal_firmware::bios::BiosBaseline;
 pub use metal_firmware::reflash::{FirmwareImage, FirmwareRemediation};
 
 /// Whether the pool's nodes run a site agent.
@@ -70,6 +71,10 @@ pub struct PoolPolicy {
     /// machine's TPM, and what its PCRs are compared with (off when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_boot: Option<MeasuredBootPolicy>,
+    /// BIOS settings custody (issue 32): the attribute values the teardown writes back
+    /// before its erase boot and checks after it (no check when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios_baseline: Option<BiosBaseline>,
 }
 
 /// What a teardown does with the erase boot's TPM quote.
@@ -344,6 +349,17 @@ impl PoolCreate {
         }
         if let Some(measured) = &p.measured_boot {
             check_measured_boot(measured, p.agent)?;
+        }
+        if let Some(bios) = &p.bios_baseline {
+            if p.agent == Some(AgentMode::None) {
+                return Err(ApiError::invalid(
+                    "policy.biosBaseline",
+                    "BIOS settings apply at a boot, and an agentless pool's teardown boots nothing to apply them",
+                ));
+            }
+            if let Some((field, message)) = bios.problem() {
+                return Err(ApiError::invalid(format!("policy.biosBaseline.{field}"), message));
+            }
         }
         if p.allow_unverified_release && p.agent != Some(AgentMode::None) {
             return Err(ApiError::invalid(

@@ -1,0 +1,213 @@
+//! BIOS settings custody (issue 32): a pool's `biosBaseline` names the attribute values its
+//! machines run with. A tenant with root can change them from the running OS (vendor tools
+//! write the same settings the BMC shows), and no firmware version says so. The teardown
+//! writes back what drifted before the boot that applies it (`reset`) and reads them again
+//! after that boot (`verify`): drift that survived quarantines.
+
+use std::collections::BTreeMap;
+
+use metal_bmc::{BiosValue, Bmc, BmcError};
+use serde::{Deserialize, Serialize};
+
+/// A pool's BIOS baseline (`policy.biosBaseline`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BiosBaseline {
+    /// Attribute name to value, typed as the BMC's attribute registry types it (a string, a
+    /// number or a boolean): `{"ProcTurboMode": "Enabled", "SriovGlobalEnable": "Enabled"}`.
+    #[schema(value_type = Object)]
+    pub attributes: BTreeMap<String, BiosValue>,
+    /// Reset every attribute to the vendor's defaults (`Bios.ResetBios`) at each teardown
+    /// before writing the baseline's, so attributes the baseline does not name go back too.
+    #[serde(default)]
+    pub reset_to_defaults: bool,
+}
+
+impl BiosBaseline {
+    /// The first problem with the baseline, as `(field under biosBaseline, message)`.
+    pub fn problem(&self) -> Option<(String, String)> {
+        if self.attributes.is_empty() {
+            return Some(("attributes".into(), "name at least one attribute".into()));
+        }
+        self.attributes.iter().find_map(|(name, value)| {
+            let named = !name.is_empty()
+                && name.len() <= 128
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+            if !named {
+                return Some((
+                    "attributes".into(),
+                    format!("attribute {name:?} must be 1 to 128 of A-Z a-z 0-9 _ - . :"),
+                ));
+            }
+            let scalar = value.is_string() || value.is_number() || value.is_boolean();
+            (!scalar).then(|| (format!("attributes.{name}"), "must be a string, a number or a boolean".into()))
+        })
+    }
+}
+
+/// One attribute whose value is not the baseline's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttributeDrift {
+    /// The attribute.
+    pub attribute: String,
+    /// Its value now (none: the BMC does not show it).
+    pub found: Option<BiosValue>,
+    /// The baseline's.
+    pub wanted: BiosValue,
+}
+
+impl std::fmt::Display for AttributeDrift {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.found {
+            Some(found) => write!(f, "{} is {found}, the baseline wants {}", self.attribute, self.wanted),
+            None => write!(f, "{} is not shown by the BMC, the baseline wants {}", self.attribute, self.wanted),
+        }
+    }
+}
+
+/// The baseline's attributes whose current value differs, in name order.
+pub fn drift(baseline: &BiosBaseline, current: &BTreeMap<String, BiosValue>) -> Vec<AttributeDrift> {
+    baseline
+        .attributes
+        .iter()
+        .filter(|(name, wanted)| current.get(*name) != Some(wanted))
+        .map(|(name, wanted)| AttributeDrift {
+            attribute: name.clone(),
+            found: current.get(name).cloned(),
+            wanted: wanted.clone(),
+        })
+        .collect()
+}
+
+/// What `reset` found and wrote: the evidence of the teardown's `bios-reset` step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BiosReset {
+    /// Each baseline attribute as found (before anything was written).
+    pub found: BTreeMap<String, BiosValue>,
+    /// The attributes that differed.
+    pub drifted: Vec<AttributeDrift>,
+    /// Whether the vendor's defaults were asked for first.
+    pub reset_to_defaults: bool,
+    /// What was written for the next boot (none when nothing drifted and no reset was asked).
+    pub set: BTreeMap<String, BiosValue>,
+    /// The attribute registry the BMC names.
+    pub registry: Option<String>,
+}
+
+/// Why BIOS custody could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum BiosError {
+    /// The baseline names attributes the BMC does not have (a wrong name or another machine).
+    #[error("the BMC has no BIOS attribute {} (registry {})", .names.join(", "), .registry.as_deref().unwrap_or("unnamed"))]
+    Unknown {
+        /// The attributes it lacks.
+        names: Vec<String>,
+        /// The registry it names.
+        registry: Option<String>,
+    },
+    /// The BMC failed or refused.
+    #[error(transparent)]
+    Bmc(#[from] BmcError),
+}
+
+/// Reads the BIOS attributes and writes, for the next boot, those that drifted from the
+/// baseline (every baseline attribute after the vendor's defaults, with
+/// `resetToDefaults`). Writing what is already pending again is harmless, so a teardown that
+/// crashed half-way runs this again.
+pub async fn reset(bmc: &dyn Bmc, baseline: &BiosBaseline) -> Result<BiosReset, BiosError> {
+    let settings = bmc.bios().await?;
+    let unknown: Vec<String> =
+        baseline.attributes.keys().filter(|name| !settings.current.contains_key(*name)).cloned().collect();
+    if !unknown.is_empty() {
+        return Err(BiosError::Unknown { names: unknown, registry: settings.registry });
+    }
+    let found = baseline.attributes.keys().map(|name| (name.clone(), settings.current[name].clone())).collect();
+    let drifted = drift(baseline, &settings.current);
+    let set: BTreeMap<String, BiosValue> = if baseline.reset_to_defaults {
+        bmc.reset_bios().await?;
+        baseline.attributes.clone()
+    } else {
+        drifted.iter().map(|d| (d.attribute.clone(), d.wanted.clone())).collect()
+    };
+    if !set.is_empty() {
+        bmc.set_bios(&set).await?;
+    }
+    tracing::info!(
+        drifted = drifted.len(),
+        written = set.len(),
+        reset = baseline.reset_to_defaults,
+        "BIOS baseline written"
+    );
+    Ok(BiosReset { found, drifted, reset_to_defaults: baseline.reset_to_defaults, set, registry: settings.registry })
+}
+
+/// The BIOS attributes after the boot that applied `reset`'s writes: the drift that is
+/// left (empty when every baseline attribute holds) and what the BMC still holds pending.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BiosCheck {
+    /// Each baseline attribute as it reads now.
+    pub found: BTreeMap<String, BiosValue>,
+    /// What still differs.
+    pub drifted: Vec<AttributeDrift>,
+    /// Writes the BMC holds for a boot still to come (a BMC that did not apply them).
+    pub pending: BTreeMap<String, BiosValue>,
+}
+
+/// Reads the BIOS attributes against the baseline.
+pub async fn verify(bmc: &dyn Bmc, baseline: &BiosBaseline) -> Result<BiosCheck, BmcError> {
+    let settings = bmc.bios().await?;
+    let found =
+        baseline.attributes.keys().filter_map(|n| Some((n.clone(), settings.current.get(n)?.clone()))).collect();
+    Ok(BiosCheck { found, drifted: drift(baseline, &settings.current), pending: settings.pending })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn baseline(attributes: serde_json::Value) -> BiosBaseline {
+        serde_json::from_value(json!({"attributes": attributes})).unwrap()
+    }
+
+    #[test]
+    fn drift_names_each_attribute_that_differs_or_is_missing() {
+        let b = baseline(json!({"ProcTurboMode": "Enabled", "ProcCoreDisable": 0, "SriovGlobalEnable": "Enabled"}));
+        let current = [
+            ("ProcTurboMode".to_owned(), json!("Disabled")),
+            ("ProcCoreDisable".to_owned(), json!(0)),
+            ("BootMode".to_owned(), json!("Uefi")),
+        ]
+        .into();
+        let found: Vec<String> = drift(&b, &current).iter().map(ToString::to_string).collect();
+        assert_eq!(
+            found,
+            [
+                r#"ProcTurboMode is "Disabled", the baseline wants "Enabled""#,
+                r#"SriovGlobalEnable is not shown by the BMC, the baseline wants "Enabled""#
+            ]
+        );
+        // A number is not its string: the registry types each attribute.
+        let typed = [("ProcCoreDisable".to_owned(), json!("0"))].into();
+        assert_eq!(drift(&baseline(json!({"ProcCoreDisable": 0})), &typed).len(), 1);
+    }
+
+    #[test]
+    fn a_baseline_names_scalar_attributes() {
+        assert_eq!(baseline(json!({"ProcTurboMode": "Enabled", "Cores": 4, "Quiet": true})).problem(), None);
+        let (field, message) = baseline(json!({})).problem().unwrap();
+        assert_eq!((field.as_str(), message.as_str()), ("attributes", "name at least one attribute"));
+        let (field, _) = baseline(json!({"Boot Order": "x"})).problem().unwrap();
+        assert_eq!(field, "attributes");
+        let (field, message) = baseline(json!({"BootOrder": ["Pxe"]})).problem().unwrap();
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            ("attributes.BootOrder", "must be a string, a number or a boolean")
+        );
+        let unknown = serde_json::from_value::<BiosBaseline>(json!({"attributes": {"A": 1}, "reset": true}));
+        assert!(unknown.unwrap_err().to_string().contains("unknown field `reset`"));
+    }
+}
