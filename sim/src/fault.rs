@@ -2,7 +2,8 @@
 //! over the simulator's API, each on or off at any moment: a BMC that times out, answers 5xx,
 //! lies about power or refuses a password rotation; firmware that drifted from the baseline;
 //! a disk that ignores discards (and sanitize commands) or fails reads; a network that loses
-//! the ramdisk's reports; a switch that refuses to move the machine's port.
+//! the ramdisk's reports; a switch that refuses to move the machine's port; BIOS settings
+//! that are locked or do not hold.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -28,11 +29,17 @@ pub enum Fault {
     ReportLost,
     /// The switch refuses to move the machine's port to another VLAN.
     SwitchRefuses,
+    /// The BIOS settings are locked (a setup password the tenant set): the BMC refuses to
+    /// write them or reset them to defaults.
+    BiosLocked,
+    /// Something below the OS (a tenant's firmware hook) turns turbo off again at every boot,
+    /// whatever the BMC wrote for it.
+    BiosReverts,
 }
 
 impl Fault {
     /// Every fault, in a fixed order.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 11] = [
         Fault::BmcTimeout,
         Fault::BmcUnavailable,
         Fault::BmcLiesAboutPower,
@@ -42,6 +49,8 @@ impl Fault {
         Fault::ReadErrors,
         Fault::ReportLost,
         Fault::SwitchRefuses,
+        Fault::BiosLocked,
+        Fault::BiosReverts,
     ];
 
     /// The fault's name on the command line and in the API.
@@ -56,6 +65,8 @@ impl Fault {
             Fault::ReadErrors => "read-errors",
             Fault::ReportLost => "report-lost",
             Fault::SwitchRefuses => "switch-refuses",
+            Fault::BiosLocked => "bios-locked",
+            Fault::BiosReverts => "bios-reverts",
         }
     }
 

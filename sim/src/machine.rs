@@ -15,7 +15,7 @@
 //! reach the scheduler, and its writes still reach the disk files, which a real machine's
 //! would not: the teardown never cuts a ramdisk's power while it works, so no test meets it.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -115,6 +115,11 @@ pub struct State {
     /// When the power last changed, and what it was before the first of the changes that
     /// followed each other within a lagging BMC's lag (what such a BMC still reads).
     pub power_changed: Option<(Instant, bool)>,
+    /// The BIOS attributes in effect.
+    pub bios: BTreeMap<String, serde_json::Value>,
+    /// BIOS attributes written through the BMC, applied at the next power-on (as a real
+    /// BMC's settings object is).
+    pub bios_pending: BTreeMap<String, serde_json::Value>,
 }
 
 impl std::fmt::Debug for State {
@@ -129,6 +134,8 @@ impl std::fmt::Debug for State {
             .field("bmc_version", &self.bmc_version)
             .field("boots", &self.boots)
             .field("power_changed", &self.power_changed)
+            .field("bios", &self.bios)
+            .field("bios_pending", &self.bios_pending)
             .finish()
     }
 }
@@ -156,6 +163,23 @@ impl State {
     fn runs(&self, epoch: u64) -> bool {
         self.power_on && self.epoch == epoch
     }
+}
+
+/// The attribute (and value) the `bios-reverts` fault keeps turning back at every boot.
+pub const BIOS_REVERTED: (&str, &str) = ("ProcTurboMode", "Disabled");
+
+/// The vendor's BIOS defaults of every simulated machine (what `Bios.ResetBios` restores).
+pub fn bios_defaults() -> BTreeMap<String, serde_json::Value> {
+    [
+        ("BootMode", serde_json::json!("Uefi")),
+        ("ProcTurboMode", serde_json::json!("Enabled")),
+        ("ProcVirtualization", serde_json::json!("Enabled")),
+        ("SriovGlobalEnable", serde_json::json!("Enabled")),
+        ("NumaNodesPerSocket", serde_json::json!(1)),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect()
 }
 
 /// A real machine's power-on self test, at least: no machine reboots in no time.
@@ -217,6 +241,8 @@ impl Machine {
                 bmc_version: BMC_VERSION.into(),
                 boots: 0,
                 power_changed: None,
+                bios: bios_defaults(),
+                bios_pending: BTreeMap::new(),
             }),
             console: Mutex::new(VecDeque::new()),
         }
@@ -261,6 +287,12 @@ impl Machine {
             state.note_power_change();
             state.power_on = true;
             state.epoch += 1;
+            // The firmware applies what the BMC holds for it as it starts.
+            let pending = std::mem::take(&mut state.bios_pending);
+            state.bios.extend(pending);
+            if self.faults.has(Fault::BiosReverts) {
+                state.bios.insert(BIOS_REVERTED.0.into(), BIOS_REVERTED.1.into());
+            }
             state.epoch
         };
         let machine = self.clone();

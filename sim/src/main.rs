@@ -41,7 +41,7 @@ struct Cli {
     machines_dir: Option<PathBuf>,
     /// A fault a machine has from the start, as NODE=FAULT (repeatable). Faults: bmc-timeout,
     /// bmc-unavailable, bmc-lies-about-power, refuse-rotation, firmware-drift, ignore-discard,
-    /// read-errors, report-lost, switch-refuses.
+    /// read-errors, report-lost, switch-refuses, bios-locked, bios-reverts.
     #[arg(long = "fault", global = true, value_parser = parse_assignment)]
     faults: Vec<(String, Fault)>,
     /// Every Nth machine's BMC has the quirks sushy-tools showed: no PowerCycle, a Once boot

@@ -111,6 +111,10 @@ async fn handle(
         (Method::GET, "/redfish/v1/Systems/1") => axum::Json(system(&machine)).into_response(),
         (Method::PATCH, "/redfish/v1/Systems/1") => set_boot(&machine, &body),
         (Method::POST, "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset") => reset(&machine, &body),
+        (Method::GET, BIOS) => axum::Json(bios(&machine, false)).into_response(),
+        (Method::GET, BIOS_SETTINGS) => axum::Json(bios(&machine, true)).into_response(),
+        (Method::PATCH, BIOS_SETTINGS) => set_bios(&machine, &body),
+        (Method::POST, BIOS_RESET) => reset_bios(&machine),
         (Method::GET, "/redfish/v1/Managers") => collection("/redfish/v1/Managers", &["1"]),
         (Method::GET, "/redfish/v1/Managers/1") => axum::Json(manager(&machine)).into_response(),
         (Method::GET, "/redfish/v1/Chassis") => collection("/redfish/v1/Chassis", &["1"]),
@@ -216,12 +220,79 @@ fn system(machine: &Machine) -> Value {
             "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
             "ResetType@Redfish.AllowableValues": machine.flavor.reset_types()
         }},
-        "Links": {"ManagedBy": [{"@odata.id": "/redfish/v1/Managers/1"}], "Chassis": [{"@odata.id": "/redfish/v1/Chassis/1"}]}
+        "Links": {"ManagedBy": [{"@odata.id": "/redfish/v1/Managers/1"}], "Chassis": [{"@odata.id": "/redfish/v1/Chassis/1"}]},
+        "Bios": {"@odata.id": BIOS}
     });
     if machine.flavor == Flavor::SushyTools {
         system["VirtualMedia"] = json!({"@odata.id": Flavor::SushyTools.media_collection()});
     }
     system
+}
+
+const BIOS: &str = "/redfish/v1/Systems/1/Bios";
+const BIOS_SETTINGS: &str = "/redfish/v1/Systems/1/Bios/Settings";
+const BIOS_RESET: &str = "/redfish/v1/Systems/1/Bios/Actions/Bios.ResetBios";
+
+/// The `Bios` resource (the attributes in effect) or its settings object (with what waits
+/// for the next power-on).
+fn bios(machine: &Machine, settings: bool) -> Value {
+    let state = machine.state();
+    let mut attributes = state.bios.clone();
+    if settings {
+        attributes.extend(state.bios_pending.clone());
+        return json!({"@odata.id": BIOS_SETTINGS, "Id": "Settings", "Name": "BIOS Pending Settings",
+                      "AttributeRegistry": BIOS_REGISTRY, "Attributes": attributes});
+    }
+    json!({
+        "@odata.id": BIOS, "Id": "Bios", "Name": "BIOS Current Settings", "AttributeRegistry": BIOS_REGISTRY,
+        "Attributes": attributes,
+        "@Redfish.Settings": {"SettingsObject": {"@odata.id": BIOS_SETTINGS}, "SupportedApplyTimes": ["OnReset"]},
+        "Actions": {"#Bios.ResetBios": {"target": BIOS_RESET}}
+    })
+}
+
+const BIOS_REGISTRY: &str = "BiosAttributeRegistryMetalSim.v1_0_0";
+
+/// Refused while a setup password locks the settings (the `bios-locked` fault).
+fn bios_locked(machine: &Machine) -> Option<Response> {
+    machine.faults.has(Fault::BiosLocked).then(|| {
+        error(StatusCode::FORBIDDEN, "the BIOS settings are locked by a setup password; enter it in BIOS setup first")
+    })
+}
+
+/// Writes attributes for the next power-on: only ones the machine has, of the type it has.
+fn set_bios(machine: &Machine, body: &Value) -> Response {
+    if let Some(locked) = bios_locked(machine) {
+        return locked;
+    }
+    let Some(attributes) = body["Attributes"].as_object() else {
+        return error(StatusCode::BAD_REQUEST, "the body has no Attributes object");
+    };
+    let mut state = machine.state();
+    for (name, value) in attributes {
+        let same_type = |current: &Value| std::mem::discriminant(current) == std::mem::discriminant(value);
+        match state.bios.get(name) {
+            None => return error(StatusCode::BAD_REQUEST, &format!("no BIOS attribute {name}")),
+            Some(current) if !same_type(current) => {
+                return error(StatusCode::BAD_REQUEST, &format!("BIOS attribute {name} takes a value like {current}"));
+            }
+            Some(_) => {}
+        }
+    }
+    state.bios_pending.extend(attributes.iter().map(|(k, v)| (k.clone(), v.clone())));
+    drop(state);
+    machine.say(&format!("BMC: BIOS settings written for the next boot: {}", Value::Object(attributes.clone())));
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// The vendor's defaults, applied at the next power-on.
+fn reset_bios(machine: &Machine) -> Response {
+    if let Some(locked) = bios_locked(machine) {
+        return locked;
+    }
+    machine.state().bios_pending = crate::machine::bios_defaults();
+    machine.say("BMC: BIOS reset to defaults at the next boot");
+    StatusCode::NO_CONTENT.into_response()
 }
 
 fn set_boot(machine: &Machine, body: &Value) -> Response {

@@ -2,7 +2,8 @@
 //! drifted from the pool's baseline, a disk that acknowledges its sanitize and keeps the
 //! data, a disk whose reads fail, and a switch that refuses to move the machine's port off
 //! its tenant VLAN (the machine stays cut off, on the lease's VLAN, until an operator
-//! recovers it; then the switch has it on provisioning). Each machine is quarantined by the step that found
+//! recovers it; then the switch has it on provisioning), BIOS settings locked by a setup
+//! password and a BIOS setting that does not hold after the boot that applies it. Each machine is quarantined by the step that found
 //! its fault, with that step's evidence, and keeps the tenant's data off the ready pool;
 //! the machine without a fault comes back ready under a new identity generation. A BMC that
 //! answers 503 while the machine is leased makes the API answer 502 with the BMC's word, and
@@ -30,7 +31,7 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let site = metal_sim::lease::prepared(&Options {
-            nodes: 6,
+            nodes: 8,
             speed: 120.0,
             seed: 3,
             database_url,
@@ -39,15 +40,16 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
         })
         .await
         .unwrap();
-        let leased: Vec<String> = lease(&site, 5, "2d").await.unwrap().into_iter().map(|(_, n)| n).collect();
+        let leased: Vec<String> = lease(&site, 7, "2d").await.unwrap().into_iter().map(|(_, n)| n).collect();
         let mut distinct = leased.clone();
         distinct.sort();
         distinct.dedup();
-        assert_eq!(distinct.len(), 5, "five leases, five nodes: {leased:?}");
+        assert_eq!(distinct.len(), 7, "seven leases, seven nodes: {leased:?}");
         for node in &leased {
             assert!(tenant_data_left(&site, node), "{node}: the deploy wrote the lessee's image");
         }
-        let [clean, drifted, keeps_data, unreadable, stuck] = [0, 1, 2, 3, 4].map(|i| leased[i].clone());
+        let [clean, drifted, keeps_data, unreadable, stuck, locked, reverts] =
+            [0, 1, 2, 3, 4, 5, 6].map(|i| leased[i].clone());
         let switch = site.switch.as_ref().unwrap();
         let vlan = |node: &str| switch.port(&metal_sim::switch::port_of(node)).unwrap().tag;
         let tenant_vlan = vlan(&stuck);
@@ -56,6 +58,15 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
         site.machine(&drifted).unwrap().faults.set(Fault::FirmwareDrift, true);
         site.machine(&keeps_data).unwrap().faults.set(Fault::IgnoreDiscard, true);
         site.machine(&unreadable).unwrap().faults.set(Fault::ReadErrors, true);
+        // Tenants turned turbo off from their OS: the teardown writes it back for the erase
+        // boot; one also set a BIOS setup password, and one's firmware hook turns it off again
+        // at every boot.
+        let turbo = |node: &str| site.machine(node).unwrap().state().bios["ProcTurboMode"].clone();
+        for node in [&clean, &locked, &reverts] {
+            site.machine(node).unwrap().state().bios.insert("ProcTurboMode".into(), "Disabled".into());
+        }
+        site.machine(&locked).unwrap().faults.set(Fault::BiosLocked, true);
+        site.machine(&reverts).unwrap().faults.set(Fault::BiosReverts, true);
 
         // A BMC that is busy for a while: reads through the API fail with the BMC's word,
         // and nothing is lost once it answers again.
@@ -68,7 +79,7 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
 
         site.clock.advance(Duration::from_secs(2 * 86_400));
         reaches(&site, &clean, "ready").await.unwrap();
-        for node in [&drifted, &keeps_data, &unreadable, &stuck] {
+        for node in [&drifted, &keeps_data, &unreadable, &stuck, &locked, &reverts] {
             reaches(&site, node, "failed").await.unwrap();
         }
 
@@ -91,6 +102,20 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
         assert!(unread.contains("erase") && unread.contains("disk"), "{unread}");
         assert!(tenant_data_left(&site, &drifted), "quarantined before the erase: nothing was erased");
 
+        let bios_locked = reason(&locked).await;
+        assert!(
+            bios_locked.starts_with("bios-reset: BIOS_RESET_REFUSED:") && bios_locked.contains("setup password"),
+            "{bios_locked}"
+        );
+        assert!(tenant_data_left(&site, &locked), "quarantined before the erase");
+        assert_eq!(turbo(&locked), "Disabled");
+        let bios_reverted = reason(&reverts).await;
+        assert_eq!(
+            bios_reverted,
+            r#"bios-verify: BIOS_DRIFT: after the boot that applies them, ProcTurboMode is "Disabled", the baseline wants "Enabled""#
+        );
+        assert!(!tenant_data_left(&site, &reverts), "the erase ran before the check");
+
         let refused = reason(&stuck).await;
         assert!(
             refused.starts_with("network-cleaning: switch tor1 refused: ovs-vsctl: transaction error: port")
@@ -107,6 +132,7 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
         let n = site.admin.get(&format!("/v1/nodes/{clean}")).await.unwrap();
         assert_eq!((n["identityGeneration"].as_i64(), n["trust"].as_str()), (Some(3), Some("platform")), "{n}");
         assert!(!tenant_data_left(&site, &clean));
+        assert_eq!(turbo(&clean), "Enabled", "the tenant's change did not outlive the lease");
         let spare = site.machines.iter().find(|m| !leased.contains(&m.id)).unwrap();
         assert_eq!(site.admin.get(&format!("/v1/nodes/{}", spare.id)).await.unwrap()["state"], "ready");
         assert!(metal_sim::chaos::check(&site).await.unwrap() > 0);
