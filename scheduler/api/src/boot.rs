@@ -12,8 +12,8 @@ use metal_service::metal::measured_boot;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::{
-    AttestationDetail, AttestationRecord, BaselineApproval, BootBaseline, FirmwareCheckRecord, NodeBoot, NodeInventory,
-    SignerCertificate, WipeReportDetail, WipeReportRecord,
+    AttestationDetail, AttestationRecord, BaselineApproval, BaselineEnd, BaselineState, BootBaseline,
+    FirmwareCheckRecord, NodeBoot, NodeInventory, SignerCertificate, WipeReportDetail, WipeReportRecord,
 };
 
 /// The node's platform inventory (its last commissioning report).
@@ -104,6 +104,67 @@ pub async fn approve_baseline(
         })
         .await?;
     Ok((axum::http::StatusCode::CREATED, ApiJson(baseline)))
+}
+
+/// Retires the node's active baseline (its own or its profile's): its teardowns compare with
+/// nothing for that part until a baseline is learned (a `learn` pool) or approved, so an
+/// `enforce` pool quarantines them meanwhile. For a firmware or boot configuration withdrawn
+/// on purpose. Who retired it and why are on record.
+#[utoipa::path(post, path = "/v1/nodes/{id}/boot-baselines/{baseline}/retire",
+    params(("id" = String, Path, description = "node id"), ("baseline" = String, Path, description = "baseline id")),
+    request_body = BaselineEnd,
+    responses((status = 200, body = BootBaseline), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 409, description = "the baseline is not active", body = metal_types::error::ErrorBody),
+        (status = 422, description = "no reason given", body = metal_types::error::ErrorBody)))]
+pub async fn retire_baseline(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath((id, baseline)): ApiPath<(String, String)>,
+    ApiJson(end): ApiJson<BaselineEnd>,
+) -> ApiResult<ApiJson<BootBaseline>> {
+    end_baseline(app, caller, id, baseline, BaselineState::Retired, end).await
+}
+
+/// Revokes a baseline of the node (active, obsolete or retired): its measurements are known
+/// bad, so a quote that repeats them on the compared PCRs is refused in every mode (the
+/// teardown quarantines, a `learn` pool does not learn it, commissioning and approval do not
+/// take it). For firmware found vulnerable or tampered with. Who revoked it and why are on
+/// record.
+#[utoipa::path(post, path = "/v1/nodes/{id}/boot-baselines/{baseline}/revoke",
+    params(("id" = String, Path, description = "node id"), ("baseline" = String, Path, description = "baseline id")),
+    request_body = BaselineEnd,
+    responses((status = 200, body = BootBaseline), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 409, description = "the baseline is already revoked", body = metal_types::error::ErrorBody),
+        (status = 422, description = "no reason given", body = metal_types::error::ErrorBody)))]
+pub async fn revoke_baseline(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath((id, baseline)): ApiPath<(String, String)>,
+    ApiJson(end): ApiJson<BaselineEnd>,
+) -> ApiResult<ApiJson<BootBaseline>> {
+    end_baseline(app, caller, id, baseline, BaselineState::Revoked, end).await
+}
+
+async fn end_baseline(
+    app: AppState,
+    caller: Caller,
+    id: String,
+    baseline: String,
+    state: BaselineState,
+    end: BaselineEnd,
+) -> ApiResult<ApiJson<BootBaseline>> {
+    caller.admin(&format!("node {id}"))?;
+    end.validate()?;
+    let (now, by) = (app.clock.now(), format!("credential {}", caller.0.id));
+    let what = format!("node {id}");
+    let ended = app
+        .store
+        .write(move |tx| {
+            let node = store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
+            measured_boot::end_baseline(tx, &node, &baseline, state, &by, &end.reason, now)
+        })
+        .await?;
+    Ok(ApiJson(ended))
 }
 
 /// The boots the scheduler started for the node, newest first: who started each, which

@@ -105,6 +105,8 @@ pub use metal_types::extract::{ApiJson, ApiPath, ApiQuery};
         boot::get_attestation_envelope,
         boot::list_baselines,
         boot::approve_baseline,
+        boot::retire_baseline,
+        boot::revoke_baseline,
         boot::list_firmware_checks,
         boot::get_wipe_report,
         boot::get_wipe_envelope,
@@ -239,6 +241,8 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/attestations/{attestation}", get(boot::get_attestation))
         .route("/v1/nodes/{id}/attestations/{attestation}/envelope", get(boot::get_attestation_envelope))
         .route("/v1/nodes/{id}/boot-baselines", get(boot::list_baselines).post(boot::approve_baseline))
+        .route("/v1/nodes/{id}/boot-baselines/{baseline}/retire", post(boot::retire_baseline))
+        .route("/v1/nodes/{id}/boot-baselines/{baseline}/revoke", post(boot::revoke_baseline))
         .route("/v1/nodes/{id}/firmware-checks", get(boot::list_firmware_checks))
         .route("/v1/nodes/{id}/wipe-reports/{report}", get(boot::get_wipe_report))
         .route("/v1/nodes/{id}/wipe-reports/{report}/envelope", get(boot::get_wipe_envelope))

@@ -1,6 +1,7 @@
 //! `metalctl attest`: measured boot (issue 32). A node's attestations (TPM quotes of its boot
 //! PCRs, verified or refused), its baselines (what a teardown compares the erase boot's quote
-//! with) and an operator's approval of a verified attestation as the new baseline.
+//! with), an operator's approval of a verified attestation as the new baseline, and the
+//! retirement or revocation of one.
 
 use std::path::PathBuf;
 
@@ -38,6 +39,25 @@ pub enum AttestCommand {
         /// node (the node's own PCRs) or profile (the firmware's, for the whole profile).
         #[arg(long, default_value = "node", value_parser = ["node", "profile"])]
         scope: String,
+    },
+    /// Take the node's active baseline (its own or its profile's) out of use: that part
+    /// compares with nothing until one is learned or approved, so an enforcing pool
+    /// quarantines its teardowns meanwhile.
+    Retire {
+        node: String,
+        baseline: String,
+        /// Why, on record with your credential.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Declare a baseline's measurements bad (a firmware found vulnerable or tampered with):
+    /// a quote that repeats them is refused in every mode and never learned again.
+    Revoke {
+        node: String,
+        baseline: String,
+        /// Why, on record with your credential.
+        #[arg(long)]
+        reason: String,
     },
 }
 
@@ -90,7 +110,16 @@ pub fn run(client: &Client, out: Output, command: AttestCommand) -> Result<(), C
             let baseline = client.request("POST", &format!("/v1/nodes/{node}/boot-baselines"), Some(body))?;
             print(out, &baseline, &BASELINE_COLUMNS);
         }
+        AttestCommand::Retire { node, baseline, reason } => end(client, out, &node, &baseline, "retire", &reason)?,
+        AttestCommand::Revoke { node, baseline, reason } => end(client, out, &node, &baseline, "revoke", &reason)?,
     }
+    Ok(())
+}
+
+fn end(client: &Client, out: Output, node: &str, baseline: &str, verb: &str, reason: &str) -> Result<(), ClientError> {
+    let body = RequestBody::Json(json!({"reason": reason}));
+    let ended = client.request("POST", &format!("/v1/nodes/{node}/boot-baselines/{baseline}/{verb}"), Some(body))?;
+    print(out, &ended, &BASELINE_COLUMNS);
     Ok(())
 }
 

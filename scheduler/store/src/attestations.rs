@@ -208,7 +208,7 @@ pub fn get(conn: &mut dyn Conn, node_id: &str, id: &str) -> DbResult<Option<(Att
 }
 
 const BASELINE_COLUMNS: &str = "id, scope, node_id, hardware_profile, firmware, attestation_id, pcrs, state, \
-                                learned_by, created_at, replaced_at";
+                                learned_by, created_at, replaced_at, state_reason";
 
 fn baseline_from_row(row: &Row) -> DbResult<BootBaseline> {
     Ok(BootBaseline {
@@ -223,6 +223,7 @@ fn baseline_from_row(row: &Row) -> DbResult<BootBaseline> {
         learned_by: row.get("learned_by")?,
         created_at: from_millis(row.get("created_at")?),
         replaced_at: row.get::<Option<i64>>("replaced_at")?.map(from_millis),
+        state_reason: row.get("state_reason")?,
     })
 }
 
@@ -250,6 +251,36 @@ pub fn baselines(conn: &mut dyn Conn, key: &BaselineKey) -> DbResult<Vec<BootBas
 /// The active baseline of `key`.
 pub fn active_baseline(conn: &mut dyn Conn, key: &BaselineKey) -> DbResult<Option<BootBaseline>> {
     Ok(baselines(conn, key)?.into_iter().find(|b| b.state == BaselineState::Active))
+}
+
+/// Ends baseline `id` by hand: `state` (retired or revoked), with who and why. False when no
+/// baseline was in one of the states `from`.
+pub fn end_baseline(
+    conn: &mut dyn Conn,
+    id: &str,
+    from: &[BaselineState],
+    state: BaselineState,
+    reason: &str,
+    now: OffsetDateTime,
+) -> DbResult<bool> {
+    let Some(current) = conn
+        .query("SELECT state FROM boot_baselines WHERE id = $1", &[&id])?
+        .first()
+        .map(|row| row.parse::<BaselineState>("state"))
+        .transpose()?
+    else {
+        return Ok(false);
+    };
+    if !from.contains(&current) {
+        return Ok(false);
+    }
+    // The state read is the state changed: a concurrent end of the same baseline loses.
+    let changed = conn.execute(
+        "UPDATE boot_baselines SET state = $1, state_reason = $2, replaced_at = COALESCE(replaced_at, $3) \
+         WHERE id = $4 AND state = $5",
+        &[&state.as_str(), &reason, &to_millis(now), &id, &current.as_str()],
+    )?;
+    Ok(changed == 1)
 }
 
 /// Makes `baseline` the active one of its key; the one it replaces becomes obsolete.

@@ -1248,7 +1248,7 @@ fn an_enforcing_pool_quarantines_a_teardown_whose_quote_differs_from_the_approve
 }
 
 #[test]
-fn a_learning_pool_learns_the_first_quote_and_relearns_a_differing_one_with_the_difference_on_record() {
+fn a_learning_pool_relearns_a_differing_quote_refuses_a_revoked_one_and_learns_anew_after_a_retirement() {
     use metal_tests::tpm::{Swtpm, empty_event_log, measure};
     let dir = tempfile::tempdir().unwrap();
     let swtpm = Swtpm::fresh(dir.path());
@@ -1278,6 +1278,67 @@ fn a_learning_pool_learns_the_first_quote_and_relearns_a_differing_one_with_the_
     let run = teardowns(&s).pop().unwrap();
     let learned = &step_record(&run, "attest")["detail"]["learned"];
     assert!(learned[0]["difference"].as_str().unwrap().starts_with("PCR 7 differs"), "{run}");
+
+    // The new db certificate turns out to be bad: its baseline is revoked (only the active
+    // one retires; a revoked one is not revoked twice).
+    let (active, obsolete) = (baselines[0]["id"].as_str().unwrap(), baselines[1]["id"].as_str().unwrap());
+    let end = |baseline: &str, verb: &str| {
+        let body = json!({"reason": "db certificate withdrawn"});
+        s.call("POST", &format!("/v1/nodes/n1/boot-baselines/{baseline}/{verb}"), Some(body))
+    };
+    let (status, body) = end(obsolete, "retire");
+    assert_eq!(
+        (status, body["error"]["message"].as_str()),
+        (409, Some(format!("baseline {obsolete} is obsolete; only active can be retired").as_str())),
+        "{body}"
+    );
+    let (status, body) =
+        s.call("POST", &format!("/v1/nodes/n1/boot-baselines/{active}/revoke"), Some(json!({"reason": " "})));
+    assert_eq!((status, body["error"]["field"].as_str()), (422, Some("reason")), "{body}");
+    let home = metal_tests::metalctl::home(&dir.path().join("home"), &s.url, &s.admin);
+    let table =
+        metal_tests::metalctl::run(&home, &["attest", "revoke", "n1", active, "--reason", "db certificate withdrawn"]);
+    assert!(table.contains("revoked"), "{table}");
+    assert_eq!(end(active, "revoke").0, 409, "revoked once");
+    let revoked = s.events("node.boot-baseline.revoked");
+    assert_eq!((revoked.len(), &revoked[0]["data"]["was"]), (1, &json!("active")), "{revoked:?}");
+
+    // The machine still boots it: even a learning pool refuses the revoked measurements, and
+    // an operator cannot approve them back.
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+    assert_eq!(attest_and_erase(&s, &version, Quote::Of(&swtpm, &log)), None);
+    let reason = quarantined_by_attest(&s);
+    let repeats = format!("repeats revoked baseline {active} on PCRs 0,7 (revoked by credential ");
+    assert!(reason.contains(&repeats) && reason.ends_with(": db certificate withdrawn)"), "{reason}");
+    let attestation = newest_attestation(&s);
+    let (status, body) = s.call("POST", "/v1/nodes/n1/boot-baselines", Some(json!({"attestationId": attestation})));
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains(&repeats), "{body}");
+
+    // Fixed (another certificate in db): learned again; retiring it leaves the part with
+    // no baseline, so the next teardown of the learning pool learns one anew.
+    measure(&swtpm, &mut log, 7, 0x8000_0001, b"db: the fixed certificate");
+    recover(&s);
+    assert_eq!(attest_and_erase(&s, &version, Quote::Of(&swtpm, &log)), None);
+    assert_eq!(s.node("n1")["state"], "ready");
+    let fixed = ok(&s, "GET", "/v1/nodes/n1/boot-baselines", Value::Null)[0]["id"].as_str().unwrap().to_owned();
+    let (status, retired) = end(&fixed, "retire");
+    assert_eq!((status, retired["state"].as_str()), (200, Some("retired")), "{retired}");
+    assert!(retired["stateReason"].as_str().unwrap().starts_with("retired by credential "), "{retired}");
+    ok(&s, "PATCH", "/v1/nodes/n1", json!({"maintenance": false}));
+    let reservation = leased_and_deployed(&s);
+    release(&s, &reservation);
+    assert_eq!(attest_and_erase(&s, &version, Quote::Of(&swtpm, &log)), None);
+    assert_eq!(s.node("n1")["state"], "ready");
+    let baselines = ok(&s, "GET", "/v1/nodes/n1/boot-baselines", Value::Null);
+    let states: Vec<&str> = baselines.as_array().unwrap().iter().map(|b| b["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["active", "retired", "revoked", "obsolete"], "{baselines}");
+    assert_eq!(
+        s.events("node.boot-baseline.learned").last().unwrap()["data"]["why"],
+        Value::Null,
+        "none to differ from"
+    );
 }
 
 #[test]

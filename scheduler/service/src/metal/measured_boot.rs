@@ -85,6 +85,7 @@ pub fn learn(
         learned_by: learned_by.to_owned(),
         created_at: now,
         replaced_at: None,
+        state_reason: None,
     };
     let replaced = store::attestations::active_baseline(tx, key)?;
     store::attestations::learn(tx, &baseline)?;
@@ -112,11 +113,19 @@ pub fn commissioned(
     if mode == MeasuredBootMode::Off {
         return Ok(());
     }
-    let profile = pool.as_ref().and_then(profile_key).filter(|_| mode == MeasuredBootMode::Learn);
-    for key in [Some(node_key(node)), profile].into_iter().flatten() {
-        if store::attestations::active_baseline(tx, &key)?.is_none() {
-            learn(tx, attestation, &key, COMMISSIONING, None, now)?;
+    let policy = pool.as_ref().and_then(|p| p.policy.measured_boot.clone()).unwrap_or_else(default_policy);
+    for (key, pcrs) in parts(node, pool.as_ref(), &policy) {
+        let learns = matches!(key, BaselineKey::Node(_)) || mode == MeasuredBootMode::Learn;
+        if !learns || store::attestations::active_baseline(tx, &key)?.is_some() {
+            continue;
         }
+        // Measurements an operator revoked are not learned, even in platform custody: the
+        // teardown will refuse them with the revocation's reason.
+        if let Some(revoked) = revoked_match(tx, attestation, &key, &pcrs)? {
+            tracing::warn!(node = %node.id, baseline = %revoked.id, "commissioning quote repeats a revoked baseline");
+            continue;
+        }
+        learn(tx, attestation, &key, COMMISSIONING, None, now)?;
     }
     Ok(())
 }
@@ -198,6 +207,9 @@ pub fn judge(
     let learning = policy.mode == MeasuredBootMode::Learn;
     let (mut matched, mut to_learn) = (Vec::new(), Vec::new());
     for (key, pcrs) in parts(node, pool, policy) {
+        if let Some(revoked) = revoked_match(tx, &attestation, &key, &pcrs)? {
+            return refused(repeats_revoked(&attestation, &revoked, &pcrs));
+        }
         let Some(baseline) = store::attestations::active_baseline(tx, &key)? else {
             if learning {
                 to_learn.push((key, None));
@@ -284,12 +296,7 @@ pub fn describe(
         return Ok((events, Vec::new()));
     }
     let pool = store::capacity::pool_of(tx, node)?;
-    let default = MeasuredBootPolicy {
-        mode: MeasuredBootMode::Off,
-        pcrs: MeasuredBootPolicy::default_pcrs(),
-        node_pcrs: MeasuredBootPolicy::default_node_pcrs(),
-    };
-    let policy = pool.as_ref().and_then(|p| p.policy.measured_boot.clone()).unwrap_or(default);
+    let policy = pool.as_ref().and_then(|p| p.policy.measured_boot.clone()).unwrap_or_else(default_policy);
     let mut comparisons = Vec::new();
     for (key, pcrs) in parts(node, pool.as_ref(), &policy) {
         if let Some(baseline) = store::attestations::active_baseline(tx, &key)? {
@@ -298,6 +305,83 @@ pub fn describe(
         }
     }
     Ok((events, comparisons))
+}
+
+/// The PCRs compared outside a measuring pool (to show an attestation against baselines).
+fn default_policy() -> MeasuredBootPolicy {
+    MeasuredBootPolicy {
+        mode: MeasuredBootMode::Off,
+        pcrs: MeasuredBootPolicy::default_pcrs(),
+        node_pcrs: MeasuredBootPolicy::default_node_pcrs(),
+    }
+}
+
+/// The revoked baseline of `key` whose `pcrs` verified `attestation` repeats, if any.
+fn revoked_match(
+    tx: &mut dyn Conn,
+    attestation: &AttestationRecord,
+    key: &BaselineKey,
+    pcrs: &[u32],
+) -> ApiResult<Option<BootBaseline>> {
+    if pcrs.is_empty() {
+        return Ok(None);
+    }
+    Ok(store::attestations::baselines(tx, key)?
+        .into_iter()
+        .find(|b| b.state == BaselineState::Revoked && pcrs.iter().all(|p| attestation.pcrs.get(p) == b.pcrs.get(p))))
+}
+
+fn repeats_revoked(attestation: &AttestationRecord, revoked: &BootBaseline, pcrs: &[u32]) -> String {
+    let list: Vec<String> = pcrs.iter().map(u32::to_string).collect();
+    format!(
+        "attestation {} repeats revoked baseline {} on PCRs {} ({})",
+        attestation.id,
+        revoked.id,
+        list.join(","),
+        revoked.state_reason.as_deref().unwrap_or("revoked")
+    )
+}
+
+/// An operator ends baseline `id` of `node` (its own or its profile's): `retired` (only the
+/// active one: its key has none until one is learned or approved) or `revoked` (any not yet
+/// revoked: its measurements are refused from now on, and never learned again).
+pub fn end_baseline(
+    tx: &mut dyn Conn,
+    node: &Node,
+    id: &str,
+    state: BaselineState,
+    by: &str,
+    reason: &str,
+    now: OffsetDateTime,
+) -> ApiResult<BootBaseline> {
+    let baseline = baselines_of(tx, node)?
+        .into_iter()
+        .find(|b| b.id == id)
+        .ok_or_else(|| ApiError::NotFound(format!("baseline {id} of node {}", node.id)))?;
+    let (from, verb): (&[BaselineState], &str) = match state {
+        BaselineState::Retired => (&[BaselineState::Active], "retired"),
+        BaselineState::Revoked => {
+            (&[BaselineState::Active, BaselineState::Obsolete, BaselineState::Retired], "revoked")
+        }
+        other => return Err(ApiError::Internal(format!("a baseline is not ended {}", other.as_str()))),
+    };
+    let recorded = format!("{verb} by {by}: {}", reason.trim());
+    if !store::attestations::end_baseline(tx, id, from, state, &recorded, now)? {
+        return Err(ApiError::Conflict(format!(
+            "baseline {id} is {}; only {} can be {verb}",
+            baseline.state.as_str(),
+            from.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" or ")
+        )));
+    }
+    let data = json!({"node": node.id, "baseline": id, "scope": baseline.scope, "for": baseline.key().to_string(),
+                      "was": baseline.state, "by": by, "reason": reason.trim()});
+    store::events::append(tx, &format!("node.boot-baseline.{verb}"), &format!("node/{}", node.id), None, &data, now)?;
+    Ok(BootBaseline {
+        state,
+        state_reason: Some(recorded),
+        replaced_at: baseline.replaced_at.or(Some(now)),
+        ..baseline
+    })
 }
 
 /// The event log of a stored attestation envelope.
@@ -332,5 +416,12 @@ pub fn approve(
             })?
         }
     };
+    let pool = store::capacity::pool_of(tx, node)?;
+    let policy = pool.as_ref().and_then(|p| p.policy.measured_boot.clone()).unwrap_or_else(default_policy);
+    let pcrs = parts(node, pool.as_ref(), &policy).into_iter().find(|(k, _)| *k == key).map(|(_, p)| p);
+    let pcrs = pcrs.unwrap_or_default();
+    if let Some(revoked) = revoked_match(tx, &attestation, &key, &pcrs)? {
+        return Err(ApiError::Conflict(repeats_revoked(&attestation, &revoked, &pcrs)));
+    }
     learn(tx, &attestation, &key, &format!("approved by {by}"), None, now)
 }

@@ -300,7 +300,10 @@ pub struct AttestationRecord {
 }
 
 /// The state of a measured-boot baseline: the node's `active` one is what its attestations
-/// are compared with; one an approval or a re-learn replaced is `obsolete`.
+/// are compared with; one an approval or a re-learn replaced is `obsolete`; an operator
+/// `retired` one is compared with no more (its key has no baseline until one is learned or
+/// approved); a `revoked` one's measurements are known bad: a quote that repeats them is
+/// refused and never learned, in every mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum BaselineState {
@@ -308,6 +311,10 @@ pub enum BaselineState {
     Active,
     /// Replaced; kept as evidence.
     Obsolete,
+    /// Taken out of use by an operator.
+    Retired,
+    /// Declared bad by an operator.
+    Revoked,
 }
 
 impl BaselineState {
@@ -316,6 +323,8 @@ impl BaselineState {
         match self {
             BaselineState::Active => "active",
             BaselineState::Obsolete => "obsolete",
+            BaselineState::Retired => "retired",
+            BaselineState::Revoked => "revoked",
         }
     }
 }
@@ -327,6 +336,8 @@ impl std::str::FromStr for BaselineState {
         match s {
             "active" => Ok(BaselineState::Active),
             "obsolete" => Ok(BaselineState::Obsolete),
+            "retired" => Ok(BaselineState::Retired),
+            "revoked" => Ok(BaselineState::Revoked),
             other => Err(format!("unknown baseline state {other:?}")),
         }
     }
@@ -421,9 +432,12 @@ pub struct BootBaseline {
     /// When it was learned.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: time::OffsetDateTime,
-    /// When another replaced it.
+    /// When it stopped being active (replaced, retired or revoked).
     #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     pub replaced_at: Option<time::OffsetDateTime>,
+    /// Who retired or revoked it, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_reason: Option<String>,
 }
 
 impl BootBaseline {
@@ -453,6 +467,25 @@ pub struct BaselineApproval {
 impl BaselineApproval {
     fn node_scope() -> BaselineScope {
         BaselineScope::Node
+    }
+}
+
+/// An operator's retirement or revocation of a baseline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BaselineEnd {
+    /// Why (1 to 1,000 characters): a firmware withdrawn, a CVE, a machine retired.
+    pub reason: String,
+}
+
+impl BaselineEnd {
+    /// Refuses an empty or overlong reason.
+    pub fn validate(&self) -> Result<(), crate::error::ApiError> {
+        let reason = self.reason.trim();
+        if reason.is_empty() || reason.chars().count() > 1000 || reason.chars().any(char::is_control) {
+            return Err(crate::error::ApiError::invalid("reason", "say why, in 1 to 1,000 printable characters"));
+        }
+        Ok(())
     }
 }
 
