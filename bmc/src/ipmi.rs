@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 
 use crate::model::{
     BiosSettings, BiosValue, BootPersistence, BootTarget, FirmwareComponent, FirmwareUpdate, Identity, LogEntry,
-    MediaStatus, PowerAction, PowerOutcome, PowerState, ReadModel, Section, Temperature, UpdateOutcome,
+    MediaStatus, PowerAction, PowerOutcome, PowerState, ReadModel, Section, SecureBootState, Temperature,
+    UpdateOutcome,
 };
 use crate::secret::{Credential, Secret};
 
@@ -148,8 +149,8 @@ impl IpmiBmc {
     fn no_bios(&self) -> BmcError {
         BmcError::Unsupported {
             bmc: self.name.clone(),
-            operation: "BIOS settings".into(),
-            message: "IPMI has no standard BIOS settings; use the BMC's Redfish service".into(),
+            operation: "BIOS and Secure Boot settings".into(),
+            message: "IPMI has no standard BIOS or Secure Boot settings; use the BMC's Redfish service".into(),
         }
     }
 
@@ -413,6 +414,14 @@ impl crate::Bmc for IpmiBmc {
     }
 
     async fn reset_bios(&self) -> BmcResult<()> {
+        Err(self.no_bios())
+    }
+
+    async fn secure_boot(&self) -> BmcResult<SecureBootState> {
+        Err(self.no_bios())
+    }
+
+    async fn set_secure_boot(&self, _enabled: bool) -> BmcResult<()> {
         Err(self.no_bios())
     }
 

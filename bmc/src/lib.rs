@@ -17,7 +17,7 @@ pub mod tls;
 pub use error::{BmcError, BmcResult};
 pub use model::{
     BiosSettings, BiosValue, BootPersistence, BootTarget, FirmwareUpdate, MediaStatus, PowerAction, PowerOutcome,
-    PowerState, ReadModel, UpdateOutcome, UpdateTarget,
+    PowerState, ReadModel, SecureBootState, UpdateOutcome, UpdateTarget,
 };
 pub use secret::{Credential, Secret};
 
@@ -94,6 +94,12 @@ pub trait Bmc: Send + Sync {
 
     /// Resets every BIOS attribute to the vendor's defaults (at the next boot, on most BMCs).
     async fn reset_bios(&self) -> BmcResult<()>;
+
+    /// UEFI Secure Boot's state.
+    async fn secure_boot(&self) -> BmcResult<SecureBootState>;
+
+    /// Turns UEFI Secure Boot on or off (at the next boot, on most BMCs).
+    async fn set_secure_boot(&self, enabled: bool) -> BmcResult<()>;
 
     /// Writes a firmware image through the BMC's update service and follows it to its end.
     async fn update_firmware(&self, update: &FirmwareUpdate) -> BmcResult<UpdateOutcome>;

@@ -113,6 +113,19 @@ pub struct BiosSettings {
     pub registry: Option<String>,
 }
 
+/// UEFI Secure Boot as a BMC reports it (Redfish `SecureBoot`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecureBootState {
+    /// Whether the firmware is to verify what it boots (`SecureBootEnable`; most BMCs apply
+    /// a change at the next boot).
+    pub enabled: bool,
+    /// Whether the running boot was verified (`SecureBootCurrentBoot`), when shown.
+    pub current_boot: Option<String>,
+    /// `SetupMode`, `UserMode`, `AuditMode` or `DeployedMode`, when shown.
+    pub mode: Option<String>,
+}
+
 /// A section of the read model: what the BMC reported, or why it is absent.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "status", content = "value")]

@@ -57,3 +57,21 @@ async fn bios_attributes_are_read_written_and_reset_to_defaults() {
     bmc.reset_bios().await.unwrap();
     assert_eq!(bmc.bios().await.unwrap().current, defaults.current, "the vendor's defaults again");
 }
+
+/// Secure Boot through sushy's libvirt driver: on moves the domain to VARS with keys enrolled
+/// (a fresh NVRAM file from that template) and marks its loader secure; off moves it back.
+#[tokio::test]
+async fn secure_boot_is_turned_on_and_off_in_the_domains_firmware() {
+    let domain = LibvirtDomain::define_uefi();
+    let sushy = Sushy::start_libvirt(&domain.uuid);
+    let bmc = bmc_of(&domain, &sushy).await;
+    assert!(!bmc.secure_boot().await.unwrap().enabled);
+    bmc.set_secure_boot(true).await.unwrap();
+    let on = bmc.secure_boot().await.unwrap();
+    assert!(on.enabled, "{on:?}");
+    let xml = domain.xml();
+    assert!(xml.contains("secure='yes'") && xml.contains("OVMF_VARS_4M.ms.fd"), "{xml}");
+    bmc.set_secure_boot(false).await.unwrap();
+    assert!(!bmc.secure_boot().await.unwrap().enabled);
+    assert!(domain.xml().contains("template='/usr/share/OVMF/OVMF_VARS_4M.fd'"), "{}", domain.xml());
+}

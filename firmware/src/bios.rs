@@ -2,7 +2,9 @@
 //! machines run with. A tenant with root can change them from the running OS (vendor tools
 //! write the same settings the BMC shows), and no firmware version says so. The teardown
 //! writes back what drifted before the boot that applies it (`reset`) and reads them again
-//! after that boot (`verify`): drift that survived quarantines.
+//! after that boot (`verify`): drift that survived quarantines. UEFI Secure Boot's switch
+//! (the BMC's `SecureBoot` resource) is kept the same way; the keys it enforces are PCR 7 of
+//! a measuring pool's quote.
 
 use std::collections::BTreeMap;
 
@@ -15,8 +17,13 @@ use serde::{Deserialize, Serialize};
 pub struct BiosBaseline {
     /// Attribute name to value, typed as the BMC's attribute registry types it (a string, a
     /// number or a boolean): `{"ProcTurboMode": "Enabled", "SriovGlobalEnable": "Enabled"}`.
+    #[serde(default)]
     #[schema(value_type = Object)]
     pub attributes: BTreeMap<String, BiosValue>,
+    /// UEFI Secure Boot on (true) or off (false), through the BMC's `SecureBoot` resource;
+    /// left as it is when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
     /// Reset every attribute to the vendor's defaults (`Bios.ResetBios`) at each teardown
     /// before writing the baseline's, so attributes the baseline does not name go back too.
     #[serde(default)]
@@ -26,8 +33,8 @@ pub struct BiosBaseline {
 impl BiosBaseline {
     /// The first problem with the baseline, as `(field under biosBaseline, message)`.
     pub fn problem(&self) -> Option<(String, String)> {
-        if self.attributes.is_empty() {
-            return Some(("attributes".into(), "name at least one attribute".into()));
+        if self.attributes.is_empty() && self.secure_boot.is_none() {
+            return Some(("attributes".into(), "name at least one attribute, or secureBoot".into()));
         }
         self.attributes.iter().find_map(|(name, value)| {
             let named = !name.is_empty()
@@ -94,7 +101,25 @@ pub struct BiosReset {
     pub set: BTreeMap<String, BiosValue>,
     /// The attribute registry the BMC names.
     pub registry: Option<String>,
+    /// Secure Boot as found, when the baseline names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
+    /// Secure Boot as written for the next boot, when it differed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secure_boot_set: Option<bool>,
 }
+
+/// The drift entry of Secure Boot (named as Redfish names its switch).
+fn secure_boot_drift(found: bool, wanted: bool) -> Option<AttributeDrift> {
+    (found != wanted).then(|| AttributeDrift {
+        attribute: SECURE_BOOT.into(),
+        found: Some(found.into()),
+        wanted: wanted.into(),
+    })
+}
+
+/// How Secure Boot's switch is named in drift.
+pub const SECURE_BOOT: &str = "SecureBootEnable";
 
 /// Why BIOS custody could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -117,30 +142,52 @@ pub enum BiosError {
 /// `resetToDefaults`). Writing what is already pending again is harmless, so a teardown that
 /// crashed half-way runs this again.
 pub async fn reset(bmc: &dyn Bmc, baseline: &BiosBaseline) -> Result<BiosReset, BiosError> {
-    let settings = bmc.bios().await?;
-    let unknown: Vec<String> =
-        baseline.attributes.keys().filter(|name| !settings.current.contains_key(*name)).cloned().collect();
-    if !unknown.is_empty() {
-        return Err(BiosError::Unknown { names: unknown, registry: settings.registry });
-    }
-    let found = baseline.attributes.keys().map(|name| (name.clone(), settings.current[name].clone())).collect();
-    let drifted = drift(baseline, &settings.current);
-    let set: BTreeMap<String, BiosValue> = if baseline.reset_to_defaults {
-        bmc.reset_bios().await?;
-        baseline.attributes.clone()
-    } else {
-        drifted.iter().map(|d| (d.attribute.clone(), d.wanted.clone())).collect()
+    let mut reset = BiosReset {
+        found: BTreeMap::new(),
+        drifted: Vec::new(),
+        reset_to_defaults: baseline.reset_to_defaults,
+        set: BTreeMap::new(),
+        registry: None,
+        secure_boot: None,
+        secure_boot_set: None,
     };
-    if !set.is_empty() {
-        bmc.set_bios(&set).await?;
+    if !baseline.attributes.is_empty() || baseline.reset_to_defaults {
+        let settings = bmc.bios().await?;
+        let unknown: Vec<String> =
+            baseline.attributes.keys().filter(|name| !settings.current.contains_key(*name)).cloned().collect();
+        if !unknown.is_empty() {
+            return Err(BiosError::Unknown { names: unknown, registry: settings.registry });
+        }
+        reset.found = baseline.attributes.keys().map(|name| (name.clone(), settings.current[name].clone())).collect();
+        reset.drifted = drift(baseline, &settings.current);
+        reset.set = if baseline.reset_to_defaults {
+            bmc.reset_bios().await?;
+            baseline.attributes.clone()
+        } else {
+            reset.drifted.iter().map(|d| (d.attribute.clone(), d.wanted.clone())).collect()
+        };
+        if !reset.set.is_empty() {
+            bmc.set_bios(&reset.set).await?;
+        }
+        reset.registry = settings.registry;
+    }
+    if let Some(wanted) = baseline.secure_boot {
+        let found = bmc.secure_boot().await?.enabled;
+        reset.secure_boot = Some(found);
+        if let Some(drift) = secure_boot_drift(found, wanted) {
+            bmc.set_secure_boot(wanted).await?;
+            reset.secure_boot_set = Some(wanted);
+            reset.drifted.push(drift);
+        }
     }
     tracing::info!(
-        drifted = drifted.len(),
-        written = set.len(),
+        drifted = reset.drifted.len(),
+        written = reset.set.len(),
         reset = baseline.reset_to_defaults,
+        secure_boot = ?reset.secure_boot_set,
         "BIOS baseline written"
     );
-    Ok(BiosReset { found, drifted, reset_to_defaults: baseline.reset_to_defaults, set, registry: settings.registry })
+    Ok(reset)
 }
 
 /// The BIOS attributes after the boot that applied `reset`'s writes: the drift that is
@@ -154,14 +201,39 @@ pub struct BiosCheck {
     pub drifted: Vec<AttributeDrift>,
     /// Writes the BMC holds for a boot still to come (a BMC that did not apply them).
     pub pending: BTreeMap<String, BiosValue>,
+    /// Secure Boot now, when the baseline names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<metal_bmc::SecureBootState>,
 }
 
 /// Reads the BIOS attributes against the baseline.
 pub async fn verify(bmc: &dyn Bmc, baseline: &BiosBaseline) -> Result<BiosCheck, BmcError> {
-    let settings = bmc.bios().await?;
-    let found =
-        baseline.attributes.keys().filter_map(|n| Some((n.clone(), settings.current.get(n)?.clone()))).collect();
-    Ok(BiosCheck { found, drifted: drift(baseline, &settings.current), pending: settings.pending })
+    let mut check =
+        BiosCheck { found: BTreeMap::new(), drifted: Vec::new(), pending: BTreeMap::new(), secure_boot: None };
+    if !baseline.attributes.is_empty() {
+        let settings = bmc.bios().await?;
+        check.found =
+            baseline.attributes.keys().filter_map(|n| Some((n.clone(), settings.current.get(n)?.clone()))).collect();
+        check.drifted = drift(baseline, &settings.current);
+        check.pending = settings.pending;
+    }
+    if let Some(wanted) = baseline.secure_boot {
+        let state = bmc.secure_boot().await?;
+        check.drifted.extend(secure_boot_drift(state.enabled, wanted));
+        // The switch says what the next boot does; the last boot's own state, where the BMC
+        // shows it, says whether the firmware took it.
+        let booted = state.current_boot.as_deref().map(|c| c == "Enabled");
+        if state.enabled == wanted && booted.is_some_and(|b| b != wanted) {
+            let shown = |on: bool| BiosValue::from(if on { "Enabled" } else { "Disabled" });
+            check.drifted.push(AttributeDrift {
+                attribute: "SecureBootCurrentBoot".into(),
+                found: state.current_boot.clone().map(BiosValue::from),
+                wanted: shown(wanted),
+            });
+        }
+        check.secure_boot = Some(state);
+    }
+    Ok(check)
 }
 
 #[cfg(test)]
@@ -199,7 +271,9 @@ mod tests {
     fn a_baseline_names_scalar_attributes() {
         assert_eq!(baseline(json!({"ProcTurboMode": "Enabled", "Cores": 4, "Quiet": true})).problem(), None);
         let (field, message) = baseline(json!({})).problem().unwrap();
-        assert_eq!((field.as_str(), message.as_str()), ("attributes", "name at least one attribute"));
+        assert_eq!((field.as_str(), message.as_str()), ("attributes", "name at least one attribute, or secureBoot"));
+        let secure_only = serde_json::from_value::<BiosBaseline>(json!({"secureBoot": true})).unwrap();
+        assert_eq!(secure_only.problem(), None);
         let (field, _) = baseline(json!({"Boot Order": "x"})).problem().unwrap();
         assert_eq!(field, "attributes");
         let (field, message) = baseline(json!({"BootOrder": ["Pxe"]})).problem().unwrap();

@@ -1,6 +1,7 @@
 //! `metal-firmware` commands: `inventory` (in band, through the BMC, or both), `check
 //! --baseline FILE` (a `FirmwareReport`, signed as a DSSE envelope when given the node's
-//! key and certificate) and `reflash --policy FILE` (the teardown's firmware step).
+//! key and certificate), `reflash --policy FILE` (the teardown's firmware step) and `bios
+//! --baseline FILE [--write]` (the teardown's BIOS steps).
 //!
 //! Exit codes: 0 compliant (or made compliant, or an inventory printed); 1 drift (check) or
 //! quarantine (reflash); 2 bad arguments or INVALID_CONFIG (no baseline); 3 the BMC failed.
@@ -15,9 +16,10 @@ use metal_protocol::firmware::{FirmwareReport, FirmwareVersion};
 use metal_protocol::{Envelope, SigningIdentity};
 
 use crate::reflash::{self, FirmwarePolicy, RemediationError};
-use crate::{baseline, image, inband, inventory};
+use crate::{baseline, bios, image, inband, inventory};
 
-/// Firmware inventory, baseline drift check and reflash through the BMC.
+/// Firmware inventory, baseline drift check and reflash through the BMC; BIOS settings and
+/// Secure Boot custody.
 ///
 /// Versions are read in band (`--in-band`: DMI, /dev/ipmi0, ethtool, NVMe and GPU sysfs)
 /// and/or out of band through the BMC (`--bmc-address`), with components named alike
@@ -94,6 +96,22 @@ enum Command {
         #[arg(long)]
         image_ca: Option<PathBuf>,
     },
+    /// BIOS settings and Secure Boot through the BMC against a baseline file (a pool's
+    /// biosBaseline: JSON {"attributes": {NAME: VALUE}, "secureBoot": true,
+    /// "resetToDefaults": false}): prints each attribute found and what drifted. With
+    /// --write, writes back what drifted (every attribute after the vendor's defaults with
+    /// resetToDefaults) for the next boot to apply, as the teardown's bios-reset step does;
+    /// run it again without --write after that boot to verify, as bios-verify does.
+    Bios {
+        #[command(flatten)]
+        bmc: BmcArgs,
+        /// Baseline file.
+        #[arg(long)]
+        baseline: PathBuf,
+        /// Write what drifted back.
+        #[arg(long)]
+        write: bool,
+    },
 }
 
 /// How a command ended.
@@ -152,6 +170,7 @@ pub async fn run(cli: Cli) -> Outcome {
         Command::Reflash { bmc, policy, node, allow_http, image_ca } => {
             reflash(&bmc, &policy, &node, allow_http, image_ca.as_deref()).await
         }
+        Command::Bios { bmc, baseline, write } => bios(&bmc, &baseline, write).await,
     };
     result.unwrap_or_else(|outcome| outcome)
 }
@@ -247,4 +266,33 @@ async fn reflash(
         Err(RemediationError::Config(e)) => Err(fail(Outcome::Invalid, e)),
         Err(RemediationError::Bmc(e)) => Err(bmc_failure(e)),
     }
+}
+
+async fn bios(bmc: &BmcArgs, baseline_file: &Path, write: bool) -> Result<Outcome, Outcome> {
+    let baseline: bios::BiosBaseline =
+        read_json(baseline_file, "{\"attributes\": {\"NAME\": VALUE}, \"secureBoot\": BOOL}")?;
+    if let Some((field, message)) = baseline.problem() {
+        return Err(fail(Outcome::Invalid, format!("{}: {field}: {message}", baseline_file.display())));
+    }
+    let connected = bmc.connect().await.map_err(bmc_failure)?;
+    let drifted = if write {
+        let reset = bios::reset(connected.as_ref(), &baseline).await.map_err(|e| match e {
+            bios::BiosError::Unknown { .. } => fail(Outcome::Invalid, e),
+            bios::BiosError::Bmc(e) => bmc_failure(e),
+        })?;
+        print_json(&reset);
+        for drift in &reset.drifted {
+            eprintln!("BIOS_DRIFT {drift} (written for the next boot)");
+        }
+        // Written back is done: the next boot applies it.
+        Vec::new()
+    } else {
+        let check = bios::verify(connected.as_ref(), &baseline).await.map_err(bmc_failure)?;
+        print_json(&check);
+        check.drifted
+    };
+    for drift in &drifted {
+        eprintln!("BIOS_DRIFT {drift}");
+    }
+    Ok(if drifted.is_empty() { Outcome::Ok } else { Outcome::Drift })
 }

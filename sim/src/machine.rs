@@ -120,6 +120,11 @@ pub struct State {
     /// BIOS attributes written through the BMC, applied at the next power-on (as a real
     /// BMC's settings object is).
     pub bios_pending: BTreeMap<String, serde_json::Value>,
+    /// UEFI Secure Boot's switch (what the next boot does) and whether the last boot ran
+    /// with it.
+    pub secure_boot: bool,
+    /// Whether the last boot verified what it booted.
+    pub secure_boot_booted: bool,
 }
 
 impl std::fmt::Debug for State {
@@ -136,6 +141,8 @@ impl std::fmt::Debug for State {
             .field("power_changed", &self.power_changed)
             .field("bios", &self.bios)
             .field("bios_pending", &self.bios_pending)
+            .field("secure_boot", &self.secure_boot)
+            .field("secure_boot_booted", &self.secure_boot_booted)
             .finish()
     }
 }
@@ -243,6 +250,8 @@ impl Machine {
                 power_changed: None,
                 bios: bios_defaults(),
                 bios_pending: BTreeMap::new(),
+                secure_boot: true,
+                secure_boot_booted: true,
             }),
             console: Mutex::new(VecDeque::new()),
         }
@@ -290,6 +299,7 @@ impl Machine {
             // The firmware applies what the BMC holds for it as it starts.
             let pending = std::mem::take(&mut state.bios_pending);
             state.bios.extend(pending);
+            state.secure_boot_booted = state.secure_boot;
             if self.faults.has(Fault::BiosReverts) {
                 state.bios.insert(BIOS_REVERTED.0.into(), BIOS_REVERTED.1.into());
             }

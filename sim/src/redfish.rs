@@ -115,6 +115,8 @@ async fn handle(
         (Method::GET, BIOS_SETTINGS) => axum::Json(bios(&machine, true)).into_response(),
         (Method::PATCH, BIOS_SETTINGS) => set_bios(&machine, &body),
         (Method::POST, BIOS_RESET) => reset_bios(&machine),
+        (Method::GET, SECURE_BOOT) => axum::Json(secure_boot(&machine)).into_response(),
+        (Method::PATCH, SECURE_BOOT) => set_secure_boot(&machine, &body),
         (Method::GET, "/redfish/v1/Managers") => collection("/redfish/v1/Managers", &["1"]),
         (Method::GET, "/redfish/v1/Managers/1") => axum::Json(manager(&machine)).into_response(),
         (Method::GET, "/redfish/v1/Chassis") => collection("/redfish/v1/Chassis", &["1"]),
@@ -221,7 +223,8 @@ fn system(machine: &Machine) -> Value {
             "ResetType@Redfish.AllowableValues": machine.flavor.reset_types()
         }},
         "Links": {"ManagedBy": [{"@odata.id": "/redfish/v1/Managers/1"}], "Chassis": [{"@odata.id": "/redfish/v1/Chassis/1"}]},
-        "Bios": {"@odata.id": BIOS}
+        "Bios": {"@odata.id": BIOS},
+        "SecureBoot": {"@odata.id": SECURE_BOOT}
     });
     if machine.flavor == Flavor::SushyTools {
         system["VirtualMedia"] = json!({"@odata.id": Flavor::SushyTools.media_collection()});
@@ -282,6 +285,29 @@ fn set_bios(machine: &Machine, body: &Value) -> Response {
     state.bios_pending.extend(attributes.iter().map(|(k, v)| (k.clone(), v.clone())));
     drop(state);
     machine.say(&format!("BMC: BIOS settings written for the next boot: {}", Value::Object(attributes.clone())));
+    StatusCode::NO_CONTENT.into_response()
+}
+
+const SECURE_BOOT: &str = "/redfish/v1/Systems/1/SecureBoot";
+
+fn secure_boot(machine: &Machine) -> Value {
+    let state = machine.state();
+    let shown = |on: bool| if on { "Enabled" } else { "Disabled" };
+    json!({"@odata.id": SECURE_BOOT, "Id": "SecureBoot", "Name": "UEFI Secure Boot",
+           "SecureBootEnable": state.secure_boot, "SecureBootCurrentBoot": shown(state.secure_boot_booted),
+           "SecureBootMode": "DeployedMode"})
+}
+
+/// Secure Boot's switch, for the next boot (refused while a setup password locks it).
+fn set_secure_boot(machine: &Machine, body: &Value) -> Response {
+    if let Some(locked) = bios_locked(machine) {
+        return locked;
+    }
+    let Some(enabled) = body["SecureBootEnable"].as_bool() else {
+        return error(StatusCode::BAD_REQUEST, "SecureBootEnable must be a boolean");
+    };
+    machine.state().secure_boot = enabled;
+    machine.say(&format!("BMC: Secure Boot {} at the next boot", if enabled { "on" } else { "off" }));
     StatusCode::NO_CONTENT.into_response()
 }
 

@@ -433,9 +433,11 @@ async fn enrol(
     cabling: Option<&Cabling>,
 ) -> anyhow::Result<()> {
     if index == 1 {
-        // The BIOS baseline names two of the machines' defaults: a tenant's change to either
-        // is written back by the teardown (`bios-reset`) and checked after its erase boot.
-        let bios = json!({"attributes": {"ProcTurboMode": "Enabled", "SriovGlobalEnable": "Enabled"}});
+        // The BIOS baseline names two of the machines' defaults and Secure Boot on: a
+        // tenant's change to any is written back by the teardown (`bios-reset`) and checked
+        // after its erase boot.
+        let bios =
+            json!({"attributes": {"ProcTurboMode": "Enabled", "SriovGlobalEnable": "Enabled"}, "secureBoot": true});
         let mut policy = json!({"tenantRoot": true, "firmwareBaseline": {"bios": BIOS_VERSION}, "biosBaseline": bios});
         if let Some(cabling) = cabling {
             admin.post("/v1/switches", cabling.registration.clone()).await?;

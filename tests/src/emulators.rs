@@ -150,8 +150,16 @@ impl Sushy {
         std::fs::write(&auth, accounts).unwrap();
     }
 
+    /// The libvirt driver's settings: the one domain, and Debian's 4M OVMF builds for UEFI
+    /// boot and Secure Boot (sushy's defaults name files Debian does not ship).
     fn libvirt(domain_uuid: &str) -> String {
-        format!("SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\nSUSHY_EMULATOR_ALLOWED_INSTANCES = ['{domain_uuid}']\n")
+        format!(
+            "SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\nSUSHY_EMULATOR_ALLOWED_INSTANCES = ['{domain_uuid}']\n\
+             SUSHY_EMULATOR_BOOT_LOADER_MAP = {{'UEFI': {{'x86_64': '/usr/share/OVMF/OVMF_CODE_4M.secboot.fd'}}, \
+             'Legacy': {{'x86_64': None}}}}\n\
+             SUSHY_EMULATOR_SECURE_BOOT_ENABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.ms.fd'\n\
+             SUSHY_EMULATOR_SECURE_BOOT_DISABLED_NVRAM = '/usr/share/OVMF/OVMF_VARS_4M.fd'\n"
+        )
     }
 
     fn start_with(driver: &str, accounts: bool) -> Sushy {
@@ -521,6 +529,21 @@ impl LibvirtDomain {
     /// A domain with no disk and no NIC: it sits in its firmware when on.
     pub fn define() -> LibvirtDomain {
         Self::define_xml("<os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>", "", "")
+    }
+
+    /// A UEFI domain (q35 with SMM, OVMF's Secure Boot capable code, split pflash), no disk
+    /// and no NIC, with Secure Boot off: its VARS come from the template without keys. What
+    /// sushy's libvirt driver needs to turn Secure Boot on and off ([`Sushy`] maps it to
+    /// the 4M OVMF builds, the VARS with Microsoft's keys enrolled for on).
+    pub fn define_uefi() -> LibvirtDomain {
+        Self::define_xml(
+            "<os><type arch='x86_64' machine='q35'>hvm</type>\
+             <loader readonly='yes' secure='no' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.secboot.fd</loader>\
+             <nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'/><boot dev='hd'/></os>\
+             <features><acpi/><smm state='on'/></features>",
+            "",
+            "",
+        )
     }
 
     /// A domain with a disk and two NICs. libvirt cannot give QEMU's user network a TFTP

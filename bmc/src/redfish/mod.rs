@@ -14,7 +14,7 @@ pub use http::{Answer, Timing, Transport};
 use crate::error::{BmcError, BmcResult};
 use crate::model::{
     BiosSettings, BiosValue, BootPersistence, BootTarget, FirmwareComponent, FirmwareUpdate, LogEntry, MediaStatus,
-    PowerAction, PowerOutcome, PowerState, ReadModel, Section, Temperature, UpdateOutcome,
+    PowerAction, PowerOutcome, PowerState, ReadModel, Section, SecureBootState, Temperature, UpdateOutcome,
 };
 use crate::secret::{Credential, Secret};
 use crate::tls::{TlsTrust, http_client};
@@ -117,12 +117,12 @@ impl RedfishBmc {
         Ok(self.transport.get(&self.layout.system).await?.body)
     }
 
-    /// The system's `Bios` resource and its path.
-    async fn bios_resource(&self, operation: &str) -> BmcResult<(String, Value)> {
-        let path = odata_id(&self.system().await?["Bios"])
-            .ok_or_else(|| self.transport.unsupported(operation, "the system has no Bios resource"))?;
-        let bios = self.transport.get(&path).await?.body;
-        Ok((path, bios))
+    /// The resource the system links as `property` (`Bios`, `SecureBoot`) and its path.
+    async fn system_resource(&self, property: &str, operation: &str) -> BmcResult<(String, Value)> {
+        let path = odata_id(&self.system().await?[property])
+            .ok_or_else(|| self.transport.unsupported(operation, format!("the system has no {property} resource")))?;
+        let resource = self.transport.get(&path).await?.body;
+        Ok((path, resource))
     }
 
     /// The reset types the BMC allows (from the action or its ActionInfo).
@@ -433,7 +433,7 @@ impl crate::Bmc for RedfishBmc {
     }
 
     async fn bios(&self) -> BmcResult<BiosSettings> {
-        let (_, bios) = self.bios_resource("BIOS settings").await?;
+        let (_, bios) = self.system_resource("Bios", "BIOS settings").await?;
         let current = parse::attributes(&bios);
         let pending = match parse::settings_object(&bios) {
             Some(settings) => parse::attributes(&self.transport.get(&settings).await?.body)
@@ -447,7 +447,7 @@ impl crate::Bmc for RedfishBmc {
 
     async fn set_bios(&self, attributes: &std::collections::BTreeMap<String, BiosValue>) -> BmcResult<()> {
         const OPERATION: &str = "BIOS settings";
-        let (path, bios) = self.bios_resource(OPERATION).await?;
+        let (path, bios) = self.system_resource("Bios", OPERATION).await?;
         // Written to the settings object where the BMC has one (applied at the next boot),
         // to the resource itself otherwise.
         let target = parse::settings_object(&bios).unwrap_or(path);
@@ -455,9 +455,28 @@ impl crate::Bmc for RedfishBmc {
         Ok(())
     }
 
+    async fn secure_boot(&self) -> BmcResult<SecureBootState> {
+        let (_, secure) = self.system_resource("SecureBoot", "Secure Boot").await?;
+        let enabled = secure["SecureBootEnable"]
+            .as_bool()
+            .ok_or_else(|| self.transport.protocol("Secure Boot", "SecureBoot has no SecureBootEnable"))?;
+        Ok(SecureBootState {
+            enabled,
+            current_boot: text(&secure["SecureBootCurrentBoot"]),
+            mode: text(&secure["SecureBootMode"]),
+        })
+    }
+
+    async fn set_secure_boot(&self, enabled: bool) -> BmcResult<()> {
+        const OPERATION: &str = "Secure Boot";
+        let (path, _) = self.system_resource("SecureBoot", OPERATION).await?;
+        self.transport.patch(OPERATION, &path, &json!({"SecureBootEnable": enabled})).await?;
+        Ok(())
+    }
+
     async fn reset_bios(&self) -> BmcResult<()> {
         const OPERATION: &str = "BIOS reset";
-        let (_, bios) = self.bios_resource(OPERATION).await?;
+        let (_, bios) = self.system_resource("Bios", OPERATION).await?;
         let target = text(&bios["Actions"]["#Bios.ResetBios"]["target"])
             .ok_or_else(|| self.transport.unsupported(OPERATION, "the Bios resource has no ResetBios action"))?;
         self.transport.post_action(OPERATION, &target, &json!({})).await?;

@@ -65,6 +65,8 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
         for node in [&clean, &locked, &reverts] {
             site.machine(node).unwrap().state().bios.insert("ProcTurboMode".into(), "Disabled".into());
         }
+        // And one turned Secure Boot off (a shim's MOK prompt answered at the console).
+        site.machine(&clean).unwrap().state().secure_boot = false;
         site.machine(&locked).unwrap().faults.set(Fault::BiosLocked, true);
         site.machine(&reverts).unwrap().faults.set(Fault::BiosReverts, true);
 
@@ -133,6 +135,11 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
         assert_eq!((n["identityGeneration"].as_i64(), n["trust"].as_str()), (Some(3), Some("platform")), "{n}");
         assert!(!tenant_data_left(&site, &clean));
         assert_eq!(turbo(&clean), "Enabled", "the tenant's change did not outlive the lease");
+        let secure = site.machine(&clean).map(|m| {
+            let state = m.state();
+            (state.secure_boot, state.secure_boot_booted)
+        });
+        assert_eq!(secure, Some((true, true)), "Secure Boot on again, and the erase boot ran with it");
         let spare = site.machines.iter().find(|m| !leased.contains(&m.id)).unwrap();
         assert_eq!(site.admin.get(&format!("/v1/nodes/{}", spare.id)).await.unwrap()["state"], "ready");
         assert!(metal_sim::chaos::check(&site).await.unwrap() > 0);

@@ -1,9 +1,10 @@
-//! `metal-firmware reflash` against sushy-tools' libvirt driver, whose UpdateService
+//! `metal-firmware reflash` and `bios` against sushy-tools' libvirt driver, whose UpdateService
 //! really changes the system's BiosVersion on SimpleUpdate (it bumps the minor version,
 //! whatever the image): INVALID_CONFIG, compliant, the quarantine policy, a missing image,
 //! a checksum mismatch, a reflash that fixes the drift and one whose drift survives. Each
 //! case reads the BIOS version the previous one left, so "nothing was written" is checked
-//! on the emulator's own state.
+//! on the emulator's own state. Then `metal-firmware bios` on a UEFI domain: BIOS attributes
+//! and Secure Boot found drifted, written back, verified, and drift named.
 
 use std::process::Output;
 
@@ -125,4 +126,51 @@ fn reflash_through_sushy_libvirt() {
     assert_eq!(bios_before(&outcome), next);
     let after = bumped(&next);
     assert_eq!(outcome["reason"], format!("drift survived the reflash: bios: expected 9.9.9, found {after}"));
+}
+
+#[test]
+fn bios_settings_and_secure_boot_through_sushy_libvirt() {
+    let domain = LibvirtDomain::define_uefi();
+    let bench =
+        Bench { sushy: Sushy::start_libvirt(&domain.uuid), files: Files::start(), dir: tempfile::tempdir().unwrap() };
+    let baseline = bench.dir.path().join("bios.json");
+    let bios = |args: &[&str]| bench.firmware(&[&["bios", "--baseline", baseline.to_str().unwrap()], args].concat());
+    std::fs::write(&baseline, json!({"attributes": {"NoSuchKnob": "On"}}).to_string()).unwrap();
+    let (status, _, stderr) = bios(&["--write"]);
+    assert_eq!(status, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the BMC has no BIOS attribute NoSuchKnob (registry BiosAttributeRegistryP89.v1_0_0)"),
+        "{stderr}"
+    );
+
+    std::fs::write(
+        &baseline,
+        json!({"attributes": {"ProcTurboMode": "Disabled", "BootMode": "Uefi"}, "secureBoot": true}).to_string(),
+    )
+    .unwrap();
+    let (status, check, stderr) = bios(&[]);
+    assert_eq!(status, Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("BIOS_DRIFT")).collect();
+    assert_eq!(
+        lines,
+        [
+            r#"BIOS_DRIFT ProcTurboMode is "Enabled", the baseline wants "Disabled""#,
+            "BIOS_DRIFT SecureBootEnable is false, the baseline wants true"
+        ],
+        "{stderr}"
+    );
+    assert_eq!(check["secureBoot"]["enabled"], false, "{check}");
+
+    let (status, written, stderr) = bios(&["--write"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(written["set"], json!({"ProcTurboMode": "Disabled"}), "{written}");
+    assert_eq!(
+        (written["secureBoot"].as_bool(), written["secureBootSet"].as_bool()),
+        (Some(false), Some(true)),
+        "{written}"
+    );
+    assert!(domain.xml().contains("secure='yes'"), "Secure Boot's keys and loader in the domain: {}", domain.xml());
+    let (status, check, stderr) = bios(&[]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(check["found"], json!({"BootMode": "Uefi", "ProcTurboMode": "Disabled"}), "{check}");
 }
