@@ -24,6 +24,11 @@ pub struct BiosBaseline {
     /// left as it is when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secure_boot: Option<bool>,
+    /// Attributes of `attributes` a lessee's profile may set (its `bios`), written at the
+    /// lease start and reinstall, before the deploy boot; the teardown resets them to the
+    /// baseline's values with the rest (NUMA per socket, SR-IOV: workload settings).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenant_settable: Vec<String>,
     /// Reset every attribute to the vendor's defaults (`Bios.ResetBios`) at each teardown
     /// before writing the baseline's, so attributes the baseline does not name go back too.
     #[serde(default)]
@@ -36,20 +41,34 @@ impl BiosBaseline {
         if self.attributes.is_empty() && self.secure_boot.is_none() {
             return Some(("attributes".into(), "name at least one attribute, or secureBoot".into()));
         }
-        self.attributes.iter().find_map(|(name, value)| {
-            let named = !name.is_empty()
-                && name.len() <= 128
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
-            if !named {
-                return Some((
-                    "attributes".into(),
-                    format!("attribute {name:?} must be 1 to 128 of A-Z a-z 0-9 _ - . :"),
-                ));
+        for (name, value) in &self.attributes {
+            if let Some(problem) = name_problem(name) {
+                return Some(("attributes".into(), problem));
             }
-            let scalar = value.is_string() || value.is_number() || value.is_boolean();
-            (!scalar).then(|| (format!("attributes.{name}"), "must be a string, a number or a boolean".into()))
+            if let Some(problem) = value_problem(value) {
+                return Some((format!("attributes.{name}"), problem.into()));
+            }
+        }
+        self.tenant_settable.iter().find(|name| !self.attributes.contains_key(*name)).map(|name| {
+            let why =
+                format!("{name} is not in attributes: the teardown resets what a tenant set to the baseline's value");
+            ("tenantSettable".into(), why)
         })
     }
+}
+
+/// What is wrong with an attribute's name (a profile's `bios` too), if anything.
+pub fn name_problem(name: &str) -> Option<String> {
+    let named = !name.is_empty()
+        && name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+    (!named).then(|| format!("attribute {name:?} must be 1 to 128 of A-Z a-z 0-9 _ - . :"))
+}
+
+/// What is wrong with an attribute's value, if anything: only scalars are set.
+pub fn value_problem(value: &BiosValue) -> Option<&'static str> {
+    let scalar = value.is_string() || value.is_number() || value.is_boolean();
+    (!scalar).then_some("must be a string, a number or a boolean")
 }
 
 /// One attribute whose value is not the baseline's.
@@ -281,6 +300,9 @@ mod tests {
             (field.as_str(), message.as_str()),
             ("attributes.BootOrder", "must be a string, a number or a boolean")
         );
+        let settable = serde_json::from_value::<BiosBaseline>(json!({"attributes": {"A": 1}, "tenantSettable": ["B"]}));
+        let (field, _) = settable.unwrap().problem().unwrap();
+        assert_eq!(field, "tenantSettable");
         let unknown = serde_json::from_value::<BiosBaseline>(json!({"attributes": {"A": 1}, "reset": true}));
         assert!(unknown.unwrap_err().to_string().contains("unknown field `reset`"));
     }

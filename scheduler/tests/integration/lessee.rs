@@ -297,7 +297,10 @@ fn a_lessee_reinstalls_another_version_under_a_new_identity_and_tries_again_afte
         "{run:?}"
     );
     let steps: Vec<&str> = run.steps.iter().map(|step| step.name.as_str()).collect();
-    assert_eq!(steps, ["power-off", "network-cleaning", "network-boot", "await-deploy", "network-tenant", "boot-disk"]);
+    assert_eq!(
+        steps,
+        ["power-off", "network-cleaning", "bios-tenant", "network-boot", "await-deploy", "network-tenant", "boot-disk"]
+    );
     let (_, view) = s.call_as(&acme, "GET", "/v1/nodes/n1", None);
     assert_eq!((view["state"].as_str(), view["profileVersion"].as_i64()), (Some("deployed"), Some(2)), "{view}");
     let events = view["events"].as_array().unwrap();

@@ -437,7 +437,8 @@ fn a_redfish_teardown_fences_rotates_through_the_account_service_and_reflashes_d
 }
 
 #[test]
-fn bios_settings_a_tenant_changed_are_written_back_for_the_erase_boot_and_drift_that_survives_it_quarantines() {
+fn bios_settings_the_lessee_chose_or_changed_are_written_back_for_the_erase_boot_and_drift_that_survives_it_quarantines()
+ {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -481,19 +482,53 @@ fn bios_settings_a_tenant_changed_are_written_back_for_the_erase_boot_and_drift_
     let s = TestScheduler::start(|_| {});
     let bmc = json!({"protocol": "redfish", "address": sushy.endpoint, "username": "admin", "password": SUSHY_PASSWORD,
                      "tls": {"mode": "fingerprint", "value": sushy.pki.fingerprint}});
-    let baseline = json!({"attributes": {"ProcTurboMode": "Enabled", "BootMode": "Uefi"}});
+    // QuietBoot is the lessee's to choose (its profile's bios), and reset after the lease.
+    let baseline = json!({"attributes": {"ProcTurboMode": "Enabled", "BootMode": "Uefi", "QuietBoot": "true"},
+                          "tenantSettable": ["QuietBoot"]});
     site(&s, bmc, json!({"firmwareBaseline": {"bios": bios_version}, "biosBaseline": baseline}));
-    let reservation = leased_and_deployed(&s);
+    let profile_version = |bios: Value| {
+        let mut spec = ok(&s, "GET", "/v1/profiles/acme-os", Value::Null)["versions"][0]["spec"].clone();
+        spec["bios"] = bios;
+        ok(&s, "POST", "/v1/profiles/acme-os/versions", spec)["latestVersion"].as_i64().unwrap()
+    };
+    let (status, body) = s.call("POST", "/v1/profiles/acme-os/versions", Some(json!({"bios": {"A": [1]}})));
+    assert_eq!(status, 422, "{body}");
+    let turbo_too = profile_version(json!({"ProcTurboMode": "Disabled"}));
+    let reservation = reserve(&s, json!({"profileId": "acme-os", "profileVersion": turbo_too}));
+    s.passes();
+    let (_, r) = s.call("GET", &format!("/v1/reservations/{reservation}"), None);
+    let why = r["stateReason"].as_str().unwrap();
+    assert!(
+        why.contains(&format!(
+            "profile acme-os version {turbo_too} sets BIOS attribute ProcTurboMode, which pool p1 \
+                               does not let tenants set (policy.biosBaseline.tenantSettable: QuietBoot)"
+        )),
+        "{r}"
+    );
+    let quiet = profile_version(json!({"QuietBoot": "false"}));
+    let reservation = metal_tests::leases::leased_and_deployed_with(&s, u32::try_from(quiet).unwrap());
+    let lease_run = lease_run(&s);
+    assert_eq!(step_record(&lease_run, "bios-tenant")["detail"]["set"], json!({"QuietBoot": "false"}), "{lease_run}");
+    let quiet_boot = || {
+        let bios: Value =
+            http.get(&bios_url).basic_auth("vendor-tool", Some("vendor-Secret-7")).send().unwrap().json().unwrap();
+        bios["Attributes"]["QuietBoot"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(quiet_boot(), "false", "the lessee's setting, before its deploy boot");
     set_turbo("Disabled");
 
-    // Before the erase boot: the drifted attribute found and written back, the other left.
+    // Before the erase boot: the drifted attributes found and written back, the other left.
     release(&s, &reservation);
     let run = teardowns(&s).pop().unwrap();
     let written = &step_record(&run, "bios-reset")["detail"];
-    assert_eq!(written["found"], json!({"BootMode": "Uefi", "ProcTurboMode": "Disabled"}), "{run}");
-    assert_eq!(written["set"], json!({"ProcTurboMode": "Enabled"}), "{run}");
+    assert_eq!(
+        written["found"],
+        json!({"BootMode": "Uefi", "ProcTurboMode": "Disabled", "QuietBoot": "false"}),
+        "{run}"
+    );
+    assert_eq!(written["set"], json!({"ProcTurboMode": "Enabled", "QuietBoot": "true"}), "{run}");
     assert_eq!(written["drifted"][0]["found"], "Disabled", "{run}");
-    assert_eq!(turbo(), "Enabled", "sushy applies a write at once");
+    assert_eq!((turbo(), quiet_boot()), ("Enabled".into(), "true".into()), "sushy applies a write at once");
     // The drift survives the boot meant to apply the baseline (firmware that re-asserts it).
     set_turbo("Disabled");
     erase_reporting(&s, &[("bios", &bios_version)]);
@@ -516,7 +551,11 @@ fn bios_settings_a_tenant_changed_are_written_back_for_the_erase_boot_and_drift_
     let run = teardowns(&s).pop().unwrap();
     assert_eq!(s.node("n1")["state"], "ready", "{run}");
     let verified = &step_record(&run, "bios-verify")["detail"];
-    assert_eq!(verified["found"], json!({"BootMode": "Uefi", "ProcTurboMode": "Enabled"}), "{run}");
+    assert_eq!(
+        verified["found"],
+        json!({"BootMode": "Uefi", "ProcTurboMode": "Enabled", "QuietBoot": "true"}),
+        "{run}"
+    );
     assert_eq!((verified["drifted"].as_array().unwrap().len(), verified["pending"].as_object().unwrap().len()), (0, 0));
 }
 

@@ -29,10 +29,12 @@ use metal_types::work::{self, CapacityNotice, LeaseNotice};
 /// The lease start: boot into the lessee's deploy, wait until it is deployed.
 pub static START: Definition = Definition { name: "metal-tenant-root-lease@1", steps: &DEPLOY_STEPS };
 
-/// A deploy on a tenant-root node: network boot, wait for the deploy, then (in a pool that
-/// isolates its tenants) the ports to the lease's tenant VLAN and the disk booted. The
+/// A deploy on a tenant-root node: the BIOS settings its profile asks for (those the pool
+/// lets tenants set), network boot, wait for the deploy, then (in a pool that isolates its
+/// tenants) the ports to the lease's tenant VLAN and the disk booted. The
 /// lease start is these; a reinstall runs them after its own.
-pub(super) const DEPLOY_STEPS: [StepDef; 4] = [
+pub(super) const DEPLOY_STEPS: [StepDef; 5] = [
+    StepDef { name: "bios-tenant", ..SWITCH_STEP },
     StepDef {
         name: "network-boot",
         attempts: 5,
@@ -210,6 +212,20 @@ pub(super) fn deploy_for(
         }
         None => (None, None),
     };
+    if !version.spec.bios.is_empty() {
+        let pool = store::capacity::pool_of(tx, node)?;
+        let settable = pool.as_ref().and_then(|p| p.policy.bios_baseline.as_ref()).map(|b| &b.tenant_settable);
+        if let Some(name) = version.spec.bios.keys().find(|name| !settable.is_some_and(|s| s.contains(name))) {
+            return refuse(format!(
+                "profile {} version {} sets BIOS attribute {name}, which pool {} does not let tenants set \
+                 (policy.biosBaseline.tenantSettable: {})",
+                profile.id,
+                version.version,
+                pool.as_ref().map_or("none", |p| p.id.as_str()),
+                settable.map_or_else(|| "none".to_owned(), |s| s.join(", "))
+            ));
+        }
+    }
     let Some(controller_url) = controller_url else {
         return refuse("the boot service is off (set boot-listen): nothing can deploy the node".into());
     };
@@ -250,6 +266,32 @@ fn lease_notice(run: &WorkflowRun, reason: Option<String>) -> LeaseNotice {
 
 pub(super) fn context_str<'a>(run: &'a WorkflowRun, key: &str) -> &'a str {
     run.context.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// The BIOS attributes the deploy's profile version asks for (`spec.bios`, allowed by the
+/// pool when the deploy began), written through the BMC for the deploy boot to apply.
+pub(super) async fn bios_tenant(app: &AppState, run: &WorkflowRun) -> Outcome {
+    let (profile, version) = (context_str(run, "profileId").to_owned(), run.context["profileVersion"].as_i64());
+    let found = app.store.read(move |tx| store::profiles::version(tx, &profile, version.unwrap_or_default())).await;
+    let bios = match found {
+        Ok(Some((_, version))) => version.spec.bios,
+        Ok(None) => return Outcome::Failed("the deploy's profile version is gone".into(), Value::Null),
+        Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
+    };
+    if bios.is_empty() {
+        return Outcome::done(json!({"bios": "none asked"}));
+    }
+    let bmc = match crate::metal::bmcs::client(app, &run.node_id).await {
+        Ok(bmc) => bmc,
+        Err(e) => return Outcome::Retry(format!("connecting to the BMC: {e}"), Value::Null),
+    };
+    match bmc.set_bios(&bios).await {
+        Ok(()) => Outcome::done(json!({"set": bios})),
+        Err(e @ (metal_bmc::BmcError::Refused { .. } | metal_bmc::BmcError::Unsupported { .. })) => {
+            Outcome::Failed(format!("the BMC refused the profile's BIOS settings: {e}"), Value::Null)
+        }
+        Err(e) => Outcome::Retry(format!("writing the profile's BIOS settings: {e}"), Value::Null),
+    }
 }
 
 /// Network-boots the node: observe (already past deploying?), act (PXE once, power cycle),
@@ -361,6 +403,7 @@ impl Hooks for LeaseStart {
     ) -> futures::future::BoxFuture<'a, Outcome> {
         async move {
             match step {
+                "bios-tenant" => bios_tenant(app, run).await,
                 "network-boot" => network_boot(app, run).await,
                 "await-deploy" => await_deploy(app, run).await,
                 "network-tenant" => network_tenant(app, run).await,

@@ -28,7 +28,8 @@ use metal_types::model::node::{Deadlines, NodeState, NodeTransition};
 use metal_types::model::workflow::WorkflowRun;
 use metal_types::work::LeaseStart;
 
-/// The reinstall: off, to cleaning, deploy, back to the tenant VLAN, boot the disk.
+/// The reinstall: off, to cleaning, the profile's BIOS settings, deploy, back to the
+/// tenant VLAN, boot the disk.
 pub static REINSTALL: Definition = Definition {
     name: "metal-tenant-root-reinstall@1",
     steps: &[
@@ -38,6 +39,7 @@ pub static REINSTALL: Definition = Definition {
         DEPLOY_STEPS[1],
         DEPLOY_STEPS[2],
         DEPLOY_STEPS[3],
+        DEPLOY_STEPS[4],
     ],
 };
 
@@ -144,6 +146,7 @@ impl Hooks for Reinstall {
             match step {
                 "power-off" => super::teardown::power_off(app, &run.node_id).await,
                 "network-cleaning" => network_cleaning(app, run).await,
+                "bios-tenant" => lease::bios_tenant(app, run).await,
                 "network-boot" => lease::network_boot(app, run).await,
                 "await-deploy" => lease::await_deploy(app, run).await,
                 "network-tenant" => lease::network_tenant(app, run).await,

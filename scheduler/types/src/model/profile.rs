@@ -36,6 +36,13 @@ pub struct ProfileSpec {
     /// The admin user (passwordless sudo; root login stays disabled).
     #[serde(default = "default_admin")]
     pub admin_user: String,
+    /// BIOS attributes the deploy runs with (`{"SriovGlobalEnable": "Enabled"}`), written
+    /// through the BMC before a tenant-root lease's or a reinstall's deploy boot; only
+    /// those the pool's `biosBaseline.tenantSettable` names (a lease is refused otherwise),
+    /// and the teardown resets them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schema(value_type = Object)]
+    pub bios: std::collections::BTreeMap<String, serde_json::Value>,
     /// Only nodes whose `zone` label has this value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
@@ -193,6 +200,14 @@ impl ProfileSpec {
     /// Checks everything that needs no database: the seed values (keys, user, extras), the
     /// zone and role labels, the size and hint ranges.
     pub fn validate(&self) -> Result<(), ApiError> {
+        for (name, value) in &self.bios {
+            if let Some(problem) = metal_firmware::bios::name_problem(name) {
+                return Err(ApiError::invalid("bios", problem));
+            }
+            if let Some(problem) = metal_firmware::bios::value_problem(value) {
+                return Err(ApiError::invalid(format!("bios.{name}"), problem));
+            }
+        }
         match (&self.image, self.deploy_mode) {
             (Some(image), DeployMode::Image) => {
                 crate::model::image::check_name("image", &image.to_ascii_lowercase())
