@@ -153,7 +153,7 @@ async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options
         }
         let resumed = offset > 0;
         let fatal = if !status.is_success() {
-            Some(format!("HTTP {status}"))
+            Some(refusal(status, &mut response).await)
         } else if resumed && status != reqwest::StatusCode::PARTIAL_CONTENT {
             Some(format!("the server ignored the Range request (HTTP {status}); cannot resume at byte {offset}"))
         } else {
@@ -190,4 +190,17 @@ async fn download(client: reqwest::Client, url: reqwest::Url, size: u64, options
             }
         }
     }
+}
+
+/// A refused download as the server explained it: `HTTP 403 Forbidden: why` with the
+/// controller's (or any JSON API's) `error.message`, else the first line of its body; what
+/// is read of the body is bounded to its first chunk.
+async fn refusal(status: reqwest::StatusCode, response: &mut reqwest::Response) -> String {
+    let body = response.chunk().await.ok().flatten().unwrap_or_default();
+    let body = &body[..body.len().min(1024)];
+    let said = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).lines().next().unwrap_or_default().trim().to_owned());
+    if said.is_empty() { format!("HTTP {status}") } else { format!("HTTP {status}: {said}") }
 }

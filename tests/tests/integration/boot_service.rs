@@ -772,7 +772,8 @@ fn in_an_enforcing_pool_a_deploys_plan_and_image_go_only_to_a_ramdisk_that_quote
     assert_eq!(s.call("PUT", "/v1/nodes/n1/deploy-plan", Some(plan)).0, 204);
     s.walk("n1", &["ready", "allocated", "deploying"]);
 
-    // The deploy boot's ramdisk, before it quotes the TPM: nothing of the tenant's.
+    // The deploy boot's ramdisk, before it quotes the TPM: nothing of the tenant's, neither
+    // the plan nor an image (whichever it names).
     let joined = join(&s, &boot(&s, "deploy")).unwrap();
     match joined.fetch_plan() {
         Err(ControllerError::Refused { status: 403, message, .. }) => {
@@ -780,6 +781,15 @@ fn in_an_enforcing_pool_a_deploys_plan_and_image_go_only_to_a_ramdisk_that_quote
         }
         other => panic!("a deploy's plan before a quote: {other:?}"),
     }
+    let image = format!("{}{}/img-any", s.boot_url, metal_protocol::boot::IMAGES_PATH);
+    let image_refusal = || {
+        use std::io::Read as _;
+        let fetched = metal_boot::source::HttpSource::open(&image, 1 << 20, &joined.image_fetch(&image))
+            .and_then(|mut source| source.read(&mut [0u8; 4096]).map_err(Into::into));
+        fetched.err().map(|e| format!("{e:#}")).unwrap_or_default()
+    };
+    let refused = image_refusal();
+    assert!(refused.contains("403") && refused.contains("sent no verified quote of the node's TPM"), "{refused}");
     // Another TPM's quote is refused, and serves nothing either.
     let other = metal_tests::tpm::Swtpm::fresh(&dir.path().join("other"));
     assert!(attest(&mut Tpm::new(other.connect()), &joined, empty_event_log()).is_err());
@@ -787,4 +797,7 @@ fn in_an_enforcing_pool_a_deploys_plan_and_image_go_only_to_a_ramdisk_that_quote
     // The machine's own TPM: served.
     assert!(attest(&mut Tpm::new(swtpm.connect()), &joined, empty_event_log()).unwrap().accepted);
     assert!(joined.fetch_plan().is_ok(), "the ramdisk that quoted the node's TPM gets its plan");
+    // Past the quote gate, an image is served by what the plan names (this one names none).
+    let refused = image_refusal();
+    assert!(refused.contains("does not name image img-any"), "{refused}");
 }
