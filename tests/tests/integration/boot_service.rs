@@ -785,7 +785,7 @@ fn in_an_enforcing_pool_a_deploys_plan_and_image_go_only_to_a_ramdisk_that_quote
     let image_refusal = || {
         use std::io::Read as _;
         let fetched = metal_boot::source::HttpSource::open(&image, 1 << 20, &joined.image_fetch(&image))
-            .and_then(|mut source| source.read(&mut [0u8; 4096]).map_err(Into::into));
+            .and_then(|mut source| source.read(&mut [0u8; 4096]));
         fetched.err().map(|e| format!("{e:#}")).unwrap_or_default()
     };
     let refused = image_refusal();

@@ -371,11 +371,10 @@ fn deleting_a_tenant_tears_its_lease_down_and_retires_only_its_own_machines() {
     assert_eq!(s.call("DELETE", "/v1/tenants/acme", None).0, 404);
 }
 
-#[test]
-fn a_redfish_teardown_fences_rotates_through_the_account_service_and_reflashes_drift() {
-    use sha2::Digest as _;
+/// A libvirt machine with a NIC (the lease's network boot names it) and an empty disk of
+/// this serial, and the directory that holds them.
+fn libvirt_machine(serial: &str) -> (tempfile::TempDir, metal_tests::emulators::LibvirtDomain) {
     use std::os::unix::fs::PermissionsExt as _;
-    // A libvirt machine with a NIC (the lease's network boot names it) and an empty disk.
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let disk = dir.path().join("disk.img");
@@ -383,10 +382,17 @@ fn a_redfish_teardown_fences_rotates_through_the_account_service_and_reflashes_d
     let tftp = metal_tests::hil::tftp_dir(dir.path(), "http://10.0.2.2:9");
     let domain = metal_tests::emulators::LibvirtDomain::machine(&metal_tests::emulators::LibvirtMachine {
         disk: &disk,
-        serial: "RF01",
+        serial,
         mac: MAC,
         tftp: &tftp,
     });
+    (dir, domain)
+}
+
+#[test]
+fn a_redfish_teardown_fences_rotates_through_the_account_service_and_reflashes_drift() {
+    use sha2::Digest as _;
+    let (_dir, domain) = libvirt_machine("RF01");
     let sushy = Sushy::start_libvirt_with_accounts(&domain.uuid);
     let system = |password: &str| {
         reqwest::blocking::Client::builder()
@@ -437,20 +443,8 @@ fn a_redfish_teardown_fences_rotates_through_the_account_service_and_reflashes_d
 }
 
 #[test]
-fn bios_settings_the_lessee_chose_or_changed_are_written_back_for_the_erase_boot_and_drift_that_survives_it_quarantines()
- {
-    use std::os::unix::fs::PermissionsExt as _;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let disk = dir.path().join("disk.img");
-    std::fs::write(&disk, vec![0u8; 1 << 20]).unwrap();
-    let tftp = metal_tests::hil::tftp_dir(dir.path(), "http://10.0.2.2:9");
-    let domain = metal_tests::emulators::LibvirtDomain::machine(&metal_tests::emulators::LibvirtMachine {
-        disk: &disk,
-        serial: "RF02",
-        mac: MAC,
-        tftp: &tftp,
-    });
+fn bios_settings_a_lessee_chose_or_changed_are_written_back_and_drift_that_survives_quarantines() {
+    let (_dir, domain) = libvirt_machine("RF02");
     let sushy = Sushy::start_libvirt_with_accounts(&domain.uuid);
     // What the tenant's root reaches besides the platform: vendor tools write the settings
     // the BMC shows (a second account here, which the teardown's rotation leaves alone).

@@ -578,16 +578,23 @@ impl Steps<'_> {
         }
     }
 
+    /// The pool's BIOS baseline and the node's BMC (a pool without one: the step is done).
+    async fn bios_baseline(
+        &self,
+    ) -> Result<(&metal_types::model::pool::BiosBaseline, Box<dyn metal_bmc::Bmc>), Outcome> {
+        let Some(baseline) = self.pool.and_then(|p| p.policy.bios_baseline.as_ref()) else {
+            return Err(Outcome::done(json!({"biosBaseline": "none"})));
+        };
+        Ok((baseline, self.bmc().await?))
+    }
+
     /// The pool's BIOS baseline written back for the erase boot to apply: the attributes
     /// found, those that drifted and what was written are the evidence. A BMC that refuses
     /// (a BIOS password the tenant set, no BIOS resource) or a baseline naming attributes the
     /// machine lacks quarantines.
     async fn bios_reset(&self) -> Outcome {
-        let Some(baseline) = self.pool.and_then(|p| p.policy.bios_baseline.as_ref()) else {
-            return Outcome::done(json!({"biosBaseline": "none"}));
-        };
-        let bmc = match self.bmc().await {
-            Ok(bmc) => bmc,
+        let (baseline, bmc) = match self.bios_baseline().await {
+            Ok(found) => found,
             Err(outcome) => return outcome,
         };
         match metal_firmware::bios::reset(bmc.as_ref(), baseline).await {
@@ -602,11 +609,8 @@ impl Steps<'_> {
     /// After the erase boot applied them: every baseline attribute holds, or the node is
     /// quarantined with each that does not.
     async fn bios_verify(&self) -> Outcome {
-        let Some(baseline) = self.pool.and_then(|p| p.policy.bios_baseline.as_ref()) else {
-            return Outcome::done(json!({"biosBaseline": "none"}));
-        };
-        let bmc = match self.bmc().await {
-            Ok(bmc) => bmc,
+        let (baseline, bmc) = match self.bios_baseline().await {
+            Ok(found) => found,
             Err(outcome) => return outcome,
         };
         match metal_firmware::bios::verify(bmc.as_ref(), baseline).await {
