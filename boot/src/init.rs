@@ -296,12 +296,13 @@ fn join(params: &Params, machine: &Machine) -> Result<Option<crate::controller::
 /// and deploy boots. What a refusal means is the controller's call (a pool that enforces
 /// measured boot fails the teardown, and serves a deploy nothing); here it is only said.
 fn attest(joined: &crate::controller::Joined, machine: &Machine) {
-    if !std::path::Path::new("/dev/tpmrm0").exists() {
-        machine.say("measured boot: no TPM 2.0 (/dev/tpmrm0), nothing to attest");
+    let paths = crate::measured::Paths::of(&machine.paths);
+    if !paths.device.exists() {
+        machine.say(&format!("measured boot: no TPM 2.0 ({}), nothing to attest", paths.device.display()));
         return;
     }
-    let attested = crate::measured::this_machine(&Default::default())
-        .and_then(|(mut tpm, log)| crate::measured::attest(&mut tpm, joined, log));
+    let attested =
+        crate::measured::this_machine(&paths).and_then(|(mut tpm, log)| crate::measured::attest(&mut tpm, joined, log));
     machine.say(&match attested {
         Ok(receipt) if receipt.accepted => "measured boot: attestation accepted".to_owned(),
         Ok(receipt) => format!("measured boot: attestation refused: {}", receipt.reason.unwrap_or_default()),

@@ -32,11 +32,25 @@ pub struct Paths {
     pub security: PathBuf,
     /// The TPM's sysfs directory (holds `pcr-sha256/N`).
     pub tpm: PathBuf,
+    /// The resource-managed TPM device commands go to.
+    pub device: PathBuf,
 }
 
 impl Default for Paths {
     fn default() -> Self {
-        Paths { security: "/sys/kernel/security".into(), tpm: "/sys/class/tpm/tpm0".into() }
+        Paths::of(&metal_protocol::inventory::SystemPaths::default())
+    }
+}
+
+impl Paths {
+    /// Where the TPM is under a machine's system trees (the real ones, or a simulated
+    /// machine's).
+    pub fn of(system: &metal_protocol::inventory::SystemPaths) -> Paths {
+        Paths {
+            security: system.sys.join("kernel/security"),
+            tpm: system.sys.join("class/tpm/tpm0"),
+            device: system.dev.join("tpmrm0"),
+        }
     }
 }
 
@@ -74,9 +88,9 @@ pub fn event_log(paths: &Paths) -> Result<Vec<u8>, String> {
 
 /// This machine's TPM (the kernel's resource manager) and its firmware's event log: what a
 /// quote and its evidence are made of.
-pub fn this_machine(paths: &Paths) -> Result<(Tpm<std::fs::File>, Vec<u8>), String> {
+pub fn this_machine(paths: &Paths) -> Result<(Tpm<crate::tpm::Device>, Vec<u8>), String> {
     let log = event_log(paths)?;
-    Ok((Tpm::open().map_err(|e| e.to_string())?, log))
+    Ok((Tpm::open(&paths.device).map_err(|e| e.to_string())?, log))
 }
 
 /// The TPM's SHA-256 values of the boot PCRs.

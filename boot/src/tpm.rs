@@ -37,6 +37,9 @@ const CC_NV_READ: u32 = 0x14e;
 const CC_QUOTE: u32 = 0x158;
 const CC_FLUSH_CONTEXT: u32 = 0x165;
 const CC_NV_READ_PUBLIC: u32 = 0x169;
+const CC_PCR_EXTEND: u32 = 0x182;
+/// TPM_ALG_SHA256.
+const ALG_SHA256: u16 = 0x000b;
 
 /// `TPM_RC_RETRY`, `TPM_RC_YIELDED`, `TPM_RC_TESTING`: ask again.
 const RC_TRY_AGAIN: [u32; 3] = [0x922, 0x908, 0x90a];
@@ -90,12 +93,54 @@ pub struct Tpm<T> {
     device: T,
 }
 
-impl Tpm<std::fs::File> {
-    /// The kernel's resource-managed TPM device.
-    pub fn open() -> Result<Self, CommandError> {
-        let device = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tpmrm0").map_err(|e| {
-            std::io::Error::new(e.kind(), format!("/dev/tpmrm0: {e} (no TPM 2.0, or its driver is not loaded)"))
-        })?;
+/// Where TPM commands go: the kernel's resource-managed device, or a Unix socket that takes
+/// raw commands the same way (a bare swtpm: a simulated machine's TPM).
+#[derive(Debug)]
+pub enum Device {
+    /// `/dev/tpmrm0`.
+    File(std::fs::File),
+    /// A raw-command socket.
+    Socket(std::os::unix::net::UnixStream),
+}
+
+impl Read for Device {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Device::File(f) => f.read(buf),
+            Device::Socket(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Device {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Device::File(f) => f.write(buf),
+            Device::Socket(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Device::File(f) => f.flush(),
+            Device::Socket(s) => s.flush(),
+        }
+    }
+}
+
+impl Tpm<Device> {
+    /// The TPM at `path`: the kernel's resource-managed device (`/dev/tpmrm0`), or a socket
+    /// there that takes raw commands.
+    pub fn open(path: &std::path::Path) -> Result<Self, CommandError> {
+        use std::os::unix::fs::FileTypeExt as _;
+        let explain = |e: std::io::Error| {
+            std::io::Error::new(e.kind(), format!("{}: {e} (no TPM 2.0, or its driver is not loaded)", path.display()))
+        };
+        let device = if std::fs::metadata(path).map_err(explain)?.file_type().is_socket() {
+            Device::Socket(std::os::unix::net::UnixStream::connect(path).map_err(explain)?)
+        } else {
+            Device::File(std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(explain)?)
+        };
         Ok(Tpm { device })
     }
 }
@@ -209,6 +254,14 @@ impl<T: Read + Write> Tpm<T> {
         let parameters = Self::parameters(&response, 1)?;
         let public = PublicKey::parse(Reader::new(&parameters).sized()?)?;
         Ok(Loaded { handle, public })
+    }
+
+    /// Extends PCR `pcr`'s SHA-256 bank with `digest`, as firmware measures what it runs
+    /// (the simulator's machines and the tests measure their own boots this way).
+    pub fn pcr_extend(&mut self, pcr: u32, digest: &[u8; 32]) -> Result<(), CommandError> {
+        let mut p = Writer::default();
+        p.u32(1).u16(ALG_SHA256).bytes(digest);
+        self.transact("PCR_Extend", &Self::command(CC_PCR_EXTEND, &[pcr], 1, &p.0)).map(drop)
     }
 
     /// Forgets a transient key.

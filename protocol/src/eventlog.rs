@@ -318,6 +318,38 @@ fn spec_id(reader: &mut Reader<'_>) -> Result<Vec<(HashAlgorithm, u16)>, EventLo
     Ok(algorithms)
 }
 
+/// An event log with nothing measured yet: its Spec ID header alone (`TCG_EfiSpecIdEvent`,
+/// spec 2.0, the SHA-256 bank only), as a firmware that measured nothing writes it.
+pub fn empty_sha256_log() -> Vec<u8> {
+    let mut spec = Vec::new();
+    spec.extend(b"Spec ID Event03\0");
+    spec.extend(0u32.to_le_bytes()); // platformClass: client
+    spec.extend([0, 2, 0, 2]); // specVersionMinor, specVersionMajor, specErrata, uintnSize (u64)
+    spec.extend(1u32.to_le_bytes()); // numberOfAlgorithms
+    spec.extend(0x000bu16.to_le_bytes());
+    spec.extend(32u16.to_le_bytes());
+    spec.push(0); // vendorInfoSize
+    let mut log = Vec::new();
+    log.extend(0u32.to_le_bytes()); // PCR 0
+    log.extend(3u32.to_le_bytes()); // EV_NO_ACTION
+    log.extend([0u8; 20]); // its SHA-1 digest field, zeros
+    log.extend(u32::try_from(spec.len()).unwrap_or_default().to_le_bytes());
+    log.extend(spec);
+    log
+}
+
+/// Appends one event to a crypto-agile log whose Spec ID header declares SHA-256 alone (as
+/// a firmware that measured `data` into `pcr` with its SHA-256 `digest` writes it).
+pub fn append_sha256_event(log: &mut Vec<u8>, pcr: u32, event_type: u32, digest: &[u8; 32], data: &[u8]) {
+    log.extend(pcr.to_le_bytes());
+    log.extend(event_type.to_le_bytes());
+    log.extend(1u32.to_le_bytes());
+    log.extend(0x000bu16.to_le_bytes());
+    log.extend(digest);
+    log.extend(u32::try_from(data.len()).unwrap_or(u32::MAX).to_le_bytes());
+    log.extend(data);
+}
+
 /// The TCG name of an event type, or its number in hex when the spec has no name for it.
 pub fn event_type_name(event_type: u32) -> String {
     const EFI: u32 = 0x8000_0000;
@@ -396,6 +428,23 @@ mod tests {
         let first = &log.events[0];
         assert_eq!((first.number, first.pcr, first.type_name().as_str()), (1, 0, "EV_S_CRTM_VERSION"));
         assert!(log.events.iter().any(|e| e.pcr == 9 && e.data.windows(12).any(|w| w == b"Linux initrd")));
+    }
+
+    #[test]
+    fn a_log_written_here_reads_as_ovmfs_does() {
+        use sha2::Digest as _;
+        // The same header as OVMF's (its header cut from the real log), and events appended
+        // replay to what extending a TPM with them gives.
+        let size = u32::from_le_bytes(OVMF[28..32].try_into().unwrap()) as usize;
+        let ovmf_header = EventLog::parse(&OVMF[..32 + size]).unwrap();
+        let mut written = empty_sha256_log();
+        assert_eq!(EventLog::parse(&written).unwrap().algorithms, ovmf_header.algorithms);
+        let digest: [u8; 32] = sha2::Sha256::digest(b"an implant").into();
+        append_sha256_event(&mut written, 0, 0x8000_000a, &digest, b"an implant");
+        let log = EventLog::parse(&written).unwrap();
+        assert_eq!((log.events.len(), log.events[0].type_name().as_str()), (1, "EV_EFI_PLATFORM_FIRMWARE_BLOB2"));
+        let extended: [u8; 32] = sha2::Sha256::new().chain_update([0u8; 32]).chain_update(digest).finalize().into();
+        assert_eq!(log.replay(HashAlgorithm::SHA256).unwrap()[&0], extended.to_vec());
     }
 
     #[test]

@@ -133,32 +133,7 @@ pub const EV_EFI_PLATFORM_FIRMWARE_BLOB2: u32 = 0x8000_000a;
 /// [`empty_event_log`]'s), so the log keeps replaying to the TPM's PCRs.
 pub fn measure(swtpm: &Swtpm, log: &mut Vec<u8>, pcr: u32, event_type: u32, data: &[u8]) {
     use sha2::Digest as _;
-    use std::io::{Read as _, Write as _};
-    let digest = sha2::Sha256::digest(data);
-    let mut command = Vec::new();
-    command.extend(0x8002u16.to_be_bytes()); // TPM_ST_SESSIONS
-    command.extend(0u32.to_be_bytes()); // size, set below
-    command.extend(0x182u32.to_be_bytes()); // TPM_CC_PCR_Extend
-    command.extend(pcr.to_be_bytes());
-    command.extend(9u32.to_be_bytes()); // the password session, empty
-    command.extend(0x4000_0009u32.to_be_bytes());
-    command.extend([0, 0, 0, 0, 0]);
-    command.extend(1u32.to_be_bytes()); // one digest: SHA-256
-    command.extend(0x000bu16.to_be_bytes());
-    command.extend(digest);
-    let size = u32::try_from(command.len()).unwrap().to_be_bytes();
-    command[2..6].copy_from_slice(&size);
-    let mut tpm = swtpm.connect();
-    tpm.write_all(&command).unwrap();
-    let mut response = [0u8; 19];
-    let read = tpm.read(&mut response).unwrap();
-    assert_eq!(&response[6..10], &[0, 0, 0, 0], "PCR_Extend answered {:02x?}", &response[..read]);
-
-    log.extend(pcr.to_le_bytes());
-    log.extend(event_type.to_le_bytes());
-    log.extend(1u32.to_le_bytes());
-    log.extend(0x000bu16.to_le_bytes());
-    log.extend(digest);
-    log.extend(u32::try_from(data.len()).unwrap().to_le_bytes());
-    log.extend(data);
+    let digest: [u8; 32] = sha2::Sha256::digest(data).into();
+    metal_boot::tpm::Tpm::new(swtpm.connect()).pcr_extend(pcr, &digest).unwrap();
+    metal_protocol::eventlog::append_sha256_event(log, pcr, event_type, &digest, data);
 }
