@@ -27,9 +27,16 @@ use crate::fault::Fault;
 use crate::lease::{bound, reaches, recover, reserve};
 use crate::site::Site;
 
-/// Faults a round draws from: each ends in a quarantine the operator can recover from.
-const DRAWN: [Fault; 5] =
-    [Fault::RefuseRotation, Fault::FirmwareDrift, Fault::IgnoreDiscard, Fault::ReadErrors, Fault::SwitchRefuses];
+/// Faults a round draws from: each ends in a quarantine the operator can recover from (and,
+/// on a site whose machines have TPMs, tampered firmware too).
+const DRAWN: [Fault; 6] = [
+    Fault::RefuseRotation,
+    Fault::FirmwareDrift,
+    Fault::IgnoreDiscard,
+    Fault::ReadErrors,
+    Fault::SwitchRefuses,
+    Fault::BiosReverts,
+];
 
 /// What a chaos run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -143,6 +150,10 @@ pub async fn find_acknowledged(site: &Site, ids: &[String]) -> anyhow::Result<us
 async fn rounds(site: &Site, plan: &Plan, acknowledged: &Mutex<Vec<String>>) -> anyhow::Result<Counts> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(plan.seed);
     let mut counts = Counts::default();
+    let mut drawn = DRAWN.to_vec();
+    if site.machines.iter().all(|m| m.tpm.is_some()) {
+        drawn.push(Fault::FirmwareTampered);
+    }
     for _ in 0..plan.rounds {
         let reserved = reserve(site, plan.per_round, "1d").await?;
         acknowledged.lock().unwrap_or_else(|p| p.into_inner()).extend(reserved.iter().cloned());
@@ -150,7 +161,7 @@ async fn rounds(site: &Site, plan: &Plan, acknowledged: &Mutex<Vec<String>>) -> 
         counts.leases += leased.len();
         for (_, node) in &leased {
             if rng.gen_bool(plan.fault_rate.clamp(0.0, 1.0)) {
-                let fault = DRAWN[rng.gen_range(0..DRAWN.len())];
+                let fault = drawn[rng.gen_range(0..drawn.len())];
                 site.machine(node).context("a node without a machine")?.faults.set(fault, true);
                 counts.faults += 1;
             }

@@ -3,7 +3,7 @@
 //! lies about power or refuses a password rotation; firmware that drifted from the baseline;
 //! a disk that ignores discards (and sanitize commands) or fails reads; a network that loses
 //! the ramdisk's reports; a switch that refuses to move the machine's port; BIOS settings
-//! that are locked or do not hold.
+//! that are locked or do not hold; firmware with an implant a TPM measures.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -35,11 +35,14 @@ pub enum Fault {
     /// Something below the OS (a tenant's firmware hook) turns turbo off again at every boot,
     /// whatever the BMC wrote for it.
     BiosReverts,
+    /// The firmware carries an implant its version string hides: a machine with a TPM
+    /// (`--tpm`) measures a firmware volume its baseline does not have into PCR 0.
+    FirmwareTampered,
 }
 
 impl Fault {
     /// Every fault, in a fixed order.
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 12] = [
         Fault::BmcTimeout,
         Fault::BmcUnavailable,
         Fault::BmcLiesAboutPower,
@@ -51,6 +54,7 @@ impl Fault {
         Fault::SwitchRefuses,
         Fault::BiosLocked,
         Fault::BiosReverts,
+        Fault::FirmwareTampered,
     ];
 
     /// The fault's name on the command line and in the API.
@@ -67,6 +71,7 @@ impl Fault {
             Fault::SwitchRefuses => "switch-refuses",
             Fault::BiosLocked => "bios-locked",
             Fault::BiosReverts => "bios-reverts",
+            Fault::FirmwareTampered => "firmware-tampered",
         }
     }
 

@@ -23,6 +23,7 @@ pub mod replica;
 pub mod scale;
 pub mod site;
 pub mod switch;
+pub mod tpm;
 pub mod tree;
 
 /// Has the C allocator hand every buffer of 128 KiB or more straight back to the system when

@@ -215,6 +215,8 @@ pub struct Machine {
     /// The switch its NIC is cabled to (port `NODE-p0`), when the site has one: its port's
     /// VLAN decides whether a network boot reaches the boot service.
     pub switch: Option<Arc<crate::switch::SimSwitch>>,
+    /// Its TPM 2.0, when the site gives machines one (`--tpm`).
+    pub tpm: Option<crate::tpm::SimTpm>,
     state: Mutex<State>,
     console: Mutex<VecDeque<String>>,
 }
@@ -238,6 +240,7 @@ impl Machine {
             api_url,
             flavor: Flavor::default(),
             switch: None,
+            tpm: None,
             state: Mutex::new(State {
                 power_on: false,
                 epoch: 0,
@@ -358,6 +361,11 @@ impl Machine {
                 };
                 if source == BootSource::Cd && state.media.is_none() { BootSource::Hdd } else { source }
             };
+            if let Some(tpm) = &self.tpm
+                && let Err(e) = tpm.power_on(self.faults.has(Fault::FirmwareTampered))
+            {
+                self.say(&format!("the TPM did not start: {e}"));
+            }
             self.say(&format!("booting from {}", source.redfish()));
             let settled = match source {
                 BootSource::Pxe | BootSource::Cd => self.network_boot(epoch),

@@ -41,7 +41,7 @@ struct Cli {
     machines_dir: Option<PathBuf>,
     /// A fault a machine has from the start, as NODE=FAULT (repeatable). Faults: bmc-timeout,
     /// bmc-unavailable, bmc-lies-about-power, refuse-rotation, firmware-drift, ignore-discard,
-    /// read-errors, report-lost, switch-refuses, bios-locked, bios-reverts.
+    /// read-errors, report-lost, switch-refuses, bios-locked, bios-reverts, firmware-tampered.
     #[arg(long = "fault", global = true, value_parser = parse_assignment)]
     faults: Vec<(String, Fault)>,
     /// Every Nth machine's BMC has the quirks sushy-tools showed: no PowerCycle, a Once boot
@@ -55,6 +55,11 @@ struct Cli {
     /// (so at most 3,995 leases at once).
     #[arg(long, global = true)]
     no_switch: bool,
+    /// Give every machine a TPM 2.0 (a swtpm process of its own, so for small sites) and
+    /// make the pool enforce measured boot: each teardown's erase boot quotes it, and a
+    /// machine with the firmware-tampered fault is quarantined for its PCR 0.
+    #[arg(long, global = true)]
+    tpm: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -222,6 +227,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         faults: cli.faults,
         replicas,
         sushy_every: cli.sushy_quirks_every,
+        tpm: cli.tpm,
         switch_program: if cli.no_switch {
             None
         } else {

@@ -58,6 +58,9 @@ pub struct Options {
     /// simulated switch by running it as `ovs-vsctl`, and the pool isolates its tenants on
     /// the switch (see [`crate::switch`]). `None`: no switch, no isolation.
     pub switch_program: Option<PathBuf>,
+    /// Each machine has a TPM 2.0 (a swtpm of its own, see [`crate::tpm`]) and the pool
+    /// enforces measured boot.
+    pub tpm: bool,
 }
 
 /// Scheduler replicas in processes of their own (`metal-sim scheduler`).
@@ -85,6 +88,7 @@ impl Default for Options {
             replicas: None,
             sushy_every: 0,
             switch_program: None,
+            tpm: false,
         }
     }
 }
@@ -281,12 +285,15 @@ impl Site {
                 machine.flavor = crate::machine::Flavor::SushyTools;
             }
             machine.switch = cabling.as_ref().map(|c| c.switch.clone());
+            if options.tpm {
+                machine.tpm = Some(crate::tpm::SimTpm::manufacture(&dir, &machine.paths.dev, &machine.paths.sys)?);
+            }
             let machine = Arc::new(machine);
             for (_, fault) in options.faults.iter().filter(|(node, _)| *node == id) {
                 machine.faults.set(*fault, true);
             }
             tokio::spawn(crate::redfish::serve(machine.clone(), listener));
-            enrol(&admin, &machine, index, &bmc_url, &password, cabling.as_ref()).await?;
+            enrol(&admin, &machine, index, &bmc_url, &password, cabling.as_ref(), options.tpm).await?;
             machines.push(machine);
         }
         for (node, _) in &options.faults {
@@ -431,6 +438,7 @@ async fn enrol(
     bmc_url: &str,
     password: &str,
     cabling: Option<&Cabling>,
+    tpm: bool,
 ) -> anyhow::Result<()> {
     if index == 1 {
         // The BIOS baseline names two of the machines' defaults and Secure Boot on: a
@@ -439,6 +447,9 @@ async fn enrol(
         let bios =
             json!({"attributes": {"ProcTurboMode": "Enabled", "SriovGlobalEnable": "Enabled"}, "secureBoot": true});
         let mut policy = json!({"tenantRoot": true, "firmwareBaseline": {"bios": BIOS_VERSION}, "biosBaseline": bios});
+        if tpm {
+            policy["measuredBoot"] = json!({"mode": "enforce"});
+        }
         if let Some(cabling) = cabling {
             admin.post("/v1/switches", cabling.registration.clone()).await?;
             policy["network"] = crate::switch::network_policy();

@@ -8,6 +8,8 @@
 //! late): their leases and teardowns end as the others' do. Every machine is cabled to the
 //! simulated switch and the pool isolates tenants on it; one of the faults drawn is a switch
 //! that refuses to move a port, and a ready machine found on a tenant VLAN is caught too.
+//! Every machine has a TPM and the pool enforces measured boot: each teardown's erase boot
+//! quotes it, and tampered firmware is one of the faults drawn.
 
 use metal_sim::chaos;
 use metal_sim::site::Options;
@@ -25,6 +27,7 @@ fn leases_with_random_faults_keep_every_invariant() {
             database_url,
             sushy_every: 2,
             switch_program: Some(env!("CARGO_BIN_EXE_metal-sim").into()),
+            tpm: true,
             ..Options::default()
         };
         let site = metal_sim::lease::prepared(&options).await.unwrap();

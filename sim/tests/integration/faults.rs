@@ -9,6 +9,10 @@
 //! answers 503 while the machine is leased makes the API answer 502 with the BMC's word, and
 //! answers again once it is back; at the end every site invariant holds (`chaos::check`).
 //!
+//! Machines with a TPM (swtpm each) in a pool that enforces measured boot: each teardown's
+//! erase boot quotes it and passes; firmware with an implant behind the baseline's version
+//! string is quarantined for its PCR 0, naming the event; reflashed clean, it recovers.
+//!
 //! The simulation installs the process clock: one test per process (nextest runs each test in
 //! its own process anyway).
 
@@ -142,6 +146,60 @@ fn each_fault_quarantines_its_machine_at_the_step_that_finds_it() {
         assert_eq!(secure, Some((true, true)), "Secure Boot on again, and the erase boot ran with it");
         let spare = site.machines.iter().find(|m| !leased.contains(&m.id)).unwrap();
         assert_eq!(site.admin.get(&format!("/v1/nodes/{}", spare.id)).await.unwrap()["state"], "ready");
+        assert!(metal_sim::chaos::check(&site).await.unwrap() > 0);
+    });
+}
+
+#[test]
+fn machines_with_a_tpm_prove_each_teardown_and_tampered_firmware_is_quarantined_for_its_pcr() {
+    let database_url = postgres_database();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let site = metal_sim::lease::prepared(&Options {
+            nodes: 2,
+            speed: 120.0,
+            seed: 5,
+            database_url,
+            tpm: true,
+            ..Options::default()
+        })
+        .await
+        .unwrap();
+        // Commissioning attested each machine's TPM and learned its baseline.
+        for machine in &site.machines {
+            let baselines = site.admin.get(&format!("/v1/nodes/{}/boot-baselines", machine.id)).await.unwrap();
+            assert_eq!(baselines.as_array().unwrap().len(), 1, "{baselines}");
+            assert_eq!(baselines[0]["learnedBy"], "commissioning", "{baselines}");
+        }
+        let leased: Vec<String> = lease(&site, 2, "1d").await.unwrap().into_iter().map(|(_, n)| n).collect();
+        let [clean, tampered] = [0, 1].map(|i| leased[i].clone());
+        // A tenant flashes firmware whose version string is the baseline's, with an implant.
+        site.machine(&tampered).unwrap().faults.set(Fault::FirmwareTampered, true);
+        site.clock.advance(Duration::from_secs(86_400));
+        reaches(&site, &clean, "ready").await.unwrap();
+        reaches(&site, &tampered, "failed").await.unwrap();
+
+        let runs = site.admin.get(&format!("/v1/nodes/{clean}/teardowns")).await.unwrap();
+        let attest = runs[0]["history"].as_array().unwrap().iter().find(|h| h["step"] == "attest").unwrap().clone();
+        assert_eq!((attest["result"].as_str(), attest["detail"]["mode"].as_str()), (Some("done"), Some("enforce")));
+        assert_eq!(attest["detail"]["baselines"].as_array().unwrap().len(), 1, "{attest}");
+        let quarantined = site.admin.get(&format!("/v1/nodes/{tampered}")).await.unwrap();
+        let reason = quarantined["stateReason"].as_str().unwrap();
+        assert!(
+            reason.starts_with(
+                "attest: measured-boot: PCR 0 differs (event 1, EV_EFI_PLATFORM_FIRMWARE_BLOB2) from baseline mbb-"
+            ),
+            "{reason}"
+        );
+        let attestations = site.admin.get(&format!("/v1/nodes/{tampered}/attestations")).await.unwrap();
+        assert!(
+            attestations.as_array().unwrap().iter().all(|a| a["verified"] == true),
+            "quoted, not forged: {attestations}"
+        );
+
+        // The firmware reflashed clean: recovered, the teardown passes.
+        site.machine(&tampered).unwrap().faults.set(Fault::FirmwareTampered, false);
+        metal_sim::lease::recover(&site, &tampered).await.unwrap();
         assert!(metal_sim::chaos::check(&site).await.unwrap() > 0);
     });
 }
