@@ -273,7 +273,7 @@ mod tests {
     /// A securityfs and a sysfs TPM directory holding `log` and the values it replays to,
     /// with `change` applied to the TPM's values.
     fn machine(dir: &Path, change: impl FnOnce(&mut BTreeMap<u32, Vec<u8>>)) -> Paths {
-        let paths = Paths { security: dir.join("security"), tpm: dir.join("tpm0") };
+        let paths = Paths { security: dir.join("security"), tpm: dir.join("tpm0"), device: dir.join("tpmrm0") };
         std::fs::create_dir_all(paths.security.join("tpm0")).unwrap();
         std::fs::create_dir_all(paths.tpm.join("pcr-sha256")).unwrap();
         std::fs::write(paths.security.join("tpm0/binary_bios_measurements"), OVMF).unwrap();
@@ -317,7 +317,8 @@ mod tests {
     #[test]
     fn a_machine_without_a_tpm_says_so() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = Paths { security: dir.path().join("none"), tpm: dir.path().join("none") };
+        let paths =
+            Paths { security: dir.path().join("none"), tpm: dir.path().join("none"), device: dir.path().join("none") };
         let error = check(&paths, None).unwrap_err();
         assert!(error.contains("no TPM event log"), "{error}");
     }
