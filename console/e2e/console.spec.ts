@@ -292,6 +292,33 @@ test("a wipe certificate renders verified, a refused report shows why, and the e
   expect(problems).toEqual([]);
 });
 
+test("a node's TPM quotes are shown verified against its baseline, with their PCRs, and the envelope downloads", async ({
+  page,
+}) => {
+  const problems = watch(page);
+  await signIn(page, admin);
+  await page.goto(`/console/nodes/${clean}`);
+  const measured = page.getByRole("region", { name: "Measured boot" });
+  // Commissioning learned the node's own baseline; each boot since quoted the TPM.
+  await expect(measured.getByTestId("baselines").locator("tbody tr").first()).toContainText("commissioning");
+  await expect(measured.getByTestId("attestations").locator("tbody tr").first()).toContainText("verified");
+  await measured.getByTestId("attestations").getByRole("link").first().click();
+  await expect(page.getByRole("heading", { name: "Measured boot attestation" })).toBeVisible();
+  await expect(page.getByTestId("verdict")).toContainText("Verified.");
+  await expect(page.getByTestId("comparisons").locator('[data-field="comparison"]').first()).toHaveText("every PCR matches");
+  await expect(page.getByTestId("pcrs").locator("tbody tr")).toHaveCount(10);
+  await accessible(page, "an attestation");
+  await shot(page, "attestation");
+
+  const download = page.waitForEvent("download");
+  await page.getByRole("button", { name: "Download the DSSE envelope" }).click();
+  const envelope = JSON.parse(await readFile(await (await download).path(), "utf8"));
+  expect(envelope.payloadType).toBe("application/vnd.metal.attestation.v1+json");
+  const payload = JSON.parse(Buffer.from(envelope.payload, "base64").toString("utf8"));
+  expect(payload.nodeId).toBe(clean);
+  expect(problems).toEqual([]);
+});
+
 test("the serial console shows the machine's Serial-over-LAN stream, and the session is audited", async ({ page }) => {
   const problems = watch(page);
   const me: { credentialId: string } = await api("/v1/session", admin);

@@ -3,6 +3,7 @@ import { Component, type ComponentChildren, render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiFailure, type Session, api, must, setToken, syncClock, token } from "./api";
 import * as live from "./live";
+import { Attestation } from "./pages/attestation";
 import { Certificate } from "./pages/certificate";
 import { Fleet } from "./pages/fleet";
 import { Images } from "./pages/images";
@@ -33,6 +34,8 @@ function Page({ path, session }: { path: string; session: Session }) {
   if (admin && first === "nodes" && parts.length === 1) return <Nodes />;
   if (admin && first === "nodes" && id && !sub) return <NodePage key={id} id={id} />;
   if (admin && first === "nodes" && id && sub === "wipe-reports" && report) return <Certificate node={id} report={report} />;
+  if (admin && first === "nodes" && id && sub === "attestations" && report)
+    return <Attestation node={id} attestation={report} />;
   return (
     <main id="main">
       <h1>Not found</h1>

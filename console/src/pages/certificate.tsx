@@ -37,18 +37,20 @@ interface WipeReport {
   tool?: { name?: string; version?: string };
 }
 
-async function download(node: string, report: string) {
-  const response = await fetch(`/v1/nodes/${encodeURIComponent(node)}/wipe-reports/${encodeURIComponent(report)}/envelope`, {
-    headers: authorization(),
-  });
+/** Saves the signed envelope at `path` (an API path) as `name`.dsse.json. */
+export async function downloadEnvelope(path: string, name: string) {
+  const response = await fetch(path, { headers: authorization() });
   if (!response.ok) throw new Error(`the envelope answered ${response.status}`);
   const url = URL.createObjectURL(await response.blob());
   const a = document.createElement("a");
   a.href = url;
-  a.download = `${report}.dsse.json`;
+  a.download = `${name}.dsse.json`;
   a.click();
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
+
+const download = (node: string, report: string) =>
+  downloadEnvelope(`/v1/nodes/${encodeURIComponent(node)}/wipe-reports/${encodeURIComponent(report)}/envelope`, report);
 
 const title = (s: string | undefined) => (s ? s[0]?.toUpperCase() + s.slice(1) : "none");
 

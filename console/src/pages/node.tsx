@@ -332,6 +332,66 @@ function WipeReports({ id }: { id: string }) {
   );
 }
 
+function Attestations({ id }: { id: string }) {
+  const loaded = useLoad(
+    async () => ({
+      attestations: await must(api.GET("/v1/nodes/{id}/attestations", { params: { path: { id } } })),
+      baselines: await must(api.GET("/v1/nodes/{id}/boot-baselines", { params: { path: { id } } })),
+    }),
+    [id],
+    (e) => e.subject === `node/${id}` && (e.kind.startsWith("node.attestation") || e.kind.startsWith("node.boot-baseline")),
+  );
+  return (
+    <Section title="Measured boot">
+      <Show loaded={loaded}>
+        {({ attestations, baselines }) =>
+          attestations.length === 0 ? (
+            <p class="muted">No TPM quote yet.</p>
+          ) : (
+            <>
+              <table data-testid="attestations">
+                <Head columns={["Attestation", "Received", "Generation", "Verdict", "Why"]} />
+                <tbody>
+                  {[...attestations].reverse().map((a) => (
+                    <tr key={a.id}>
+                      <th scope="row">
+                        <a {...linkProps(`/nodes/${id}/attestations/${a.id}`)}>{a.id}</a>
+                      </th>
+                      <td>{when(a.receivedAt)}</td>
+                      <td>{a.identityGeneration}</td>
+                      <td>
+                        <Badge value={a.verified ? "verified" : "refused"} />
+                      </td>
+                      <td>{a.verified ? "—" : `${a.code ?? ""}: ${a.reason ?? ""}`}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+              <table data-testid="baselines">
+                <caption>Baselines its teardowns compare with</caption>
+                <Head columns={["Baseline", "Scope", "State", "Learned by", "Since"]} />
+                <tbody>
+                  {baselines.map((b) => (
+                    <tr key={b.id}>
+                      <th scope="row">{b.id}</th>
+                      <td>{b.scope === "profile" ? `profile ${b.hardwareProfile ?? ""} at ${b.firmware ?? ""}` : "node"}</td>
+                      <td>
+                        <Badge value={b.state} />
+                      </td>
+                      <td>{b.stateReason ?? b.learnedBy}</td>
+                      <td>{when(b.createdAt)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </>
+          )
+        }
+      </Show>
+    </Section>
+  );
+}
+
 function Teardowns({ id }: { id: string }) {
   const loaded = useLoad(
     () => must(api.GET("/v1/nodes/{id}/teardowns", { params: { path: { id } } })),
@@ -449,6 +509,7 @@ export function NodePage({ id }: { id: string }) {
       <Readings id={id} />
       <FirmwareChecks id={id} />
       <WipeReports id={id} />
+      <Attestations id={id} />
       <Teardowns id={id} />
       <SerialConsole id={id} />
       <Timeline id={id} />

@@ -2,7 +2,8 @@
 //! Playwright from console/e2e) against the real scheduler of a simulated site: sign-in, a
 //! tenant seeing only its own, the live stream moving a node's state on the page, a power
 //! action behind its confirmation reaching the Redfish BMC, wipe certificates accepted and
-//! refused, the serial console of a machine behind ipmi_sim in a terminal, accessibility
+//! refused, a node's TPM quotes against its baseline (every machine has a TPM), the serial
+//! console of a machine behind ipmi_sim in a terminal, accessibility
 //! (axe-core) and narrow screens.
 //!
 //! The site is set up here: five machines, two leases of a day run to their end, one of
@@ -28,9 +29,8 @@ fn console_dir() -> std::path::PathBuf {
 fn the_console_in_a_real_browser_against_a_simulated_site() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let site = metal_sim::lease::prepared(&Options { nodes: 5, speed: 120.0, seed: 11, ..Options::default() })
-            .await
-            .unwrap();
+        let options = Options { nodes: 5, speed: 120.0, seed: 11, tpm: true, ..Options::default() };
+        let site = metal_sim::lease::prepared(&options).await.unwrap();
         let leased = lease(&site, 2, "1d").await.unwrap();
         let (clean, refused) = (leased[0].1.clone(), leased[1].1.clone());
         site.machine(&refused).unwrap().faults.set(Fault::IgnoreDiscard, true);
