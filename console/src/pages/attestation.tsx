@@ -8,7 +8,7 @@ import { api, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, Head, Show, when } from "../ui";
-import { downloadEnvelope } from "./certificate";
+import { SignerFacts, Verdict, downloadEnvelope } from "./certificate";
 
 export function Attestation({ node, attestation }: { node: string; attestation: string }) {
   const [problem, setProblem] = useState<string | null>(null);
@@ -28,19 +28,11 @@ export function Attestation({ node, attestation }: { node: string; attestation: 
           const record = detail.record;
           return (
             <>
-              <div class={`verdict ${record.verified ? "verdict-ok" : "verdict-refused"}`} role="status" data-testid="verdict">
-                {record.verified ? (
-                  <p>
-                    <strong>Verified.</strong> metal-scheduler checked this quote on receipt ({when(record.receivedAt)}): the
-                    TPM's attestation key signed it, it answered the one-time challenge only the node's pinned TPM could open,
-                    it binds the ramdisk's own key, and the firmware's event log replays to its PCRs.
-                  </p>
-                ) : (
-                  <p>
-                    <strong>Refused: {record.code}.</strong> {record.reason}
-                  </p>
-                )}
-              </div>
+              <Verdict ok={record.verified} code={record.code} reason={record.reason}>
+                metal-scheduler checked this quote on receipt ({when(record.receivedAt)}): the TPM's attestation key signed
+                it, it answered the one-time challenge only the node's pinned TPM could open, it binds the ramdisk's own key,
+                and the firmware's event log replays to its PCRs.
+              </Verdict>
               <dl class="facts">
                 <dt>Attestation</dt>
                 <dd>{record.id}</dd>
@@ -54,16 +46,7 @@ export function Attestation({ node, attestation }: { node: string; attestation: 
                 </dd>
                 <dt>Event log</dt>
                 <dd>{record.logSha256 ? <code class="wrap">SHA-256 {record.logSha256}</code> : "none sent"}</dd>
-                <dt>Signer certificate</dt>
-                <dd>
-                  SHA-256 <code class="wrap">{detail.signerFingerprint ?? "—"}</code>
-                  {detail.signerCertificate && (
-                    <details>
-                      <summary>PEM</summary>
-                      <pre>{detail.signerCertificate}</pre>
-                    </details>
-                  )}
-                </dd>
+                <SignerFacts signer={detail} />
               </dl>
               <section aria-label="Against the baselines">
                 <h2>Against the node's baselines</h2>

@@ -2,6 +2,7 @@
 // Rev. 1, appendix G): the device, the method and its category, the verification and its
 // coverage, who signed it with which certificate, and the result. The verdict shown is the
 // scheduler's own check on receipt; the envelope it checked is a download away.
+import type { ComponentChildren } from "preact";
 import { useState } from "preact/hooks";
 import { api, authorization, must } from "../api";
 import { useLoad } from "../hooks";
@@ -52,6 +53,41 @@ export async function downloadEnvelope(path: string, name: string) {
 const download = (node: string, report: string) =>
   downloadEnvelope(`/v1/nodes/${encodeURIComponent(node)}/wipe-reports/${encodeURIComponent(report)}/envelope`, report);
 
+/** The scheduler's verdict on a signed report, as it decided on receipt. */
+export function Verdict(props: { ok: boolean; code?: string | null; reason?: string | null; children: ComponentChildren }) {
+  return (
+    <div class={`verdict ${props.ok ? "verdict-ok" : "verdict-refused"}`} role="status" data-testid="verdict">
+      {props.ok ? (
+        <p>
+          <strong>Verified.</strong> {props.children}
+        </p>
+      ) : (
+        <p>
+          <strong>Refused: {props.code}.</strong> {props.reason}
+        </p>
+      )}
+    </div>
+  );
+}
+
+/** The certificate that signed a report, as facts (inside a `dl`). */
+export function SignerFacts({ signer }: { signer: { signerFingerprint?: string | null; signerCertificate?: string | null } }) {
+  return (
+    <>
+      <dt>Signer certificate</dt>
+      <dd>
+        SHA-256 <code class="wrap">{signer.signerFingerprint ?? "—"}</code>
+        {signer.signerCertificate && (
+          <details>
+            <summary>PEM</summary>
+            <pre>{signer.signerCertificate}</pre>
+          </details>
+        )}
+      </dd>
+    </>
+  );
+}
+
 const title = (s: string | undefined) => (s ? s[0]?.toUpperCase() + s.slice(1) : "none");
 
 export function Certificate({ node, report }: { node: string; report: string }) {
@@ -72,19 +108,10 @@ export function Certificate({ node, report }: { node: string; report: string }) 
           const body = detail.report as WipeReport | undefined;
           return (
             <>
-              <div class={`verdict ${record.accepted ? "verdict-ok" : "verdict-refused"}`} role="status" data-testid="verdict">
-                {record.accepted ? (
-                  <p>
-                    <strong>Verified.</strong> metal-scheduler checked this report on receipt ({when(record.receivedAt)}): its
-                    signature chains to the site CA, the signer is this node's ramdisk, and every inventoried disk is erased
-                    and read back.
-                  </p>
-                ) : (
-                  <p>
-                    <strong>Refused: {record.code}.</strong> {record.reason}
-                  </p>
-                )}
-              </div>
+              <Verdict ok={record.accepted} code={record.code} reason={record.reason}>
+                metal-scheduler checked this report on receipt ({when(record.receivedAt)}): its signature chains to the site
+                CA, the signer is this node's ramdisk, and every inventoried disk is erased and read back.
+              </Verdict>
               <dl class="facts">
                 <dt>Report</dt>
                 <dd>{record.id}</dd>
@@ -98,16 +125,7 @@ export function Certificate({ node, report }: { node: string; report: string }) 
                 <dd>{body?.tool ? `${body.tool.name ?? "?"} ${body.tool.version ?? ""}` : "—"}</dd>
                 <dt>Signer</dt>
                 <dd>{record.signer ?? "unreadable"}</dd>
-                <dt>Signer certificate</dt>
-                <dd>
-                  SHA-256 <code class="wrap">{detail.signerFingerprint ?? "—"}</code>
-                  {detail.signerCertificate && (
-                    <details>
-                      <summary>PEM</summary>
-                      <pre>{detail.signerCertificate}</pre>
-                    </details>
-                  )}
-                </dd>
+                <SignerFacts signer={detail} />
               </dl>
               {(Array.isArray(body?.disks) ? body.disks : []).map((d, i) => (
                 <section key={i} class="disk" aria-label={`device ${d.device ?? i}`}>
