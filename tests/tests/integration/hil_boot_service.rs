@@ -567,4 +567,41 @@ fn a_uefi_machine_with_a_tpm_network_boots_the_ramdisk_and_attests_what_booted()
     let measured = detail["events"].as_array().unwrap().iter().find(|e| e["number"] == event).unwrap();
     assert_eq!(measured["pcr"], 0, "{detail}");
     assert!(difference.contains(measured["eventType"].as_str().unwrap()), "{detail}");
+
+    // That firmware approved as the node's baseline, the machine boots once more with the
+    // same code and a variable store where a tenant allowed its own boot loader in Secure
+    // Boot's db (virt-fw-vars --add-db-hash; no PK, so nothing is enforced yet): the firmware
+    // is the same (PCR 0), its Secure Boot configuration is not (PCR 7, the variables
+    // measured as EV_EFI_VARIABLE_DRIVER_CONFIG).
+    let approval = serde_json::json!({"attestationId": id});
+    assert_eq!(s.call("POST", "/v1/nodes/hil-11/boot-baselines", Some(approval)).0, 201);
+    s.walk("hil-11", &[s.node("hil-11")["state"].as_str().unwrap(), "commissioning"]);
+    s.arm_boot("hil-11");
+    let keys = dir.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let tenant_vars = keys.join("tenant-db.fd");
+    let written = std::process::Command::new("/opt/metal-venv/bin/virt-fw-vars")
+        .arg("--input")
+        .arg(ovmf.join("OVMF_VARS_4M.fd"))
+        .arg("--output")
+        .arg(&tenant_vars)
+        .args(["--add-db-hash", "a5f0d0b4-4c3e-4d1e-9a43-6b1f3d1c9e27", &"ab".repeat(32)])
+        .output()
+        .expect("virt-fw-vars (scripts/setup installs virt-firmware)");
+    assert!(written.status.success(), "virt-fw-vars: {}", String::from_utf8_lossy(&written.stderr));
+    let console = machine()
+        .uefi_split(&ovmf.join("OVMF_CODE_4M.fd"), &tenant_vars, &keys)
+        .timeout(Duration::from_secs(420))
+        .run_again_if_stalled_after(|| drop(s.arm_boot("hil-11")));
+    assert!(console.text.contains("measured boot: attestation accepted"), "{}", console.text);
+    let (_, attestations) = s.call("GET", "/v1/nodes/hil-11/attestations", None);
+    let third =
+        attestations.as_array().unwrap().iter().find(|a| a["id"] != attestation["id"] && a["id"] != id).unwrap();
+    assert_eq!(third["pcrs"]["0"], second["pcrs"]["0"], "the same firmware: {attestations}");
+    assert_ne!(third["pcrs"]["7"], second["pcrs"]["7"], "Secure Boot's keys: {attestations}");
+    let (_, detail) = s.call("GET", &format!("/v1/nodes/hil-11/attestations/{}", third["id"].as_str().unwrap()), None);
+    let events = detail["events"].as_array().unwrap();
+    assert!(events.iter().any(|e| e["pcr"] == 7 && e["eventType"] == "EV_EFI_VARIABLE_DRIVER_CONFIG"), "{detail}");
+    let difference = detail["comparisons"][0]["difference"].as_str().unwrap_or_else(|| panic!("{detail}"));
+    assert!(difference.starts_with("PCR 1 differs") || difference.starts_with("PCR 7 differs"), "{detail}");
 }
