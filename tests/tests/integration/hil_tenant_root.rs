@@ -385,14 +385,15 @@ fn lease_end_to_end(kind: Kind) {
     let done = metal_tests::leases::done_records(run);
     let steps: Vec<_> = done.iter().filter_map(|h| h["step"].as_str()).collect();
     assert_eq!(steps, metal_tests::leases::TEARDOWN_STEPS, "{run}");
-    assert!(done[2]["detail"]["status"]["output"].as_str().unwrap().contains("Status: OFF"), "{run}");
-    assert_eq!(done[5]["detail"]["code"], "COMPLIANT", "{run}");
+    let detail = |step: &str| &done.iter().find(|h| h["step"] == step).unwrap()["detail"];
+    assert!(detail("fence")["status"]["output"].as_str().unwrap().contains("Status: OFF"), "{run}");
+    assert_eq!(detail("firmware")["code"], "COMPLIANT", "{run}");
     assert!(run["context"]["eraseBoots"].as_i64().unwrap() >= 2, "the firmware boot, then the erase: {run}");
     let (_, reports) = s.call("GET", "/v1/nodes/hil-tr/wipe-reports", None);
     let accepted = reports.as_array().unwrap().iter().find(|r| r["accepted"] == true).cloned().unwrap_or_default();
     let signer = format!("/node/hil-tr/gen/{generation}/ramdisk");
     assert!(accepted["signer"].as_str().unwrap_or_default().ends_with(&signer), "{reports}");
-    assert_eq!(done[6]["detail"]["wipeReport"], accepted["id"], "{run}");
+    assert_eq!(detail("erase")["wipeReport"], accepted["id"], "{run}");
     if debian {
         // The teardown's clean-up took the host away with the lessee's identity; its log stays.
         assert_eq!(s.call("GET", "/v1/hosts/hil-tr", None).0, 404);
