@@ -238,13 +238,14 @@ fn release_when_bound(service: &ServedAdmin, reservation: &str) {
     assert_eq!(status, 200, "{body}");
 }
 
-/// Deploys and releases the lease, and returns when the teardown's `step` (the erase) has
-/// booted the ramdisk.
-fn released_until(service: &ServedAdmin, reservation: &str, step: i64) {
+/// Deploys and releases the lease, and returns when the teardown's erase step has booted the
+/// ramdisk.
+fn released_until_the_erase(service: &ServedAdmin, reservation: &str) {
     deploy(service);
     release_when_bound(service, reservation);
     service.until("the ramdisk booted to erase", "/v1/nodes/n1/teardowns", |runs| {
-        runs[0]["stepIndex"] == step
+        let index = runs[0]["stepIndex"].as_u64().and_then(|i| usize::try_from(i).ok());
+        index.is_some_and(|i| runs[0]["steps"][i]["name"] == "erase")
             && runs[0]["lastError"].as_str().is_some_and(|e| e.starts_with("booted the ramdisk to erase every disk"))
     });
 }
@@ -255,7 +256,7 @@ fn killed_around_the_erase_the_agent_teardown_boots_the_ramdisk_once_and_ends_as
     let (dir, database, reservation, version) = prepared(&sim, json!({"fencing": {"driver": "none"}}));
     // Up to the erase without a crash, then SIGKILL while the ramdisk erases.
     let service = start(dir.path(), database.as_deref(), None, "100ms");
-    released_until(&service, &reservation, 6);
+    released_until_the_erase(&service, &reservation);
     drop(service);
     for point in [
         "erase:before",
