@@ -218,7 +218,8 @@ pub struct BiosCheck {
     pub found: BTreeMap<String, BiosValue>,
     /// What still differs.
     pub drifted: Vec<AttributeDrift>,
-    /// Writes the BMC holds for a boot still to come (a BMC that did not apply them).
+    /// Writes of baseline attributes the BMC holds for a boot still to come (a BMC that did
+    /// not apply them).
     pub pending: BTreeMap<String, BiosValue>,
     /// Secure Boot now, when the baseline names it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -234,7 +235,9 @@ pub async fn verify(bmc: &dyn Bmc, baseline: &BiosBaseline) -> Result<BiosCheck,
         check.found =
             baseline.attributes.keys().filter_map(|n| Some((n.clone(), settings.current.get(n)?.clone()))).collect();
         check.drifted = drift(baseline, &settings.current);
-        check.pending = settings.pending;
+        // Only the baseline's: another pending attribute may be a password a BMC echoes.
+        check.pending =
+            settings.pending.into_iter().filter(|(name, _)| baseline.attributes.contains_key(name)).collect();
     }
     if let Some(wanted) = baseline.secure_boot {
         let state = bmc.secure_boot().await?;
