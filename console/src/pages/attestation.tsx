@@ -3,15 +3,13 @@
 // it), how its PCRs compare now with the node's active baselines, the events its firmware
 // measured, and the ramdisk certificate that signed it; the signed envelope is a download
 // away, for `metal-boot verify-attestation` offline.
-import { useState } from "preact/hooks";
 import { api, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, Head, Show, when } from "../ui";
-import { SignerFacts, Verdict, downloadEnvelope } from "./certificate";
+import { EnvelopeDownload, SignerFacts, Verdict } from "./certificate";
 
 export function Attestation({ node, attestation }: { node: string; attestation: string }) {
-  const [problem, setProblem] = useState<string | null>(null);
   const loaded = useLoad(
     () => must(api.GET("/v1/nodes/{id}/attestations/{attestation}", { params: { path: { id: node, attestation } } })),
     [node, attestation],
@@ -106,20 +104,9 @@ export function Attestation({ node, attestation }: { node: string; attestation: 
                   </table>
                 )}
               </section>
-              <p class="no-print">
-                <button
-                  type="button"
-                  onClick={() => downloadEnvelope(path, record.id).then(() => setProblem(null), (e: unknown) => setProblem(String(e)))}
-                >
-                  Download the DSSE envelope
-                </button>{" "}
+              <EnvelopeDownload path={path} name={record.id}>
                 <Badge value={record.verified ? "verified" : "refused"} />
-              </p>
-              {problem && (
-                <p class="error" role="alert">
-                  {problem}
-                </p>
-              )}
+              </EnvelopeDownload>
             </>
           );
         }}

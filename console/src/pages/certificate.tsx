@@ -39,7 +39,7 @@ interface WipeReport {
 }
 
 /** Saves the signed envelope at `path` (an API path) as `name`.dsse.json. */
-export async function downloadEnvelope(path: string, name: string) {
+async function downloadEnvelope(path: string, name: string) {
   const response = await fetch(path, { headers: authorization() });
   if (!response.ok) throw new Error(`the envelope answered ${response.status}`);
   const url = URL.createObjectURL(await response.blob());
@@ -50,8 +50,27 @@ export async function downloadEnvelope(path: string, name: string) {
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
 
-const download = (node: string, report: string) =>
-  downloadEnvelope(`/v1/nodes/${encodeURIComponent(node)}/wipe-reports/${encodeURIComponent(report)}/envelope`, report);
+/** The signed envelope at `path` (an API path) to download as `name`.dsse.json, beside
+ * `children`, and why it could not be when it could not. */
+export function EnvelopeDownload(props: { path: string; name: string; children?: ComponentChildren }) {
+  const [problem, setProblem] = useState<string | null>(null);
+  const save = () => downloadEnvelope(props.path, props.name).then(() => setProblem(null), (e: unknown) => setProblem(String(e)));
+  return (
+    <>
+      <p class="no-print">
+        <button type="button" onClick={save}>
+          Download the DSSE envelope
+        </button>{" "}
+        {props.children}
+      </p>
+      {problem && (
+        <p class="error" role="alert">
+          {problem}
+        </p>
+      )}
+    </>
+  );
+}
 
 /** The scheduler's verdict on a signed report, as it decided on receipt. */
 export function Verdict(props: { ok: boolean; code?: string | null; reason?: string | null; children: ComponentChildren }) {
@@ -91,7 +110,6 @@ export function SignerFacts({ signer }: { signer: { signerFingerprint?: string |
 const title = (s: string | undefined) => (s ? s[0]?.toUpperCase() + s.slice(1) : "none");
 
 export function Certificate({ node, report }: { node: string; report: string }) {
-  const [problem, setProblem] = useState<string | null>(null);
   const loaded = useLoad(
     () => must(api.GET("/v1/nodes/{id}/wipe-reports/{report}", { params: { path: { id: node, report } } })),
     [node, report],
@@ -158,22 +176,14 @@ export function Certificate({ node, report }: { node: string; report: string }) 
                   </dl>
                 </section>
               ))}
-              <p class="no-print">
-                <button
-                  type="button"
-                  onClick={() => download(node, report).then(() => setProblem(null), (e: unknown) => setProblem(String(e)))}
-                >
-                  Download the DSSE envelope
-                </button>{" "}
+              <EnvelopeDownload
+                path={`/v1/nodes/${encodeURIComponent(node)}/wipe-reports/${encodeURIComponent(report)}/envelope`}
+                name={report}
+              >
                 <button type="button" onClick={() => print()}>
                   Print
                 </button>
-              </p>
-              {problem && (
-                <p class="error" role="alert">
-                  {problem}
-                </p>
-              )}
+              </EnvelopeDownload>
             </>
           );
         }}
