@@ -116,12 +116,16 @@ pub fn commissioned(
     let policy = pool.as_ref().and_then(|p| p.policy.measured_boot.clone()).unwrap_or_else(default_policy);
     for (key, pcrs) in parts(node, pool.as_ref(), &policy) {
         let learns = matches!(key, BaselineKey::Node(_)) || mode == MeasuredBootMode::Learn;
-        if !learns || store::attestations::active_baseline(tx, &key)?.is_some() {
+        if !learns {
+            continue;
+        }
+        let found = store::attestations::baselines(tx, &key)?;
+        if active_among(&found).is_some() {
             continue;
         }
         // Measurements an operator revoked are not learned, even in platform custody: the
         // teardown will refuse them with the revocation's reason.
-        if let Some(revoked) = revoked_match(tx, attestation, &key, &pcrs)? {
+        if let Some(revoked) = revoked_among(&found, attestation, &pcrs) {
             tracing::warn!(node = %node.id, baseline = %revoked.id, "commissioning quote repeats a revoked baseline");
             continue;
         }
@@ -207,10 +211,11 @@ pub fn judge(
     let learning = policy.mode == MeasuredBootMode::Learn;
     let (mut matched, mut to_learn) = (Vec::new(), Vec::new());
     for (key, pcrs) in parts(node, pool, policy) {
-        if let Some(revoked) = revoked_match(tx, &attestation, &key, &pcrs)? {
-            return refused(repeats_revoked(&attestation, &revoked, &pcrs));
+        let found = store::attestations::baselines(tx, &key)?;
+        if let Some(revoked) = revoked_among(&found, &attestation, &pcrs) {
+            return refused(repeats_revoked(&attestation, revoked, &pcrs));
         }
-        let Some(baseline) = store::attestations::active_baseline(tx, &key)? else {
+        let Some(baseline) = active_among(&found).cloned() else {
             if learning {
                 to_learn.push((key, None));
                 continue;
@@ -316,19 +321,24 @@ fn default_policy() -> MeasuredBootPolicy {
     }
 }
 
-/// The revoked baseline of `key` whose `pcrs` verified `attestation` repeats, if any.
-fn revoked_match(
-    tx: &mut dyn Conn,
+/// Of one key's `baselines`, the revoked one whose `pcrs` verified `attestation` repeats, if
+/// any.
+fn revoked_among<'a>(
+    baselines: &'a [BootBaseline],
     attestation: &AttestationRecord,
-    key: &BaselineKey,
     pcrs: &[u32],
-) -> ApiResult<Option<BootBaseline>> {
+) -> Option<&'a BootBaseline> {
     if pcrs.is_empty() {
-        return Ok(None);
+        return None;
     }
-    Ok(store::attestations::baselines(tx, key)?
-        .into_iter()
-        .find(|b| b.state == BaselineState::Revoked && pcrs.iter().all(|p| attestation.pcrs.get(p) == b.pcrs.get(p))))
+    baselines
+        .iter()
+        .find(|b| b.state == BaselineState::Revoked && pcrs.iter().all(|p| attestation.pcrs.get(p) == b.pcrs.get(p)))
+}
+
+/// Of one key's `baselines`, the active one.
+fn active_among(baselines: &[BootBaseline]) -> Option<&BootBaseline> {
+    baselines.iter().find(|b| b.state == BaselineState::Active)
 }
 
 fn repeats_revoked(attestation: &AttestationRecord, revoked: &BootBaseline, pcrs: &[u32]) -> String {
@@ -420,8 +430,8 @@ pub fn approve(
     let policy = pool.as_ref().and_then(|p| p.policy.measured_boot.clone()).unwrap_or_else(default_policy);
     let pcrs = parts(node, pool.as_ref(), &policy).into_iter().find(|(k, _)| *k == key).map(|(_, p)| p);
     let pcrs = pcrs.unwrap_or_default();
-    if let Some(revoked) = revoked_match(tx, &attestation, &key, &pcrs)? {
-        return Err(ApiError::Conflict(repeats_revoked(&attestation, &revoked, &pcrs)));
+    if let Some(revoked) = revoked_among(&store::attestations::baselines(tx, &key)?, &attestation, &pcrs) {
+        return Err(ApiError::Conflict(repeats_revoked(&attestation, revoked, &pcrs)));
     }
     learn(tx, &attestation, &key, &format!("approved by {by}"), None, now)
 }
