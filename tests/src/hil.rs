@@ -599,6 +599,7 @@ impl DeploySite {
         std::fs::create_dir_all(&files).unwrap();
         std::os::unix::fs::symlink(ramdisk.join("vmlinuz"), files.join("vmlinuz")).unwrap();
         std::os::unix::fs::symlink(ramdisk.join("initrd.cpio.gz"), files.join("initrd")).unwrap();
+        std::os::unix::fs::symlink(ramdisk.join("rescue.cpio.gz"), files.join("rescue")).unwrap();
         DeploySite { scheduler, mirror, image }
     }
 

@@ -81,6 +81,8 @@ pub use metal_types::extract::{ApiJson, ApiPath, ApiQuery};
         bmc::get_power,
         bmc::post_power,
         nodes::reinstall_node,
+        nodes::rescue_node,
+        nodes::unrescue_node,
         bmc::post_boot,
         bmc::get_media,
         bmc::post_media,
@@ -226,6 +228,8 @@ fn api_routes() -> Router<AppState> {
         .route("/v1/nodes/{id}/bmc/rotate", post(bmc::rotate_bmc))
         .route("/v1/nodes/{id}/power", get(bmc::get_power).post(bmc::post_power))
         .route("/v1/nodes/{id}/reinstall", post(nodes::reinstall_node))
+        .route("/v1/nodes/{id}/rescue", post(nodes::rescue_node))
+        .route("/v1/nodes/{id}/unrescue", post(nodes::unrescue_node))
         .route("/v1/nodes/{id}/boot", post(bmc::post_boot))
         .route("/v1/nodes/{id}/media", get(bmc::get_media).post(bmc::post_media).delete(bmc::delete_media))
         .route("/v1/bmcs/discover", post(bmc::discover))

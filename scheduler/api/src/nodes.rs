@@ -14,10 +14,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiJson, Caller};
 use metal_service::app::AppState;
+use metal_service::metal::rescue::Ask;
 use metal_store::{self as store, Conn, nodes::NewNode};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::BmcSpec;
-use metal_types::model::lessee::{LeasedNode, NodeView, ReinstallRequest, ReinstallStarted};
+use metal_types::model::lessee::{LeasedNode, NodeView, ReinstallRequest, ReinstallStarted, RescueStarted};
 use metal_types::model::node::{CSV_COLUMNS, Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};
 
 fn validated(create: &NodeCreate, prefix: &str) -> ApiResult<NewNode> {
@@ -407,6 +408,54 @@ pub async fn reinstall_node(
     let started = match caller.lessee() {
         Some(lessee) => lessee.reinstall(&app, &id, request).await?,
         None => metal_service::lessee::reinstall_by_admin(&app, &id, request, &caller.0.id).await?,
+    };
+    Ok((StatusCode::ACCEPTED, ApiJson(started)))
+}
+
+/// Boot the node of a live dedicated-root lease into the rescue environment: the lessee's
+/// SSH keys (its deployed profile version's and those its tenant registered) for root in a
+/// ramdisk with sshd and the usual repair tools (`lsblk`, `mount`, `chroot`, `fsck`,
+/// `mdadm`, `cryptsetup`), on the lease's tenant network, the disks untouched. The node is
+/// `rescue` from now on; the ramdisk holds no platform token, key or certificate. Answers
+/// once the rescue started (202). A failed rescue leaves the node `failed` under the
+/// running lease, to rescue, unrescue or reinstall. A lessee may for the deployed (or
+/// failed) node of its live lease, rate-limited per lease and recorded as `lessee.rescue`;
+/// an admin for any leased node.
+#[utoipa::path(post, path = "/v1/nodes/{id}/rescue", params(("id" = String, Path, description = "node id")),
+    responses((status = 202, body = RescueStarted), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 409, body = metal_types::error::ErrorBody), (status = 429, body = metal_types::error::ErrorBody)))]
+pub async fn rescue_node(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<(StatusCode, ApiJson<RescueStarted>)> {
+    rescue_or_unrescue(&app, &caller, &id, Ask::Rescue).await
+}
+
+/// Boot the disk of a node in a rescue again: off, its ports on the lease's tenant VLAN,
+/// the disk booted; the node is `deployed` again. Answers once it started (202). A lessee
+/// may for the node of its live lease that is in a rescue (or whose rescue failed),
+/// recorded as `lessee.unrescue`; an admin for any leased node.
+#[utoipa::path(post, path = "/v1/nodes/{id}/unrescue", params(("id" = String, Path, description = "node id")),
+    responses((status = 202, body = RescueStarted), (status = 404, body = metal_types::error::ErrorBody),
+        (status = 409, body = metal_types::error::ErrorBody), (status = 429, body = metal_types::error::ErrorBody)))]
+pub async fn unrescue_node(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<(StatusCode, ApiJson<RescueStarted>)> {
+    rescue_or_unrescue(&app, &caller, &id, Ask::Unrescue).await
+}
+
+async fn rescue_or_unrescue(
+    app: &AppState,
+    caller: &Caller,
+    id: &str,
+    ask: Ask,
+) -> ApiResult<(StatusCode, ApiJson<RescueStarted>)> {
+    let started = match caller.lessee() {
+        Some(lessee) => lessee.rescue(app, id, ask).await?,
+        None => metal_service::lessee::rescue_by_admin(app, id, ask, &caller.0.id).await?,
     };
     Ok((StatusCode::ACCEPTED, ApiJson(started)))
 }

@@ -1,6 +1,6 @@
 //! `metalctl lease`: a lessee's hands on the machines of its live dedicated-root leases
 //! (with a tenant member's token; an admin's sees every lease): list them, show one with
-//! its events, power it and reinstall it. Nothing here reaches the BMC: the scheduler acts
+//! its events, power it, reinstall it and rescue it. Nothing here reaches the BMC: the scheduler acts
 //! through its own BMC session and records who asked.
 
 use clap::Subcommand;
@@ -31,6 +31,15 @@ pub enum LeaseCommand {
         #[arg(long)]
         profile: String,
     },
+    /// Boot your leased machine into the rescue environment: root over SSH with your keys
+    /// (your profile's and your tenant's), sshd and the repair tools (lsblk, mount, chroot,
+    /// fsck, mdadm, cryptsetup), on your lease's network, your disks untouched and
+    /// mountable. It asks your network's DHCP for its address and prints its SSH host keys
+    /// on the serial console (`lease power` and the console stay yours). `unrescue` boots
+    /// your disk again.
+    Rescue { node: String },
+    /// Boot the disk of your machine in a rescue again; it is `deployed` once it booted.
+    Unrescue { node: String },
 }
 
 const LEASE_COLUMNS: [(&str, &str); 7] = [
@@ -50,6 +59,9 @@ const REINSTALL_COLUMNS: [(&str, &str); 5] = [
     ("VERSION", "profileVersion"),
     ("WORKFLOW", "workflow"),
 ];
+
+const RESCUE_COLUMNS: [(&str, &str); 4] =
+    [("NODE", "nodeId"), ("LEASE", "reservationId"), ("ACTION", "action"), ("WORKFLOW", "workflow")];
 
 const EVENT_COLUMNS: [(&str, &str); 3] = [("SEQ", "seq"), ("AT", "at"), ("KIND", "kind")];
 
@@ -73,6 +85,15 @@ pub fn run(client: &Client, out: Output, command: LeaseCommand) -> Result<(), Cl
                 client.request("POST", &format!("/v1/nodes/{node}/reinstall"), Some(RequestBody::Json(body)))?;
             print(out, &started, &REINSTALL_COLUMNS);
         }
+        LeaseCommand::Rescue { node } => rescue(client, out, &node, "rescue")?,
+        LeaseCommand::Unrescue { node } => rescue(client, out, &node, "unrescue")?,
     }
+    Ok(())
+}
+
+/// `POST /v1/nodes/{node}/rescue` or `/unrescue`, and what started.
+fn rescue(client: &Client, out: Output, node: &str, action: &str) -> Result<(), ClientError> {
+    let started = client.request("POST", &format!("/v1/nodes/{node}/{action}"), None)?;
+    print(out, &started, &RESCUE_COLUMNS);
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! The lessee's hands: what a member of a tenant may do to the machine of its live
-//! dedicated-root lease (see it, power it, open its serial console, reinstall it), through the
+//! dedicated-root lease (see it, power it, open its serial console, reinstall or rescue it), through the
 //! platform's BMC session and never with the BMC's address or credentials. It joins the two
 //! sides (the lease from capacity's rows, the machine through metal's BMC calls), which is
 //! why it sits above both. Every action is checked against the lease in the store when it
@@ -9,13 +9,14 @@
 use metal_store::lessee as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::PowerResult;
-use metal_types::model::lessee::{LeasedNode, LesseeAction, ReinstallRequest, ReinstallStarted};
+use metal_types::model::lessee::{LeasedNode, LesseeAction, ReinstallRequest, ReinstallStarted, RescueStarted};
 use metal_types::model::node::Node;
 use metal_types::model::reservation::Reservation;
 use serde_json::json;
 
 use crate::app::App;
 use crate::metal::bmcs;
+use crate::metal::rescue::Ask;
 
 /// Who is asking: a tenant member's credential and its tenant.
 #[derive(Debug, Clone)]
@@ -80,6 +81,13 @@ impl Lessee {
     pub async fn reinstall(&self, app: &App, node: &str, request: ReinstallRequest) -> ApiResult<ReinstallStarted> {
         let (found, lease) = self.acting(app, node, LesseeAction::Reinstall).await?;
         reinstall(app, &found, lease, request, &self.credential).await
+    }
+
+    /// Boots the rescue environment, or the disk again; recorded as `lessee.rescue` or
+    /// `lessee.unrescue`.
+    pub async fn rescue(&self, app: &App, node: &str, ask: Ask) -> ApiResult<RescueStarted> {
+        let (found, lease) = self.acting(app, node, LesseeAction::Rescue).await?;
+        rescue(app, &found.id, lease, ask, &self.credential).await
     }
 
     async fn record(
@@ -159,9 +167,50 @@ pub async fn reinstall_by_admin(
     request: ReinstallRequest,
     credential: &str,
 ) -> ApiResult<ReinstallStarted> {
+    let (found, lease) = held_lease(app, node, "reinstall").await?;
+    reinstall(app, &found, lease, request, credential).await
+}
+
+/// The node and the lease that holds it, for an admin acting as its lessee would.
+async fn held_lease(app: &App, node: &str, what: &str) -> ApiResult<(Node, Reservation)> {
     let id = node.to_owned();
     let (found, lease) = app.store.read(move |conn| store::held(conn, &id)).await?;
-    let lease =
-        lease.ok_or_else(|| ApiError::Conflict(format!("node {node} is under no lease: nothing to reinstall")))?;
-    reinstall(app, &found, lease, request, credential).await
+    let lease = lease.ok_or_else(|| ApiError::Conflict(format!("node {node} is under no lease: nothing to {what}")))?;
+    Ok((found, lease))
+}
+
+/// Starts a rescue or an unrescue of `node` under `lease`, asked by credential `by`, and
+/// records it as `lessee.rescue` or `lessee.unrescue` in the same transaction. A rescue
+/// needs the boot service to serve the rescue ramdisk.
+async fn rescue(app: &App, node: &str, lease: Reservation, ask: Ask, by: &str) -> ApiResult<RescueStarted> {
+    if ask == Ask::Rescue {
+        let boot = app.boot.as_ref().ok_or_else(|| {
+            ApiError::Conflict("the boot service is off (set boot-listen): nothing can boot a rescue".into())
+        })?;
+        let ramdisk = boot.files_dir.join("rescue");
+        if !tokio::fs::try_exists(&ramdisk).await.unwrap_or(false) {
+            return Err(ApiError::Conflict(format!(
+                "this site serves no rescue ramdisk ({} is missing: scripts/build-ramdisk writes rescue.cpio.gz)",
+                ramdisk.display()
+            )));
+        }
+    }
+    let (node, by, now) = (node.to_owned(), by.to_owned(), app.clock.now());
+    let reservation_id = lease.id.clone();
+    let answer_node = node.clone();
+    let workflow = app
+        .change(move |tx| {
+            let workflow = crate::metal::rescue::begin(tx, &node, &lease, ask, &by, now)?;
+            store::record(tx, ask.as_str(), &lease, &node, &by, json!({"workflow": workflow}), now)?;
+            Ok(workflow)
+        })
+        .await?;
+    Ok(RescueStarted { node_id: answer_node, reservation_id, action: ask.as_str().to_owned(), workflow })
+}
+
+/// An admin's rescue or unrescue of a node under a tenant-root lease; recorded as the
+/// lessee's would be, with the admin's credential.
+pub async fn rescue_by_admin(app: &App, node: &str, ask: Ask, credential: &str) -> ApiResult<RescueStarted> {
+    let (found, lease) = held_lease(app, node, ask.as_str()).await?;
+    rescue(app, &found.id, lease, ask, credential).await
 }

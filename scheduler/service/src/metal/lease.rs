@@ -297,13 +297,19 @@ pub(super) async fn bios_tenant(app: &AppState, run: &WorkflowRun) -> Outcome {
 /// Network-boots the node: observe (already past deploying?), act (PXE once, power cycle),
 /// verify (the BMC reads power on).
 pub(super) async fn network_boot(app: &AppState, run: &WorkflowRun) -> Outcome {
+    network_boot_in(app, run, NodeState::Deploying).await
+}
+
+/// Network-boots the node while it is in `state` (deploying, or a rescue); done without a
+/// boot once it is past it.
+pub(super) async fn network_boot_in(app: &AppState, run: &WorkflowRun, state: NodeState) -> Outcome {
     let id = run.node_id.clone();
     let node = match app.store.read(move |tx| store::nodes::get(tx, &id)).await {
         Ok(Some(node)) => node,
         Ok(None) => return Outcome::Failed(format!("node {} is gone", run.node_id), Value::Null),
         Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
     };
-    if node.state != NodeState::Deploying {
+    if node.state != state {
         return Outcome::done(json!({"skipped": format!("node is {}", node.state)}));
     }
     let by = format!("{} network-boot", run.definition);
@@ -356,10 +362,15 @@ pub(super) async fn network_tenant(app: &AppState, run: &WorkflowRun) -> Outcome
 /// the disk, then power on, read back.
 pub(super) async fn boot_disk(app: &AppState, run: &WorkflowRun) -> Outcome {
     match isolation(app, run).await {
-        Ok(Some(_)) => {}
-        Ok(None) => return super::network::not_isolated(),
-        Err(outcome) => return outcome,
+        Ok(Some(_)) => power_on_disk(app, run).await,
+        Ok(None) => super::network::not_isolated(),
+        Err(outcome) => outcome,
     }
+}
+
+/// The boot override to the disk, then power on, read back: the isolated deploy's last
+/// step, and an unrescue's.
+pub(super) async fn power_on_disk(app: &AppState, run: &WorkflowRun) -> Outcome {
     let request = metal_types::model::bmc::BootRequest { target: metal_bmc::BootTarget::Disk, persistent: false };
     let booted = async {
         crate::metal::bmcs::boot(app, &run.node_id, &request).await?;

@@ -1,5 +1,5 @@
 //! The metal side of a tenant-root lease: the workflow engine and its definitions (the
-//! lease start, a reinstall, the teardown and its agentless variant), and the handling of the work the
+//! lease start, a reinstall, a rescue, the teardown and its agentless variant), and the handling of the work the
 //! capacity side queues. It talks to the capacity side only through work rows
 //! (`store::work`); it never reads or writes reservations or allocations.
 
@@ -15,6 +15,7 @@ pub mod measured_boot;
 pub mod network;
 pub mod provision;
 pub mod reinstall;
+pub mod rescue;
 pub mod teardown;
 pub mod work;
 pub mod workflow;
@@ -22,10 +23,12 @@ pub mod workflow;
 use workflow::{Definition, Hooks};
 
 /// Every workflow definition with its hooks.
-pub fn definitions() -> [(&'static Definition, &'static dyn Hooks); 4] {
+pub fn definitions() -> [(&'static Definition, &'static dyn Hooks); 6] {
     [
         (&lease::START, &lease::LeaseStart),
         (&reinstall::REINSTALL, &reinstall::Reinstall),
+        (&rescue::RESCUE, &rescue::Rescue),
+        (&rescue::UNRESCUE, &rescue::Rescue),
         (&teardown::RELEASE, &teardown::Teardown),
         (&teardown::RELEASE_OOB, &teardown::Teardown),
     ]

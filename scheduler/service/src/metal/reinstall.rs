@@ -46,7 +46,7 @@ pub static REINSTALL: Definition = Definition {
 /// Starts a reinstall of `request.node` under its lease (`request` names the lease, its
 /// tenant and the profile version to deploy), asked by credential `by`: the node moves to
 /// deploying with a new identity generation and a plan for that version, and the run
-/// begins. Refused (CONFLICT, nothing changed) when the node is not deployed or failed under
+/// begins. Refused (CONFLICT, nothing changed) when the node is not deployed, in a rescue or failed under
 /// that lease, is in maintenance, is busy with another run, or the version cannot deploy.
 pub fn begin(
     tx: &mut dyn Conn,
@@ -65,10 +65,11 @@ pub fn begin(
         )));
     }
     let retry = node.state == NodeState::Failed && !node.maintenance;
-    if node.state != NodeState::Deployed && !retry {
+    if !matches!(node.state, NodeState::Deployed | NodeState::Rescue) && !retry {
         let why = if node.maintenance { "quarantined (maintenance)".to_owned() } else { node.state.to_string() };
         return Err(ApiError::Conflict(format!(
-            "node {} is {why}: a reinstall starts from a deployed node, or one whose reinstall failed",
+            "node {} is {why}: a reinstall starts from a deployed node, one in a rescue, or one whose reinstall \
+             or rescue failed",
             node.id
         )));
     }
@@ -126,8 +127,9 @@ pub fn begin(
 #[derive(Debug)]
 pub struct Reinstall;
 
-/// The node's ports to its pool's cleaning VLAN (nothing to do without isolation).
-async fn network_cleaning(app: &AppState, run: &WorkflowRun) -> Outcome {
+/// The node's ports to its pool's cleaning VLAN (nothing to do without isolation): a
+/// reinstall's and a rescue's.
+pub(super) async fn network_cleaning(app: &AppState, run: &WorkflowRun) -> Outcome {
     match lease::isolation(app, run).await {
         Ok(Some(policy)) => super::network::move_ports(app, run, super::network::CLEANING, policy.cleaning()).await,
         Ok(None) => super::network::not_isolated(),

@@ -59,7 +59,7 @@ fn retire_pool(tx: &mut dyn Conn, retire: &PoolRetire, now: OffsetDateTime) -> A
 }
 
 /// Ends a lease: a deployed node starts its teardown; a node still deploying has its lease
-/// start cancelled and is torn down too, as is one whose reinstall failed; a quarantined
+/// start cancelled and is torn down too, as is one in a rescue or whose reinstall failed; a quarantined
 /// node waits for `recover`.
 fn end(tx: &mut dyn Conn, request: &LeaseEnd, deadlines: &Deadlines, now: OffsetDateTime) -> ApiResult<String> {
     let Some(node) = store::nodes::get(tx, &request.node)? else {
@@ -86,9 +86,10 @@ fn end(tx: &mut dyn Conn, request: &LeaseEnd, deadlines: &Deadlines, now: Offset
         NodeState::Failed if node.maintenance => {
             return Ok(format!("node {} is quarantined: recover it to run the teardown", node.id));
         }
-        // A failed reinstall (the lessee's OS, not the platform's evidence): torn down as is;
-        // a run that has not yet seen the failure is over.
-        NodeState::Failed => {
+        // A failed reinstall or rescue (the lessee's OS, not the platform's evidence), or a
+        // rescue running (its console sessions close as the lease goes): torn down as is;
+        // a run that has not yet seen the end is over.
+        NodeState::Failed | NodeState::Rescue => {
             if let Some(run) = store::workflows::running_for(tx, &node.id)? {
                 store::workflows::cancel(tx, &run, "the lease ended", now)?;
             }

@@ -21,6 +21,9 @@ pub enum BootTask {
     Deploy,
     /// The teardown's in-band firmware check (before the erase, when the pool has a baseline).
     Firmware,
+    /// A lessee's rescue environment (sshd with the lessee's keys, the disks untouched): not
+    /// a metal-boot task; its token only fetches the rescue's files, never joins.
+    Rescue,
     /// Not a ramdisk task: a distribution installer's token (an installer deploy), which
     /// fetches its rendered configuration and reports the install done.
     Install,
@@ -35,6 +38,7 @@ impl BootTask {
             BootTask::Deploy => "deploy",
             BootTask::Firmware => "firmware",
             BootTask::Install => "install",
+            BootTask::Rescue => "rescue",
         }
     }
 }
@@ -48,10 +52,17 @@ impl fmt::Display for BootTask {
 impl FromStr for BootTask {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [BootTask::Commission, BootTask::Erase, BootTask::Deploy, BootTask::Firmware, BootTask::Install]
-            .into_iter()
-            .find(|t| t.as_str() == s)
-            .ok_or_else(|| format!("unknown boot task {s:?}"))
+        [
+            BootTask::Commission,
+            BootTask::Erase,
+            BootTask::Deploy,
+            BootTask::Firmware,
+            BootTask::Install,
+            BootTask::Rescue,
+        ]
+        .into_iter()
+        .find(|t| t.as_str() == s)
+        .ok_or_else(|| format!("unknown boot task {s:?}"))
     }
 }
 
@@ -83,13 +94,15 @@ impl Due {
 /// The step for a node in `state`: new and commissioning nodes are commissioned; a releasing
 /// node has its firmware checked first when that is due, then is erased until a wipe report
 /// is accepted (a ramdisk that reboots after its erase is not handed a second one), then
-/// boots its disk; a deploying node is deployed; every other state boots its disk.
+/// boots its disk; a deploying node is deployed; a node in rescue boots the rescue (when
+/// its rescue run started a boot); every other state boots its disk.
 pub fn boot_step(state: NodeState, due: Due) -> BootStep {
     match state {
         NodeState::New | NodeState::Commissioning => BootStep::Ramdisk(BootTask::Commission),
         NodeState::Releasing if due.firmware => BootStep::Ramdisk(BootTask::Firmware),
         NodeState::Releasing if due.erase => BootStep::Ramdisk(BootTask::Erase),
         NodeState::Deploying => BootStep::Ramdisk(BootTask::Deploy),
+        NodeState::Rescue => BootStep::Ramdisk(BootTask::Rescue),
         _ => BootStep::LocalDisk,
     }
 }
@@ -248,6 +261,7 @@ mod tests {
                 (NodeState::New, BootTask::Commission),
                 (NodeState::Commissioning, BootTask::Commission),
                 (NodeState::Deploying, BootTask::Deploy),
+                (NodeState::Rescue, BootTask::Rescue),
                 (NodeState::Releasing, BootTask::Erase),
             ]
         );
@@ -255,7 +269,14 @@ mod tests {
         let erased = Due { firmware: false, erase: false };
         assert_eq!(boot_step(NodeState::Releasing, erased), BootStep::LocalDisk, "one erase per release");
         assert_eq!(boot_step(NodeState::Ready, Due::ALL), BootStep::LocalDisk);
-        for t in [BootTask::Commission, BootTask::Erase, BootTask::Deploy, BootTask::Firmware, BootTask::Install] {
+        for t in [
+            BootTask::Commission,
+            BootTask::Erase,
+            BootTask::Deploy,
+            BootTask::Firmware,
+            BootTask::Install,
+            BootTask::Rescue,
+        ] {
             assert_eq!(t.as_str().parse::<BootTask>(), Ok(t));
         }
         assert!("shell".parse::<BootTask>().is_err());

@@ -86,6 +86,20 @@ pub struct ReinstallStarted {
     pub workflow: String,
 }
 
+/// A rescue or an unrescue that started: the node is in `rescue` while its run goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RescueStarted {
+    /// The node.
+    pub node_id: String,
+    /// The lease.
+    pub reservation_id: String,
+    /// `rescue` (boot the rescue environment) or `unrescue` (boot the disk again).
+    pub action: String,
+    /// The workflow run that drives it (`GET /v1/nodes/{id}` shows its state).
+    pub workflow: String,
+}
+
 /// What a lessee asks of its machine, for the rules and the audit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LesseeAction {
@@ -97,6 +111,8 @@ pub enum LesseeAction {
     Console,
     /// Redeploy it with a profile version.
     Reinstall,
+    /// Boot the rescue environment, or the disk again after one.
+    Rescue,
 }
 
 impl LesseeAction {
@@ -107,6 +123,7 @@ impl LesseeAction {
             LesseeAction::Power => "power",
             LesseeAction::Console => "console",
             LesseeAction::Reinstall => "reinstall",
+            LesseeAction::Rescue => "rescue",
         }
     }
 }
@@ -148,9 +165,11 @@ pub fn check(
     if node.state == NodeState::Releasing {
         return Err(ApiError::Conflict(format!("node {} is under teardown", node.id)));
     }
-    // A reinstall that failed leaves the node failed, for the lessee to try again.
-    let retry = action == LesseeAction::Reinstall && node.state == NodeState::Failed;
-    if action != LesseeAction::Read && node.state != NodeState::Deployed && !retry {
+    // A reinstall or a rescue that failed leaves the node failed, for the lessee to try
+    // again (or to rescue it); in a rescue the lessee keeps every hand on its machine.
+    let retry = matches!(action, LesseeAction::Reinstall | LesseeAction::Rescue) && node.state == NodeState::Failed;
+    let yours = matches!(node.state, NodeState::Deployed | NodeState::Rescue);
+    if action != LesseeAction::Read && !yours && !retry {
         return Err(ApiError::Conflict(format!(
             "node {} is {}: {} is yours once your OS is deployed",
             node.id,
@@ -255,5 +274,19 @@ mod tests {
             answer("other", &node("failed"), Some(&live), NOW, LesseeAction::Reinstall),
             "404 node n1 not found"
         );
+    }
+
+    #[test]
+    fn a_node_in_rescue_stays_in_its_lessees_hands_and_a_failed_one_may_be_rescued() {
+        let live = lease("acme", "active", Some("node"));
+        for action in [LesseeAction::Power, LesseeAction::Console, LesseeAction::Reinstall, LesseeAction::Rescue] {
+            assert_eq!(answer("acme", &node("rescue"), Some(&live), NOW, action), "ok", "{action:?}");
+        }
+        assert_eq!(answer("acme", &node("failed"), Some(&live), NOW, LesseeAction::Rescue), "ok");
+        assert_eq!(
+            answer("acme", &node("deploying"), Some(&live), NOW, LesseeAction::Rescue),
+            "409 node n1 is deploying: rescue is yours once your OS is deployed"
+        );
+        assert_eq!(answer("other", &node("rescue"), Some(&live), NOW, LesseeAction::Read), "404 node n1 not found");
     }
 }

@@ -30,6 +30,9 @@ pub enum NodeState {
     Deploying,
     /// Running the deployed OS.
     Deployed,
+    /// A lessee's rescue: booting the rescue environment, running it on the tenant network
+    /// (the disks untouched), or booting the disk again (`unrescue`).
+    Rescue,
     /// Being torn down (wipe, firmware check) before returning to ready.
     Releasing,
     /// Something failed; needs recovery. Quarantined when it failed from releasing.
@@ -40,13 +43,14 @@ pub enum NodeState {
 
 impl NodeState {
     /// Every state.
-    pub const ALL: [NodeState; 9] = [
+    pub const ALL: [NodeState; 10] = [
         NodeState::New,
         NodeState::Commissioning,
         NodeState::Ready,
         NodeState::Allocated,
         NodeState::Deploying,
         NodeState::Deployed,
+        NodeState::Rescue,
         NodeState::Releasing,
         NodeState::Failed,
         NodeState::Retired,
@@ -61,6 +65,7 @@ impl NodeState {
             NodeState::Allocated => "allocated",
             NodeState::Deploying => "deploying",
             NodeState::Deployed => "deployed",
+            NodeState::Rescue => "rescue",
             NodeState::Releasing => "releasing",
             NodeState::Failed => "failed",
             NodeState::Retired => "retired",
@@ -76,10 +81,12 @@ impl NodeState {
             Ready => &[Allocated, Commissioning, Retired],
             Allocated => &[Deploying, Ready],
             Deploying => &[Deployed, Failed],
-            // A lessee's reinstall redeploys a deployed node, or one whose reinstall failed.
-            Deployed => &[Releasing, Retired, Deploying],
+            // A lessee's reinstall redeploys a deployed node, or one whose reinstall failed;
+            // its rescue boots the rescue environment (and `unrescue` the disk again).
+            Deployed => &[Releasing, Retired, Deploying, Rescue],
+            Rescue => &[Deployed, Failed, Releasing, Deploying],
             Releasing => &[Ready, Failed],
-            Failed => &[Commissioning, New, Retired, Releasing, Deploying],
+            Failed => &[Commissioning, New, Retired, Releasing, Deploying, Rescue],
             Retired => &[New],
         }
     }

@@ -27,6 +27,10 @@ use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition, norma
 /// The files a ramdisk boot fetches, by the names the script uses.
 pub const FILES: [&str; 2] = ["vmlinuz", "initrd"];
 
+/// The files a rescue boot fetches: the kernel, the rescue ramdisk (`FILES_DIR/rescue`,
+/// `scripts/build-ramdisk` writes it) and the lessee's keys, made for the boot.
+pub const RESCUE_FILES: [&str; 3] = ["vmlinuz", "rescue", "rescue-keys"];
+
 /// Who drives a node the boot service moved to commissioning.
 const OWNER: &str = "boot-service";
 
@@ -51,6 +55,8 @@ pub struct Decision {
     /// The ramdisk powers off after its task (`metal.end=poweroff`): a deploy in a pool that
     /// isolates tenants, whose ports move to the tenant VLAN before the deployed OS boots.
     pub power_off_after: bool,
+    /// The node's pool isolates its tenants on the switch (its ports move).
+    pub isolated: bool,
     /// Seconds a commissioning ramdisk listens for LLDP (`metal.lldp`, `boot-lldp-wait`).
     pub lldp_wait: Option<u64>,
 }
@@ -109,6 +115,22 @@ pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dia
         },
         (BootStep::Installer, _, Dialect::Grub) => format!(
             "echo \"metal: node {node} ({state}): installer deploys boot through iPXE (the BIOS chain), not GRUB\"\nexit\n"
+        ),
+        (BootStep::Ramdisk(BootTask::Rescue), Some(token), Dialect::Ipxe) => format!(
+            "#!ipxe\n\
+             echo metal: node {node} ({state}): booting the rescue environment\n\
+             kernel --name vmlinuz /boot/files/vmlinuz?token={token} initrd=rescue initrd=keys {kernel_args} \
+             rdinit=/init metal.bootif={mac}{avoid}\n\
+             initrd --name rescue /boot/files/rescue?token={token}\n\
+             initrd --name keys /boot/files/rescue-keys?token={token}\n\
+             boot\n",
+            mac = decision.boot_mac,
+            // Where its ports move to the tenant VLAN, the rescue takes no address from the
+            // DHCP server it booted from (option 54, as iPXE saw it).
+            avoid = if decision.isolated { " metal.rescue.dhcp-avoid=${54:ipv4}" } else { "" },
+        ),
+        (BootStep::Ramdisk(BootTask::Rescue), _, Dialect::Grub) => format!(
+            "echo \"metal: node {node} ({state}): a rescue boots through iPXE (the BIOS chain), not GRUB\"\nexit\n"
         ),
         (BootStep::Ramdisk(task), Some(token), Dialect::Ipxe) => format!(
             "#!ipxe\n\
@@ -213,8 +235,8 @@ pub fn decide(
         _ => None,
     };
     let step = if installer.is_some() { BootStep::Installer } else { step };
-    let power_off_after = step == BootStep::Ramdisk(BootTask::Deploy)
-        && store::capacity::pool_of(tx, &node)?.is_some_and(|p| p.policy.network.is_some());
+    let isolated = store::capacity::pool_of(tx, &node)?.is_some_and(|p| p.policy.network.is_some());
+    let power_off_after = step == BootStep::Ramdisk(BootTask::Deploy) && isolated;
     if step == BootStep::LocalDisk {
         return Ok(Decision {
             node_id: node.id,
@@ -225,6 +247,7 @@ pub fn decide(
             installer,
             refusal: None,
             power_off_after: false,
+            isolated,
             lldp_wait: None,
         });
     }
@@ -241,6 +264,7 @@ pub fn decide(
                 installer: None,
                 refusal: Some(refusal),
                 power_off_after: false,
+                isolated,
                 lldp_wait: None,
             });
         }
@@ -248,6 +272,7 @@ pub fn decide(
     // The installer fetches its configuration and reports done with it, for as long as the
     // deploy may take; a ramdisk joins within the token's time.
     let (task, ttl, kind) = match step {
+        BootStep::Ramdisk(BootTask::Rescue) => (BootTask::Rescue, config.token_ttl, "node.boot.rescue"),
         BootStep::Ramdisk(task) => (task, config.token_ttl, "node.boot.ramdisk"),
         _ => (BootTask::Install, deadlines.deploying, "node.boot.installer"),
     };
@@ -280,6 +305,7 @@ pub fn decide(
         installer,
         refusal: None,
         power_off_after,
+        isolated,
         lldp_wait: Some(config.lldp_wait.as_secs()).filter(|s| *s > 0),
     })
 }
@@ -471,18 +497,82 @@ pub async fn file(
 ) -> ApiResult<Response> {
     let service = BootService::of(&app)?;
     service.limiter.check(address)?;
-    if !FILES.contains(&name.as_str()) {
+    if !FILES.contains(&name.as_str()) && !RESCUE_FILES.contains(&name.as_str()) {
         return Err(ApiError::NotFound(format!("boot file {name:?}")));
     }
     let now = app.clock.now();
-    let token = app.store.read(move |tx| store::boot::live_token(tx, &query.token, now)).await?;
+    let secret = query.token.clone();
+    let token = app.store.read(move |tx| store::boot::live_token(tx, &secret, now)).await?;
     let Some(token) = token else {
         return Err(ApiError::Forbidden("boot files need a live boot token (unknown, used or expired)".into()));
     };
+    let files: &[&str] = if token.task == BootTask::Rescue { &RESCUE_FILES } else { &FILES };
+    if !files.contains(&name.as_str()) {
+        return Err(ApiError::Forbidden(format!(
+            "a {} boot's token fetches {}, not {name}",
+            token.task,
+            files.join(", ")
+        )));
+    }
+    if name == "rescue-keys" {
+        let keys = rescue_keys(&app, query.token, address.to_string(), now).await?;
+        info!(node = %token.node_id, file = %name, keys = keys.1, "served: the rescue's token is spent");
+        return Ok(([(header::CONTENT_TYPE, "application/octet-stream")], keys.0).into_response());
+    }
     let path = service.files_dir.join(&name);
     let bytes = tokio::fs::read(&path).await.map_err(|e| {
         ApiError::InvalidConfig(format!("the ramdisk's {name} cannot be read from {}: {e}", path.display()))
     })?;
     info!(node = %token.node_id, task = %token.task, file = %name, bytes = bytes.len(), "served");
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+/// The rescue's last file: the lease's SSH keys (the deployed profile version's and those
+/// its tenant registered) as a cpio archive for `/etc/metal-rescue/authorized_keys`, and the
+/// number of keys. Spends the token and records the fetch on its boot (what the rescue's
+/// `await-rescue` step waits for), in one transaction; the node must still be in a rescue
+/// of the token's identity generation.
+async fn rescue_keys(
+    app: &AppState,
+    token: String,
+    client: String,
+    now: OffsetDateTime,
+) -> ApiResult<(Vec<u8>, usize)> {
+    let keys = app
+        .change(move |tx| {
+            let boot = claims::boot_of_token(tx, &token)?
+                .ok_or_else(|| ApiError::Forbidden("the rescue token has no boot".into()))?;
+            let spent = store::boot::redeem_token(tx, &token, now)?;
+            let node = store::nodes::get(tx, &spent.node_id)?
+                .ok_or_else(|| ApiError::NotFound(format!("node {}", spent.node_id)))?;
+            if node.state != NodeState::Rescue || node.identity_generation != spent.identity_generation {
+                return Err(ApiError::Forbidden(format!(
+                    "node {} is {} (identity generation {}): its rescue token is void",
+                    node.id, node.state, node.identity_generation
+                )));
+            }
+            let (_, lease) = store::lessee::held(tx, &node.id)?;
+            let lease =
+                lease.ok_or_else(|| ApiError::Forbidden(format!("node {} is under no lease: no rescue", node.id)))?;
+            let keys = store::lessee::console_keys(tx, &node.id, &lease)?;
+            store::boots::joined(tx, &boot.id, &client, "rescue-keys", now)?;
+            store::events::append(
+                tx,
+                "node.boot.rescue-fetched",
+                &format!("node/{}", node.id),
+                None,
+                &json!({"node": node.id, "boot": boot.id, "client": client, "keys": keys.len()}),
+                now,
+            )?;
+            Ok(keys)
+        })
+        .await?;
+    let mut authorized = keys.join("\n");
+    authorized.push('\n');
+    let archive = super::cpio::newc(&[
+        super::cpio::Entry { path: "etc", mode: 0o040755, data: b"" },
+        super::cpio::Entry { path: "etc/metal-rescue", mode: 0o040700, data: b"" },
+        super::cpio::Entry { path: "etc/metal-rescue/authorized_keys", mode: 0o100600, data: authorized.as_bytes() },
+    ]);
+    Ok((archive, keys.len()))
 }

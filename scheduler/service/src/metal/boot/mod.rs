@@ -6,6 +6,7 @@
 
 pub mod attest;
 pub mod claims;
+pub mod cpio;
 pub mod digests;
 pub mod hosts;
 pub mod ipxe;

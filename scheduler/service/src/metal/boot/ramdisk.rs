@@ -27,7 +27,7 @@ use crate::metal::boot::{BootService, ClientAddr, Peer, claims};
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::extract::ApiJson;
-use metal_types::model::boot::{BootStep, WipeReportRecord, boot_step};
+use metal_types::model::boot::{BootStep, BootTask, WipeReportRecord, boot_step};
 use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition, Trust};
 
 /// The refusal of a genuine report whose erase failed (`WipeRefusal::DiskFailed`).
@@ -69,6 +69,9 @@ pub async fn join(
         .change(move |tx| {
             let boot = claims::boot_of_token(tx, &token)?
                 .ok_or_else(|| ApiError::Forbidden("the join token is unknown".into()))?;
+            if boot.task == Some(BootTask::Rescue) {
+                return Err(ApiError::Forbidden("a rescue's token fetches its files; it never joins".into()));
+            }
             let token = match store::boot::redeem_token(tx, &token, now) {
                 Ok(token) => token,
                 // The ramdisk that joined, asking again (its answer was lost): the same key.
