@@ -201,7 +201,7 @@ test("a power action asks for a confirmation that names the node, and reaches th
   expect(problems).toEqual([]);
 });
 
-test("a lessee sees the machine of its lease, powers and reinstalls it behind a confirmation, and gets its console's SSH line", async ({ page }) => {
+test("a lessee sees the machine of its lease, powers, reinstalls and rescues it behind a confirmation, and gets its console's SSH line", async ({ page }) => {
   const problems = watch(page);
   const [leased]: { id: string; reservationId: string; profileId: string; profileVersion: number }[] = await api(
     "/v1/leases",
@@ -240,6 +240,20 @@ test("a lessee sees the machine of its lease, powers and reinstalls it behind a 
   await expect(page.getByRole("status").filter({ hasText: `Reinstall: done on ${activeNode}` })).toBeVisible();
   await expect(page.getByTestId("events")).toContainText("lessee.reinstall");
   await expect(page.getByTestId("events")).toContainText("node.tenant-root.reinstalled", { timeout: 120_000 });
+  await expect(page.getByTestId("summary").locator('[data-field="state"]')).toContainText("deployed");
+
+  // A rescue behind its confirmation: the machine is in a rescue, says how to log in, and
+  // boots its disk again.
+  await page.getByRole("button", { name: "Rescue" }).click();
+  await page.getByRole("dialog", { name: `Boot ${activeNode} into the rescue environment?` }).getByRole("button", { name: "Rescue" }).click();
+  await expect(page.getByRole("status").filter({ hasText: `Rescue: done on ${activeNode}` })).toBeVisible();
+  await expect(page.getByTestId("events")).toContainText("node.tenant-root.rescued", { timeout: 120_000 });
+  await expect(page.getByTestId("summary").locator('[data-field="state"]')).toContainText("rescue");
+  await expect(page.getByTestId("rescue-line")).toContainText("ssh root@ADDRESS");
+  await accessible(page, "a lessee's machine in a rescue");
+  await page.getByRole("button", { name: "Boot the disk again" }).click();
+  await page.getByRole("dialog", { name: `Leave the rescue of ${activeNode}?` }).getByRole("button", { name: "Boot the disk again" }).click();
+  await expect(page.getByTestId("events")).toContainText("node.tenant-root.unrescued", { timeout: 120_000 });
   await expect(page.getByTestId("summary").locator('[data-field="state"]')).toContainText("deployed");
   await page.getByRole("button", { name: "Sign out" }).click();
 

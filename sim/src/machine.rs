@@ -394,6 +394,24 @@ impl Machine {
         Err(last)
     }
 
+    /// A lessee's rescue: its keys fetched as iPXE fetches them (which spends the boot's
+    /// token and lets the scheduler move the ports on), then it runs until the power
+    /// changes. The simulation runs no sshd.
+    fn rescue(&self, epoch: u64, keys: &str) -> bool {
+        let url = format!("{}{keys}", self.api_url);
+        match reqwest::blocking::get(&url).and_then(reqwest::blocking::Response::error_for_status) {
+            Ok(_) => {
+                self.say("METAL-RESCUE ready (simulated: no sshd)");
+                self.set_activity(epoch, Activity::Ramdisk("rescue".into()));
+            }
+            Err(e) => {
+                self.say(&format!("iPXE: {url}: {e}; nothing to boot"));
+                self.set_activity(epoch, Activity::NoBootDevice);
+            }
+        }
+        true
+    }
+
     /// iPXE's chain to the scheduler, then the ramdisk task; false when the machine reboots.
     fn network_boot(self: &Arc<Self>, epoch: u64) -> bool {
         if self.flavor == Flavor::SushyTools {
@@ -420,6 +438,9 @@ impl Machine {
         };
         for line in script.lines().filter_map(|l| l.strip_prefix("echo ")) {
             self.say(line);
+        }
+        if let Some(keys) = script.lines().find_map(|l| l.strip_prefix("initrd --name keys ")) {
+            return self.rescue(epoch, keys);
         }
         let Some(kernel) = script.lines().find(|l| l.starts_with("kernel ")) else {
             return self.disk_boot(epoch);

@@ -205,6 +205,10 @@ impl Site {
         let clock_file = data_dir.join(crate::replica::CLOCK_FILE);
         let clock = Arc::new(SimClock::create(&clock_file, SystemTime::now(), options.speed)?);
         metal_clock::install(clock.clone()).context("the simulation needs the process clock")?;
+        // A lessee's rescue needs the rescue ramdisk served; machines here never load it.
+        let boot_files = data_dir.join("boot");
+        std::fs::create_dir_all(&boot_files)?;
+        std::fs::write(boot_files.join("rescue"), b"the simulated site's rescue ramdisk (never loaded)\n")?;
         let (scheduler, api_url) = match &options.replicas {
             None => {
                 let api_listener = tokio::net::TcpListener::bind(options.listen)

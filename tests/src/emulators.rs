@@ -217,9 +217,20 @@ pub struct Dnsmasq {
 impl Dnsmasq {
     /// Serves `interface` addresses `first`..`last` (/24) and `tftp/boot.ipxe`.
     pub fn start(interface: &str, first: &str, last: &str, tftp: &Path) -> Dnsmasq {
+        Dnsmasq::spawn(Command::new("dnsmasq"), interface, first, last, tftp)
+    }
+
+    /// [`Dnsmasq::start`] in network namespace `namespace` (a host's own DHCP server).
+    pub fn start_in(namespace: &str, interface: &str, first: &str, last: &str, tftp: &Path) -> Dnsmasq {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", namespace, "dnsmasq"]);
+        Dnsmasq::spawn(command, interface, first, last, tftp)
+    }
+
+    fn spawn(mut command: Command, interface: &str, first: &str, last: &str, tftp: &Path) -> Dnsmasq {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("dnsmasq.log");
-        let child = Command::new("dnsmasq")
+        let child = command
             .args(["--keep-in-foreground", "--conf-file=/dev/null", "--port=0", "--bind-interfaces", "--log-dhcp"])
             .arg(format!("--interface={interface}"))
             .arg(format!("--dhcp-range={first},{last},255.255.255.0,1h"))

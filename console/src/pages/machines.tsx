@@ -1,5 +1,5 @@
 // The lessee's machines: the nodes of its live dedicated-root leases (GET /v1/leases) and
-// one machine as its lessee sees it, with power and a reinstall behind a confirmation, the
+// one machine as its lessee sees it, with power, a rescue and a reinstall behind a confirmation, the
 // serial console in a terminal, the SSH line of the console gateway, and its own events. Nothing here reaches
 // the BMC: the scheduler acts through its own session and records who asked.
 import { useState } from "preact/hooks";
@@ -78,13 +78,40 @@ function reinstallAction(id: string, choice: string): Action {
   };
 }
 
-/** Power and, once a profile version is chosen, a reinstall. */
+/** A rescue of `machine`, or, when it is in one, booting its disk again. */
+function rescueAction(machine: LeasedNode): Action {
+  const id = machine.id;
+  if (machine.state === "rescue") {
+    return {
+      key: "unrescue",
+      label: "Boot the disk again",
+      title: `Leave the rescue of ${id}?`,
+      detail: "The machine powers off and boots its disk on your network; what lives only in the rescue's memory is gone.",
+      run: () => must(api.POST("/v1/nodes/{id}/unrescue", { params: { path: { id } } })),
+    };
+  }
+  return {
+    key: "rescue",
+    label: "Rescue",
+    title: `Boot ${id} into the rescue environment?`,
+    detail:
+      "The machine powers off and boots a rescue ramdisk on your network: root over SSH with your keys, sshd and the repair tools, your disks untouched. Its address and SSH host keys show on the serial console.",
+    danger: true,
+    run: () => must(api.POST("/v1/nodes/{id}/rescue", { params: { path: { id } } })),
+  };
+}
+
+/** Power, a rescue (or leaving one) and, once a profile version is chosen, a reinstall. */
 function MachineActions({ machine, done }: { machine: LeasedNode; done: () => void }) {
   const profiles = useLoad(() => must(api.GET("/v1/profiles")), []);
   const current = machine.profileId ? `${machine.profileId}:${machine.profileVersion ?? ""}` : "";
   const [choice, setChoice] = useState(current);
   const choices = profiles.data ? versionsOf(profiles.data) : current ? [current] : [];
-  const actions = [...powerActions(machine.id), ...(choice ? [reinstallAction(machine.id, choice)] : [])];
+  const actions = [
+    ...powerActions(machine.id),
+    rescueAction(machine),
+    ...(choice ? [reinstallAction(machine.id, choice)] : []),
+  ];
   return (
     <Actions id={machine.id} actions={actions} done={done}>
       <p>
@@ -101,6 +128,17 @@ function MachineActions({ machine, done }: { machine: LeasedNode; done: () => vo
         </label>
       </p>
     </Actions>
+  );
+}
+
+/** In a rescue: where the lessee finds its address and how it logs in. */
+function RescueLine({ machine }: { machine: LeasedNode }) {
+  if (machine.state !== "rescue") return null;
+  return (
+    <p data-testid="rescue-line">
+      In the rescue environment: it takes its address from your network's DHCP and prints it, with its SSH host key
+      fingerprints, on the serial console; log in with <code>ssh root@ADDRESS</code> and a key of your profile or tenant.
+    </p>
   );
 }
 
@@ -149,6 +187,7 @@ export function MachinePage({ id, session }: { id: string; session: Session }) {
               <dd>{machine.devices.map((d) => `${d.id}${d.healthy ? "" : " (unhealthy)"}`).join(", ") || "—"}</dd>
             </dl>
             <MachineActions machine={machine} done={loaded.reload} />
+            <RescueLine machine={machine} />
             <Section title="Serial console">
               <ConsoleOpener id={id} />
               <SshLine machine={machine} session={session} />

@@ -351,3 +351,129 @@ fn a_lessee_reinstalls_another_version_under_a_new_identity_and_tries_again_afte
     let (_, teardowns) = s.call("GET", "/v1/nodes/n1/teardowns", None);
     assert_eq!(teardowns[0]["definition"], "metal-tenant-root-release@1", "{teardowns}");
 }
+
+/// The newest run of `definition` on n1.
+fn last_run(s: &TestScheduler, definition: &'static str) -> metal_types::model::workflow::WorkflowRun {
+    let runs = s.block_on(s.app.store.read(move |tx| metal_store::workflows::for_node(tx, "n1", definition)));
+    runs.unwrap().pop().unwrap_or_else(|| panic!("a {definition} run"))
+}
+
+/// GET on the boot routes as the machine's firmware asks; the status and the body.
+fn firmware_get(s: &TestScheduler, path: &str) -> (u16, Vec<u8>) {
+    let answer = reqwest::blocking::Client::new().get(format!("{}{path}", s.url)).send().unwrap();
+    (answer.status().as_u16(), answer.bytes().unwrap().to_vec())
+}
+
+#[test]
+fn a_lessee_rescues_its_machine_with_its_keys_and_no_platform_secret_unrescues_it_and_the_lease_end_closes_a_rescue() {
+    let sim = IpmiSim::start();
+    let s = TestScheduler::start(|_| {});
+    site(&s, ipmi(&sim), json!({}));
+    let (acme, acme_id) = member(&s, "acme");
+    ok(&s, "POST", "/v1/tenants", json!({"id": "globex"}));
+    let (globex, _) = member(&s, "globex");
+    let keys = tempfile::tempdir().unwrap();
+    let (_, lessee_public) = ssh_key(keys.path(), "lessee");
+    ok(&s, "PUT", "/v1/tenants/acme/ssh-keys", json!({"keys": [lessee_public]}));
+    let reservation = leased_and_deployed_with(&s, 1);
+
+    // Refusals: another tenant (404); a site that serves no rescue ramdisk (409, says what
+    // is missing); nothing moves.
+    let (status, body) = s.call_as(&globex, "POST", "/v1/nodes/n1/rescue", None);
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/rescue", None);
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(status, 409, "{body}");
+    assert!(message.contains("serves no rescue ramdisk") && message.contains("build-ramdisk"), "{body}");
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/unrescue", None);
+    assert_eq!(status, 409, "nothing to unrescue on a deployed node: {body}");
+    assert_eq!(s.node("n1")["state"], "deployed");
+
+    // The rescue: the node is in a rescue at once; a second ask is refused.
+    std::fs::create_dir_all(s.files_dir()).unwrap();
+    std::fs::write(s.files_dir().join("rescue"), b"the rescue ramdisk").unwrap();
+    let (status, started) = s.call_as(&acme, "POST", "/v1/nodes/n1/rescue", None);
+    assert_eq!((status, started["action"].as_str()), (202, Some("rescue")), "{started}");
+    assert_eq!(started["reservationId"], json!(reservation));
+    assert_eq!(s.node("n1")["state"], "rescue");
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/rescue", None);
+    assert_eq!(status, 409, "{body}");
+    s.passes();
+
+    // The firmware's script: kernel, the rescue ramdisk and the keys; no token, CA or
+    // controller on the kernel command line, the ramdisk's own init.
+    let (status, script) = firmware_get(&s, &format!("/boot/ipxe?mac={}", metal_tests::leases::MAC));
+    let script = String::from_utf8(script).unwrap();
+    assert_eq!(status, 200, "{script}");
+    let kernel = script.lines().find(|l| l.starts_with("kernel ")).unwrap_or_else(|| panic!("{script}"));
+    assert!(kernel.ends_with(&format!("rdinit=/init metal.bootif={}", metal_tests::leases::MAC)), "{script}");
+    for secret in ["metal.token", "metal.ca", "metal.controller"] {
+        assert!(!kernel.contains(secret), "{secret} on the rescue's command line: {kernel}");
+    }
+    let token = kernel.split("token=").nth(1).and_then(|t| t.split_whitespace().next()).unwrap().to_owned();
+    assert!(script.contains(&format!("initrd --name keys /boot/files/rescue-keys?token={token}")), "{script}");
+    let (status, ramdisk) = firmware_get(&s, &format!("/boot/files/rescue?token={token}"));
+    assert_eq!((status, ramdisk.as_slice()), (200, b"the rescue ramdisk".as_slice()));
+    let (status, _) = firmware_get(&s, &format!("/boot/files/initrd?token={token}"));
+    assert_eq!(status, 403, "a rescue token fetches the rescue's files only");
+    let (status, body) = metal_tests::scheduler::join_from(&s.boot_url, &token, "127.0.0.1", 7);
+    assert_eq!(status, 403, "a rescue token never joins: {body}");
+    assert_eq!(last_run(&s, "metal-tenant-root-rescue").status, RunStatus::Running, "waits for the keys");
+    let (status, archive) = firmware_get(&s, &format!("/boot/files/rescue-keys?token={token}"));
+    assert_eq!(status, 200);
+    let unpacked = tempfile::tempdir().unwrap();
+    let mut cpio = std::process::Command::new("cpio")
+        .args(["-i", "-d", "--quiet"])
+        .current_dir(unpacked.path())
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut cpio.stdin.take().unwrap(), &archive).unwrap();
+    assert!(cpio.wait().unwrap().success());
+    let authorized = std::fs::read_to_string(unpacked.path().join("etc/metal-rescue/authorized_keys")).unwrap();
+    assert!(authorized.contains(lessee_public.trim()), "{authorized}");
+    let (status, _) = firmware_get(&s, &format!("/boot/files/rescue-keys?token={token}"));
+    assert_eq!(status, 403, "the keys spend the token");
+    metal_tests::leases::later(&s);
+    let run = last_run(&s, "metal-tenant-root-rescue");
+    assert_eq!(run.status, RunStatus::Succeeded, "{run:?}");
+    let steps: Vec<&str> = run.steps.iter().map(|step| step.name.as_str()).collect();
+    assert_eq!(steps, ["power-off", "network-cleaning", "network-boot", "await-rescue", "network-tenant"]);
+    let (_, view) = s.call_as(&acme, "GET", "/v1/nodes/n1", None);
+    assert_eq!(view["state"], "rescue", "{view}");
+    let events = view["events"].as_array().unwrap();
+    let recorded = events.iter().find(|e| e["kind"] == "lessee.rescue").expect("lessee.rescue in the view");
+    assert_eq!(recorded["data"]["credential"], json!(acme_id));
+    assert!(events.iter().any(|e| e["kind"] == "node.tenant-root.rescued"), "{view}");
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/power", Some(json!({"action": "cycle"})));
+    assert_eq!(status, 200, "power stays the lessee's in a rescue: {body}");
+
+    // Unrescue with metalctl, as a lessee runs it: the disk boots, deployed again.
+    let dir = tempfile::tempdir().unwrap();
+    let home = metal_tests::metalctl::home(dir.path(), &s.url, &acme);
+    let started = metal_tests::metalctl::run(&home, &["lease", "unrescue", "n1"]);
+    assert!(started.lines().nth(1).is_some_and(|l| l.starts_with("n1") && l.contains("unrescue")), "{started}");
+    s.passes();
+    metal_tests::leases::later(&s);
+    let run = last_run(&s, "metal-tenant-root-unrescue");
+    assert_eq!(run.status, RunStatus::Succeeded, "{run:?}");
+    assert_eq!(s.node("n1")["state"], "deployed");
+
+    // A rescue open when the lease ends: its run is over and the teardown runs as usual.
+    let started = metal_tests::metalctl::run(&home, &["lease", "rescue", "n1"]);
+    assert!(started.contains("rescue"), "{started}");
+    s.passes();
+    ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
+    s.passes();
+    assert_eq!(s.node("n1")["state"], "releasing");
+    let run = last_run(&s, "metal-tenant-root-rescue");
+    assert_eq!(
+        (run.status, run.last_error.as_deref()),
+        (RunStatus::Failed, Some("the lease ended")),
+        "the rescue's run is over: {run:?}"
+    );
+    let (_, teardowns) = s.call("GET", "/v1/nodes/n1/teardowns", None);
+    assert_eq!(teardowns[0]["definition"], "metal-tenant-root-release@1", "{teardowns}");
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/unrescue", None);
+    assert_eq!(status, 409, "the lease is over: {body}");
+}

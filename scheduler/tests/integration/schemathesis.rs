@@ -76,12 +76,12 @@ fn schemathesis_finds_nothing_with_every_check_on_every_operation() {
     let (status, member) =
         s.call("POST", "/v1/credentials", Some(json!({"role": "tenant-member", "tenantId": "n1", "name": "lessee"})));
     assert_eq!(status, 201, "{member}");
-    let lessee_routes = r"^/v1/(leases|nodes/\{id\}(/power|/reinstall|/console/sessions)?)$";
+    let lessee_routes = r"^/v1/(leases|nodes/\{id\}(/power|/reinstall|/rescue|/unrescue|/console/sessions)?)$";
     let summary = schemathesis(&s, member["token"].as_str().unwrap(), &["--include-path-regex", lessee_routes]);
     assert!(
-        summary.contains("Tested: 7"),
-        "GET /v1/leases, GET and PATCH /v1/nodes/{{id}}, GET and POST its power, POST its reinstall, its console \
-         sessions:\n{summary}"
+        summary.contains("Tested: 9"),
+        "GET /v1/leases, GET and PATCH /v1/nodes/{{id}}, GET and POST its power, POST its reinstall, rescue and \
+         unrescue, its console sessions:\n{summary}"
     );
     eprintln!("schemathesis with a tenant token:{summary}");
 }

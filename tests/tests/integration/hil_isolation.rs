@@ -23,8 +23,10 @@ const CONTROLLER: &str = "10.77.0.1";
 /// A host on the provisioning VLAN standing for every other machine there (captures).
 const PROVISIONING_HOST: &str = "10.77.0.12";
 /// A host on the lease's tenant VLAN (100, the first of the pool's range): the lessee's own
-/// network, which serves the probes their targets.
+/// network, which serves the probes their targets and a rescue its address.
 const TENANT_HOST: &str = "10.77.0.70";
+/// The one address the tenant network's DHCP server hands out: the rescue's.
+const RESCUE: &str = "10.77.0.80";
 
 /// What the lessee's OS runs from its machine's NIC, on a static address: fetch the
 /// targets (the API's and the boot service's ports) from the tenant network, then try each
@@ -35,6 +37,13 @@ fn probes(targets_path: &str) -> String {
         r#"try() {{ what=$1; shift; if "$@" >/dev/null 2>&1 </dev/null; then echo "PROBE $what reached"; else echo "PROBE $what blocked"; fi; }}
 http_get() {{ printf 'GET %s HTTP/1.0\r\n\r\n' "$3" | nc -w 3 "$1" "$2"; }}
 http_ok() {{ http_get "$@" | head -1 | grep -q " 200 "; }}
+mkdir -p /mnt/os
+if mount -t vfat /dev/vda1 /mnt/os; then
+  if [ -f /mnt/os/tenant-file ]; then echo "PROBE tenant file: $(cat /mnt/os/tenant-file)"
+  else echo "written by the lessee" > /mnt/os/tenant-file && echo "PROBE tenant file written"; fi
+  [ -f /mnt/os/rescued ] && echo "PROBE the rescue wrote: $(cat /mnt/os/rescued)"
+  umount /mnt/os
+else echo "PROBE the OS disk does not mount"; fi
 ip link set eth0 up
 ip addr add 10.77.0.60/24 dev eth0
 sleep 1
@@ -203,12 +212,13 @@ fn a_leased_machine_on_open_vswitch_reaches_nothing_of_provisioning_while_the_ot
     ok(s, "POST", "/v1/pools/p1/offers", json!({"tenantId": "acme"}));
     let image = site.import("probe-os");
     ok(s, "POST", &format!("/v1/images/{image}/promote"), Value::Null);
+    let (lessee_key, lessee_public) = metal_tests::console::ssh_key(dir.path(), "lessee");
     ok(
         s,
         "POST",
         "/v1/profiles",
         json!({"id": "probes", "tenantId": "acme", "image": image, "adminUser": "ops", "role": "lessee",
-               "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ops"]}),
+               "sshAuthorizedKeys": [lessee_public]}),
     );
     let reservation = ok(
         s,
@@ -260,6 +270,9 @@ fn a_leased_machine_on_open_vswitch_reaches_nothing_of_provisioning_while_the_ot
     let ports = ok(s, "GET", &format!("/v1/nodes/{}/ports", b.id), Value::Null);
     assert_eq!((ports[0]["port"].as_str(), ports[0]["source"].as_str()), (Some(b.port), Some("lldp")), "{ports}");
 
+    assert!(text.contains("PROBE tenant file written"), "the lessee's OS writes on its disk:\n{text}");
+    rescue_and_unrescue(s, &ovs, &dhcp, &a, &tenant_host, &lessee_key);
+
     // The teardown erases on the cleaning VLAN and hands the node back on provisioning.
     ok(s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
     drive(
@@ -280,4 +293,126 @@ fn a_leased_machine_on_open_vswitch_reaches_nothing_of_provisioning_while_the_ot
     a.commission(s);
     drive(s, &dhcp, &a, "a's second commissioning", Duration::from_secs(480), || {}, || commissioned(s, a.id));
     assert_eq!(state(s, a.id), "ready", "{}\n{}", a.console(), log());
+}
+
+/// The lessee rescues its machine: the rescue ramdisk boots from provisioning, its ports
+/// move to the tenant VLAN, it takes its address from the tenant network's DHCP server
+/// (never the provisioning one it booted from), and the lessee logs in over SSH with its
+/// key from a host on that network, mounts the deployed OS's disk, finds the file its OS
+/// wrote there and leaves one; the rescue holds no boot token. Then it unrescues: the disk
+/// boots on the tenant VLAN and the OS finds both files.
+fn rescue_and_unrescue(
+    s: &TestScheduler,
+    ovs: &Ovs,
+    dhcp: &Dnsmasq,
+    machine: &Machine,
+    tenant: &metal_tests::ovs::WiredHost,
+    key: &std::path::Path,
+) {
+    let member = ok(s, "POST", "/v1/credentials", json!({"role": "tenant-member", "tenantId": "acme", "name": "ops"}));
+    let token = member["token"].as_str().unwrap().to_owned();
+    let tftp = tempfile::tempdir().unwrap();
+    let tenant_dhcp = Dnsmasq::start_in(&tenant.namespace, "eth0", RESCUE, RESCUE, tftp.path());
+    let path = format!("/v1/nodes/{}/rescue", machine.id);
+    let (status, started) = s.call_as(&token, "POST", &path, None);
+    assert_eq!((status, started["action"].as_str()), (202, Some("rescue")), "{started}");
+    assert_eq!(state(s, machine.id), "rescue");
+    let (status, again) = s.call_as(&token, "POST", &path, None);
+    assert_eq!(status, 409, "one rescue at a time: {again}");
+    let mark = machine.console().matches("METAL-RESCUE ready").count();
+    drive(
+        s,
+        dhcp,
+        machine,
+        "the rescue",
+        Duration::from_secs(300),
+        || {},
+        || machine.console().matches("METAL-RESCUE ready").count() > mark && rescued(s, machine.id),
+    );
+    let text = machine.console();
+    assert!(text.contains(&format!("METAL-RESCUE address={RESCUE}/24")), "the tenant network's address:\n{text}");
+    assert_eq!(ovs.tag(machine.port), Some(100), "the rescue runs on the tenant VLAN");
+    let log = std::fs::read_to_string(&tenant_dhcp.log).unwrap_or_default();
+    assert!(log.contains(RESCUE), "{log}");
+
+    // The lessee's SSH session: OpenSSH's client from its own network.
+    let ssh = |command: &str| {
+        let key = key.to_str().unwrap();
+        let target = format!("root@{RESCUE}");
+        tenant.exec(
+            "ssh",
+            &[
+                "-i",
+                key,
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=10",
+                &target,
+                command,
+            ],
+        )
+    };
+    let session = ssh(
+        "lsblk -n -o NAME; mdadm --version 2>&1; cryptsetup --version; mkdir -p /mnt/os && mount /dev/vda1 /mnt/os \
+         && cat /mnt/os/tenant-file && echo 'the rescue was here' > /mnt/os/rescued && umount /mnt/os; \
+         grep -c 'metal.token' /proc/cmdline; ls /etc/metal-rescue",
+    );
+    let out = String::from_utf8_lossy(&session.stdout);
+    let err = String::from_utf8_lossy(&session.stderr);
+    assert!(session.status.success(), "ssh into the rescue: {out}\n{err}\n{}", machine.console());
+    assert!(out.contains("vda1") && out.contains("mdadm") && out.contains("cryptsetup"), "{out}\n{err}");
+    assert!(out.contains("written by the lessee"), "the deployed disk, untouched:\n{out}\n{err}");
+    assert!(out.lines().any(|l| l == "0"), "no token on the rescue's kernel command line:\n{out}");
+    // Another key is not let in.
+    let stranger = metal_tests::console::ssh_key(key.parent().unwrap(), "stranger").0;
+    let refused = tenant.exec(
+        "ssh",
+        &[
+            "-i",
+            stranger.to_str().unwrap(),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
+            &format!("root@{RESCUE}"),
+            "true",
+        ],
+    );
+    assert!(!refused.status.success(), "a key the lessee did not give is refused");
+
+    // Unrescue: the disk boots again, with the lessee's file and the rescue's.
+    let runs = machine.console().matches("PROBE done").count();
+    let (status, started) = s.call_as(&token, "POST", &format!("/v1/nodes/{}/unrescue", machine.id), None);
+    assert_eq!((status, started["action"].as_str()), (202, Some("unrescue")), "{started}");
+    drive(
+        s,
+        dhcp,
+        machine,
+        "the unrescue",
+        Duration::from_secs(300),
+        || {},
+        || machine.console().matches("PROBE done").count() > runs,
+    );
+    assert_eq!(state(s, machine.id), "deployed");
+    let text = machine.console();
+    let boot = &text[text.rfind("PROBE tenant file").unwrap_or(0)..];
+    assert!(boot.contains("PROBE tenant file: written by the lessee"), "{boot}");
+    assert!(boot.contains("PROBE the rescue wrote: the rescue was here"), "{boot}");
+    let events = s.events("lessee.rescue");
+    let on_node: Vec<_> = events.iter().filter(|e| e["subject"] == format!("node/{}", machine.id)).collect();
+    assert_eq!(on_node.len(), 1, "one rescue, recorded on the node (and the lease): {events:?}");
+}
+
+/// Whether the node's rescue run is over and it is still in a rescue.
+fn rescued(s: &TestScheduler, id: &str) -> bool {
+    state(s, id) == "rescue" && s.events("node.tenant-root.rescued").iter().any(|e| e["data"]["node"] == id)
 }
