@@ -1,8 +1,9 @@
 //! No secret escapes: a whole flow on a real `metal-scheduler serve` (debug logging, a master
 //! key, the boot service, and on the PostgreSQL pass a database URL with a password) drives a
 //! BMC set with `metalctl` and rotated, one-time boot tokens (a ramdisk's join, an
-//! installer's "done"), and a tenant-root lease whose teardown fences through fence-agents
-//! and rotates the BMC again. Then every secret of the run (the admin token, the master key,
+//! installer's "done"), and a tenant-root lease (whose lessee opens the console gateway and
+//! rescues its machine: the rescue's files fetched with its token) whose teardown fences
+//! through fence-agents and rotates the BMC again. Then every secret of the run (the admin token, the master key,
 //! the database password, each BMC password the run set, each boot token) is searched for in
 //! the service's log, in every process command line seen while it ran, in every API answer
 //! (a boot token only outside the iPXE script that hands it to its machine) and in the
@@ -147,7 +148,14 @@ fn stored_bmc_password(url: &str, key: &str) -> (String, String) {
 /// The lessee's hands on n1 during `reservation`: its token in a file of its own metalctl
 /// configuration, its power read, a key registered and the console opened over the gateway
 /// (and the session recorded). Returns the lessee's token.
-fn lessee_hands(s: &Recorded, home: &Path, gateway: u16, reservation: &str, answers: &mut Vec<String>) -> String {
+fn lessee_hands(
+    s: &Recorded,
+    home: &Path,
+    files: &Path,
+    gateway: u16,
+    reservation: &str,
+    answers: &mut Vec<String>,
+) -> (String, String) {
     // The one answer that holds the token on purpose (it is shown once) is not recorded.
     let (status, member) = s.admin.call(
         "POST",
@@ -167,6 +175,42 @@ fn lessee_hands(s: &Recorded, home: &Path, gateway: u16, reservation: &str, answ
         sessions[0]["credentialId"].as_str().is_some_and(|c| c.starts_with("ssh-key SHA256:"))
     });
     drop(ssh);
+    let rescue_token = rescue_and_back(s, &lessee_home, files, answers);
+    (token, rescue_token)
+}
+
+/// The lessee's rescue and unrescue with `metalctl`, the rescue's files fetched as its
+/// machine's iPXE fetches them from the boot service's files in `files` (the keys archive
+/// recorded as an answer, like the ramdisk's kernel); returns the rescue's token.
+fn rescue_and_back(s: &Recorded, lessee_home: &Path, files: &Path, answers: &mut Vec<String>) -> String {
+    std::fs::create_dir_all(files).unwrap();
+    for file in ["vmlinuz", "rescue"] {
+        std::fs::write(files.join(file), format!("the {file} a rescue boots")).unwrap();
+    }
+    answers.push(metalctl::run(lessee_home, &["lease", "rescue", "n1"]));
+    let http = reqwest::blocking::Client::new();
+    let script_url = format!("{}/boot/ipxe?mac={}", s.admin.url, metal_tests::leases::MAC);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let script = loop {
+        let script = http.get(&script_url).send().unwrap().text().unwrap();
+        if script.contains("rescue-keys") {
+            break script;
+        }
+        assert!(std::time::Instant::now() < deadline, "no rescue boot: {script}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let kernel = script.lines().find(|l| l.starts_with("kernel ")).unwrap();
+    let token = kernel.split("token=").nth(1).and_then(|t| t.split_whitespace().next()).unwrap().to_owned();
+    for file in ["vmlinuz", "rescue", "rescue-keys"] {
+        let answer = http.get(format!("{}/boot/files/{file}?token={token}", s.admin.url)).send().unwrap();
+        assert_eq!(answer.status(), 200, "{file}");
+        answers.push(String::from_utf8_lossy(&answer.bytes().unwrap()).into_owned());
+    }
+    s.until("the rescue", "/v1/events?after=0", |e| {
+        e["events"].as_array().is_some_and(|e| e.iter().any(|e| e["kind"] == "node.tenant-root.rescued"))
+    });
+    answers.push(metalctl::run(lessee_home, &["lease", "unrescue", "n1"]));
+    s.until("the unrescue", "/v1/nodes/n1", |n| n["state"] == "deployed");
     token
 }
 
@@ -265,7 +309,8 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     let installer_token = metal_tests::leases::deploy_done(&s, &s.admin.url);
     let path = format!("/v1/reservations/{reservation}");
     s.until("the lease bound", &path, |r| r["state"] == "active");
-    let member_token = lessee_hands(&s, home.path(), gateway, &reservation, &mut answers);
+    let files = data.path().join("boot");
+    let (member_token, rescue_token) = lessee_hands(&s, home.path(), &files, gateway, &reservation, &mut answers);
     let (status, _) = s.call("POST", &format!("{path}/release"), None);
     assert_eq!(status, 200);
     s.until("the node back in ready", "/v1/nodes/n1", |n| n["state"] == "ready");
@@ -302,6 +347,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
         ("a ramdisk token", ramdisk_token.as_str()),
         ("an installer token", installer_token.as_str()),
         ("the lessee's token", member_token.as_str()),
+        ("a rescue's token", rescue_token.as_str()),
     ];
     // The console gateway's host key: every line of its body but the first, which holds the
     // public half.

@@ -336,31 +336,21 @@ fn rescue_and_unrescue(
     assert!(log.contains(RESCUE), "{log}");
 
     // The lessee's SSH session: OpenSSH's client from its own network.
-    let ssh = |command: &str| {
-        let key = key.to_str().unwrap();
-        let target = format!("root@{RESCUE}");
-        tenant.exec(
-            "ssh",
-            &[
-                "-i",
-                key,
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "ConnectTimeout=10",
-                &target,
-                command,
-            ],
-        )
+    let ssh = |key: &std::path::Path, command: &str| {
+        let (key, target) = (key.to_str().unwrap(), format!("root@{RESCUE}"));
+        let options =
+            ["StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=10"];
+        let mut args = vec!["-i", key];
+        args.extend(options.iter().flat_map(|o| ["-o", *o]));
+        args.extend([target.as_str(), command]);
+        tenant.exec("ssh", &args)
     };
     let session = ssh(
+        key,
         "lsblk -n -o NAME; mdadm --version 2>&1; cryptsetup --version; mkdir -p /mnt/os && mount /dev/vda1 /mnt/os \
          && cat /mnt/os/tenant-file && echo 'the rescue was here' > /mnt/os/rescued && umount /mnt/os; \
-         grep -c 'metal.token' /proc/cmdline; ls /etc/metal-rescue",
+         grep -c 'metal.token' /proc/cmdline; ls /etc/metal-rescue; \
+         echo \"platform files: $(find / -xdev \\( -name '*.pem' -o -name 'metal-[abef]*' \\) | wc -l)\"",
     );
     let out = String::from_utf8_lossy(&session.stdout);
     let err = String::from_utf8_lossy(&session.stderr);
@@ -368,25 +358,10 @@ fn rescue_and_unrescue(
     assert!(out.contains("vda1") && out.contains("mdadm") && out.contains("cryptsetup"), "{out}\n{err}");
     assert!(out.contains("written by the lessee"), "the deployed disk, untouched:\n{out}\n{err}");
     assert!(out.lines().any(|l| l == "0"), "no token on the rescue's kernel command line:\n{out}");
+    assert!(out.contains("platform files: 0"), "no certificate, key or metal binary in the rescue:\n{out}");
     // Another key is not let in.
     let stranger = metal_tests::console::ssh_key(key.parent().unwrap(), "stranger").0;
-    let refused = tenant.exec(
-        "ssh",
-        &[
-            "-i",
-            stranger.to_str().unwrap(),
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ConnectTimeout=10",
-            &format!("root@{RESCUE}"),
-            "true",
-        ],
-    );
+    let refused = ssh(&stranger, "true");
     assert!(!refused.status.success(), "a key the lessee did not give is refused");
 
     // Unrescue: the disk boots again, with the lessee's file and the rescue's.

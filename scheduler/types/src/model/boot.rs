@@ -30,6 +30,16 @@ pub enum BootTask {
 }
 
 impl BootTask {
+    /// Every task.
+    pub const ALL: [BootTask; 6] = [
+        BootTask::Commission,
+        BootTask::Erase,
+        BootTask::Deploy,
+        BootTask::Firmware,
+        BootTask::Install,
+        BootTask::Rescue,
+    ];
+
     /// Name on the kernel command line and in the database.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -269,14 +279,7 @@ mod tests {
         let erased = Due { firmware: false, erase: false };
         assert_eq!(boot_step(NodeState::Releasing, erased), BootStep::LocalDisk, "one erase per release");
         assert_eq!(boot_step(NodeState::Ready, Due::ALL), BootStep::LocalDisk);
-        for t in [
-            BootTask::Commission,
-            BootTask::Erase,
-            BootTask::Deploy,
-            BootTask::Firmware,
-            BootTask::Install,
-            BootTask::Rescue,
-        ] {
+        for t in BootTask::ALL {
             assert_eq!(t.as_str().parse::<BootTask>(), Ok(t));
         }
         assert!("shell".parse::<BootTask>().is_err());
