@@ -91,6 +91,8 @@ pub struct Client {
     url: String,
     token: String,
     http: reqwest::blocking::Client,
+    /// The TLS client configuration for `https://` (the serial console's WebSocket uses it).
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Client {
@@ -100,11 +102,17 @@ impl Client {
         let parsed = reqwest::Url::parse(url).map_err(|e| ClientError::Config(format!("server URL {url:?}: {e}")))?;
         let host = parsed.host_str().unwrap_or_default().trim_matches(['[', ']']);
         let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        let tls = match parsed.scheme() {
+            "https" => Some(std::sync::Arc::new(match &transport.trust {
+                Some(trust) => metal_bmc::tls::client_config(trust).map_err(|e| ClientError::Config(e.to_string()))?,
+                None => web_roots(),
+            })),
+            _ => None,
+        };
         let builder = match parsed.scheme() {
             "https" => match &transport.trust {
-                Some(trust) => reqwest::blocking::Client::builder().use_preconfigured_tls(
-                    metal_bmc::tls::client_config(trust).map_err(|e| ClientError::Config(e.to_string()))?,
-                ),
+                Some(_) => reqwest::blocking::Client::builder()
+                    .use_preconfigured_tls(tls.as_deref().cloned().unwrap_or_else(web_roots)),
                 None => reqwest::blocking::Client::builder(),
             },
             "http" if loopback || transport.allow_plain_http => reqwest::blocking::Client::builder(),
@@ -117,7 +125,22 @@ impl Client {
             other => return Err(ClientError::Config(format!("server URL {url:?}: {other}:// is not http or https"))),
         };
         let http = builder.build().map_err(|e| ClientError::Config(format!("HTTP client: {e}")))?;
-        Ok(Self { url: url.trim_end_matches('/').to_owned(), token: token.trim().to_owned(), http })
+        Ok(Self { url: url.trim_end_matches('/').to_owned(), token: token.trim().to_owned(), http, tls })
+    }
+
+    /// The server's URL, without a trailing `/`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The TLS configuration for the server (`None` over plain HTTP).
+    pub fn tls(&self) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+        self.tls.clone()
     }
 
     /// Sends a request; returns the JSON answer or the API's error.
@@ -194,6 +217,16 @@ pub fn table(rows: &[Value], columns: &[(&str, &str)]) -> String {
         out.push_str(&line(row.iter().map(String::as_str).collect()));
     }
     out
+}
+
+/// A TLS client trusting the public web roots (a server behind a public certificate).
+fn web_roots() -> rustls::ClientConfig {
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `metalctl lease`: a lessee's hands on the machines of its live dedicated-root leases
 //! (with a tenant member's token; an admin's sees every lease): list them, show one with
-//! its events, power it, reinstall it and rescue it. Nothing here reaches the BMC: the scheduler acts
+//! its events, power it, open its serial console, reinstall it and rescue it. Nothing here reaches the BMC: the scheduler acts
 //! through its own BMC session and records who asked.
 
 use clap::Subcommand;
@@ -30,6 +30,16 @@ pub enum LeaseCommand {
         /// PROFILE:VERSION, e.g. web-os:3.
         #[arg(long)]
         profile: String,
+    },
+    /// Your leased machine's serial console in this terminal (the web console's session:
+    /// one writer at a time, recorded with your credential). Keys go to the machine as
+    /// typed; Ctrl-] leaves. From a pipe, the input is sent and the session ends once it is
+    /// over and the machine has been quiet for --linger seconds.
+    Console {
+        node: String,
+        /// Seconds of quiet after piped input ends before the session closes.
+        #[arg(long, default_value_t = 3)]
+        linger: u64,
     },
     /// Boot your leased machine into the rescue environment: root over SSH with your keys
     /// (your profile's and your tenant's), sshd and the repair tools (lsblk, mount, chroot,
@@ -84,6 +94,10 @@ pub fn run(client: &Client, out: Output, command: LeaseCommand) -> Result<(), Cl
             let started =
                 client.request("POST", &format!("/v1/nodes/{node}/reinstall"), Some(RequestBody::Json(body)))?;
             print(out, &started, &REINSTALL_COLUMNS);
+        }
+        LeaseCommand::Console { node, linger } => {
+            let why = metalctl::console::run(client, &node, std::time::Duration::from_secs(linger))?;
+            eprintln!("\r\nmetalctl: console of {node} closed: {why}");
         }
         LeaseCommand::Rescue { node } => rescue(client, out, &node, "rescue")?,
         LeaseCommand::Unrescue { node } => rescue(client, out, &node, "unrescue")?,

@@ -368,6 +368,7 @@ fn firmware_get(s: &TestScheduler, path: &str) -> (u16, Vec<u8>) {
 fn a_lessee_rescues_its_machine_with_its_keys_and_no_platform_secret_unrescues_it_and_the_lease_end_closes_a_rescue() {
     let sim = IpmiSim::start();
     let s = TestScheduler::start(|_| {});
+    s.block_on(answer_on_serial_line(sim.serial_port, b"hello", b"hi there\r\n"));
     site(&s, ipmi(&sim), json!({}));
     let (acme, acme_id) = member(&s, "acme");
     ok(&s, "POST", "/v1/tenants", json!({"id": "globex"}));
@@ -448,9 +449,15 @@ fn a_lessee_rescues_its_machine_with_its_keys_and_no_platform_secret_unrescues_i
     let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/power", Some(json!({"action": "cycle"})));
     assert_eq!(status, 200, "power stays the lessee's in a rescue: {body}");
 
-    // Unrescue with metalctl, as a lessee runs it: the disk boots, deployed again.
+    // The serial console stays the lessee's too: `metalctl lease console` from a pipe.
     let dir = tempfile::tempdir().unwrap();
     let home = metal_tests::metalctl::home(dir.path(), &s.url, &acme);
+    let (printed, status) = console_through_metalctl(&home, "hello\r", "hi there");
+    assert!(status.success() && printed.contains("hi there"), "{printed}");
+    let (status, sessions) = s.call_as(&acme, "GET", "/v1/nodes/n1/console/sessions", None);
+    assert_eq!((status, sessions[0]["credentialId"].as_str()), (200, Some(acme_id.as_str())), "{sessions}");
+
+    // Unrescue with metalctl, as a lessee runs it: the disk boots, deployed again.
     let started = metal_tests::metalctl::run(&home, &["lease", "unrescue", "n1"]);
     assert!(started.lines().nth(1).is_some_and(|l| l.starts_with("n1") && l.contains("unrescue")), "{started}");
     s.passes();
@@ -476,4 +483,40 @@ fn a_lessee_rescues_its_machine_with_its_keys_and_no_platform_secret_unrescues_i
     assert_eq!(teardowns[0]["definition"], "metal-tenant-root-release@1", "{teardowns}");
     let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/unrescue", None);
     assert_eq!(status, 409, "the lease is over: {body}");
+}
+
+/// `metalctl lease console n1` with `home`, typing `typed` into its pipe every half second
+/// until `want` shows (or 20 s), then ending its input: what it printed (stdout and stderr)
+/// and how it exited.
+fn console_through_metalctl(home: &std::path::Path, typed: &str, want: &str) -> (String, std::process::ExitStatus) {
+    use std::io::{Read as _, Write as _};
+    let mut child = std::process::Command::new(metal_tests::bins::metalctl())
+        .args(["lease", "console", "n1", "--linger", "1"])
+        .env("HOME", home)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let sink = printed.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buffer = [0u8; 256];
+        while let Ok(n @ 1..) = stdout.read(&mut buffer) {
+            sink.lock().unwrap().extend_from_slice(&buffer[..n]);
+        }
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !String::from_utf8_lossy(&printed.lock().unwrap()).contains(want) && Instant::now() < deadline {
+        let _ = stdin.write_all(typed.as_bytes());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let mut errors = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut errors).unwrap();
+    (format!("{}{errors}", String::from_utf8_lossy(&printed.lock().unwrap())), status)
 }
