@@ -62,6 +62,12 @@ fn the_site_ca_certifies_the_api_and_metalctl_trusts_only_what_it_is_told() {
         metal_service::ca_files::load(&data.path().join("ca")).unwrap().certificate().fingerprint_sha256();
     let o = run(&["--ca-fingerprint", &fingerprint, "node", "list"]);
     assert!(o.status.success(), "{}", text(&o));
+    // The serial console's WebSocket goes over the same TLS, trusting the same CA: the
+    // handshake completes and the API's own refusal comes back (no node n9 here).
+    let o = run(&["--ca-fingerprint", &fingerprint, "lease", "console", "n9"]);
+    assert!(!o.status.success() && text(&o).contains("NOT_FOUND: node n9"), "{}", text(&o));
+    let o = run(&["--ca-fingerprint", &"ab".repeat(32), "lease", "console", "n9"]);
+    assert!(!o.status.success() && text(&o).contains("does not include the pinned CA"), "{}", text(&o));
 
     // Trust nothing it was not told to: neither the public roots nor another CA.
     let o = run(&["node", "list"]);
