@@ -2,8 +2,9 @@
 //! GRUB) answers the script for the node's next step (a ramdisk task with a fresh one-time
 //! token and the CA fingerprint on its kernel command line, or "boot the next device"), and
 //! `GET /boot/files/NAME?token=` serves the ramdisk's kernel and initrd to holders of a live
-//! token. Both are unauthenticated, so both are rate-limited per client address; neither
-//! logs the token.
+//! token (a rescue's token: the kernel, the rescue ramdisk and the lessee's keys, which spend
+//! it; the rescue's script puts its token on no kernel command line). Both are
+//! unauthenticated, so both are rate-limited per client address; neither logs the token.
 
 use axum::extract::State;
 
