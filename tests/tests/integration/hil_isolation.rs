@@ -194,7 +194,8 @@ fn a_leased_machine_on_open_vswitch_reaches_nothing_of_provisioning_while_the_ot
     assert_eq!(
         (ports[0]["switchId"].as_str(), ports[0]["port"].as_str(), ports[0]["source"].as_str()),
         (Some("tor1"), Some(a.port), Some("lldp")),
-        "{ports}"
+        "{ports}\nthe ramdisk's console (its LLDP line):\n{}",
+        a.console()
     );
 
     // A pool that isolates its tenants (cleaning on the provisioning VLAN: the controller is
