@@ -291,6 +291,11 @@ enum ReservationCommand {
         /// Gang of N nodes sharing one value of a label, N:KEY (e.g. 4:rack).
         #[arg(long, value_name = "N:KEY")]
         gang: Option<String>,
+        /// The machines' architecture (aarch64: Grace-class). Unset, a node binding's
+        /// profile image decides; machines commissioned before nodes recorded one count as
+        /// x86_64.
+        #[arg(long = "arch", value_parser = ["x86_64", "aarch64"])]
+        architecture: Option<String>,
         /// Idempotency key (retries with the same key replay the first answer).
         #[arg(long)]
         idempotency_key: Option<String>,
@@ -690,6 +695,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             start,
             node_profile,
             gang,
+            architecture,
             idempotency_key,
         }) => {
             let devices: Vec<Value> = key_values(&devices, "devices")?
@@ -703,7 +709,8 @@ fn run(cli: Cli) -> Result<(), ClientError> {
                     Ok(json!({"class": class, "count": count}))
                 })
                 .collect::<Result<_, ClientError>>()?;
-            let mut body = json!({"tenantId": tenant, "poolId": pool, "devices": devices, "duration": duration, "start": start, "idempotencyKey": idempotency_key});
+            let mut body = json!({"tenantId": tenant, "poolId": pool, "devices": devices, "duration": duration, "start": start,
+                                  "architecture": architecture, "idempotencyKey": idempotency_key});
             if let Some(profile) = node_profile {
                 let (id, version) = profile
                     .split_once(':')
