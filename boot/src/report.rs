@@ -19,8 +19,11 @@ pub fn collect(roots: &SystemPaths, node_id: &str, tests: Option<(f64, u64)>) ->
         results.push(checks::nics(&nics));
         results.push(checks::cpus(roots));
     }
-    // The ramdisk runs natively: its own architecture is the machine's.
-    let cpu: Cpu = inventory::cpu(&cpuinfo, std::env::consts::ARCH);
+    // The kernel's own answer (`kernel.arch`, as `uname -m` gives it); a kernel without that
+    // sysctl runs the ramdisk natively, so the binary's own architecture is the machine's.
+    let arch = std::fs::read_to_string(roots.proc.join("sys/kernel/arch")).unwrap_or_default();
+    let arch = Some(arch.trim()).filter(|a| !a.is_empty()).unwrap_or(std::env::consts::ARCH);
+    let cpu: Cpu = inventory::cpu(&cpuinfo, arch);
     InventoryReport {
         node_id: node_id.to_owned(),
         collected_at: metal_clock::now_utc(),

@@ -49,6 +49,10 @@ struct Cli {
     /// the old value for 1.5 s after a reset (0: none).
     #[arg(long, global = true, default_value_t = 0)]
     sushy_quirks_every: usize,
+    /// Every Nth machine is an arm64 (Grace-class) machine: its kernel and cpuinfo say
+    /// aarch64, so commissioning records it and placement keeps it apart (0: none).
+    #[arg(long, global = true, default_value_t = 0)]
+    arm64_every: usize,
     /// No switch. By default every machine is cabled to a simulated Open vSwitch-like switch
     /// that the scheduler drives through this program run as `ovs-vsctl`, and the pool
     /// isolates tenants on it: VLAN 10 provisioning, 20 cleaning, 100 to 4094 one per lease
@@ -227,6 +231,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         faults: cli.faults,
         replicas,
         sushy_every: cli.sushy_quirks_every,
+        arm64_every: cli.arm64_every,
         tpm: cli.tpm,
         switch_program: if cli.no_switch {
             None

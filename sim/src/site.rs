@@ -54,6 +54,8 @@ pub struct Options {
     pub replicas: Option<Replicas>,
     /// Every how many machines one has a BMC with sushy-tools' quirks (0: none).
     pub sushy_every: usize,
+    /// Every how many machines one is an arm64 (Grace-class) machine (0: none).
+    pub arm64_every: usize,
     /// The `metal-sim` executable, for a site with a switch: the scheduler manages the
     /// simulated switch by running it as `ovs-vsctl`, and the pool isolates its tenants on
     /// the switch (see [`crate::switch`]). `None`: no switch, no isolation.
@@ -87,6 +89,7 @@ impl Default for Options {
             faults: Vec::new(),
             replicas: None,
             sushy_every: 0,
+            arm64_every: 0,
             switch_program: None,
             tpm: false,
         }
@@ -128,7 +131,7 @@ pub fn node_id(index: usize) -> String {
     format!("n{index:03}")
 }
 
-fn hardware(index: usize, rng: &mut rand_chacha::ChaCha8Rng) -> Hardware {
+fn hardware(index: usize, arm64: bool, rng: &mut rand_chacha::ChaCha8Rng) -> Hardware {
     let cores = [32, 64, 96][rng.gen_range(0..3)];
     let memory_gib: u64 = [256, 512, 1024][rng.gen_range(0..3)];
     // Small disks: an erase reads back 1% of each disk twice (before and after), so a
@@ -145,6 +148,7 @@ fn hardware(index: usize, rng: &mut rand_chacha::ChaCha8Rng) -> Hardware {
         serial: format!("SIM{index:05}"),
         uuid: format!("5e5e5e5e-0000-4000-8000-{index:012}"),
         bios_version: BIOS_VERSION.into(),
+        architecture: if arm64 { "aarch64" } else { "x86_64" },
     }
 }
 
@@ -271,7 +275,8 @@ impl Site {
         let mut machines = Vec::new();
         for (index, listener) in (1..=options.nodes).zip(listeners) {
             let id = node_id(index);
-            let hardware = hardware(index, &mut rng);
+            let arm64 = options.arm64_every > 0 && index % options.arm64_every == 0;
+            let hardware = hardware(index, arm64, &mut rng);
             let dir = machines_dir.join(&id);
             std::fs::create_dir_all(dir.join("disks"))?;
             let mut disk_files = Vec::new();

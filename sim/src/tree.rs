@@ -30,6 +30,9 @@ pub struct Hardware {
     pub uuid: String,
     /// The BIOS version the machine reports in band.
     pub bios_version: String,
+    /// `x86_64`, or `aarch64` for a Grace-class machine (its kernel says so in
+    /// `/proc/sys/kernel/arch`, its cpuinfo is Arm's).
+    pub architecture: &'static str,
 }
 
 /// The kernel name of the `index`th disk: nvme0n1, nvme1n1, ...
@@ -69,11 +72,20 @@ pub fn write(root: &Path, hardware: &Hardware, disks: &[PathBuf]) -> io::Result<
     // CPUs: cpuinfo says what the machine has; the CPUs online are the host's.
     let mut cpuinfo = String::new();
     for core in 0..hardware.cores {
-        cpuinfo.push_str(&format!(
-            "processor\t: {core}\nmodel name\t: metal-sim virtual CPU\nflags\t\t: fpu sse2 avx2\nphysical id\t: 0\ncore id\t\t: {core}\n\n"
-        ));
+        cpuinfo.push_str(&if hardware.architecture == "aarch64" {
+            // Grace: Neoverse-V2 cores, as arm64 kernels list them (no model name).
+            format!(
+                "processor\t: {core}\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd sve2\nCPU implementer\t: 0x41\n\
+                 CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 0\n\n"
+            )
+        } else {
+            format!(
+                "processor\t: {core}\nmodel name\t: metal-sim virtual CPU\nflags\t\t: fpu sse2 avx2\nphysical id\t: 0\ncore id\t\t: {core}\n\n"
+            )
+        });
     }
     put(paths.proc.join("cpuinfo"), &cpuinfo)?;
+    put(paths.proc.join("sys/kernel/arch"), &format!("{}\n", hardware.architecture))?;
     let host_cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let online = if host_cpus > 1 { format!("0-{}\n", host_cpus - 1) } else { "0\n".to_owned() };
     put(paths.sys.join("devices/system/cpu/present"), &online)?;
@@ -145,8 +157,8 @@ mod tests {
     #[test]
     fn the_real_inventory_code_reads_the_machine_the_tree_describes() {
         let dir = tempfile::tempdir().unwrap();
-        let disk = dir.path().join("nvme0n1.img");
-        crate::disk::FileDisk::create(&disk, 64 << 20).unwrap();
+        let disk_file = dir.path().join("nvme0n1.img");
+        crate::disk::FileDisk::create(&disk_file, 64 << 20).unwrap();
         let hardware = Hardware {
             cores: 16,
             memory_bytes: 64 << 30,
@@ -155,10 +167,12 @@ mod tests {
             serial: "SIM00007".into(),
             uuid: "4c4c4544-0000-4000-8000-000000000007".into(),
             bios_version: "2.1.0".into(),
+            architecture: "x86_64",
         };
-        let paths = write(&dir.path().join("root"), &hardware, &[disk]).unwrap();
+        let paths = write(&dir.path().join("root"), &hardware, std::slice::from_ref(&disk_file)).unwrap();
         let report = metal_boot::report::collect(&paths, "n7", Some((0.05, 8)));
         assert_eq!(report.cpu.threads, 16, "{:?}", report.cpu);
+        assert_eq!(report.cpu.architecture, "x86_64");
         assert_eq!(report.memory.total_bytes, 64 << 30);
         assert_eq!(report.dmi.system_serial.as_deref(), Some("SIM00007"));
         assert_eq!(report.nics.len(), 1);
@@ -171,5 +185,12 @@ mod tests {
         assert_eq!(disk.transport, metal_protocol::Transport::Nvme);
         assert!(report.firmware.iter().any(|f| f.component == "bios" && f.version == "2.1.0"), "{:?}", report.firmware);
         assert!(report.passed(), "{:?}", report.tests);
+
+        // A Grace-class machine: its kernel says aarch64, its cores are Neoverse-V2.
+        let grace = Hardware { architecture: "aarch64", ..hardware };
+        let paths = write(&dir.path().join("grace"), &grace, &[disk_file]).unwrap();
+        let report = metal_boot::report::collect(&paths, "n8", Some((0.05, 8)));
+        assert_eq!((report.cpu.architecture.as_str(), report.cpu.threads), ("aarch64", 16), "{:?}", report.cpu);
+        assert_eq!(report.cpu.model, "Arm Neoverse-V2", "{:?}", report.cpu);
     }
 }

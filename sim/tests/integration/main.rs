@@ -11,4 +11,5 @@ mod chaos_kill;
 mod console;
 mod demo;
 mod faults;
+mod mixed_fleet;
 mod report_lost;
