@@ -45,10 +45,25 @@ pub async fn prepare_with(site: &Site, image_bytes: u64) -> anyhow::Result<(Stri
     let admin = &site.admin;
     admin.post("/v1/tenants", json!({"id": TENANT})).await?;
     admin.post(&format!("/v1/pools/{POOL}/offers"), json!({"tenantId": TENANT})).await?;
+    image_profile(site, "sim-os", PROFILE, image_bytes, None).await
+}
+
+/// Imports an OS image `name` of `image_bytes` (at least 1 MiB) for `architecture`
+/// (Debian's name; `None`: amd64), promotes it and makes the tenant's profile `profile` on
+/// it; the image's id and SHA-256.
+pub async fn image_profile(
+    site: &Site,
+    name: &str,
+    profile: &str,
+    image_bytes: u64,
+    architecture: Option<&str>,
+) -> anyhow::Result<(String, String)> {
+    let admin = &site.admin;
     let image = crate::site::os_image(image_bytes.max(1 << 20));
     let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image));
-    let url = site.publish("sim-os.img", &image)?;
-    let imported = admin.post("/v1/images", json!({"name": "sim-os", "url": url, "checksum": digest})).await?;
+    let url = site.publish(&format!("{name}.img"), &image)?;
+    let body = json!({"name": name, "url": url, "checksum": digest, "architecture": architecture});
+    let imported = admin.post("/v1/images", body).await?;
     let image_id = imported["id"].as_str().context("the import has no id")?.to_owned();
     site.until("the image imported", STAGE, || async {
         let image = admin.get(&format!("/v1/images/{image_id}")).await?;
@@ -62,7 +77,7 @@ pub async fn prepare_with(site: &Site, image_bytes: u64) -> anyhow::Result<(Stri
     admin
         .post(
             "/v1/profiles",
-            json!({"id": PROFILE, "tenantId": TENANT, "image": image_id, "adminUser": "ops", "role": "lessee",
+            json!({"id": profile, "tenantId": TENANT, "image": image_id, "adminUser": "ops", "role": "lessee",
                    "sshAuthorizedKeys": [KEY]}),
         )
         .await?;
