@@ -282,6 +282,13 @@ impl TestScheduler {
         let value = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_owned);
         Some((value("metal.token=")?, value("metal.task=")?))
     }
+
+    /// The token of a rescue's script: only on its file URLs (`...?token=`), never on the
+    /// kernel command line.
+    pub fn rescue_token(script: &str) -> Option<String> {
+        let line = script.lines().find(|l| l.starts_with("kernel "))?;
+        Some(line.split("token=").nth(1)?.split_whitespace().next()?.to_owned())
+    }
 }
 
 /// Turns virtual-media boots on in `config`: per-boot ISOs served at `url` (as BMCs and the

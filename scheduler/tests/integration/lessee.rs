@@ -411,7 +411,7 @@ fn a_lessee_rescues_its_machine_with_its_keys_and_no_platform_secret_unrescues_i
     for secret in ["metal.token", "metal.ca", "metal.controller"] {
         assert!(!kernel.contains(secret), "{secret} on the rescue's command line: {kernel}");
     }
-    let token = kernel.split("token=").nth(1).and_then(|t| t.split_whitespace().next()).unwrap().to_owned();
+    let token = metal_tests::scheduler::TestScheduler::rescue_token(&script).unwrap();
     assert!(script.contains(&format!("initrd --name keys /boot/files/rescue-keys?token={token}")), "{script}");
     let (status, ramdisk) = firmware_get(&s, &format!("/boot/files/rescue?token={token}"));
     assert_eq!((status, ramdisk.as_slice()), (200, b"the rescue ramdisk".as_slice()));

@@ -199,8 +199,7 @@ fn rescue_and_back(s: &Recorded, lessee_home: &Path, files: &Path, answers: &mut
         assert!(std::time::Instant::now() < deadline, "no rescue boot: {script}");
         std::thread::sleep(Duration::from_millis(500));
     };
-    let kernel = script.lines().find(|l| l.starts_with("kernel ")).unwrap();
-    let token = kernel.split("token=").nth(1).and_then(|t| t.split_whitespace().next()).unwrap().to_owned();
+    let token = metal_tests::scheduler::TestScheduler::rescue_token(&script).unwrap();
     for file in ["vmlinuz", "rescue", "rescue-keys"] {
         let answer = http.get(format!("{}/boot/files/{file}?token={token}", s.admin.url)).send().unwrap();
         assert_eq!(answer.status(), 200, "{file}");

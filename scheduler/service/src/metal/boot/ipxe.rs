@@ -56,7 +56,8 @@ pub struct Decision {
     /// The ramdisk powers off after its task (`metal.end=poweroff`): a deploy in a pool that
     /// isolates tenants, whose ports move to the tenant VLAN before the deployed OS boots.
     pub power_off_after: bool,
-    /// The node's pool isolates its tenants on the switch (its ports move).
+    /// A deploy's or a rescue's node is in a pool that isolates its tenants on the switch
+    /// (its ports move); false for every other step.
     pub isolated: bool,
     /// Seconds a commissioning ramdisk listens for LLDP (`metal.lldp`, `boot-lldp-wait`).
     pub lldp_wait: Option<u64>,
@@ -236,7 +237,10 @@ pub fn decide(
         _ => None,
     };
     let step = if installer.is_some() { BootStep::Installer } else { step };
-    let isolated = store::capacity::pool_of(tx, &node)?.is_some_and(|p| p.policy.network.is_some());
+    // Only a deploy (it powers off for its ports to move) and a rescue (it avoids the DHCP
+    // server it booted from) ask whether the pool isolates: every other script skips the read.
+    let isolated = matches!(step, BootStep::Ramdisk(BootTask::Deploy | BootTask::Rescue))
+        && store::capacity::pool_of(tx, &node)?.is_some_and(|p| p.policy.network.is_some());
     let power_off_after = step == BootStep::Ramdisk(BootTask::Deploy) && isolated;
     if step == BootStep::LocalDisk {
         return Ok(Decision {
