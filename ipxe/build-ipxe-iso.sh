@@ -23,6 +23,8 @@
 # grub-common, grub-pc-bin, grub-efi-amd64-bin, mtools (scripts/setup installs them).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=ipxe/grub-net.sh
+. "$here/grub-net.sh"
 
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 # The same 64 characters as metal_service::metal::boot::media::PLACEHOLDER.
@@ -61,16 +63,8 @@ sed -e "s|@METAL_URL@|$url|g" -e "s|/boot/ipxe?mac=|/boot/ipxe?${claim}mac=|" "$
 cp /usr/lib/ipxe/ipxe.lkrn "$stage/ipxe.lkr"
 
 if [ "$hybrid" = 1 ]; then
-  if [[ $url != http://* ]]; then
-    echo "build-ipxe-iso: --hybrid needs an http:// URL (GRUB's UEFI network stack has no TLS)" >&2
-    exit 2
-  fi
-  rest=${url#http://}
-  hostport=${rest%%/*}
-  prefix=
-  [[ $rest == */* ]] && prefix=/${rest#*/}
-  [[ $hostport == *:* ]] || hostport=$hostport:80
   mkdir -p "$stage/boot/grub"
+  grub_net_cfg "$url" "${claim//\\/}" > "$stage/boot/grub/net.cfg"
   cat > "$stage/boot/grub/grub.cfg" <<CFG
 serial --unit=0 --speed=115200
 terminal_input serial console
@@ -78,20 +72,7 @@ terminal_output serial console
 set timeout=1
 menuentry "metal: network boot through $url" {
   if [ "\$grub_platform" = "efi" ]; then
-    insmod efinet
-    insmod http
-    set metal="(http,$hostport)$prefix"
-    while true; do
-      net_bootp
-      for card in efinet0 efinet1 efinet2 efinet3; do
-        eval "set mac=\\\$net_\${card}_dhcp_mac"
-        if [ -n "\$mac" ]; then
-          source "\${metal}/boot/grub?${claim//\\/}mac=\$mac"
-        fi
-      done
-      echo "metal: no answer from $url (not enrolled yet?); asking again in 10 s"
-      sleep 10
-    done
+    source /boot/grub/net.cfg
   else
     linux16 /ipxe.lkr
     initrd16 /metal.ipx

@@ -47,7 +47,7 @@ struct ServeArgs {
     /// tls-key-file, and allow-plain-http (plain HTTP on an address other than loopback is
     /// refused without it); for the boot service boot-listen, boot-http-listen, boot-controller-url, boot-files-dir,
     /// boot-auto-enrol, boot-token-ttl, boot-certificate-validity, boot-rate-limit,
-    /// boot-kernel-args, boot-lldp-wait, boot-media-url (teardowns boot per-boot ISOs by virtual media),
+    /// boot-kernel-args (boot-kernel-args-aarch64 for arm64 machines), boot-lldp-wait, boot-media-url (teardowns boot per-boot ISOs by virtual media),
     /// boot-tpm-ca-file (PEM: the TPM makers' CAs a node's EK certificate must chain to, for measured boot),
     /// host-token-ttl, host-certificate-validity (a deployed OS's join), and for the image store image-dir, image-catalog, image-ca-file,
     /// image-import-attempts, image-import-backoff, image-import-lease; lessee-rate-limit (what a lessee may do

@@ -204,8 +204,9 @@ impl Sushy {
 }
 
 /// dnsmasq as a provisioning network's DHCP and TFTP server on one interface of this host:
-/// addresses from a range, and `boot.ipxe` from `tftp` as the boot file (what PXE firmware
-/// on a switch port chains through). No DNS. Stopped when dropped.
+/// addresses from a range, the boot files the repository's `ipxe/dnsmasq.conf` names by
+/// client architecture and user class (iPXE gets `boot.ipxe`), served from `tftp`. No DNS.
+/// Stopped when dropped.
 #[derive(Debug)]
 pub struct Dnsmasq {
     /// Its log (every DHCP and TFTP exchange).
@@ -215,7 +216,7 @@ pub struct Dnsmasq {
 }
 
 impl Dnsmasq {
-    /// Serves `interface` addresses `first`..`last` (/24) and `tftp/boot.ipxe`.
+    /// Serves `interface` addresses `first`..`last` (/24) and the boot files in `tftp`.
     pub fn start(interface: &str, first: &str, last: &str, tftp: &Path) -> Dnsmasq {
         Dnsmasq::spawn(Command::new("dnsmasq"), interface, first, last, tftp)
     }
@@ -231,10 +232,11 @@ impl Dnsmasq {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("dnsmasq.log");
         let child = command
-            .args(["--keep-in-foreground", "--conf-file=/dev/null", "--port=0", "--bind-interfaces", "--log-dhcp"])
+            .args(["--keep-in-foreground", "--port=0", "--bind-interfaces", "--log-dhcp"])
+            .arg(format!("--conf-file={}", crate::hil::workspace().join("ipxe/dnsmasq.conf").display()))
             .arg(format!("--interface={interface}"))
             .arg(format!("--dhcp-range={first},{last},255.255.255.0,1h"))
-            .args(["--enable-tftp", "--dhcp-boot=boot.ipxe"])
+            .arg("--enable-tftp")
             .arg(format!("--tftp-root={}", tftp.display()))
             .arg(format!("--dhcp-leasefile={}", dir.path().join("leases").display()))
             .arg(format!("--pid-file={}", dir.path().join("pid").display()))

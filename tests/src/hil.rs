@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::emulators::Guard;
 
-fn workspace() -> PathBuf {
+/// The repository's root.
+pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
@@ -24,13 +25,26 @@ pub fn ramdisk() -> &'static Path {
     })
 }
 
+/// The arm64 ramdisk directory (`scripts/build-ramdisk --arch aarch64`: vmlinuz, an arm64
+/// Image, and initrd.cpio.gz), built once per test process from the current tree.
+pub fn ramdisk_aarch64() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| built_with("build-ramdisk", &["--arch", "aarch64"], "ramdisk-aarch64"))
+}
+
 /// Runs `scripts/SCRIPT target/NAME` under the lock `target/.NAME.lock`: one build at a
 /// time across test processes (nextest runs each test in its own). Returns the directory.
 fn built(script: &str, name: &str) -> PathBuf {
+    built_with(script, &[], name)
+}
+
+/// [`built`] with `args` before the directory.
+fn built_with(script: &str, args: &[&str], name: &str) -> PathBuf {
     let dir = workspace().join("target").join(name);
     let status = Command::new("flock")
         .arg(workspace().join(format!("target/.{name}.lock")))
         .arg(workspace().join("scripts").join(script))
+        .args(args)
         .arg(&dir)
         .stdout(Stdio::null())
         .status()
@@ -46,6 +60,20 @@ pub fn tftp_dir(dir: &Path, url: &str) -> PathBuf {
     let tftp = dir.join("tftp");
     std::fs::create_dir_all(&tftp).unwrap();
     std::fs::write(tftp.join("boot.ipxe"), template.replace("@METAL_URL@", url)).unwrap();
+    tftp
+}
+
+/// [`tftp_dir`] with `grubnetaa64.efi` beside `boot.ipxe`: GRUB's arm64 EFI network loader
+/// (`ipxe/build-grub-netboot.sh`) for the scheduler at `url`, what an arm64 UEFI firmware
+/// gets as its boot file (`ipxe/dnsmasq.conf`, option 93 = 11).
+pub fn tftp_dir_arm64(dir: &Path, url: &str) -> PathBuf {
+    let tftp = tftp_dir(dir, url);
+    let out = Command::new(workspace().join("ipxe/build-grub-netboot.sh"))
+        .args(["--url", url, "--arch", "arm64"])
+        .arg(tftp.join("grubnetaa64.efi"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "build-grub-netboot: {}", String::from_utf8_lossy(&out.stderr));
     tftp
 }
 
@@ -109,6 +137,7 @@ pub struct Guest {
     linger: Duration,
     uefi: bool,
     tpm: Option<PathBuf>,
+    aarch64: bool,
 }
 
 /// What the guest printed on its serial console.
@@ -158,7 +187,32 @@ impl Guest {
             linger: Duration::ZERO,
             uefi: false,
             tpm: None,
+            aarch64: false,
         }
+    }
+
+    /// An arm64 machine (QEMU's `virt` board, a `max` CPU under TCG, 512 MiB, 2 CPUs) on
+    /// UEFI (AAVMF, its variables a fresh copy of the template each boot), no network, no
+    /// disks. Its serial console is a PL011 (`ttyAMA0`); a ramdisk boot takes the arm64
+    /// ramdisk ([`ramdisk_aarch64`]); a network boot fetches `grubnetaa64.efi`
+    /// ([`tftp_dir_arm64`]).
+    pub fn aarch64() -> Guest {
+        let args = [
+            "-accel",
+            "tcg",
+            "-M",
+            "virt",
+            "-cpu",
+            "max,pauth-impdef=on",
+            "-m",
+            "512",
+            "-smp",
+            "2",
+            "-display",
+            "none",
+            "-no-reboot",
+        ];
+        Guest { args: args.map(String::from).to_vec(), aarch64: true, uefi: true, ..Guest::new() }
     }
 
     /// Boots from somewhere other than the test ramdisk's direct kernel boot.
@@ -176,8 +230,11 @@ impl Guest {
     /// A NIC as [`Guest::nic`] whose guest TCP ports are reachable on the host: each
     /// `(host port, guest port)` on 127.0.0.1.
     pub fn nic_forwarding(mut self, mac: &str, forwards: &[(u16, u16)]) -> Guest {
+        // QEMU's x86 NICs carry iPXE, which runs boot.ipxe; an arm64 firmware's own PXE
+        // runs GRUB (what ipxe/dnsmasq.conf gives option 93 = 11), first in the boot order.
+        let (bootfile, first) = if self.aarch64 { ("grubnetaa64.efi", ",bootindex=0") } else { ("boot.ipxe", "") };
         let mut options = match &self.boot {
-            BootFrom::Network(dir) => format!(",tftp={},bootfile=boot.ipxe", dir.display()),
+            BootFrom::Network(dir) => format!(",tftp={},bootfile={bootfile}", dir.display()),
             _ => String::new(),
         };
         for (host, guest) in forwards {
@@ -187,7 +244,7 @@ impl Guest {
             "-netdev".into(),
             format!("user,id=n0{options}"),
             "-device".into(),
-            format!("virtio-net-pci,netdev=n0,mac={mac}"),
+            format!("virtio-net-pci,netdev=n0,mac={mac}{first}"),
         ]);
         self
     }
@@ -345,23 +402,42 @@ impl Guest {
     pub fn run(self) -> Console {
         let dir = tempfile::tempdir().unwrap();
         let console = dir.path().join("console.log");
-        let mut command = Command::new("qemu-system-x86_64");
+        let qemu = if self.aarch64 { "qemu-system-aarch64" } else { "qemu-system-x86_64" };
+        let mut command = Command::new(qemu);
         command.args(&self.args);
+        if self.aarch64 {
+            let vars = dir.path().join("AAVMF_VARS.fd");
+            std::fs::copy("/usr/share/AAVMF/AAVMF_VARS.fd", &vars)
+                .expect("AAVMF (scripts/setup-hil installs qemu-efi-aarch64)");
+            for (file, readonly) in
+                [(Path::new("/usr/share/AAVMF/AAVMF_CODE.fd"), ",readonly=on"), (vars.as_path(), "")]
+            {
+                command.arg("-drive").arg(format!("if=pflash,format=raw{readonly},file={}", file.display()));
+            }
+        }
         match &self.boot {
             BootFrom::Ramdisk => {
-                let ramdisk = ramdisk();
+                let ramdisk = if self.aarch64 { ramdisk_aarch64() } else { ramdisk() };
                 let initrd = dir.path().join("initrd");
                 let mut combined = std::fs::read(ramdisk.join("initrd.cpio.gz")).unwrap();
                 combined.extend(overlay(dir.path(), &self.files));
                 std::fs::write(&initrd, combined).unwrap();
-                // vmlinux boots through PVH (fast under TCG); UEFI firmware needs the EFI stub.
+                // vmlinux boots through PVH (fast under TCG); UEFI firmware needs the EFI stub
+                // (the bzImage, or arm64's Image). An arm64 serial console is a PL011.
+                let (kernel, serial) = match (self.aarch64, self.uefi) {
+                    (true, _) => ("vmlinuz", "ttyAMA0"),
+                    (false, true) => ("vmlinuz", "ttyS0"),
+                    (false, false) => ("vmlinux", "ttyS0"),
+                };
                 command
                     .arg("-kernel")
-                    .arg(ramdisk.join(if self.uefi { "vmlinuz" } else { "vmlinux" }))
+                    .arg(ramdisk.join(kernel))
                     .arg("-initrd")
                     .arg(&initrd)
-                    .args(["-append", &format!("console=ttyS0 panic=-1 quiet{}", self.append)]);
+                    .args(["-append", &format!("console={serial} panic=-1 quiet{}", self.append)]);
             }
+            // The arm64 NIC is first in the boot order already (`bootindex`).
+            BootFrom::Network(_) if self.aarch64 => {}
             BootFrom::Network(_) => {
                 command.args(["-boot", "n"]);
             }
@@ -380,7 +456,8 @@ impl Guest {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut guard = Guard(command.spawn().expect("qemu-system-x86_64 (scripts/setup-hil installs it)"));
+        let mut guard =
+            Guard(command.spawn().unwrap_or_else(|e| panic!("{qemu} (scripts/setup-hil installs it): {e}")));
         let deadline = Instant::now() + self.timeout;
         let (mut finished, mut stalled) = (false, false);
         let (mut printed, mut last_output) = (0u64, Instant::now());

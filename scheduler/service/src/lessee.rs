@@ -87,7 +87,7 @@ impl Lessee {
     /// `lessee.unrescue`.
     pub async fn rescue(&self, app: &App, node: &str, ask: Ask) -> ApiResult<RescueStarted> {
         let (found, lease) = self.acting(app, node, LesseeAction::Rescue).await?;
-        rescue(app, &found.id, lease, ask, &self.credential).await
+        rescue(app, &found, lease, ask, &self.credential).await
     }
 
     async fn record(
@@ -181,12 +181,19 @@ async fn held_lease(app: &App, node: &str, what: &str) -> ApiResult<(Node, Reser
 
 /// Starts a rescue or an unrescue of `node` under `lease`, asked by credential `by`, and
 /// records it as `lessee.rescue` or `lessee.unrescue` in the same transaction. A rescue
-/// needs the boot service to serve the rescue ramdisk.
-async fn rescue(app: &App, node: &str, lease: Reservation, ask: Ask, by: &str) -> ApiResult<RescueStarted> {
+/// needs the boot service to serve the rescue ramdisk, which is x86_64's only.
+async fn rescue(app: &App, node: &Node, lease: Reservation, ask: Ask, by: &str) -> ApiResult<RescueStarted> {
     if ask == Ask::Rescue {
         let boot = app.boot.as_ref().ok_or_else(|| {
             ApiError::Conflict("the boot service is off (set boot-listen): nothing can boot a rescue".into())
         })?;
+        if node.architecture.as_deref() == Some(crate::metal::boot::ipxe::AARCH64) {
+            return Err(ApiError::Conflict(format!(
+                "node {} is an arm64 machine: there is no arm64 rescue ramdisk yet (its network boot is GRUB's, \
+                 and the rescue boots through iPXE); reinstall it instead",
+                node.id
+            )));
+        }
         let ramdisk = boot.files_dir.join("rescue");
         if !tokio::fs::try_exists(&ramdisk).await.unwrap_or(false) {
             return Err(ApiError::Conflict(format!(
@@ -195,7 +202,7 @@ async fn rescue(app: &App, node: &str, lease: Reservation, ask: Ask, by: &str) -
             )));
         }
     }
-    let (node, by, now) = (node.to_owned(), by.to_owned(), app.clock.now());
+    let (node, by, now) = (node.id.clone(), by.to_owned(), app.clock.now());
     let reservation_id = lease.id.clone();
     let answer_node = node.clone();
     let workflow = app
@@ -212,5 +219,5 @@ async fn rescue(app: &App, node: &str, lease: Reservation, ask: Ask, by: &str) -
 /// lessee's would be, with the admin's credential.
 pub async fn rescue_by_admin(app: &App, node: &str, ask: Ask, credential: &str) -> ApiResult<RescueStarted> {
     let (found, lease) = held_lease(app, node, ask.as_str()).await?;
-    rescue(app, &found.id, lease, ask, credential).await
+    rescue(app, &found, lease, ask, credential).await
 }

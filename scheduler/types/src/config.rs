@@ -172,8 +172,11 @@ pub struct BootConfig {
     pub host_certificate_validity: Duration,
     /// Unauthenticated boot requests allowed per client address per minute (burst the same).
     pub rate_per_minute: u32,
-    /// Extra kernel command line for every ramdisk (console settings, for instance).
+    /// Extra kernel command line for every x86_64 ramdisk (console settings, for instance).
     pub kernel_args: String,
+    /// The same for arm64 (Grace-class) machines, whose serial console is a PL011
+    /// (`ttyAMA0`), not a 16550 (`ttyS0`).
+    pub kernel_args_aarch64: String,
     /// How long a commissioning ramdisk listens for each NIC's LLDP neighbour (`metal.lldp`),
     /// whose switch ports the node then gets; zero (the default) does not listen.
     pub lldp_wait: Duration,
@@ -204,6 +207,7 @@ impl Default for BootConfig {
             host_certificate_validity: Duration::from_secs(30 * 86400),
             rate_per_minute: 120,
             kernel_args: "console=tty0 console=ttyS0,115200".into(),
+            kernel_args_aarch64: "console=tty0 console=ttyAMA0,115200".into(),
             lldp_wait: Duration::ZERO,
             media_url: None,
             tpm_ca_file: None,
@@ -282,6 +286,8 @@ pub struct ConfigLayer {
     pub boot_rate_limit: Option<u32>,
     /// `boot-kernel-args = "console=ttyS0,115200"`.
     pub boot_kernel_args: Option<String>,
+    /// `boot-kernel-args-aarch64 = "console=ttyAMA0,115200"` (arm64 machines' ramdisks).
+    pub boot_kernel_args_aarch64: Option<String>,
     /// `boot-lldp-wait = "35s"` (commissioning learns switch ports by LLDP).
     pub boot_lldp_wait: Option<String>,
     /// `boot-media-url = "http://10.0.0.1:7451"` (teardowns boot from virtual media).
@@ -388,6 +394,7 @@ impl ConfigLayer {
             host_certificate_validity: get("METAL_HOST_CERTIFICATE_VALIDITY"),
             boot_rate_limit: count("METAL_BOOT_RATE_LIMIT")?,
             boot_kernel_args: get("METAL_BOOT_KERNEL_ARGS"),
+            boot_kernel_args_aarch64: get("METAL_BOOT_KERNEL_ARGS_AARCH64"),
             boot_lldp_wait: get("METAL_BOOT_LLDP_WAIT"),
             boot_media_url: get("METAL_BOOT_MEDIA_URL"),
             boot_tpm_ca_file: get("METAL_BOOT_TPM_CA_FILE").map(PathBuf::from),
@@ -502,6 +509,9 @@ impl ConfigLayer {
         }
         if let Some(v) = self.boot_kernel_args {
             boot.kernel_args = v;
+        }
+        if let Some(v) = self.boot_kernel_args_aarch64 {
+            boot.kernel_args_aarch64 = v;
         }
         if let Some(v) = self.site {
             metal_protocol::identity::validate_name("site", &v).map_err(|e| config_error("site", e.to_string()))?;

@@ -5,6 +5,8 @@
 
 mod boot_service;
 mod cloud_init;
+mod dhcp_boot;
+mod hil_arm64;
 mod hil_boot_service;
 mod hil_commission;
 mod hil_deploy;

@@ -5,6 +5,9 @@
 //! token (a rescue's token: the kernel, the rescue ramdisk and the lessee's keys, which spend
 //! it; the rescue's script puts its token on no kernel command line). Both are
 //! unauthenticated, so both are rate-limited per client address; neither logs the token.
+//! An arm64 machine's ramdisk is served from `FILES_DIR/aarch64` (`&arch=aarch64` on its
+//! file URLs), chosen by the CPU its boot loader names (`&arch=` on the script request) or
+//! else by the node's commissioned architecture.
 
 use axum::extract::State;
 
@@ -24,6 +27,7 @@ use metal_types::config::BootConfig;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::{BootStep, BootTask, boot_step};
 use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition, normalize_mac};
+use metal_types::model::reservation::MACHINE_ARCHITECTURES;
 
 /// The files a ramdisk boot fetches, by the names the script uses.
 pub const FILES: [&str; 2] = ["vmlinuz", "initrd"];
@@ -61,6 +65,34 @@ pub struct Decision {
     pub isolated: bool,
     /// Seconds a commissioning ramdisk listens for LLDP (`metal.lldp`, `boot-lldp-wait`).
     pub lldp_wait: Option<u64>,
+    /// The architecture whose ramdisk it boots (`x86_64`, `aarch64`).
+    pub arch: &'static str,
+}
+
+/// The architecture of the arm64 ramdisk, served from `FILES_DIR/aarch64`.
+pub const AARCH64: &str = "aarch64";
+
+/// The machine architecture (as a node's inventory names it) of the CPU a boot loader
+/// names: GRUB's `$grub_cpu`, iPXE's `${buildarch}` (`i386` for the BIOS builds that start
+/// 64-bit kernels); None when it named none.
+pub fn loader_architecture(cpu: &str) -> ApiResult<Option<&'static str>> {
+    match cpu {
+        "" => Ok(None),
+        "x86_64" | "i386" => Ok(Some("x86_64")),
+        "arm64" | "aarch64" => Ok(Some(AARCH64)),
+        other => Err(ApiError::invalid(
+            "arch",
+            format!(
+                "{:?}: a boot loader's CPU is x86_64, i386, arm64 or aarch64",
+                other.chars().take(32).collect::<String>()
+            ),
+        )),
+    }
+}
+
+/// The query that sends a file request to `arch`'s ramdisk (empty for x86_64's).
+fn arch_query(arch: &str) -> &'static str {
+    if arch == AARCH64 { "&arch=aarch64" } else { "" }
 }
 
 /// The boot loader a script is written for.
@@ -92,7 +124,8 @@ fn kernel_line(decision: &Decision, task: BootTask, token: &str, service: &BootS
     )
 }
 
-/// The script for `decision` in `dialect`. iPXE paths are relative: iPXE resolves them
+/// The script for `decision` in `dialect`, with `kernel_args` (the site's for the decision's
+/// architecture). iPXE paths are relative: iPXE resolves them
 /// against the URL the script came from. `initrd=initrd` on iPXE's kernel line is what
 /// Debian's iPXE needs under UEFI to hand the kernel its initrd; GRUB hands it over itself
 /// (and the EFI stub would look for a file named by `initrd=`). "Boot the next device" is
@@ -100,6 +133,7 @@ fn kernel_line(decision: &Decision, task: BootTask, token: &str, service: &BootS
 pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dialect: Dialect, base: &str) -> String {
     let (node, state) = (&decision.node_id, decision.state);
     let why = decision.refusal.as_ref().map(|r| format!(" ({r})")).unwrap_or_default();
+    let arch = arch_query(decision.arch);
     match (&decision.step, &decision.token, dialect) {
         (BootStep::Installer, Some(token), Dialect::Ipxe) => match &decision.installer {
             Some(plan) => format!(
@@ -121,9 +155,9 @@ pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dia
         (BootStep::Ramdisk(BootTask::Rescue), Some(token), Dialect::Ipxe) => format!(
             "#!ipxe\n\
              echo metal: node {node} ({state}): booting the rescue environment\n\
-             kernel --name vmlinuz /boot/files/vmlinuz?token={token} initrd=rescue initrd=keys {kernel_args} \
+             kernel --name vmlinuz /boot/files/vmlinuz?token={token}{arch} initrd=rescue initrd=keys {kernel_args} \
              rdinit=/init metal.bootif={mac}{avoid}\n\
-             initrd --name rescue /boot/files/rescue?token={token}\n\
+             initrd --name rescue /boot/files/rescue?token={token}{arch}\n\
              initrd --name keys /boot/files/rescue-keys?token={token}\n\
              boot\n",
             mac = decision.boot_mac,
@@ -137,15 +171,15 @@ pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dia
         (BootStep::Ramdisk(task), Some(token), Dialect::Ipxe) => format!(
             "#!ipxe\n\
              echo metal: node {node} ({state}): booting the ramdisk to {task}\n\
-             kernel --name vmlinuz /boot/files/vmlinuz?token={token} initrd=initrd {line}\n\
-             initrd --name initrd /boot/files/initrd?token={token}\n\
+             kernel --name vmlinuz /boot/files/vmlinuz?token={token}{arch} initrd=initrd {line}\n\
+             initrd --name initrd /boot/files/initrd?token={token}{arch}\n\
              boot\n",
             line = kernel_line(decision, *task, token, service, kernel_args),
         ),
         (BootStep::Ramdisk(task), Some(token), Dialect::Grub) => format!(
             "echo \"metal: node {node} ({state}): booting the ramdisk to {task}\"\n\
-             linux \"${{metal}}/boot/files/vmlinuz?token={token}\" {line}\n\
-             initrd \"${{metal}}/boot/files/initrd?token={token}\"\n\
+             linux \"${{metal}}/boot/files/vmlinuz?token={token}{arch}\" {line}\n\
+             initrd \"${{metal}}/boot/files/initrd?token={token}{arch}\"\n\
              boot\n",
             line = kernel_line(decision, *task, token, service, kernel_args),
         ),
@@ -187,14 +221,16 @@ fn node_by_mac(tx: &mut dyn Conn, mac: &str, config: &BootConfig, now: OffsetDat
     Ok(node)
 }
 
-/// What a script request names: the booting MAC, and the claim when it comes from a
-/// virtual-media boot's ISO (`media`).
+/// What a script request names: the booting MAC, the claim when it comes from a
+/// virtual-media boot's ISO (`media`), and the boot loader's CPU.
 #[derive(Debug, Clone, Default)]
 pub struct Asking {
     /// The booting interface's MAC (normalised); optional with a claim.
     pub mac: Option<String>,
     /// The claim the ISO carries.
     pub claim: Option<String>,
+    /// The machine architecture of the CPU the boot loader names ([`loader_architecture`]).
+    pub arch: Option<&'static str>,
 }
 
 /// Finds the node the request names (by its claim's boot, or by MAC, enrolling an unknown
@@ -221,6 +257,14 @@ pub fn decide(
     };
     let asked = claim_hash.as_deref().map_or(claims::Asked::Mac, claims::Asked::Claim);
     let mac = asking.mac.clone().or_else(|| node.boot_mac.clone()).unwrap_or_default();
+    // The boot loader knows what it runs on; before commissioning that is all there is.
+    let commissioned = node.architecture.as_deref().and_then(|a| MACHINE_ARCHITECTURES.into_iter().find(|m| *m == a));
+    let arch = asking.arch.or(commissioned).unwrap_or("x86_64");
+    if let (Some(loader), Some(inventory)) = (asking.arch, commissioned)
+        && loader != inventory
+    {
+        warn!(node = %node.id, loader, inventory, "the boot loader's CPU is not the node's commissioned architecture");
+    }
     let step = boot_step(node.state, store::boot::due(tx, &node)?);
     if node.state == NodeState::New {
         let request = NodeTransition {
@@ -254,6 +298,7 @@ pub fn decide(
             power_off_after: false,
             isolated,
             lldp_wait: None,
+            arch,
         });
     }
     let (boot, again) = match claims::claim(tx, &node, asked, client, now)? {
@@ -271,6 +316,7 @@ pub fn decide(
                 power_off_after: false,
                 isolated,
                 lldp_wait: None,
+                arch,
             });
         }
     };
@@ -297,7 +343,7 @@ pub fn decide(
         &format!("node/{}", node.id),
         None,
         &json!({"node": node.id, "task": task, "identityGeneration": node.identity_generation, "boot": boot.id,
-                "armedBy": boot.armed_by, "client": client, "again": again, "byMedia": boot.by_media()}),
+                "armedBy": boot.armed_by, "client": client, "again": again, "byMedia": boot.by_media(), "arch": arch}),
         now,
     )?;
     let token = Some(token);
@@ -312,6 +358,7 @@ pub fn decide(
         power_off_after,
         isolated,
         lldp_wait: Some(config.lldp_wait.as_secs()).filter(|s| *s > 0),
+        arch,
     })
 }
 
@@ -322,6 +369,9 @@ pub struct ScriptQuery {
     pub mac: Option<String>,
     /// The claim a virtual-media boot's ISO carries (`media`).
     pub claim: Option<String>,
+    /// The boot loader's CPU: GRUB's `$grub_cpu`, iPXE's `${buildarch}` (`x86_64`, `i386`,
+    /// `arm64`); empty or absent, the node's commissioned architecture decides.
+    pub arch: Option<String>,
 }
 
 /// `GET /boot/ipxe?mac=` (or `?claim=&mac=` from a per-boot ISO): the iPXE script for the
@@ -366,7 +416,8 @@ async fn script(
     service.limiter.check(address)?;
     let mac = query.mac.as_deref().map(normalize_mac).transpose().map_err(|m| ApiError::invalid("mac", m))?;
     let by_claim = query.claim.is_some();
-    let asking = Asking { mac, claim: query.claim };
+    let arch = loader_architecture(query.arch.as_deref().unwrap_or_default())?;
+    let asking = Asking { mac, claim: query.claim, arch };
     let (config, deadlines, now) = (app.config.boot.clone(), app.config.deadlines, app.clock.now());
     let client = address.to_string();
     let decision = match app.change(move |tx| decide(tx, &asking, &client, &config, &deadlines, now)).await {
@@ -388,7 +439,9 @@ async fn script(
         BootStep::LocalDisk => info!(node = %decision.node_id, state = %decision.state, "boot the next device"),
     }
     let base = base_url(&headers, app.config.listen);
-    Ok(plain(render(&decision, service, &app.config.boot.kernel_args, dialect, &base)))
+    let boot = &app.config.boot;
+    let kernel_args = if decision.arch == AARCH64 { &boot.kernel_args_aarch64 } else { &boot.kernel_args };
+    Ok(plain(render(&decision, service, kernel_args, dialect, &base)))
 }
 
 /// A script or configuration answer: plain text, never cached.
@@ -491,9 +544,12 @@ pub async fn installer_done(
 pub struct FileQuery {
     /// A live one-time token (issued by the script, not used yet).
     pub token: String,
+    /// `aarch64` for the arm64 ramdisk (`FILES_DIR/aarch64`); absent for x86_64's.
+    pub arch: Option<String>,
 }
 
-/// `GET /boot/files/{vmlinuz|initrd}?token=`: the ramdisk, for holders of a live token.
+/// `GET /boot/files/{vmlinuz|initrd}?token=[&arch=aarch64]`: the ramdisk, for holders of a
+/// live token.
 pub async fn file(
     State(app): State<AppState>,
     ClientAddr(address): ClientAddr,
@@ -524,11 +580,25 @@ pub async fn file(
         info!(node = %token.node_id, file = %name, keys = keys.1, "served: the rescue's token is spent");
         return Ok(([(header::CONTENT_TYPE, "application/octet-stream")], keys.0).into_response());
     }
-    let path = service.files_dir.join(&name);
+    let (path, built_by) = match query.arch.as_deref() {
+        None => (service.files_dir.join(&name), "scripts/build-ramdisk"),
+        Some(AARCH64) => (service.files_dir.join(AARCH64).join(&name), "scripts/build-ramdisk --arch aarch64"),
+        Some(other) => {
+            let other = other.chars().take(32).collect::<String>();
+            return Err(ApiError::invalid(
+                "arch",
+                format!("{other:?}: the ramdisks are x86_64's (no arch) and aarch64"),
+            ));
+        }
+    };
     let bytes = tokio::fs::read(&path).await.map_err(|e| {
-        ApiError::InvalidConfig(format!("the ramdisk's {name} cannot be read from {}: {e}", path.display()))
+        ApiError::InvalidConfig(format!(
+            "the ramdisk's {name} cannot be read from {} ({built_by} writes it): {e}",
+            path.display()
+        ))
     })?;
-    info!(node = %token.node_id, task = %token.task, file = %name, bytes = bytes.len(), "served");
+    let arch = query.arch.as_deref().unwrap_or("x86_64");
+    info!(node = %token.node_id, task = %token.task, file = %name, arch, bytes = bytes.len(), "served");
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
 }
 
