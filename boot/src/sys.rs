@@ -111,7 +111,9 @@ pub fn lldp_socket(ifname: &str, timeout: std::time::Duration) -> io::Result<std
         return Err(io::Error::last_os_error());
     }
     let tv = libc::timeval {
-        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        // Clamped to what a 32-bit time_t holds (68 years), so it fits on every target; the
+        // type is inferred (musl's time_t alias is deprecated: its width is changing).
+        tv_sec: timeout.as_secs().min(0x7fff_ffff).try_into().unwrap_or_default(),
         tv_usec: timeout.subsec_micros().into(),
     };
     let size = socklen::<libc::timeval>();

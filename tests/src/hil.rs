@@ -335,7 +335,9 @@ impl Guest {
                 format!("scsi-hd,drive={id},bus=scsi{id}.0,serial={serial}")
             }
         };
-        self.args.extend(["-drive".into(), drive, "-device".into(), device]);
+        // An arm64 machine's firmware boots its disks after the network, in attach order.
+        let order = if self.aarch64 { format!(",bootindex={}", self.disks) } else { String::new() };
+        self.args.extend(["-drive".into(), drive, "-device".into(), device + &order]);
         self
     }
 
@@ -578,10 +580,7 @@ pub fn bootable_image() -> Vec<u8> {
 pub fn disk_os(script: &str) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let ramdisk = ramdisk();
-    let mut initrd = std::fs::read(ramdisk.join("initrd.cpio.gz")).unwrap();
-    let test = format!("#!/bin/sh\n{script}\n");
-    initrd.extend(overlay(dir.path(), &[("/test.sh".into(), test.into_bytes(), 0o755)]));
-    std::fs::write(dir.path().join("initrd"), &initrd).unwrap();
+    let initrd = initrd_running(ramdisk, dir.path(), script);
     std::fs::write(
         dir.path().join("syslinux.cfg"),
         "SERIAL 0 115200\nDEFAULT os\nTIMEOUT 1\nLABEL os\n  KERNEL vmlinuz\n  INITRD initrd\n  \
@@ -589,7 +588,7 @@ pub fn disk_os(script: &str) -> Vec<u8> {
     )
     .unwrap();
     let kernel = ramdisk.join("vmlinuz");
-    let kib = (std::fs::metadata(&kernel).unwrap().len() + initrd.len() as u64) / 1024 + 8 * 1024;
+    let kib = (std::fs::metadata(&kernel).unwrap().len() + initrd as u64) / 1024 + 8 * 1024;
     let build = format!(
         "set -e; mkfs.vfat -C -n METALOS part.img {kib} >/dev/null; mcopy -i part.img '{}' ::vmlinuz; \
          mcopy -i part.img initrd ::initrd; mcopy -i part.img syslinux.cfg ::syslinux.cfg; syslinux --install part.img",
@@ -614,6 +613,55 @@ pub fn disk_os(script: &str) -> Vec<u8> {
     let mbr = std::fs::read("/usr/lib/syslinux/mbr/mbr.bin").expect("syslinux's mbr.bin (syslinux-common)");
     disk[..440].copy_from_slice(&mbr[..440]);
     disk
+}
+
+/// Writes `dir/initrd`: the ramdisk in `ramdisk` with `/test.sh` running `script`; its length.
+fn initrd_running(ramdisk: &Path, dir: &Path, script: &str) -> usize {
+    let mut initrd = std::fs::read(ramdisk.join("initrd.cpio.gz")).unwrap();
+    let test = format!("#!/bin/sh\n{script}\n");
+    initrd.extend(overlay(dir, &[("/test.sh".into(), test.into_bytes(), 0o755)]));
+    std::fs::write(dir.join("initrd"), &initrd).unwrap();
+    initrd.len()
+}
+
+/// [`disk_os`] for arm64 UEFI machines: a GPT disk image whose EFI system partition holds
+/// GRUB's arm64 EFI as the removable-media loader (`EFI/BOOT/BOOTAA64.EFI`, modules from
+/// `ipxe/grub-net.sh`'s `grub_modules`), which boots the arm64 ramdisk's kernel and initrd
+/// (with `/test.sh` running `script`) from the same partition.
+pub fn disk_os_arm64(script: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let ramdisk = ramdisk_aarch64();
+    let initrd = initrd_running(ramdisk, dir.path(), script);
+    std::fs::write(
+        dir.path().join("grub.cfg"),
+        "search --no-floppy --file --set=root /metal-os/vmlinuz\n\
+         linux /metal-os/vmlinuz console=ttyAMA0 panic=-1 quiet\ninitrd /metal-os/initrd\nboot\n",
+    )
+    .unwrap();
+    let kernel = ramdisk.join("vmlinuz");
+    let kib = (std::fs::metadata(&kernel).unwrap().len() + initrd as u64) / 1024 + 4 * 1024;
+    let build = format!(
+        "set -e; modules=$(bash -c '. {grub_net}; grub_modules arm64'); \
+         grub-mkstandalone -O arm64-efi -d \"$modules\" -o BOOTAA64.EFI --locales= --fonts= --themes= \
+           --install-modules='normal configfile echo part_gpt fat search search_fs_file linux' \
+           --modules='part_gpt fat search_fs_file normal linux' boot/grub/grub.cfg=grub.cfg; \
+         mkfs.vfat -C -n METALOS part.img {kib} >/dev/null; mmd -i part.img ::EFI ::EFI/BOOT ::metal-os; \
+         mcopy -i part.img BOOTAA64.EFI ::EFI/BOOT/BOOTAA64.EFI; mcopy -i part.img '{kernel}' ::metal-os/vmlinuz; \
+         mcopy -i part.img initrd ::metal-os/initrd; \
+         truncate -s 1M disk.img; cat part.img >> disk.img; truncate -s +1M disk.img; \
+         printf 'label: gpt\nstart=2048, size={sectors}, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=\"ESP\"\n' \
+           | sfdisk -q disk.img",
+        grub_net = workspace().join("ipxe/grub-net.sh").display(),
+        kernel = kernel.display(),
+        sectors = kib * 2,
+    );
+    let output = Command::new("sh").args(["-c", &build]).current_dir(dir.path()).output().unwrap();
+    assert!(
+        output.status.success(),
+        "the arm64 disk OS (grub-common, dosfstools, mtools, fdisk): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::read(dir.path().join("disk.img")).unwrap()
 }
 
 /// A disk image of `size` bytes full of a nonzero pattern (so an erase is seen).
@@ -684,5 +732,10 @@ impl DeploySite {
     /// it is ready; returns the image id.
     pub fn import(&self, name: &str) -> String {
         self.mirror.import(&self.scheduler, "disk.img", &self.image, name, Duration::from_secs(300))
+    }
+
+    /// [`DeploySite::import`] as an arm64 image.
+    pub fn import_arm64(&self, name: &str) -> String {
+        self.mirror.import_for(&self.scheduler, "disk.img", &self.image, name, Some("arm64"), Duration::from_secs(300))
     }
 }

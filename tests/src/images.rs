@@ -104,8 +104,24 @@ impl Mirror {
         name: &str,
         timeout: Duration,
     ) -> String {
+        self.import_for(s, file, bytes, name, None, timeout)
+    }
+
+    /// [`Mirror::import`] as an image for `architecture` (`amd64`, `arm64`; None: the default).
+    pub fn import_for(
+        &self,
+        s: &crate::scheduler::TestScheduler,
+        file: &str,
+        bytes: &[u8],
+        name: &str,
+        architecture: Option<&str>,
+        timeout: Duration,
+    ) -> String {
         let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
-        let body = serde_json::json!({"url": self.server.url(file), "checksum": sha256, "name": name});
+        let mut body = serde_json::json!({"url": self.server.url(file), "checksum": sha256, "name": name});
+        if let Some(architecture) = architecture {
+            body["architecture"] = architecture.into();
+        }
         let (status, started) = s.call("POST", "/v1/images", Some(body));
         assert_eq!(status, 202, "{started}");
         let id = started["id"].as_str().unwrap().to_owned();

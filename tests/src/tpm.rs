@@ -15,6 +15,11 @@ pub const LOCAL_CA: &str = "/var/lib/swtpm-localca";
 /// A PEM bundle of swtpm's local CA (root and intermediate, or the root alone), written in
 /// `dir`: what a site configures as its TPM makers' CAs (`boot-tpm-ca-file`).
 pub fn local_ca_bundle(dir: &Path, with_intermediate: bool) -> PathBuf {
+    // swtpm_setup creates the local CA when it signs its first EK certificate: on a fresh
+    // machine, before any TPM was manufactured, there is none yet.
+    if !Path::new(LOCAL_CA).join("swtpm-localca-rootca-cert.pem").exists() {
+        manufacture(&dir.join("first-tpm"));
+    }
     let read = |name: &str| std::fs::read_to_string(Path::new(LOCAL_CA).join(name)).unwrap();
     let mut pem = read("swtpm-localca-rootca-cert.pem");
     if with_intermediate {

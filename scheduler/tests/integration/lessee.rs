@@ -393,6 +393,16 @@ fn a_lessee_rescues_its_machine_with_its_keys_and_no_platform_secret_unrescues_i
     // The rescue: the node is in a rescue at once; a second ask is refused.
     std::fs::create_dir_all(s.files_dir()).unwrap();
     std::fs::write(s.files_dir().join("rescue"), b"the rescue ramdisk").unwrap();
+    // An arm64 machine has no rescue ramdisk yet: refused up front, naming why.
+    let architecture = |arch: &'static str| {
+        s.block_on(s.app.store.write(move |tx| metal_store::nodes::set_architecture(tx, "n1", arch))).unwrap()
+    };
+    architecture("aarch64");
+    let (status, body) = s.call_as(&acme, "POST", "/v1/nodes/n1/rescue", None);
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("arm64 rescue ramdisk"), "{body}");
+    assert_eq!(s.node("n1")["state"], "deployed");
+    architecture("x86_64");
     let (status, started) = s.call_as(&acme, "POST", "/v1/nodes/n1/rescue", None);
     assert_eq!((status, started["action"].as_str()), (202, Some("rescue")), "{started}");
     assert_eq!(started["reservationId"], json!(reservation));

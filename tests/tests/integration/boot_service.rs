@@ -158,6 +158,54 @@ fn grub_gets_the_same_decision_in_its_own_language() {
 }
 
 #[test]
+fn an_arm64_machine_gets_the_arm64_ramdisk_by_its_loaders_cpu_and_then_by_its_inventory() {
+    let s = TestScheduler::start(|c: &mut Config| {
+        c.boot.kernel_args = "console=ttyS0 x86-only".into();
+        c.boot.kernel_args_aarch64 = "console=ttyAMA0 arm64-only".into();
+    });
+    let files = s.files_dir();
+    std::fs::create_dir_all(files.join("aarch64")).unwrap();
+    std::fs::write(files.join("vmlinuz"), b"x86 kernel").unwrap();
+    std::fs::write(files.join("aarch64/vmlinuz"), b"arm64 kernel").unwrap();
+    s.enrol("n1", MAC);
+    let (status, body) = s.get_text(&format!("/boot/grub?mac={MAC}&arch=riscv64"));
+    assert_eq!(status, 422, "a CPU no ramdisk is built for: {body}");
+    assert!(body.contains("riscv64") && body.contains("arm64"), "{body}");
+    assert_eq!(s.node("n1")["state"], "new", "a refused request changes nothing");
+
+    // Before commissioning, the loader's CPU decides (GRUB names arm64).
+    let (status, script) = s.get_text(&format!("/boot/grub?mac={MAC}&arch=arm64"));
+    assert_eq!(status, 200, "{script}");
+    let kernel = script.lines().find(|l| l.starts_with("linux ")).unwrap_or_else(|| panic!("{script}"));
+    assert!(kernel.contains("&arch=aarch64\" ") && kernel.contains("arm64-only"), "{kernel}");
+    assert!(!kernel.contains("x86-only"), "{kernel}");
+    assert!(script.contains("/boot/files/initrd?token=") && script.contains("&arch=aarch64\"\n"), "{script}");
+    assert_eq!(s.events("node.boot.ramdisk")[0]["data"]["arch"], "aarch64");
+    let token = kernel.split_whitespace().find_map(|w| w.strip_prefix("metal.token=")).unwrap();
+    assert_eq!(s.get_text(&format!("/boot/files/vmlinuz?token={token}&arch=aarch64")), (200, "arm64 kernel".into()));
+    assert_eq!(s.get_text(&format!("/boot/files/vmlinuz?token={token}")), (200, "x86 kernel".into()));
+    let (status, body) = s.get_text(&format!("/boot/files/initrd?token={token}&arch=aarch64"));
+    assert!(status == 422 && body.contains("build-ramdisk --arch aarch64"), "a missing arm64 initrd: {status} {body}");
+    let (status, body) = s.get_text(&format!("/boot/files/vmlinuz?token={token}&arch=mips"));
+    assert_eq!(status, 422, "{body}");
+
+    // Commissioned as arm64, the node gets arm64's ramdisk from a loader that names no CPU.
+    let mut report = inventory("n1");
+    report.cpu.architecture = "aarch64".into();
+    let receipt = join(&s, token).unwrap().post_report(InventoryReport::PAYLOAD_TYPE, &report).unwrap();
+    assert!(receipt.accepted, "{receipt:?}");
+    assert_eq!(s.node("n1")["architecture"], "aarch64");
+    s.walk("n1", &["ready", "allocated", "deploying", "deployed", "releasing"]);
+    s.arm_boot("n1");
+    let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
+    assert!(
+        script.contains("metal.task=erase") && script.contains("?token=") && script.contains("arm64-only"),
+        "{script}"
+    );
+    assert!(script.contains("/boot/files/vmlinuz?token=") && script.contains("&arch=aarch64 "), "{script}");
+}
+
+#[test]
 fn a_failed_commissioning_test_fails_the_node() {
     let s = start();
     s.enrol("n1", MAC);

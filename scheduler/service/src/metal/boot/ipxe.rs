@@ -105,6 +105,23 @@ pub enum Dialect {
     Grub,
 }
 
+/// "Boot the next device" in GRUB on UEFI. GRUB's `exit` returns success to the firmware,
+/// and UEFI's boot manager stops at its menu after a boot option that returns success
+/// (seen with AAVMF), so GRUB starts the disk's loader itself, as MAAS's local boot does:
+/// the first of the usual ESP paths for its CPU (shim, then GRUB, of Debian, Ubuntu and Red
+/// Hat, then the removable-media path) that some disk holds. `exit` when none does.
+const GRUB_NEXT_DEVICE: &str = "\
+if [ \"$grub_cpu\" = arm64 ]; then efi=aa64; else efi=x64; fi
+for loader in /efi/debian/shim$efi.efi /efi/ubuntu/shim$efi.efi /efi/redhat/shim$efi.efi /efi/debian/grub$efi.efi \
+    /efi/ubuntu/grub$efi.efi /efi/redhat/grub$efi.efi /efi/boot/boot$efi.efi; do
+  if search --no-floppy --set=root --file $loader; then
+    chainloader $loader
+    boot
+  fi
+done
+exit
+";
+
 /// The ramdisk's kernel command line for `task` (the token is on it: the ramdisk joins
 /// with it).
 fn kernel_line(decision: &Decision, task: BootTask, token: &str, service: &BootService, kernel_args: &str) -> String {
@@ -187,7 +204,9 @@ pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dia
             format!("#!ipxe\necho metal: node {node} ({state}): nothing to run{why}, booting the next device\nexit\n")
         }
         (_, _, Dialect::Grub) => {
-            format!("echo \"metal: node {node} ({state}): nothing to run{why}, booting the next device\"\nexit\n")
+            format!(
+                "echo \"metal: node {node} ({state}): nothing to run{why}, booting the next device\"\n{GRUB_NEXT_DEVICE}"
+            )
         }
     }
 }
@@ -454,7 +473,7 @@ fn render_over(dialect: Dialect) -> String {
     const WHY: &str = "metal: the boot this ISO was made for is over, booting the next device";
     match dialect {
         Dialect::Ipxe => format!("#!ipxe\necho {WHY}\nexit\n"),
-        Dialect::Grub => format!("echo \"{WHY}\"\nexit\n"),
+        Dialect::Grub => format!("echo \"{WHY}\"\n{GRUB_NEXT_DEVICE}"),
     }
 }
 
