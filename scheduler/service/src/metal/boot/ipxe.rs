@@ -146,7 +146,7 @@ fn kernel_line(decision: &Decision, task: BootTask, token: &str, service: &BootS
 /// against the URL the script came from. `initrd=initrd` on iPXE's kernel line is what
 /// Debian's iPXE needs under UEFI to hand the kernel its initrd; GRUB hands it over itself
 /// (and the EFI stub would look for a file named by `initrd=`). "Boot the next device" is
-/// `exit` in both: back to the firmware's boot order.
+/// iPXE's `exit` (back to the firmware's boot order) and GRUB's `GRUB_NEXT_DEVICE`.
 pub fn render(decision: &Decision, service: &BootService, kernel_args: &str, dialect: Dialect, base: &str) -> String {
     let (node, state) = (&decision.node_id, decision.state);
     let why = decision.refusal.as_ref().map(|r| format!(" ({r})")).unwrap_or_default();
