@@ -188,12 +188,15 @@ fn an_arm64_machine_gets_the_arm64_ramdisk_by_its_loaders_cpu_and_then_by_its_in
     assert!(status == 422 && body.contains("build-ramdisk --arch aarch64"), "a missing arm64 initrd: {status} {body}");
     let (status, body) = s.get_text(&format!("/boot/files/vmlinuz?token={token}&arch=mips"));
     assert_eq!(status, 422, "{body}");
+    // Naming the arm64 ramdisk gets no host past the token.
+    assert_eq!(s.get_text("/boot/files/vmlinuz?token=guess&arch=aarch64").0, 403);
 
     // Commissioned as arm64, the node gets arm64's ramdisk from a loader that names no CPU.
     let mut report = inventory("n1");
     report.cpu.architecture = "aarch64".into();
     let receipt = join(&s, token).unwrap().post_report(InventoryReport::PAYLOAD_TYPE, &report).unwrap();
     assert!(receipt.accepted, "{receipt:?}");
+    assert_eq!(s.get_text(&format!("/boot/files/vmlinuz?token={token}&arch=aarch64")).0, 403, "a used token");
     assert_eq!(s.node("n1")["architecture"], "aarch64");
     s.walk("n1", &["ready", "allocated", "deploying", "deployed", "releasing"]);
     s.arm_boot("n1");
