@@ -27,7 +27,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/grub-net.sh"
 
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
-# The same 64 characters as metal_service::metal::boot::media::PLACEHOLDER.
+# The same 64 characters as metal_machines::metal::boot::media::PLACEHOLDER.
 placeholder=metal-media-claim-placeholder-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
 url=
 hybrid=0

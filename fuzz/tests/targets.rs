@@ -222,16 +222,16 @@ fn boot_query_strings() {
         let uri: Result<axum::http::Uri, _> = format!("/boot/ipxe?{text}").parse();
         if let Ok(uri) = uri {
             use axum::extract::Query;
-            if let Ok(Query(query)) = Query::<metal_service::metal::boot::ipxe::ScriptQuery>::try_from_uri(&uri) {
+            if let Ok(Query(query)) = Query::<metal_machines::metal::boot::ipxe::ScriptQuery>::try_from_uri(&uri) {
                 if let Some(mac) = &query.mac {
                     let _ = metal_types::model::node::normalize_mac(mac);
                 }
                 if let Some(claim) = &query.claim {
                     let _ =
-                        metal_service::metal::boot::media::claim_in(&format!("http://c/boot/media/{claim}/metal.iso"));
+                        metal_machines::metal::boot::media::claim_in(&format!("http://c/boot/media/{claim}/metal.iso"));
                 }
             }
-            let _ = Query::<metal_service::metal::boot::ipxe::FileQuery>::try_from_uri(&uri);
+            let _ = Query::<metal_machines::metal::boot::ipxe::FileQuery>::try_from_uri(&uri);
         }
     });
 }

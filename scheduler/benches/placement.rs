@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::Request;
-use metal_service::app::{self, App};
+use metal_machines::app;
 use metal_types::clock::ManualClock;
 use metal_types::config::Config;
 use rand::{Rng as _, SeedableRng as _};
@@ -24,7 +24,7 @@ use tower::ServiceExt as _;
 const KUBE_BASELINE_PODS_PER_SEC: f64 = 810.0;
 
 struct Bench {
-    app: Arc<App>,
+    app: metal_api::AppState,
     admin: String,
     _dir: tempfile::TempDir,
 }
@@ -33,7 +33,7 @@ async fn setup(nodes: usize) -> Bench {
     let dir = tempfile::tempdir().unwrap();
     let config = Config { data_dir: dir.path().to_path_buf(), ..Config::default() };
     let clock = ManualClock::new(time::macros::datetime!(2026-12-01 10:00 UTC));
-    let app = app::start(config, Arc::new(clock)).await.unwrap();
+    let app = metal_api::start(config, Arc::new(clock)).await.unwrap();
     let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
     let bench = Bench { app, admin, _dir: dir };
     for (path, body) in [

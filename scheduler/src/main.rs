@@ -1,4 +1,4 @@
-//! `metal-scheduler`: parses the command line and dispatches to the crates below it (`metal-service`
+//! `metal-scheduler`: parses the command line and dispatches to the crates below it (`metal-machines`
 //! starts the service, `metal-api` serves it).
 
 use std::path::PathBuf;
@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use metal_machines::ca_files::{self, IssueRequest};
 use metal_protocol::Role;
-use metal_service::ca_files::{self, IssueRequest};
 use metal_types::clock::SystemClock;
 use metal_types::config::{Config, ConfigLayer};
 use metal_types::duration::parse_duration;
@@ -55,7 +55,7 @@ struct ServeArgs {
     /// console over SSH: ssh RESERVATION@HOST with a key of the lease's profile); each also as METAL_<KEY> with dashes as
     /// underscores). Environment only: METAL_MASTER_KEY (64 hex digits, seals BMC passwords at
     /// rest; without it they are stored unsealed, with a warning) and METAL_LOG (log filter,
-    /// e.g. info or metal_service=debug; default info).
+    /// e.g. info or metal_machines=debug; default info).
     #[arg(long, env = "METAL_CONFIG")]
     config: Option<PathBuf>,
     /// Address and port to listen on [default: 127.0.0.1:7450].
@@ -137,7 +137,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(address) => Some(bind(address, "console-ssh-listen").await?),
             None => None,
         };
-        let app = metal_service::app::start(config, std::sync::Arc::new(SystemClock)).await?;
+        let app = metal_api::start(config, std::sync::Arc::new(SystemClock)).await?;
         metal_api::serve(app, metal_api::Listeners { api, boot, firmware, console_ssh }).await?;
         anyhow::Ok(())
     })

@@ -280,7 +280,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let (mut interrupt, mut terminate) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
             println!(
                 "metal-sim: admin token in {}; Ctrl-C (or SIGTERM) stops the site",
-                site.data_dir().join(metal_service::app::ADMIN_TOKEN_FILE).display()
+                site.data_dir().join(metal_machines::app::ADMIN_TOKEN_FILE).display()
             );
             tokio::select! {
                 _ = interrupt.recv() => {},

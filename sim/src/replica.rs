@@ -214,9 +214,8 @@ pub async fn serve(
     config.master_key = Some(metal_types::secrets::MasterKey::from_hex(&key).map_err(anyhow::Error::msg)?);
     let api = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     let boot = tokio::net::TcpListener::bind(boot_listen).await.with_context(|| format!("binding {boot_listen}"))?;
-    let app = metal_service::app::start(config, Arc::new(metal_types::clock::SystemClock))
-        .await
-        .context("starting the scheduler")?;
+    let app =
+        metal_api::start(config, Arc::new(metal_types::clock::SystemClock)).await.context("starting the scheduler")?;
     let listeners = metal_api::Listeners { api, boot: Some(boot), firmware: None, console_ssh: None };
     metal_api::serve(app, listeners).await?;
     Ok(())

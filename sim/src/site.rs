@@ -1,4 +1,4 @@
-//! The simulated site: the real scheduler (the `metal_service` and `metal_api` libraries, the same code
+//! The simulated site: the real scheduler (the `metal_machines` and `metal_api` libraries, the same code
 //! `metal-scheduler serve` runs: store, HTTP API, boot service, workflows) in this process,
 //! a Redfish BMC per machine on its own loopback address, machines that boot the real
 //! ramdisk code, a file server for OS and firmware images, and (when asked) the top-of-rack
@@ -100,7 +100,7 @@ impl Default for Options {
 #[derive(Debug)]
 pub enum Scheduler {
     /// In this process.
-    InProcess(metal_service::app::AppState),
+    InProcess(metal_api::AppState),
     /// In processes of their own; the machines and the site's client use the first.
     Replicas(Vec<Arc<crate::replica::Replica>>),
 }
@@ -229,7 +229,7 @@ impl Site {
                 let master_key = hex::encode(rand::random::<[u8; 32]>());
                 config.master_key =
                     Some(metal_types::secrets::MasterKey::from_hex(&master_key).map_err(anyhow::Error::msg)?);
-                let app = metal_service::app::start(config, Arc::new(metal_types::clock::SystemClock))
+                let app = metal_api::start(config, Arc::new(metal_types::clock::SystemClock))
                     .await
                     .context("starting the scheduler")?;
                 let listeners = metal_api::Listeners {
@@ -255,7 +255,7 @@ impl Site {
                 (Scheduler::Replicas(started), url)
             }
         };
-        let token = std::fs::read_to_string(data_dir.join(metal_service::app::ADMIN_TOKEN_FILE))?.trim().to_owned();
+        let token = std::fs::read_to_string(data_dir.join(metal_machines::app::ADMIN_TOKEN_FILE))?.trim().to_owned();
         let admin = Api::new(&api_url, &token);
 
         let files = data_dir.join("sim-files");
@@ -318,7 +318,7 @@ impl Site {
     }
 
     /// The scheduler, when it runs in this process.
-    pub fn app(&self) -> anyhow::Result<&metal_service::app::AppState> {
+    pub fn app(&self) -> anyhow::Result<&metal_api::AppState> {
         match &self.scheduler {
             Scheduler::InProcess(app) => Ok(app),
             Scheduler::Replicas(_) => bail!("the site's scheduler runs in processes of its own"),
@@ -340,7 +340,9 @@ impl Site {
         let now = crate::clock::now();
         match &self.scheduler {
             Scheduler::InProcess(app) => {
-                metal_service::app::bill_once(app).await.map_err(|e| anyhow::anyhow!("billing: {e}"))?;
+                metal_capacity::billing::bill_once(&app.store, &*app.clock)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("billing: {e}"))?;
             }
             Scheduler::Replicas(_) => tokio::time::sleep(crate::config::REAPER * 5).await,
         }

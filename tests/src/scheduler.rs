@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use metal_machines::app;
 use metal_protocol::{Envelope, Role, Signer, SigningKey};
-use metal_service::app::{self, App};
 use metal_types::clock::ManualClock;
 use metal_types::config::Config;
 use serde_json::Value;
@@ -52,7 +52,7 @@ pub struct TestScheduler {
     /// The service's clock.
     pub clock: ManualClock,
     /// The service.
-    pub app: Arc<App>,
+    pub app: metal_api::AppState,
     dir: tempfile::TempDir,
     database_url: Option<String>,
     http: reqwest::blocking::Client,
@@ -103,9 +103,9 @@ impl TestScheduler {
     pub fn replica(&self, configure: impl FnOnce(&mut Config)) -> TestScheduler {
         let database = self.database_url.clone().unwrap_or_else(|| metal_store::Store::sqlite_url(self.dir.path()));
         let images = self.dir.path().join("images");
-        let ca = self.dir.path().join(metal_service::metal::boot::CA_DIR);
+        let ca = self.dir.path().join(metal_machines::metal::boot::CA_DIR);
         let dir = tempfile::tempdir().unwrap();
-        copy_dir(&ca, &dir.path().join(metal_service::metal::boot::CA_DIR));
+        copy_dir(&ca, &dir.path().join(metal_machines::metal::boot::CA_DIR));
         std::fs::copy(self.dir.path().join(app::ADMIN_TOKEN_FILE), dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap();
         TestScheduler::start_in(dir, Some(database), Some(self.clock.clone()), [127, 0, 0, 1].into(), move |config| {
             config.images.dir = Some(images);
@@ -136,7 +136,7 @@ impl TestScheduler {
         configure(&mut config);
         let started_here = clock.is_none();
         let clock = clock.unwrap_or_else(|| ManualClock::new(time::OffsetDateTime::now_utc()));
-        let app = runtime.block_on(app::start(config, Arc::new(clock.clone()))).unwrap();
+        let app = runtime.block_on(metal_api::start(config, Arc::new(clock.clone()))).unwrap();
         if started_here {
             // The site CA was just made on the real clock: a manual clock left a second boundary
             // behind would find it, and every certificate it issues, not yet valid (CI met it).
@@ -145,12 +145,12 @@ impl TestScheduler {
         let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
         let fingerprint = app.boot.as_ref().unwrap().ca_fingerprint.clone();
         let router = metal_api::router(app.clone());
-        runtime.spawn(metal_service::http_server::serve(api, router, std::future::pending()));
-        let boot_app = app.clone();
+        runtime.spawn(metal_machines::http_server::serve(api, router, std::future::pending()));
+        let boot_app = app.machines.clone();
         runtime.spawn(async move {
-            metal_service::metal::boot::tls::serve(boot_app, boot, std::future::pending()).await.unwrap()
+            metal_machines::metal::boot::tls::serve(boot_app, boot, std::future::pending()).await.unwrap()
         });
-        runtime.spawn(metal_service::console_ssh::serve(app.clone(), ssh, std::future::pending()));
+        runtime.spawn(metal_machines::console_ssh::serve(app.machines.clone(), ssh, std::future::pending()));
         TestScheduler {
             url: format!("http://127.0.0.1:{port}"),
             boot_url: format!("https://127.0.0.1:{boot_port}"),
@@ -185,7 +185,7 @@ impl TestScheduler {
 
     /// The site CA (to issue test certificates of other roles).
     pub fn ca(&self) -> metal_protocol::SiteCa {
-        metal_service::ca_files::load(&self.data_dir().join(metal_service::metal::boot::CA_DIR)).unwrap()
+        metal_machines::ca_files::load(&self.data_dir().join(metal_machines::metal::boot::CA_DIR)).unwrap()
     }
 
     /// An admin API call: status and JSON body (or the text as a JSON string).
@@ -201,11 +201,11 @@ impl TestScheduler {
     /// One round of both sides' periodic passes, as the service runs them: lease ticks,
     /// metal's work, the workflows, capacity's work.
     pub fn passes(&self) {
-        use metal_service::{capacity, metal};
-        self.block_on(capacity::leases::tick(&self.app)).unwrap();
-        self.block_on(metal::work::drain_once(&self.app)).unwrap();
-        self.block_on(metal::workflow::drive_once(&self.app)).unwrap();
-        self.block_on(capacity::leases::drain_once(&self.app)).unwrap();
+        use metal_machines::metal;
+        self.block_on(metal_capacity::leases::tick(&self.app.store, &*self.app.clock)).unwrap();
+        self.block_on(metal::work::drain_once(&self.app.machines)).unwrap();
+        self.block_on(metal::workflow::drive_once(&self.app.machines)).unwrap();
+        self.block_on(metal_capacity::leases::drain_once(&self.app.store, &*self.app.clock)).unwrap();
     }
 
     /// [`TestScheduler::passes`] with the service's clock first brought up to the real one
@@ -300,7 +300,7 @@ pub fn with_media(config: &mut Config, url: &str) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ipxe/build-ipxe-iso.sh");
     let output = std::process::Command::new(script)
         .args(["--url", url, "--claim-template"])
-        .arg(files.join(metal_service::metal::boot::media::TEMPLATE))
+        .arg(files.join(metal_machines::metal::boot::media::TEMPLATE))
         .output()
         .unwrap();
     assert!(output.status.success(), "build-ipxe-iso.sh: {}", String::from_utf8_lossy(&output.stderr));
@@ -414,7 +414,7 @@ pub struct Reporter {
 impl Reporter {
     /// The CA of the service whose data directory is `data_dir`, reached at `boot_url`.
     pub fn of(data_dir: &Path, boot_url: &str) -> Reporter {
-        let ca = metal_service::ca_files::load(&data_dir.join(metal_service::metal::boot::CA_DIR)).unwrap();
+        let ca = metal_machines::ca_files::load(&data_dir.join(metal_machines::metal::boot::CA_DIR)).unwrap();
         Reporter { ca, boot_url: boot_url.to_owned() }
     }
 

@@ -1,7 +1,7 @@
 //! Who is calling: the bearer token resolved to a credential. Admin-only resources answer
 //! NOT_FOUND to tenant members, so a tenant cannot even learn that they exist. A tenant
 //! member is a lessee on the node routes that reach the machine of its live lease
-//! (`metal_service::lessee`); what those routes refuse it is audited (`audit_refusals`).
+//! (`metal_machines::lessee`); what those routes refuse it is audited (`audit_refusals`).
 
 use std::sync::{Arc, OnceLock};
 
@@ -11,8 +11,8 @@ use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::Response;
 
-use metal_service::app::AppState;
-use metal_service::lessee::Lessee;
+use crate::AppState;
+use metal_machines::lessee::Lessee;
 use metal_store::auth::{Credential, lookup};
 use metal_types::error::ApiError;
 use metal_types::model::tenant::CredentialRole;
@@ -107,7 +107,7 @@ pub async fn audit_refusals(State(app): State<AppState>, mut request: Request, n
     let lessee = slot.0.get().map(|c| Caller(c.clone())).and_then(|c| c.lessee());
     if let Some(lessee) = lessee
         && REFUSALS.contains(&response.status())
-        && let Err(e) = metal_service::lessee::refused(&app, &lessee, &node, line, response.status().as_u16()).await
+        && let Err(e) = metal_machines::lessee::refused(&app, &lessee, &node, line, response.status().as_u16()).await
     {
         tracing::warn!(%node, error = %e, "could not record a refusal");
     }

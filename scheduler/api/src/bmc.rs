@@ -2,7 +2,7 @@
 //! power, boot override, virtual media, what the BMC reports, password rotation, and
 //! discovery. Power and media calls return once the BMC reports the result. Power and the
 //! serial console also answer a lessee for the node of its live lease, through the
-//! platform's BMC session (`metal_service::lessee`).
+//! platform's BMC session (`metal_machines::lessee`).
 
 use axum::extract::State;
 use axum::extract::ws::WebSocketUpgrade;
@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{ApiJson, Caller};
-use metal_service::app::AppState;
-use metal_service::metal::bmcs;
+use crate::AppState;
+use metal_machines::metal::bmcs;
 use metal_types::error::ApiResult;
 use metal_types::model::bmc::{
     BmcInfo, BmcSpec, BootRequest, ConsoleSession, DiscoverRequest, DiscoverResult, MediaInfo, MediaRequest, Password,
@@ -194,7 +194,7 @@ pub async fn discover(
     ApiJson(request): ApiJson<DiscoverRequest>,
 ) -> ApiResult<ApiJson<DiscoverResult>> {
     caller.admin("bmcs")?;
-    Ok(ApiJson(metal_service::metal::discovery::discover(&app, request).await?))
+    Ok(ApiJson(metal_machines::metal::discovery::discover(&app, request).await?))
 }
 
 /// The node's serial console as a WebSocket (IPMI Serial-over-LAN): binary messages both
@@ -237,7 +237,8 @@ pub async fn console(
     tracing::info!(node = %id, credential = %caller.0.id, %session, lessee = scope.is_some(), "console session opened");
     // A browser offers its token as a subprotocol (auth.rs) and needs one answered back.
     let upgrade = upgrade.protocols([super::auth::CONSOLE_PROTOCOL]);
-    Ok(upgrade.on_upgrade(move |socket| metal_service::metal::console::bridge(app, socket, child, session, scope)))
+    Ok(upgrade
+        .on_upgrade(move |socket| metal_machines::metal::console::bridge(app.machines, socket, child, session, scope)))
 }
 
 /// The node's console sessions, newest first (audit): who opened each (a credential, or

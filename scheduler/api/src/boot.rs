@@ -6,9 +6,9 @@ use axum::extract::State;
 use crate::ApiPath;
 use metal_protocol::DeployPlan;
 
+use crate::AppState;
 use crate::{ApiJson, Caller};
-use metal_service::app::AppState;
-use metal_service::metal::measured_boot;
+use metal_machines::metal::measured_boot;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::boot::{
@@ -236,11 +236,12 @@ pub async fn put_deploy_plan(
     let text = serde_json::to_string(&plan).map_err(|e| ApiError::Internal(e.to_string()))?;
     let now = app.clock.now();
     let what = format!("node {id}");
-    app.change(move |tx| {
-        store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
-        Ok::<_, ApiError>(store::boot::put_plan(tx, &id, &text, now)?)
-    })
-    .await?;
+    app.store
+        .change(move |tx| {
+            store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
+            Ok::<_, ApiError>(store::boot::put_plan(tx, &id, &text, now)?)
+        })
+        .await?;
     Ok(axum::http::StatusCode::NO_CONTENT)
 }
 

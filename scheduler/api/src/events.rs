@@ -13,7 +13,7 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::{ApiJson, Caller};
-use metal_service::app::AppState;
+use crate::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::event::EventPage;
@@ -77,7 +77,7 @@ pub async fn list_events(
     let scope = caller.tenant_scope().map(str::to_owned);
     loop {
         // Register interest before reading, so an event committed in between still wakes us.
-        let notified = app.events.notified();
+        let notified = app.store.events().notified();
         let events = page_after(&app, after, scope.clone(), query.subject.clone()).await?;
         if !events.is_empty() || tokio::time::Instant::now() >= deadline {
             let next = events.last().map_or(after, |e| e.seq);
@@ -111,7 +111,7 @@ pub async fn stream_events(
                         .unwrap_or_else(|_| SseEvent::default().comment("unserialisable event"));
                     return Some((Ok(sse), (app, after, pending)));
                 }
-                let notified = app.events.notified();
+                let notified = app.store.events().notified();
                 match page_after(&app, after, scope.clone(), subject.clone()).await {
                     Ok(events) if !events.is_empty() => {
                         after = events.last().map_or(after, |e| e.seq);

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
-use metal_service::app::AppState;
+use crate::AppState;
 use metal_store as store;
 use metal_types::error::ApiResult;
 

@@ -3,9 +3,9 @@
 
 use axum::extract::State;
 
+use crate::AppState;
 use crate::{ApiJson, ApiPath, Caller};
-use metal_service::app::AppState;
-use metal_service::metal::boot::BootService;
+use metal_machines::metal::boot::BootService;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::host::{Enrolment, EnrolmentCreate, Host, JoinInfo, JoinLogEntry};
@@ -78,6 +78,7 @@ pub async fn create_enrolment(
     let now = app.clock.now();
     let (node_id, setup) = (request.node_id.clone(), request.setup.clone());
     let (token, id) = app
+        .store
         .change(move |tx| {
             store::nodes::lock(tx, &node_id)?;
             let node = store::nodes::get(tx, &node_id)?.ok_or_else(|| ApiError::NotFound(format!("node {node_id}")))?;
@@ -121,7 +122,7 @@ pub async fn create_enrolment(
 async fn join_template(app: &AppState) -> ApiResult<metal_protocol::cloudinit::FirstBootJoin> {
     let service = BootService::of(app)
         .map_err(|_| ApiError::InvalidConfig("hosts join on the boot listener (set boot-listen)".into()))?;
-    metal_service::metal::boot::hosts::join_template(service).await.ok_or_else(|| {
+    metal_machines::metal::boot::hosts::join_template(service).await.ok_or_else(|| {
         ApiError::InvalidConfig("the boot files have no metal-agent to serve (see boot-files-dir)".into())
     })
 }

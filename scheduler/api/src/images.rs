@@ -7,7 +7,7 @@ use crate::ApiPath;
 use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
-use metal_service::app::AppState;
+use crate::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::image::{Image, ImageImport};
@@ -48,8 +48,8 @@ pub async fn import_image(
             })
             .await?
     };
-    app.events.notify_waiters();
-    metal_service::metal::images::import::spawn(app.clone(), id);
+    app.store.events_committed();
+    metal_machines::metal::images::import::spawn(app.machines.clone(), id);
     Ok((StatusCode::ACCEPTED, ApiJson(image)))
 }
 
@@ -96,7 +96,7 @@ pub async fn promote_image(
 ) -> ApiResult<ApiJson<Image>> {
     caller.admin(&format!("image {id}"))?;
     let now = app.clock.now();
-    let image = app.change(move |tx| store::images::promote(tx, &id, now)).await?;
+    let image = app.store.change(move |tx| store::images::promote(tx, &id, now)).await?;
     Ok(ApiJson(image))
 }
 
@@ -113,7 +113,7 @@ pub async fn delete_image(
         return Err(ApiError::Forbidden(format!("image {id} is public but belongs to tenant {}", image.tenant_id)));
     }
     let now = app.clock.now();
-    let deleted = app.change(move |tx| store::images::delete(tx, &id, now)).await?;
+    let deleted = app.store.change(move |tx| store::images::delete(tx, &id, now)).await?;
     app.images.remove_files(&deleted.id);
     Ok(StatusCode::NO_CONTENT)
 }

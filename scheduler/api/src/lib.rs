@@ -13,11 +13,14 @@ mod hosts;
 mod images;
 mod nodes;
 pub use nodes::parse_csv;
+mod passes;
 mod pools;
 mod profiles;
 mod reservations;
 mod serve;
 pub use serve::{Listeners, serve};
+mod state;
+pub use state::{AppState, start};
 mod switches;
 mod teardowns;
 mod tenants;
@@ -32,7 +35,6 @@ use utoipa::OpenApi;
 
 pub use auth::Caller;
 
-use metal_service::app::AppState;
 use metal_types::error::ApiError;
 
 /// Largest node import body (CSV or JSON): room for tens of thousands of nodes.
@@ -159,7 +161,7 @@ pub fn openapi_json() -> String {
 }
 
 async fn count_requests(state: axum::extract::State<AppState>, request: Request, next: Next) -> Response {
-    let method = metal_service::metrics::method_label(request.method());
+    let method = metal_machines::metrics::method_label(request.method());
     let route =
         request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
     let response = next.run(request).await;
@@ -188,12 +190,12 @@ pub fn firmware_router(state: AppState) -> Router {
 fn firmware_routes() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(health::healthz))
-        .route("/boot/ipxe", get(metal_service::metal::boot::ipxe::ipxe_script))
-        .route("/boot/grub", get(metal_service::metal::boot::ipxe::grub_script))
-        .route("/boot/files/{name}", get(metal_service::metal::boot::ipxe::file))
-        .route("/boot/media/{claim}/{name}", get(metal_service::metal::boot::media::iso_file))
-        .route("/boot/installer/{token}/done", post(metal_service::metal::boot::ipxe::installer_done))
-        .route("/boot/installer/{token}/{name}", get(metal_service::metal::boot::ipxe::installer_file))
+        .route("/boot/ipxe", get(metal_machines::metal::boot::ipxe::ipxe_script))
+        .route("/boot/grub", get(metal_machines::metal::boot::ipxe::grub_script))
+        .route("/boot/files/{name}", get(metal_machines::metal::boot::ipxe::file))
+        .route("/boot/media/{claim}/{name}", get(metal_machines::metal::boot::media::iso_file))
+        .route("/boot/installer/{token}/done", post(metal_machines::metal::boot::ipxe::installer_done))
+        .route("/boot/installer/{token}/{name}", get(metal_machines::metal::boot::ipxe::installer_file))
 }
 
 fn api_routes() -> Router<AppState> {
@@ -272,7 +274,7 @@ fn finish(routes: Router<AppState>, state: AppState) -> Router {
     routes
         .fallback(|state: axum::extract::State<AppState>, method: axum::http::Method| async move {
             // Unmatched paths count under one label, whatever a client asks for.
-            state.metrics.count_request(metal_service::metrics::method_label(&method), "unmatched", 404);
+            state.metrics.count_request(metal_machines::metrics::method_label(&method), "unmatched", 404);
             ApiError::NotFound("route".into())
         })
         .method_not_allowed_fallback(|method: axum::http::Method| async move {

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiJson, Caller};
-use metal_service::app::AppState;
-use metal_service::metal::rescue::Ask;
+use crate::AppState;
+use metal_machines::metal::rescue::Ask;
 use metal_store::{self as store, Conn, nodes::NewNode};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::BmcSpec;
@@ -55,6 +55,7 @@ pub async fn create_node(
     let node = validated(&create, "")?;
     let now = app.clock.now();
     let created = app
+        .store
         .change(move |tx| {
             ensure_pools_exist(tx, std::slice::from_ref(&node), "")?;
             store::nodes::insert(tx, &node, now)?
@@ -313,6 +314,7 @@ pub async fn import_nodes(
     }
     let now = app.clock.now();
     let result = app
+        .store
         .change(move |tx| {
             let nodes: Vec<NewNode> = checked.iter().map(|(n, _)| n.clone()).collect();
             ensure_pools_exist(tx, &nodes, "nodes[].")?;
@@ -380,7 +382,7 @@ pub async fn get_node(
 #[utoipa::path(get, path = "/v1/leases", responses((status = 200, body = Vec<LeasedNode>)))]
 pub async fn list_leases(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<LeasedNode>>> {
     let tenant = caller.tenant_scope().map(str::to_owned);
-    Ok(ApiJson(metal_service::lessee::leased_nodes(&app, tenant).await?))
+    Ok(ApiJson(metal_machines::lessee::leased_nodes(&app, tenant).await?))
 }
 
 /// Redeploy the node of a live dedicated-root lease with a version of one of the lease
@@ -407,7 +409,7 @@ pub async fn reinstall_node(
     }
     let started = match caller.lessee() {
         Some(lessee) => lessee.reinstall(&app, &id, request).await?,
-        None => metal_service::lessee::reinstall_by_admin(&app, &id, request, &caller.0.id).await?,
+        None => metal_machines::lessee::reinstall_by_admin(&app, &id, request, &caller.0.id).await?,
     };
     Ok((StatusCode::ACCEPTED, ApiJson(started)))
 }
@@ -455,7 +457,7 @@ async fn rescue_or_unrescue(
 ) -> ApiResult<(StatusCode, ApiJson<RescueStarted>)> {
     let started = match caller.lessee() {
         Some(lessee) => lessee.rescue(app, id, ask).await?,
-        None => metal_service::lessee::rescue_by_admin(app, id, ask, &caller.0.id).await?,
+        None => metal_machines::lessee::rescue_by_admin(app, id, ask, &caller.0.id).await?,
     };
     Ok((StatusCode::ACCEPTED, ApiJson(started)))
 }
@@ -471,7 +473,7 @@ pub async fn patch_node(
 ) -> ApiResult<ApiJson<Node>> {
     caller.admin(&format!("node {id}"))?;
     let now = app.clock.now();
-    let node = app.change(move |tx| patch_node_in(tx, &id, &patch, now)).await?;
+    let node = app.store.change(move |tx| patch_node_in(tx, &id, &patch, now)).await?;
     Ok(ApiJson(node))
 }
 
@@ -522,6 +524,7 @@ pub async fn transition_node(
     }
     let (deadlines, now) = (app.config.deadlines, app.clock.now());
     let node = app
+        .store
         .change(move |tx| {
             if store::nodes::get(tx, &id)?.is_some_and(|n| n.tenant_root) {
                 return Err(ApiError::Conflict(format!(

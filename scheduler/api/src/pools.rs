@@ -7,7 +7,7 @@ use crate::ApiPath;
 use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
-use metal_service::app::AppState;
+use crate::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::pool::{Pool, PoolCreate, PoolOffer};
@@ -25,7 +25,7 @@ pub async fn create_pool(
     let id = create.id.clone().unwrap_or_else(|| format!("pool-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
     let now = app.clock.now();
     let pool = app.store.write(move |tx| store::capacity::insert_pool(tx, &id, &create, now)).await?;
-    app.events.notify_waiters();
+    app.store.events_committed();
     Ok((StatusCode::CREATED, ApiJson(pool)))
 }
 
@@ -52,7 +52,7 @@ pub async fn offer_pool(
             store::capacity::get_pool(tx, &id)?.ok_or_else(not_found)
         })
         .await?;
-    app.events.notify_waiters();
+    app.store.events_committed();
     Ok(ApiJson(pool))
 }
 

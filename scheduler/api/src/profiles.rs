@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 
 use super::images::owning_tenant;
 use super::{ApiJson, Caller};
-use metal_service::app::AppState;
-use metal_service::metal::provision::ProvisionOutcome;
+use crate::AppState;
+use metal_machines::metal::provision::ProvisionOutcome;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::profile::{Profile, ProfileCreate, ProfileSpec, ProvisionRequest};
@@ -33,6 +33,7 @@ pub async fn create_profile(
     create.spec.validate()?;
     let now = app.clock.now();
     let profile = app
+        .store
         .change(move |tx| store::profiles::insert(tx, &create.id, &tenant, create.public, &create.spec, now))
         .await?;
     Ok((StatusCode::CREATED, ApiJson(profile)))
@@ -66,7 +67,7 @@ pub async fn add_version(
     }
     spec.validate()?;
     let now = app.clock.now();
-    let profile = app.change(move |tx| store::profiles::add_version(tx, &id, &spec, now)).await?;
+    let profile = app.store.change(move |tx| store::profiles::add_version(tx, &id, &spec, now)).await?;
     Ok((StatusCode::CREATED, ApiJson(profile)))
 }
 
@@ -111,5 +112,5 @@ pub async fn provision(
     ApiJson(request): ApiJson<ProvisionRequest>,
 ) -> ApiResult<ApiJson<ProvisionOutcome>> {
     caller.admin("provision")?;
-    Ok(ApiJson(metal_service::metal::provision::provision(&app, request, None).await?))
+    Ok(ApiJson(metal_machines::metal::provision::provision(&app.machines, request, None).await?))
 }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest as _, Sha256};
 
 use super::{ApiJson, Caller};
-use metal_service::app::AppState;
+use crate::AppState;
 use metal_store::{self as store, capacity::StoredResponse};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationState, Window};
@@ -53,7 +53,7 @@ pub async fn create_reservation(
     match written {
         Ok(Created::Replay(stored)) => Ok(replay(&stored)),
         Ok(Created::Placed(json)) => {
-            app.events.notify_waiters();
+            app.store.events_committed();
             Ok((StatusCode::CREATED, [(axum::http::header::CONTENT_TYPE, "application/json")], json).into_response())
         }
         Ok(Created::Refused(e)) => Err(e),
@@ -143,7 +143,7 @@ fn create_in(
     // and internal errors are not, so a corrected retry with the same key can succeed.
     // A refusal that asks for a retry (placement raced other writers) is not an answer to
     // keep: the retry must be able to succeed.
-    let outcome = match metal_service::capacity::place_and_book(&app.placement, tx, request, window, now) {
+    let outcome = match metal_capacity::place_and_book(&app.placement, tx, request, window, now) {
         Ok(reservation) => Ok(reservation),
         Err(e @ (ApiError::Conflict(_) | ApiError::NotFound(_))) => Err(e),
         Err(other) => return Err(other),
@@ -214,6 +214,7 @@ async fn change(
     let (id, from, reason, now, scope) =
         (id.to_owned(), from.to_vec(), reason.to_owned(), app.clock.now(), caller.tenant_scope().map(str::to_owned));
     let updated = app
+        .store
         .change(move |tx| {
             let current = store::capacity::get_reservation(tx, &id)?.ok_or_else(|| ApiError::NotFound(what.clone()))?;
             if scope.is_some_and(|own| own != current.tenant_id) {

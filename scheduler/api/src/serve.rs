@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use tracing::info;
 
-use metal_service::app::{AppState, spawn_reaper};
+use crate::AppState;
 
 /// Serves the API on `listener` (and the boot service's TLS listener on `boot`) until SIGINT
 /// or SIGTERM, then finishes in-flight requests.
 pub async fn serve(app: AppState, listeners: Listeners) -> std::io::Result<()> {
-    spawn_reaper(app.clone());
-    metal_service::metal::workflow::spawn(app.clone(), app.config.workflow_interval);
+    crate::passes::spawn(app.clone());
+    metal_machines::metal::workflow::spawn(app.machines.clone(), app.config.workflow_interval);
     let stop = Arc::new(tokio::sync::watch::channel(false).0);
     let stopped = |stop: &Arc<tokio::sync::watch::Sender<bool>>| {
         let mut seen = stop.subscribe();
@@ -23,19 +23,23 @@ pub async fn serve(app: AppState, listeners: Listeners) -> std::io::Result<()> {
     let mut tasks = Vec::new();
     if let Some(boot) = listeners.boot {
         let (app, stopped) = (app.clone(), stopped(&stop));
-        tasks.push(tokio::spawn(async move { metal_service::metal::boot::tls::serve(app, boot, stopped).await }));
+        tasks.push(tokio::spawn(
+            async move { metal_machines::metal::boot::tls::serve(app.machines, boot, stopped).await },
+        ));
     }
     if let Some(firmware) = listeners.firmware {
         info!(address = %firmware.local_addr()?, "firmware routes (plain HTTP) up");
         let (router, stopped) = (crate::firmware_router(app.clone()), stopped(&stop));
         tasks.push(tokio::spawn(async move {
-            metal_service::http_server::serve(firmware, router, stopped).await;
+            metal_machines::http_server::serve(firmware, router, stopped).await;
             Ok(())
         }));
     }
     if let Some(gateway) = listeners.console_ssh {
         let (app, stopped) = (app.clone(), stopped(&stop));
-        tasks.push(tokio::spawn(async move { metal_service::console_ssh::serve(app, gateway, stopped).await }));
+        tasks.push(tokio::spawn(
+            async move { metal_machines::console_ssh::serve(app.machines, gateway, stopped).await },
+        ));
     }
     let shutdown = shutdown_signal();
     let tls = app.api_tls.clone();
@@ -44,11 +48,11 @@ pub async fn serve(app: AppState, listeners: Listeners) -> std::io::Result<()> {
     match tls {
         Some(config) => {
             info!(%address, scheme = "https", "metal-scheduler listening");
-            metal_service::http_server::serve_tls(listeners.api, config, shutdown, move |_| router.clone()).await;
+            metal_machines::http_server::serve_tls(listeners.api, config, shutdown, move |_| router.clone()).await;
         }
         None => {
             info!(%address, scheme = "http", "metal-scheduler listening");
-            metal_service::http_server::serve(listeners.api, router, shutdown).await;
+            metal_machines::http_server::serve(listeners.api, router, shutdown).await;
         }
     }
     stop.send_replace(true);

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 
 use super::{ApiJson, ApiPath, Caller};
-use metal_service::app::AppState;
+use crate::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::switch::{NodePort, NodePortsPut, PortSource, SwitchCreate, SwitchInfo};

@@ -4,8 +4,8 @@
 
 use axum::extract::State;
 
+use crate::AppState;
 use crate::{ApiJson, ApiPath, Caller};
-use metal_service::app::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::node::{Node, NodeState};
@@ -25,7 +25,7 @@ pub async fn list_teardowns(
         .store
         .read(move |tx| {
             store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
-            Ok::<_, ApiError>(store::workflows::for_node(tx, &id, metal_service::metal::teardown::PREFIX)?)
+            Ok::<_, ApiError>(store::workflows::for_node(tx, &id, metal_machines::metal::teardown::PREFIX)?)
         })
         .await?;
     Ok(ApiJson(runs))
@@ -44,6 +44,7 @@ pub async fn recover_node(
     caller.admin(&format!("node {id}"))?;
     let (deadlines, now) = (app.config.deadlines, app.clock.now());
     let node = app
+        .store
         .change(move |tx| {
             let node = store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
             if !node.tenant_root || node.state != NodeState::Failed {
@@ -56,7 +57,7 @@ pub async fn recover_node(
             }
             let reason =
                 format!("recovered: the teardown runs again (was: {})", node.state_reason.clone().unwrap_or_default());
-            metal_service::metal::teardown::begin(tx, &node, &reason, &deadlines, now)?;
+            metal_machines::metal::teardown::begin(tx, &node, &reason, &deadlines, now)?;
             store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))
         })
         .await?;

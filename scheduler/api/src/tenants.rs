@@ -7,7 +7,7 @@ use crate::ApiPath;
 use axum::http::StatusCode;
 
 use super::{ApiJson, Caller};
-use metal_service::app::AppState;
+use crate::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::tenant::{
@@ -33,6 +33,7 @@ pub async fn create_tenant(
     let tenant = Tenant { id: create.id, name };
     let now = app.clock.now();
     let tenant = app
+        .store
         .change(move |tx| {
             if !store::auth::create_tenant(tx, &tenant, now)? {
                 return Err(ApiError::Conflict(format!("tenant {} already exists", tenant.id)));
@@ -76,16 +77,16 @@ pub async fn get_tenant(
 /// Delete a tenant: its live reservations end (node bindings are torn down), the machines of
 /// its own pools are retired, its credentials revoked.
 #[utoipa::path(delete, path = "/v1/tenants/{id}", params(("id" = String, Path, description = "tenant id")),
-    responses((status = 200, body = metal_service::capacity::tenants::TenantDeleted), (status = 404, body = metal_types::error::ErrorBody),
+    responses((status = 200, body = metal_capacity::tenants::TenantDeleted), (status = 404, body = metal_types::error::ErrorBody),
               (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn delete_tenant(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<metal_service::capacity::tenants::TenantDeleted>> {
+) -> ApiResult<ApiJson<metal_capacity::tenants::TenantDeleted>> {
     caller.admin(&format!("tenant {id}"))?;
     let now = app.clock.now();
-    Ok(ApiJson(app.change(move |tx| metal_service::capacity::tenants::delete(tx, &id, now)).await?))
+    Ok(ApiJson(app.store.change(move |tx| metal_capacity::tenants::delete(tx, &id, now)).await?))
 }
 
 /// Create an API credential. The token is in this response only; it is stored hashed.
@@ -111,6 +112,7 @@ pub async fn create_credential(
     };
     let now = app.clock.now();
     let (credential, token) = app
+        .store
         .change(move |tx| {
             let tenant_id = tenant_id.as_deref();
             if let Some(t) = tenant_id
@@ -156,15 +158,16 @@ pub async fn revoke_credential(
         return Err(ApiError::Conflict("a credential cannot revoke itself (use another admin credential)".into()));
     }
     let now = app.clock.now();
-    app.change(move |tx| {
-        if !store::auth::revoke_credential(tx, &id, now)? {
-            return Err(ApiError::NotFound(format!("live credential {id}")));
-        }
-        let data = serde_json::json!({"credential": id});
-        store::events::append(tx, "credential.revoked", &format!("credential/{id}"), None, &data, now)?;
-        Ok(())
-    })
-    .await?;
+    app.store
+        .change(move |tx| {
+            if !store::auth::revoke_credential(tx, &id, now)? {
+                return Err(ApiError::NotFound(format!("live credential {id}")));
+            }
+            let data = serde_json::json!({"credential": id});
+            store::events::append(tx, "credential.revoked", &format!("credential/{id}"), None, &data, now)?;
+            Ok(())
+        })
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -222,7 +225,7 @@ pub async fn put_ssh_keys(
     own_tenant(&caller, &id)?;
     keys.validate()?;
     let (what, now, stored) = (format!("tenant {id}"), app.clock.now(), keys.keys.clone());
-    let set = app.change(move |conn| Ok(store::auth::set_tenant_ssh_keys(conn, &id, &stored, now)?)).await?;
+    let set = app.store.change(move |conn| Ok(store::auth::set_tenant_ssh_keys(conn, &id, &stored, now)?)).await?;
     if !set {
         return Err(ApiError::NotFound(what));
     }

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use utoipa::IntoParams;
 
 use super::{ApiJson, Caller};
-use metal_service::app::AppState;
+use crate::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::usage::Usage;

@@ -8,6 +8,11 @@
 //! the backend differences stay in `sqlite` and `postgres`: SQLite has one writer thread,
 //! PostgreSQL serialises conflicting writers with the row locks the compare-and-set
 //! UPDATEs take.
+//!
+//! The store also says when something changed: `Store::change` is a write after which the
+//! change counter moves and the event waiters wake. Caches above (the placement cache)
+//! compare the counter with the one they were filled at, so nothing below needs to know
+//! them; a write that must not drop them (a booking) uses `Store::write`.
 
 pub mod attestations;
 pub mod auth;
@@ -32,6 +37,9 @@ pub mod workflows;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
 
 pub use db::{Conn, DbError, DbResult, Row};
 
@@ -57,6 +65,15 @@ pub enum Backend {
     Postgres,
 }
 
+/// What [`Store::change`] tells readers in this process.
+#[derive(Debug, Default)]
+struct Changes {
+    /// Moves after every change but a booking.
+    count: AtomicU64,
+    /// Woken whenever events are committed.
+    events: Notify,
+}
+
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -78,6 +95,7 @@ enum Engine {
 #[derive(Debug, Clone)]
 pub struct Store {
     engine: Arc<Engine>,
+    changes: Arc<Changes>,
 }
 
 impl Store {
@@ -101,7 +119,7 @@ impl Store {
         })
         .await
         .map_err(|_| DbError::WorkerGone)??;
-        Ok(Self { engine: Arc::new(engine) })
+        Ok(Self { engine: Arc::new(engine), changes: Arc::default() })
     }
 
     /// Which backend.
@@ -123,6 +141,42 @@ impl Store {
             Engine::Sqlite(db) => db.write(f).await,
             Engine::Postgres(db) => db.transaction(f).await,
         }
+    }
+
+    /// Runs a change other than a booking in one write transaction; once it commits the
+    /// change counter moves and event waiters are woken ([`Store::changed`]).
+    pub async fn change<T, F>(&self, f: F) -> Result<T, metal_types::error::ApiError>
+    where
+        F: FnOnce(&mut dyn Conn) -> Result<T, metal_types::error::ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let out = self.write(f).await?;
+        self.changed();
+        Ok(out)
+    }
+
+    /// Says that a change committed (by [`Store::write`], when the caller knows it changed
+    /// something): the change counter moves and event waiters are woken.
+    pub fn changed(&self) {
+        self.changes.count.fetch_add(1, Ordering::AcqRel);
+        self.changes.events.notify_waiters();
+    }
+
+    /// Says that events committed without a change a cache must see (a booking, meter
+    /// records, an image's progress): event waiters are woken.
+    pub fn events_committed(&self) {
+        self.changes.events.notify_waiters();
+    }
+
+    /// How many changes this process committed so far: a cache filled at one count is stale
+    /// at any other.
+    pub fn change_count(&self) -> u64 {
+        self.changes.count.load(Ordering::Acquire)
+    }
+
+    /// Woken whenever events are committed (long-poll and SSE waiters).
+    pub fn events(&self) -> &Notify {
+        &self.changes.events
     }
 
     /// Runs `f` in a read transaction (one consistent snapshot).

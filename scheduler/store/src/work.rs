@@ -8,9 +8,12 @@
 use serde_json::Value;
 use time::OffsetDateTime;
 
+use tracing::{info, warn};
+
 use crate::db::to_json;
-use crate::{Conn, DbResult};
-use metal_types::clock::{from_millis, to_millis};
+use crate::{Conn, DbResult, Store};
+use metal_types::clock::{Clock, from_millis, to_millis};
+use metal_types::error::ApiError;
 use metal_types::work::{CapacityNotice, MetalWork};
 
 /// Whose queue a row is on.
@@ -110,4 +113,41 @@ pub fn take(conn: &mut dyn Conn, side: Side, id: &str, now: OffsetDateTime) -> D
 pub fn set_result(conn: &mut dyn Conn, side: Side, id: &str, result: &str) -> DbResult<()> {
     conn.execute(&format!("UPDATE {} SET result = $1 WHERE id = $2", side.table()), &[&result, &id])?;
     Ok(())
+}
+
+/// Handles every queued work row of `side`, each in the one change that takes it and acts on
+/// it (`handle` says what it did); a row whose handling fails stays queued. Returns how many
+/// were handled.
+pub async fn drain<H>(store: &Store, clock: &dyn Clock, side: Side, handle: H) -> Result<usize, ApiError>
+where
+    H: Fn(&mut dyn Conn, &WorkItem, OffsetDateTime) -> Result<String, ApiError> + Clone + Send + 'static,
+{
+    let items = store.read(move |tx| queued(tx, side, 64)).await?;
+    let mut handled = 0;
+    for item in items {
+        let (id, now, handle) = (item.id.clone(), clock.now(), handle.clone());
+        let outcome = store
+            .change(move |tx| {
+                // Taken first: a row another replica took meanwhile is left alone. (Handled
+                // first, a replica that lost the take still committed what it did: on
+                // PostgreSQL a lease start another replica had begun was refused, and its
+                // reservation failed. metal-sim's chaos with two replicas found it.)
+                if !take(tx, side, &item.id, now)? {
+                    return Ok(None);
+                }
+                let result = handle(tx, &item, now)?;
+                set_result(tx, side, &item.id, &result)?;
+                Ok(Some(result))
+            })
+            .await;
+        match outcome {
+            Ok(Some(result)) => {
+                info!(work = %id, ?side, %result, "work handled");
+                handled += 1;
+            }
+            Ok(None) => {}
+            Err(e) => warn!(work = %id, ?side, error = %e, "work failed; it stays queued"),
+        }
+    }
+    Ok(handled)
 }

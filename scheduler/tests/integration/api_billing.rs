@@ -46,14 +46,21 @@ async fn a_lease_bound_and_released_mid_hour_bills_pro_rata_and_only_once() {
     degraded[1]["healthy"] = json!(false);
     let (s, _) = site.admin("PATCH", "/v1/nodes/n1", Some(json!({"devices": degraded}))).await;
     assert_eq!(s, 200);
-    assert!(metal_service::app::bill_once(&site.app).await.unwrap() > 0, "the 10:00 window is complete");
+    assert!(
+        metal_capacity::billing::bill_once(&site.app.store, &*site.app.clock).await.unwrap() > 0,
+        "the 10:00 window is complete"
+    );
 
     site.clock.advance(Duration::from_secs(105 * 60)); // 13:15: released
     let (s, _) = site.call(Some(&acme), "POST", &format!("/v1/reservations/{id}/release"), None).await;
     assert_eq!(s, 200);
-    metal_service::app::bill_once(&site.app).await.unwrap();
+    metal_capacity::billing::bill_once(&site.app.store, &*site.app.clock).await.unwrap();
     site.clock.advance(Duration::from_secs(3 * 3600));
-    assert_eq!(metal_service::app::bill_once(&site.app).await.unwrap(), 0, "emitting again bills nothing twice");
+    assert_eq!(
+        metal_capacity::billing::bill_once(&site.app.store, &*site.app.clock).await.unwrap(),
+        0,
+        "emitting again bills nothing twice"
+    );
 
     let (s, usage) = site.call(Some(&acme), "GET", "/v1/usage", None).await;
     assert_eq!(s, 200, "{usage}");
@@ -94,8 +101,8 @@ async fn an_unbound_or_never_started_lease_bills_nothing() {
     let body = json!({"tenantId": "acme", "poolId": "p1", "duration": "1d", "binding": "node", "node": {"profileId": "os", "profileVersion": 1}});
     site.call(Some(&acme), "POST", "/v1/reservations", Some(body)).await;
     site.clock.advance(Duration::from_secs(3 * 3600));
-    metal_service::capacity::leases::tick(&site.app).await.unwrap();
-    assert_eq!(metal_service::app::bill_once(&site.app).await.unwrap(), 0);
+    metal_capacity::leases::tick(&site.app.store, &*site.app.clock).await.unwrap();
+    assert_eq!(metal_capacity::billing::bill_once(&site.app.store, &*site.app.clock).await.unwrap(), 0);
     let (_, usage) = site.call(Some(&acme), "GET", "/v1/usage", None).await;
     assert_eq!(usage["records"], json!([]));
 }

@@ -173,14 +173,14 @@ async fn the_reaper_fails_overdue_work_with_a_reason() {
     site.clock.advance(Duration::from_secs(30 * 60));
     mv(&site, "n2", json!({"from": "new", "to": "commissioning", "owner": "ramdisk-8"})).await;
     site.clock.advance(Duration::from_secs(31 * 60));
-    assert_eq!(metal_service::app::reap_once(&site.app).await.unwrap(), 1, "only n1 is past its hour");
+    assert_eq!(metal_machines::app::reap_once(&site.app).await.unwrap(), 1, "only n1 is past its hour");
     let (_, n1) = site.admin("GET", "/v1/nodes/n1", None).await;
     assert_eq!(n1["state"], "failed");
     assert_eq!(n1["failedFrom"], "commissioning");
     assert!(n1["stateReason"].as_str().unwrap().contains("ramdisk-7"), "{n1}");
     let (_, n2) = site.admin("GET", "/v1/nodes/n2", None).await;
     assert_eq!(n2["state"], "commissioning");
-    assert_eq!(metal_service::app::reap_once(&site.app).await.unwrap(), 0);
+    assert_eq!(metal_machines::app::reap_once(&site.app).await.unwrap(), 0);
 }
 
 #[tokio::test]

@@ -259,7 +259,7 @@ async fn fifty_concurrent_creates_for_the_last_free_node_exactly_one_wins() {
 #[tokio::test]
 async fn leases_end_at_their_time_and_unbound_node_leases_fail_after_two_hours() {
     let (site, acme) = site_with_nodes(1, 2).await;
-    let tick = || metal_service::capacity::leases::tick(&site.app);
+    let tick = || metal_capacity::leases::tick(&site.app.store, &*site.app.clock);
     let (_, unbound) = reserve(&site, &acme, lease(json!({"duration": "1d"}))).await;
     let (_, bound) = reserve(&site, &acme, lease(json!({"duration": "1d"}))).await;
     let bound_id = bound["id"].as_str().unwrap();

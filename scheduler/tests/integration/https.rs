@@ -59,7 +59,7 @@ fn the_site_ca_certifies_the_api_and_metalctl_trusts_only_what_it_is_told() {
     let o = run(&["--ca-file", ca.to_str().unwrap(), "node", "list"]);
     assert!(o.status.success() && text(&o).starts_with("ID"), "{}", text(&o));
     let fingerprint =
-        metal_service::ca_files::load(&data.path().join("ca")).unwrap().certificate().fingerprint_sha256();
+        metal_machines::ca_files::load(&data.path().join("ca")).unwrap().certificate().fingerprint_sha256();
     let o = run(&["--ca-fingerprint", &fingerprint, "node", "list"]);
     assert!(o.status.success(), "{}", text(&o));
     // The serial console's WebSocket goes over the same TLS, trusting the same CA: the

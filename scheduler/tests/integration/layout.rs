@@ -1,115 +1,12 @@
-//! The seed's rule, kept by the layout: the capacity side (`metal-service`'s `capacity`:
-//! pools, reservations, placement, billing) and the metal side (its `metal`: nodes' workflows, the
-//! boot service, BMCs, images, provisioning) never import each other; they talk only through
-//! work rows (`store::work`). The types (`metal-types`: model, error, clock, duration, config,
-//! secrets) and the store (`metal-store`, on the types alone) are crates below the service,
-//! so the compiler keeps them from importing it; the API (`metal-api`) sits above the service.
-//! Inside `metal-service` this test reads every source file of each side and fails on a path
-//! that runs the wrong way; across crates it reads `cargo metadata` and fails on a dependency
-//! that points up the table of layers.
+//! The seed's rule, kept by the compiler: the capacity side (`metal-capacity`: placement,
+//! reservations, billing) and the metal side (`metal-machines`: nodes' workflows, the boot
+//! service, BMCs, images, provisioning) are crates in one layer, so neither can import the
+//! other; they talk only through work rows (`store::work`). The types (`metal-types`) and the
+//! store (`metal-store`) sit below both; the API (`metal-api`), the one crate that composes
+//! the two sides, sits above. This test reads `cargo metadata` and fails on a dependency that
+//! does not point down the table of layers.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// The first path segment after every `crate::` (each item of a `crate::{...}` group too),
-/// outside line comments.
-fn crate_paths(text: &str) -> Vec<String> {
-    let code: String = text
-        .lines()
-        .map(|l| match l.find("//") {
-            Some(i) => &l[..i],
-            None => l,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut found = Vec::new();
-    let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
-    for (i, _) in code.match_indices("crate::") {
-        let rest = &code[i + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 0;
-            let mut item_start = true;
-            for (j, c) in group.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => item_start = true,
-                    c if item_start && !c.is_whitespace() => {
-                        found.push(ident(&group[j..]));
-                        item_start = false;
-                    }
-                    _ => {}
-                }
-            }
-        } else {
-            found.push(ident(rest));
-        }
-    }
-    found
-}
-
-/// Files under `service/src/` at `places` (folders or files) with a `crate::` path whose first
-/// segment `allowed` rejects.
-fn violations(places: &[&str], allowed: impl Fn(&str) -> bool) -> Vec<String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("service/src");
-    let mut files = Vec::new();
-    for place in places {
-        let path = src.join(place);
-        if path.is_dir() {
-            sources(&path, &mut files);
-        } else {
-            assert!(path.is_file(), "no source {}", path.display());
-            files.push(path);
-        }
-    }
-    let mut bad = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap();
-        let relative = file.strip_prefix(&src).unwrap().display().to_string();
-        let mut wrong: Vec<String> = crate_paths(&text).into_iter().filter(|p| !allowed(p)).collect();
-        wrong.extend(super_paths(&text).into_iter().filter(|p| !allowed(p)));
-        wrong.sort();
-        wrong.dedup();
-        if !wrong.is_empty() {
-            bad.push(format!("{relative} ({})", wrong.join(", ")));
-        }
-    }
-    bad
-}
-
-/// The module named after every `super::super::` (from a file one folder down, a module at
-/// the crate root).
-fn super_paths(text: &str) -> Vec<String> {
-    text.match_indices("super::super::")
-        .map(|(i, _)| {
-            text[i + "super::super::".len()..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
-        })
-        .collect()
-}
-
-#[test]
-fn the_capacity_side_never_imports_the_metal_side() {
-    let bad = violations(&["capacity"], |p| p != "metal");
-    assert!(bad.is_empty(), "capacity files that import metal: {bad:?}");
-}
-
-#[test]
-fn the_metal_side_never_imports_the_capacity_side() {
-    let bad = violations(&["metal"], |p| p != "capacity");
-    assert!(bad.is_empty(), "metal files that import capacity: {bad:?}");
-}
 
 /// The workspace's crates by layer, lowest first: a crate may depend (normal or build
 /// dependencies) only on crates of lower layers; dev-dependencies are free.
@@ -120,7 +17,8 @@ const LAYERS: [&[&str]; 11] = [
     &["metal-boot"],
     &["metal-agent", "metal-types"],
     &["metal-store", "metalctl"],
-    &["metal-service"],
+    // The two sides: one layer, so neither may depend on the other.
+    &["metal-capacity", "metal-machines"],
     &["metal-api"],
     &["metal-scheduler"],
     &["metal-tests"],
@@ -190,11 +88,4 @@ fn metalctl_builds_without_the_service_or_its_server_stack() {
         assert!(!closure.contains(&server), "metalctl depends on {server}:\n{text}");
     }
     assert!(closure.contains(&"metal-types") && closure.contains(&"reqwest"), "{text}");
-}
-
-#[test]
-fn the_scan_finds_paths_in_use_groups_and_expressions() {
-    let text = "use crate::{model::x, metal::y};\n// crate::capacity in a comment\nlet z = crate::capacity::f();";
-    assert_eq!(crate_paths(text), ["model", "metal", "capacity"]);
-    assert_eq!(super_paths("use super::super::app::App;"), ["app"]);
 }

@@ -10,7 +10,7 @@ use crate::common;
 use std::sync::Arc;
 
 use common::Site;
-use metal_service::app;
+use metal_machines::app;
 use metal_types::clock::ManualClock;
 use metal_types::config::Config;
 use serde_json::{Value, json};
@@ -112,7 +112,7 @@ async fn two_replicas_bootstrapping_one_empty_database_both_start_with_one_admin
                 database_url: Some(database.clone()),
                 ..Config::default()
             };
-            app::start(config, Arc::new(ManualClock::new(datetime!(2026-12-01 10:00:00 UTC))))
+            metal_api::start(config, Arc::new(ManualClock::new(datetime!(2026-12-01 10:00:00 UTC))))
         };
         let (a, b) = tokio::join!(start(&dir_a), start(&dir_b));
         let (a, b) = (a.expect("replica a starts"), b.expect("replica b starts"));

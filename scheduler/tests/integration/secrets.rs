@@ -288,7 +288,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     assert_eq!(task, "commission", "{script}");
     let file = http.get(format!("{}/boot/files/vmlinuz?token={ramdisk_token}", s.admin.url)).send().unwrap();
     answers.push(file.text().unwrap());
-    let ca = metal_service::ca_files::load(&data.path().join("ca")).unwrap();
+    let ca = metal_machines::ca_files::load(&data.path().join("ca")).unwrap();
     let pin = metal_bmc::tls::parse_fingerprint(&ca.certificate().fingerprint_sha256()).unwrap();
     let tls = metal_bmc::tls::client_config(&metal_bmc::tls::TlsTrust::CaFingerprint(pin)).unwrap();
     let boot_http = reqwest::blocking::Client::builder().use_preconfigured_tls(tls).build().unwrap();
@@ -350,7 +350,7 @@ fn no_secret_of_a_whole_lease_shows_in_logs_command_lines_answers_or_the_databas
     ];
     // The console gateway's host key: every line of its body but the first, which holds the
     // public half.
-    let host_key = std::fs::read_to_string(data.path().join(metal_service::console_ssh::HOST_KEY)).unwrap();
+    let host_key = std::fs::read_to_string(data.path().join(metal_machines::console_ssh::HOST_KEY)).unwrap();
     let body: Vec<&str> = host_key.lines().filter(|l| !l.starts_with("-----")).skip(1).collect();
     assert!(!body.is_empty(), "{host_key}");
     secrets.extend(body.iter().map(|line| ("the console gateway's host key", *line)));

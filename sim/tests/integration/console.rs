@@ -46,7 +46,7 @@ fn the_console_in_a_real_browser_against_a_simulated_site() {
             .filter(|id| ![&clean, &refused, &active].contains(&id))
             .collect();
 
-        let admin_token = std::fs::read_to_string(site.data_dir().join(metal_service::app::ADMIN_TOKEN_FILE)).unwrap();
+        let admin_token = std::fs::read_to_string(site.data_dir().join(metal_machines::app::ADMIN_TOKEN_FILE)).unwrap();
         let member = |tenant: &str| {
             let site = &site;
             let body = json!({"role": "tenant-member", "tenantId": tenant, "name": format!("{tenant} console test")});

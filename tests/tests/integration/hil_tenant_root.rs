@@ -409,7 +409,7 @@ fn lease_end_to_end(kind: Kind) {
             assert_eq!(domain.settle("shut off", Duration::from_secs(60)), "shut off")
         }
     }
-    assert!(s.block_on(metal_service::app::bill_once(&s.app)).unwrap() > 0);
+    assert!(s.block_on(metal_capacity::billing::bill_once(&s.app.store, &*s.app.clock)).unwrap() > 0);
     let (_, usage) = s.call("GET", "/v1/usage?tenantId=acme", None);
     assert!(usage["totals"]["node.metal.hours"].as_f64().unwrap() > 0.0, "{usage}");
 }

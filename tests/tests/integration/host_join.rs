@@ -288,7 +288,7 @@ fn a_deployed_os_joins_as_a_host_renews_and_loses_its_authority_when_the_identit
     let node = s.block_on(s.app.store.read(|tx| store::nodes::get(tx, "n1"))).unwrap().unwrap();
     let tenancy = store::nodes::Tenancy { lease: Some("alloc-1".into()), release_wipe: Some("secure-erase".into()) };
     let now = s.app.clock.now();
-    s.block_on(s.app.change(move |tx| store::nodes::set_tenancy(tx, &node, &tenancy, now))).unwrap();
+    s.block_on(s.app.store.change(move |tx| store::nodes::set_tenancy(tx, &node, &tenancy, now))).unwrap();
     let message = forbidden(
         metal_agent::renew(&config, retry()).map_err(controller_error),
         "a certificate of an older generation renewed",
@@ -305,7 +305,7 @@ fn a_deployed_os_joins_as_a_host_renews_and_loses_its_authority_when_the_identit
     }
     let now = s.app.clock.now();
     let (tenant_token, _) = s
-        .block_on(s.app.change(move |tx| {
+        .block_on(s.app.store.change(move |tx| {
             Ok(store::hosts::issue_token(tx, operator_token("n1", 2), now, Duration::from_secs(600))?)
         }))
         .unwrap();
@@ -415,7 +415,7 @@ fn two_replicas_joining_with_one_token_at_once_issue_one_certificate() {
     for round in 0..6 {
         let now = s.app.clock.now();
         let (token, _) = s
-            .block_on(s.app.change(move |tx| {
+            .block_on(s.app.store.change(move |tx| {
                 Ok(store::hosts::issue_token(tx, operator_token("n4", 1), now, Duration::from_secs(600))?)
             }))
             .unwrap();
@@ -458,7 +458,7 @@ fn an_enrolment_token_that_lapses_unused_is_reported_and_refused_afterwards() {
     let config = site.deployed("52:54:00:00:00:05", &site.dir.path().join("root"));
     s.clock.advance(s.app.config.boot.host_token_ttl + Duration::from_secs(1));
     // The lapse pass tells of a host that never came, once.
-    let lapse = || s.block_on(metal_service::metal::boot::hosts::lapse_once(&s.app)).unwrap();
+    let lapse = || s.block_on(metal_machines::metal::boot::hosts::lapse_once(&s.app.machines)).unwrap();
     assert_eq!((lapse(), lapse()), (1, 0));
     let missing = s.events("host.join.missing");
     assert!(missing[0]["data"]["reason"].as_str().unwrap().contains("never reached the join service"), "{missing:?}");

@@ -8,9 +8,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
+use metal_machines::ca_files::{self, IssueRequest};
 use metal_protocol::identity::signing_key_pem;
 use metal_protocol::{Envelope, Role, Signer, SigningKey, WipeReport};
-use metal_service::ca_files::{self, IssueRequest};
 
 const DAY: Duration = Duration::from_secs(86400);
 

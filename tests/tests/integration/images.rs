@@ -283,7 +283,7 @@ fn a_restart_mid_import_resumes_the_download() {
     });
     assert_eq!(s.call("GET", &format!("/v1/images/{id}"), None).1["state"], "importing");
     std::thread::sleep(Duration::from_millis(700)); // the dead worker's lease lapses
-    let resumed = s.block_on(metal_service::metal::images::import::resume_orphans(&s.app)).unwrap();
+    let resumed = s.block_on(metal_machines::metal::images::import::resume_orphans(&s.app.machines)).unwrap();
     assert_eq!(resumed, 1);
     let image = wait(&s, &id);
     assert_eq!(image["state"], "ready", "{image}");
@@ -421,7 +421,7 @@ fn profiles_provision_the_smallest_fitting_nodes_and_the_boot_listener_serves_th
                        "autoDeploy": {"desired": 2}});
     let (status, body) = s.call("POST", "/v1/profiles", Some(batch));
     assert_eq!(status, 201, "{body}");
-    let auto = || s.block_on(metal_service::metal::provision::auto_deploy_once(&s.app)).unwrap();
+    let auto = || s.block_on(metal_machines::metal::provision::auto_deploy_once(&s.app.machines)).unwrap();
     assert_eq!(auto(), 1);
     assert_eq!(s.node("far")["state"], "deploying");
     assert_eq!(auto(), 0, "still one short, and no ready node of z2 left");
@@ -494,7 +494,7 @@ fn two_replicas_never_run_one_import_twice_and_the_survivor_takes_over() {
         .to_owned();
     // While A's worker holds the import, B's pass finds nothing to take: one download only.
     for _ in 0..5 {
-        assert_eq!(b.block_on(metal_service::metal::images::import::resume_orphans(&b.app)).unwrap(), 0);
+        assert_eq!(b.block_on(metal_machines::metal::images::import::resume_orphans(&b.app.machines)).unwrap(), 0);
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(mirror.server.log.lock().unwrap().requests.len(), 1, "only A downloads");
@@ -502,7 +502,7 @@ fn two_replicas_never_run_one_import_twice_and_the_survivor_takes_over() {
     let done_by_a = b.call("GET", &format!("/v1/images/{id}"), None).1["progress"]["bytesDone"].as_u64().unwrap();
     let _files = a.kill();
     b.clock.advance(Duration::from_secs(1));
-    assert_eq!(b.block_on(metal_service::metal::images::import::resume_orphans(&b.app)).unwrap(), 1);
+    assert_eq!(b.block_on(metal_machines::metal::images::import::resume_orphans(&b.app.machines)).unwrap(), 1);
     let image = wait(&b, &id);
     assert_eq!(image["state"], "ready", "{image}");
     let requests = mirror.server.log.lock().unwrap().requests.clone();

@@ -20,9 +20,9 @@
 use std::time::Duration;
 
 use metal_boot::controller::{self, Retry};
+use metal_machines::metal;
 use metal_protocol::measurement::AttestationReport;
 use metal_protocol::{InventoryReport, Role, WipeReport};
-use metal_service::{capacity, metal};
 use metal_tests::emulators::{IpmiSim, SUSHY_PASSWORD, Sushy};
 use metal_tests::leases::{
     MAC, installer_done, inventory, ipmi, later, leased_and_deployed, ok, reserve, site, wipe_report,
@@ -168,7 +168,7 @@ fn a_lease_runs_from_reservation_to_a_clean_ready_node_two_generations_later() {
     assert_eq!(ready.last().unwrap()["data"]["evidence"], run["id"], "{ready:?}");
 
     // The meter rows: the four bound minutes, billed to acme.
-    assert!(s.block_on(metal_service::app::bill_once(&s.app)).unwrap() > 0);
+    assert!(s.block_on(metal_capacity::billing::bill_once(&s.app.store, &*s.app.clock)).unwrap() > 0);
     let (_, usage) = s.call("GET", "/v1/usage?tenantId=acme", None);
     let hours = usage["totals"]["node.metal.hours"].as_f64().unwrap();
     assert!((hours - 240.0 / 3600.0).abs() < 1e-9, "bound at the deploy's end, released 240 s later: {usage}");
@@ -595,8 +595,8 @@ fn a_wipe_report_from_before_the_erase_step_neither_counts_nor_stops_the_erase_b
     let reservation = leased_and_deployed(&s);
     ok(&s, "POST", &format!("/v1/reservations/{reservation}/release"), Value::Null);
     // The teardown is created (the node releasing), not yet run.
-    s.block_on(capacity::leases::tick(&s.app)).unwrap();
-    s.block_on(metal::work::drain_once(&s.app)).unwrap();
+    s.block_on(metal_capacity::leases::tick(&s.app.store, &*s.app.clock)).unwrap();
+    s.block_on(metal::work::drain_once(&s.app.machines)).unwrap();
     // Before its first step nobody booted the node: a network boot gets nothing to run.
     let (_, script) = s.get_text(&format!("/boot/ipxe?mac={MAC}"));
     assert!(script.contains("nothing to run (no boot was started for it)"), "{script}");

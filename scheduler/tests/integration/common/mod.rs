@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use metal_service::app::{self, App};
+use metal_machines::app;
 use metal_types::clock::ManualClock;
 use metal_types::config::Config;
 use serde_json::Value;
@@ -16,7 +16,7 @@ pub struct Site {
     pub url: String,
     pub admin: String,
     pub clock: ManualClock,
-    pub app: Arc<App>,
+    pub app: metal_api::AppState,
     pub http: reqwest::Client,
     /// The database: a PostgreSQL URL, or None for the SQLite file in the data directory.
     pub database_url: Option<String>,
@@ -71,12 +71,12 @@ impl Site {
         let mut config =
             Config { data_dir: dir.path().to_path_buf(), database_url: database.clone(), ..Config::default() };
         configure(&mut config);
-        let app = app::start(config, Arc::new(clock.clone())).await.unwrap();
+        let app = metal_api::start(config, Arc::new(clock.clone())).await.unwrap();
         let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let router = metal_api::router(app.clone());
-        tokio::spawn(metal_service::http_server::serve(listener, router, std::future::pending()));
+        tokio::spawn(metal_machines::http_server::serve(listener, router, std::future::pending()));
         Site { url, admin, clock, app, http: reqwest::Client::new(), database_url: database, _dir: dir }
     }
 
@@ -130,7 +130,7 @@ impl Site {
             })
             .await
             .unwrap();
-        metal_service::capacity::leases::drain_once(&self.app).await.unwrap();
+        metal_capacity::leases::drain_once(&self.app.store, &*self.app.clock).await.unwrap();
     }
 
     /// Creates `tenant`'s profile `id` (version 1, an installer deploy), which node bindings

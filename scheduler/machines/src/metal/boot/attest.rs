@@ -81,6 +81,7 @@ pub async fn challenge(
     let (node_id, challenge_id) = (identity.node.clone(), id.clone());
     let ak_name = ak.name();
     let issued = app
+        .store
         .change(move |tx| {
             let node = current_node(tx, &identity)?;
             let subject = format!("node/{}", node.id);

@@ -114,7 +114,7 @@ async fn run(app: &AppState, id: &str) -> Result<(), ApiError> {
         if let Verdict::Ready { plan, .. } = &verdict {
             info!(image = %id, raw_bytes = plan.chunks.raw_size_bytes, served_bytes = plan.image.size_bytes, "image imported");
         }
-        app.events.notify_waiters();
+        app.store.events_committed();
     } else if matches!(verdict, Verdict::Ready { .. }) {
         // Deleted (or taken over) while converting: the files are not ours to keep.
         service.remove_files(id);
@@ -320,7 +320,7 @@ impl Reporter {
             })
             .await?;
         if crossed.is_some() {
-            app.events.notify_waiters();
+            app.store.events_committed();
         }
         if ours { Ok(()) } else { Err(Stop::Lost) }
     }

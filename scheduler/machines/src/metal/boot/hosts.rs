@@ -225,6 +225,7 @@ pub async fn join(
     let client = address.to_string();
     let ca = service.ca.clone();
     let outcome = app
+        .store
         .change(move |tx| {
             let token = match store::hosts::find_token(tx, &request.token, now)? {
                 Ok(token) => token,
@@ -351,38 +352,39 @@ pub async fn join_failed(
     let clip = |text: &str, n: usize| text.chars().take(n).filter(|c| !c.is_control()).collect::<String>();
     let (stage, reason) = (clip(&report.stage, 32), clip(&report.reason, 500));
     let now = app.clock.now();
-    app.change(move |tx| {
-        let token = match store::hosts::find_token(tx, &report.token, now)? {
-            Ok(token) => {
-                store::hosts::use_token(tx, &report.token, now)?;
-                token
+    app.store
+        .change(move |tx| {
+            let token = match store::hosts::find_token(tx, &report.token, now)? {
+                Ok(token) => {
+                    store::hosts::use_token(tx, &report.token, now)?;
+                    token
+                }
+                Err(refusal) => match refusal.token() {
+                    Some(token) => token.clone(),
+                    None => return Err(ApiError::Forbidden(refusal.message())),
+                },
+            };
+            let detail = format!("the first boot stopped ({stage}): {reason}");
+            store::hosts::log(
+                tx,
+                &token.node_id,
+                token.identity_generation,
+                &format!("bootstrap/{stage}"),
+                false,
+                &detail,
+                now,
+            )?;
+            if let Some(host) = store::hosts::get(tx, &token.node_id)?
+                && host.identity_generation == token.identity_generation
+                && host.state != HostState::Failed
+            {
+                store::hosts::set_state(tx, &host, HostState::Failed, now)?;
             }
-            Err(refusal) => match refusal.token() {
-                Some(token) => token.clone(),
-                None => return Err(ApiError::Forbidden(refusal.message())),
-            },
-        };
-        let detail = format!("the first boot stopped ({stage}): {reason}");
-        store::hosts::log(
-            tx,
-            &token.node_id,
-            token.identity_generation,
-            &format!("bootstrap/{stage}"),
-            false,
-            &detail,
-            now,
-        )?;
-        if let Some(host) = store::hosts::get(tx, &token.node_id)?
-            && host.identity_generation == token.identity_generation
-            && host.state != HostState::Failed
-        {
-            store::hosts::set_state(tx, &host, HostState::Failed, now)?;
-        }
-        let data = json!({"node": token.node_id, "stage": stage, "reason": reason, "enrolmentToken": token.id});
-        store::events::append(tx, "host.join.failed", &format!("node/{}", token.node_id), None, &data, now)?;
-        Ok(())
-    })
-    .await?;
+            let data = json!({"node": token.node_id, "stage": stage, "reason": reason, "enrolmentToken": token.id});
+            store::events::append(tx, "host.join.failed", &format!("node/{}", token.node_id), None, &data, now)?;
+            Ok(())
+        })
+        .await?;
     warn!(client = %address, "a first boot reported a failed join");
     Ok(axum::http::StatusCode::NO_CONTENT)
 }
@@ -446,6 +448,7 @@ pub async fn renew(
     let checked = identity.clone();
     let ca = service.ca.clone();
     let outcome = app
+        .store
         .change(move |tx| {
             let (node, host) = match connected_host(tx, &checked, &current) {
                 Ok(found) => found,
@@ -547,19 +550,20 @@ pub fn setup_report(
 /// seen, not silently absent. Returns how many lapsed.
 pub async fn lapse_once(app: &AppState) -> ApiResult<usize> {
     let now = app.clock.now();
-    app.change(move |tx| {
-        let lapsed = store::hosts::lapse_expired(tx, now)?;
-        for token in &lapsed {
-            let detail = format!(
-                "enrolment token {} expired unused at {}: the host never reached the join service (no route to \
+    app.store
+        .change(move |tx| {
+            let lapsed = store::hosts::lapse_expired(tx, now)?;
+            for token in &lapsed {
+                let detail = format!(
+                    "enrolment token {} expired unused at {}: the host never reached the join service (no route to \
                  the boot listener, a site CA that is not the pinned one, or an image without cloud-init)",
-                token.id, token.expires_at
-            );
-            store::hosts::log(tx, &token.node_id, token.identity_generation, "token", false, &detail, now)?;
-            let data = json!({"node": token.node_id, "enrolmentToken": token.id, "reason": detail});
-            store::events::append(tx, "host.join.missing", &format!("node/{}", token.node_id), None, &data, now)?;
-        }
-        Ok(lapsed.len())
-    })
-    .await
+                    token.id, token.expires_at
+                );
+                store::hosts::log(tx, &token.node_id, token.identity_generation, "token", false, &detail, now)?;
+                let data = json!({"node": token.node_id, "enrolmentToken": token.id, "reason": detail});
+                store::events::append(tx, "host.join.missing", &format!("node/{}", token.node_id), None, &data, now)?;
+            }
+            Ok(lapsed.len())
+        })
+        .await
 }

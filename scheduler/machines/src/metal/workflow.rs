@@ -226,13 +226,14 @@ async fn commit(
     }
     let first = {
         let (run, verdict) = (run.clone(), verdict.clone());
-        app.change(move |tx| {
-            if let Some(effects) = effects {
-                effects(tx, &run)?;
-            }
-            finish(tx, hooks, &run, &verdict, now)
-        })
-        .await
+        app.store
+            .change(move |tx| {
+                if let Some(effects) = effects {
+                    effects(tx, &run)?;
+                }
+                finish(tx, hooks, &run, &verdict, now)
+            })
+            .await
     };
     let result = match first {
         Err(e) if advanced && !is_fenced(&e) => {
@@ -242,11 +243,11 @@ async fn commit(
                 again: later(|b| b.backoff),
             };
             let run = run.clone();
-            app.change(move |tx| finish(tx, hooks, &run, &verdict, now)).await.map(|(s, r)| (s, r, false))
+            app.store.change(move |tx| finish(tx, hooks, &run, &verdict, now)).await.map(|(s, r)| (s, r, false))
         }
         other => other.map(|(s, r)| (s, r, advanced)),
     };
-    app.events.notify_waiters();
+    app.store.events_committed();
     result
 }
 

@@ -370,7 +370,8 @@ pub async fn provision(
     let (deadlines, now) = (app.config.deadlines, app.clock.now());
     let nodes = {
         let request = request.clone();
-        app.change(move |tx| allocate(tx, &controller_url, &request, scope.as_deref(), Take::All, &deadlines, now))
+        app.store
+            .change(move |tx| allocate(tx, &controller_url, &request, scope.as_deref(), Take::All, &deadlines, now))
             .await?
     };
     let mut boots = Vec::new();
@@ -394,6 +395,7 @@ pub async fn auto_deploy_once(app: &AppState) -> ApiResult<usize> {
         let request = ProvisionRequest { profile_id: profile_id.clone(), profile_version, count: missing };
         let url = controller_url.clone();
         let nodes = app
+            .store
             .change(move |tx| {
                 let nodes = allocate(tx, &url, &request, None, Take::AsMany, &deadlines, now)?;
                 if !nodes.is_empty() {

@@ -133,7 +133,9 @@ pub async fn bridge(
     client.close().await;
     let now = app.clock.now();
     let id = session.clone();
-    if let Err(e) = app.change(move |tx| Ok(store::bmcs::close_console(tx, &id, (bytes_in, bytes_out), now)?)).await {
+    if let Err(e) =
+        app.store.change(move |tx| Ok(store::bmcs::close_console(tx, &id, (bytes_in, bytes_out), now)?)).await
+    {
         tracing::warn!(%session, error = %e, "could not record the end of a console session");
     }
     tracing::info!(%session, bytes_in, bytes_out, "console session ended");

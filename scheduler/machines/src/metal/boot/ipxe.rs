@@ -439,7 +439,7 @@ async fn script(
     let asking = Asking { mac, claim: query.claim, arch };
     let (config, deadlines, now) = (app.config.boot.clone(), app.config.deadlines, app.clock.now());
     let client = address.to_string();
-    let decision = match app.change(move |tx| decide(tx, &asking, &client, &config, &deadlines, now)).await {
+    let decision = match app.store.change(move |tx| decide(tx, &asking, &client, &config, &deadlines, now)).await {
         Ok(decision) => decision,
         // An ISO left mounted after its boot ended boots on to the next device rather than
         // asking forever; whoever guesses at claims learns nothing from the answer.
@@ -541,6 +541,7 @@ pub async fn installer_done(
     installer_of(&app, token.clone()).await?;
     let (deadlines, now) = (app.config.deadlines, app.clock.now());
     let node = app
+        .store
         .change(move |tx| {
             let found = store::boot::redeem_token(tx, &token, now)?;
             let node = store::nodes::get(tx, &found.node_id)?
@@ -633,6 +634,7 @@ async fn rescue_keys(
     now: OffsetDateTime,
 ) -> ApiResult<(Vec<u8>, usize)> {
     let keys = app
+        .store
         .change(move |tx| {
             let boot = claims::boot_of_token(tx, &token)?
                 .ok_or_else(|| ApiError::Forbidden("the rescue token has no boot".into()))?;

@@ -27,7 +27,7 @@ pub async fn set(app: &App, node: String, spec: BmcSpec) -> ApiResult<BmcInfo> {
         tracing::warn!(%node, "BMC password stored unsealed: set METAL_MASTER_KEY to seal BMC passwords at rest");
     }
     let now = app.clock.now();
-    app.change(move |tx| store::bmcs::put(tx, &node, &spec, &sealed, now)).await
+    app.store.change(move |tx| store::bmcs::put(tx, &node, &spec, &sealed, now)).await
 }
 
 /// A node's BMC as the API shows it.
@@ -165,12 +165,12 @@ pub async fn open_console(app: &App, node: &str, credential_id: &str) -> ApiResu
     // The record comes first: it is what keeps a second writer out.
     let session = format!("console-{}", uuid::Uuid::new_v4().simple());
     let (id, node, who, now) = (session.clone(), node.to_owned(), credential_id.to_owned(), app.clock.now());
-    app.change(move |tx| store::bmcs::open_console(tx, &id, &node, &who, now)).await?;
+    app.store.change(move |tx| store::bmcs::open_console(tx, &id, &node, &who, now)).await?;
     match bmc.console().await {
         Ok(child) => Ok((child, session)),
         Err(e) => {
             let (id, now) = (session, app.clock.now());
-            app.change(move |tx| Ok(store::bmcs::close_console(tx, &id, (0, 0), now)?)).await?;
+            app.store.change(move |tx| Ok(store::bmcs::close_console(tx, &id, (0, 0), now)?)).await?;
             Err(e.into())
         }
     }
@@ -205,7 +205,7 @@ async fn record_reading(
             Ok::<_, ApiError>(())
         })
         .await?;
-    app.events.notify_waiters();
+    app.store.events_committed();
     Ok(())
 }
 
@@ -465,7 +465,7 @@ pub async fn rotate(app: &App, node: &str, new: Secret) -> ApiResult<BmcInfo> {
         },
     }
     let (id, now) = (node.to_owned(), app.clock.now());
-    let promoted = app.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, &sealed, now)?)).await?;
+    let promoted = app.store.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, &sealed, now)?)).await?;
     if !promoted {
         return Err(ApiError::Conflict(format!(
             "node {node}: the rotation's pending secret was replaced while it ran (the BMC was set again meanwhile)"
@@ -533,7 +533,7 @@ async fn settle(app: &App, node: &str, sealed: &str) -> ApiResult<Settled> {
     let (id, now, sealed) = (node.to_owned(), app.clock.now(), sealed.to_owned());
     match taken(&row.info, pending, current).await {
         Taken::Pending => {
-            let promoted = app.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, &sealed, now)?)).await?;
+            let promoted = app.store.change(move |tx| Ok(store::bmcs::promote_pending(tx, &id, &sealed, now)?)).await?;
             Ok(if promoted { Settled::Promoted } else { Settled::Replaced })
         }
         Taken::Current => {

@@ -166,6 +166,7 @@ async fn register(app: &App, request: &DiscoverRequest, found: &mut DiscoveredBm
     let sealed = metal_types::secrets::seal(app.config.master_key.as_ref(), &id, &spec.login.password.0);
     let now = app.clock.now();
     let created = app
+        .store
         .change(move |tx| {
             if store::nodes::insert(tx, &node, now)?.is_none() {
                 return Ok(false);

@@ -10,11 +10,22 @@
 
 use time::OffsetDateTime;
 
-use metal_store::{Conn, DbResult, billing};
-use metal_types::clock::to_millis;
+use metal_store::{Conn, DbResult, Store, billing};
+use metal_types::clock::{Clock, to_millis};
+use metal_types::error::ApiError;
 
 /// One hour in milliseconds.
 pub const HOUR_MS: i64 = 3_600_000;
+
+/// Writes every meter record that is due. Returns how many were written.
+pub async fn bill_once(store: &Store, clock: &dyn Clock) -> Result<usize, ApiError> {
+    let now = clock.now();
+    let written = store.write(move |tx| emit(tx, now)).await?;
+    if written > 0 {
+        store.events_committed();
+    }
+    Ok(written)
+}
 
 /// Node-hours per node of a lease.
 pub const NODE_HOURS: &str = "node.metal.hours";

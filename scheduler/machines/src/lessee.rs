@@ -99,7 +99,7 @@ impl Lessee {
         data: serde_json::Value,
     ) -> ApiResult<()> {
         let (credential, node, now) = (self.credential.clone(), node.to_owned(), app.clock.now());
-        app.change(move |conn| store::record(conn, kind, &lease, &node, &credential, data, now)).await
+        app.store.change(move |conn| store::record(conn, kind, &lease, &node, &credential, data, now)).await
     }
 }
 
@@ -112,7 +112,7 @@ pub async fn leased_nodes(app: &App, tenant: Option<String>) -> ApiResult<Vec<Le
 pub async fn refused(app: &App, lessee: &Lessee, node: &str, request: String, status: u16) -> ApiResult<()> {
     let (tenant, credential, node, now) =
         (lessee.tenant.clone(), lessee.credential.clone(), node.to_owned(), app.clock.now());
-    app.change(move |conn| store::refused(conn, &tenant, &credential, &node, &request, status, now)).await
+    app.store.change(move |conn| store::refused(conn, &tenant, &credential, &node, &request, status, now)).await
 }
 
 /// Starts a reinstall of `node` under `lease`, asked by credential `by` (a lessee's, or an
@@ -143,6 +143,7 @@ async fn reinstall(
     let (by, deadlines, now) = (by.to_owned(), app.config.deadlines, app.clock.now());
     let reservation_id = lease.id.clone();
     let workflow = app
+        .store
         .change(move |tx| {
             let workflow = crate::metal::reinstall::begin(tx, &start, &by, controller_url.as_deref(), &deadlines, now)?;
             let data = json!({"profile": start.profile_id, "version": start.profile_version, "workflow": workflow});
@@ -206,6 +207,7 @@ async fn rescue(app: &App, node: &Node, lease: Reservation, ask: Ask, by: &str) 
     let reservation_id = lease.id.clone();
     let answer_node = node.clone();
     let workflow = app
+        .store
         .change(move |tx| {
             let workflow = crate::metal::rescue::begin(tx, &node, &lease, ask, &by, now)?;
             store::record(tx, ask.as_str(), &lease, &node, &by, json!({"workflow": workflow}), now)?;

@@ -16,7 +16,9 @@ use metal_types::work::{LeaseEnd, MetalWork, PoolRetire};
 pub async fn drain_once(app: &AppState) -> ApiResult<usize> {
     let controller_url = app.boot.as_ref().map(|b| b.controller_url.clone());
     let deadlines = app.config.deadlines;
-    app.drain(Side::Metal, move |tx, item, now| handle(tx, item, controller_url.as_deref(), &deadlines, now)).await
+    let handler =
+        move |tx: &mut dyn Conn, item: &WorkItem, now| handle(tx, item, controller_url.as_deref(), &deadlines, now);
+    store::work::drain(&app.store, &*app.clock, Side::Metal, handler).await
 }
 
 fn handle(

@@ -4,9 +4,9 @@
 //! `lease.failed`) move the reservation on. Ending a node binding asks for its teardown
 //! (`lease.end`, queued by `store::capacity::set_state`). Only work rows cross over.
 
-use crate::app::App;
 use metal_store::work::{Side, WorkItem};
-use metal_store::{self as store, Conn};
+use metal_store::{self as store, Conn, Store};
+use metal_types::clock::Clock;
 use metal_types::error::ApiError;
 use metal_types::model::reservation::BIND_LIMIT;
 use metal_types::model::reservation::ReservationState::{self, Active, Ended, Failed, Pending};
@@ -16,10 +16,9 @@ use metal_types::work::{CapacityNotice, LeaseStart, MetalWork};
 /// except node bindings, which queue their lease start instead (and fail when not bound
 /// within [`BIND_LIMIT`]; they are never placed again); active ones whose end came are
 /// ended. Returns how many reservations changed or queued a lease start.
-pub async fn tick(app: &App) -> Result<usize, ApiError> {
-    let now = app.clock.now();
-    let (starting, ending, overdue_binds) = app
-        .store
+pub async fn tick(store: &Store, clock: &dyn Clock) -> Result<usize, ApiError> {
+    let now = clock.now();
+    let (starting, ending, overdue_binds) = store
         .read(move |conn| {
             Ok::<_, store::DbError>((
                 store::capacity::due(conn, Pending, "start_at", now)?,
@@ -47,8 +46,7 @@ pub async fn tick(app: &App) -> Result<usize, ApiError> {
     for (id, from, to, reason) in moves {
         // Not `change`: a node binding already asked for must not drop the placement cache
         // every tick.
-        let moved = app
-            .store
+        let moved = store
             .write(move |tx| {
                 let Some(current) = store::capacity::get_reservation(tx, &id)? else { return Ok(false) };
                 if to == Active && current.request.binding.is_some() {
@@ -64,8 +62,7 @@ pub async fn tick(app: &App) -> Result<usize, ApiError> {
         }
     }
     if changed > 0 {
-        app.placement.invalidate();
-        app.events.notify_waiters();
+        store.changed();
     }
     Ok(changed)
 }
@@ -94,8 +91,8 @@ fn request_leases(
 }
 
 /// Handles every queued notice of the metal side; returns how many it handled.
-pub async fn drain_once(app: &App) -> Result<usize, ApiError> {
-    app.drain(Side::Capacity, notice).await
+pub async fn drain_once(store: &Store, clock: &dyn Clock) -> Result<usize, ApiError> {
+    store::work::drain(store, clock, Side::Capacity, notice).await
 }
 
 /// One metal notice, in the transaction that takes it. A reservation that moved on

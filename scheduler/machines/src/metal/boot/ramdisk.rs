@@ -66,6 +66,7 @@ pub async fn join(
     let token = request.token;
     let (client, key_stored) = (address.to_string(), claims::key_text(&key));
     let node = app
+        .store
         .change(move |tx| {
             let boot = claims::boot_of_token(tx, &token)?
                 .ok_or_else(|| ApiError::Forbidden("the join token is unknown".into()))?;
@@ -506,6 +507,7 @@ pub async fn reports(
     let who = identity.to_uri();
     let ca = service.ca.clone();
     let receipt = app
+        .store
         .change(move |tx| {
             let receipt = match envelope.payload_type.as_str() {
                 InventoryReport::PAYLOAD_TYPE => inventory_report(tx, &identity, &key, &envelope, &deadlines, now),
@@ -589,6 +591,7 @@ pub async fn plan(
     let node_id = identity.node.clone();
     let (now, ttl) = (app.clock.now(), app.config.boot.host_token_ttl);
     let plan = app
+        .store
         .change(move |tx| {
             let node = node_or_404(tx, &node_id)?;
             if node.state != NodeState::Deploying {

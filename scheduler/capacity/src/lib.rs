@@ -1,11 +1,14 @@
-//! The placement service: an in-memory cache of each pool's node snapshots in placement
-//! order, and `place_and_book`, which places from the cache and books inside the caller's
-//! write transaction.
+//! The capacity side: pools' placement, reservations moving with the clock (`leases`), the
+//! metal side's notices, billing and tenant deletion. It sees the types and the store only;
+//! the metal side is reached through work rows (`store::work`), never imported.
 //!
-//! The cache is only a fast first guess. The chosen nodes are re-read and re-checked on
-//! locked rows inside the committing transaction, so a stale cache can cost a retry but can
-//! never double-book or pick an ineligible node; a refusal is only given after a reload from
-//! the database. Anything other than a booking invalidates the cache.
+//! The placement service here is an in-memory cache of each pool's node snapshots in
+//! placement order, and `place_and_book`, which places from the cache and books inside the
+//! caller's write transaction. The cache is only a fast first guess. The chosen nodes are
+//! re-read and re-checked on locked rows inside the committing transaction, so a stale cache
+//! can cost a retry but can never double-book or pick an ineligible node; a refusal is only
+//! given after a reload from the database. Any change other than a booking (a
+//! `Store::change`, which moves the store's change counter) empties the cache.
 
 pub mod billing;
 pub mod leases;
@@ -17,7 +20,7 @@ use std::sync::Mutex;
 
 use time::OffsetDateTime;
 
-use metal_store::{self as store, Conn};
+use metal_store::{self as store, Conn, Store};
 use metal_types::clock::to_millis;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::node::Candidate;
@@ -37,10 +40,19 @@ fn sorted(mut ids: Vec<String>) -> Vec<String> {
     ids
 }
 
-/// Per-pool node snapshots in placement order.
-#[derive(Debug, Default)]
+/// Per-pool node snapshots in placement order, valid while the store's change counter stays
+/// where it was when they were read.
+#[derive(Debug)]
 pub struct PlacementCache {
-    pools: Mutex<HashMap<String, CachedPool>>,
+    store: Store,
+    pools: Mutex<Snapshots>,
+}
+
+/// The snapshots, and the store's change count they were read at.
+#[derive(Debug)]
+struct Snapshots {
+    at: u64,
+    pools: HashMap<String, CachedPool>,
 }
 
 /// One pool's nodes in placement order, and where each node id sits in that order.
@@ -51,13 +63,29 @@ struct CachedPool {
 }
 
 impl PlacementCache {
-    /// Forgets everything (after any change other than a booking).
+    /// An empty cache of `store`'s pools, which empties itself when the store changes.
+    pub fn new(store: &Store) -> Self {
+        Self { store: store.clone(), pools: Mutex::new(Snapshots { at: store.change_count(), pools: HashMap::new() }) }
+    }
+
+    /// The snapshots, emptied first when the store changed since they were read.
+    fn current(&self) -> std::sync::MutexGuard<'_, Snapshots> {
+        let mut snapshots = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.store.change_count();
+        if snapshots.at != now {
+            snapshots.pools.clear();
+            snapshots.at = now;
+        }
+        snapshots
+    }
+
+    /// Forgets everything (after a booking whose commit failed).
     pub fn invalidate(&self) {
-        self.pools.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.current().pools.clear();
     }
 
     fn forget(&self, pool: &str) {
-        self.pools.lock().unwrap_or_else(|p| p.into_inner()).remove(pool);
+        self.current().pools.remove(pool);
     }
 
     fn place(
@@ -67,23 +95,24 @@ impl PlacementCache {
         ask: &Ask<'_>,
         fresh: bool,
     ) -> ApiResult<Result<Vec<String>, placement::Refusal>> {
-        if !fresh {
-            let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(cached) = pools.get(pool) {
-                return Ok(placement::place(&cached.nodes, ask));
-            }
+        // Read before the nodes are: a change committed meanwhile leaves this snapshot unsaved.
+        let at = self.store.change_count();
+        if !fresh && let Some(cached) = self.current().pools.get(pool) {
+            return Ok(placement::place(&cached.nodes, ask));
         }
         let mut nodes = store::capacity::candidates(conn, pool)?;
         placement::sort_for_placement(&mut nodes);
         let outcome = placement::place(&nodes, ask);
         let position = nodes.iter().enumerate().map(|(i, n)| (n.id.clone(), i)).collect();
-        self.pools.lock().unwrap_or_else(|p| p.into_inner()).insert(pool.to_owned(), CachedPool { nodes, position });
+        let mut snapshots = self.current();
+        if snapshots.at == at {
+            snapshots.pools.insert(pool.to_owned(), CachedPool { nodes, position });
+        }
         Ok(outcome)
     }
 
     fn record_booking(&self, pool: &str, nodes: &[String], window: (i64, i64)) {
-        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(cached) = pools.get_mut(pool) {
+        if let Some(cached) = self.current().pools.get_mut(pool) {
             for id in nodes {
                 if let Some(&i) = cached.position.get(id) {
                     cached.nodes[i].bookings.push(window);
@@ -183,4 +212,42 @@ pub fn place_and_book(
         .explained());
     }
     Err(ApiError::Busy("placement kept racing with other writers; retry".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Whether `cache` holds a snapshot of `pool` now.
+    fn holds(cache: &PlacementCache, pool: &str) -> bool {
+        cache.current().pools.contains_key(pool)
+    }
+
+    /// Places an empty ask in `pool` from the cache (filling it).
+    async fn place(store: &Store, cache: &Arc<PlacementCache>, pool: &'static str) {
+        let cache = cache.clone();
+        let ask = Ask { tenant: "t", devices: &[], window: (0, 1), gang: None, architecture: None };
+        store.read(move |conn| cache.place(conn, pool, &ask, false).map(|_| ())).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_change_empties_the_cache_and_a_plain_write_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&Store::sqlite_url(dir.path())).await.unwrap();
+        let cache = Arc::new(PlacementCache::new(&store));
+        place(&store, &cache, "p").await;
+        assert!(holds(&cache, "p"), "a placement fills the cache");
+        // A booking writes with `Store::write` and records itself: the snapshot stays.
+        store.write(|_| Ok::<_, metal_store::DbError>(())).await.unwrap();
+        assert!(holds(&cache, "p"), "a plain write kept the snapshot");
+        store.change(|_| Ok(())).await.unwrap();
+        assert!(!holds(&cache, "p"), "a change emptied the cache");
+        place(&store, &cache, "p").await;
+        assert!(holds(&cache, "p"), "the next placement fills it again");
+        // What a pass that changed rows with `Store::write` says afterwards.
+        store.changed();
+        assert!(!holds(&cache, "p"), "`changed` emptied the cache");
+    }
 }

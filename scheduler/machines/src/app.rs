@@ -1,15 +1,14 @@
-//! The running service: shared state, start-up (database, first admin credential), the
-//! reaper, and the HTTP server with graceful shutdown.
+//! The metal side's running state: what its handlers and passes share, start-up (database,
+//! first admin credential, the boot service and image store) and the deadline reaper.
 
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
-use metal_store::{self as store, Conn, Store};
+use metal_store::{self as store, Store};
 use metal_types::clock::Clock;
 use metal_types::config::Config;
 use metal_types::error::ApiError;
@@ -25,12 +24,8 @@ pub struct App {
     pub clock: Arc<dyn Clock>,
     /// Configuration.
     pub config: Config,
-    /// Woken whenever events are committed (long-poll and SSE waiters).
-    pub events: Notify,
     /// Request counters.
     pub metrics: Metrics,
-    /// Node snapshots for placement (a cache; the database decides).
-    pub placement: crate::capacity::PlacementCache,
     /// The boot service, when `boot-listen` is set.
     pub boot: Option<crate::metal::boot::BootService>,
     /// The image store.
@@ -45,61 +40,6 @@ pub struct App {
 
 /// Shared handle to the service state.
 pub type AppState = Arc<App>;
-
-impl App {
-    /// Runs a change other than a booking in one write transaction; once it commits the
-    /// placement cache is dropped and event waiters are woken.
-    pub async fn change<T, F>(&self, f: F) -> Result<T, ApiError>
-    where
-        F: FnOnce(&mut dyn Conn) -> Result<T, ApiError> + Send + 'static,
-        T: Send + 'static,
-    {
-        let out = self.store.write(f).await?;
-        self.placement.invalidate();
-        self.events.notify_waiters();
-        Ok(out)
-    }
-
-    /// Handles every queued work row of `side`, each in the one transaction that takes it
-    /// and acts on it (`handle` says what it did); a row whose handling fails stays queued.
-    /// Returns how many were handled.
-    pub async fn drain<H>(&self, side: store::work::Side, handle: H) -> Result<usize, ApiError>
-    where
-        H: Fn(&mut dyn Conn, &store::work::WorkItem, time::OffsetDateTime) -> Result<String, ApiError>
-            + Clone
-            + Send
-            + 'static,
-    {
-        let items = self.store.read(move |tx| store::work::queued(tx, side, 64)).await?;
-        let mut handled = 0;
-        for item in items {
-            let (id, now, handle) = (item.id.clone(), self.clock.now(), handle.clone());
-            let outcome = self
-                .change(move |tx| {
-                    // Taken first: a row another replica took meanwhile is left alone. (Handled
-                    // first, a replica that lost the take still committed what it did: on
-                    // PostgreSQL a lease start another replica had begun was refused, and its
-                    // reservation failed. metal-sim's chaos with two replicas found it.)
-                    if !store::work::take(tx, side, &item.id, now)? {
-                        return Ok(None);
-                    }
-                    let result = handle(tx, &item, now)?;
-                    store::work::set_result(tx, side, &item.id, &result)?;
-                    Ok(Some(result))
-                })
-                .await;
-            match outcome {
-                Ok(Some(result)) => {
-                    info!(work = %id, ?side, %result, "work handled");
-                    handled += 1;
-                }
-                Ok(None) => {}
-                Err(e) => warn!(work = %id, ?side, error = %e, "work failed; it stays queued"),
-            }
-        }
-        Ok(handled)
-    }
-}
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -199,9 +139,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
         store,
         clock,
         config,
-        events: Notify::new(),
         metrics: Metrics::default(),
-        placement: Default::default(),
         boot,
         images,
         worker,
@@ -245,7 +183,7 @@ pub async fn reap_once(app: &App) -> Result<usize, ApiError> {
             )),
         };
         let (id, deadlines) = (node.id.clone(), app.config.deadlines);
-        match app.change(move |tx| store::nodes::transition(tx, &id, &request, &deadlines, now)).await {
+        match app.store.change(move |tx| store::nodes::transition(tx, &id, &request, &deadlines, now)).await {
             Ok(_) => {
                 warn!(node = %node.id, state = %node.state, "reaper failed overdue node");
                 failed += 1;
@@ -256,46 +194,4 @@ pub async fn reap_once(app: &App) -> Result<usize, ApiError> {
         }
     }
     Ok(failed)
-}
-
-/// Writes every meter record that is due. Returns how many were written.
-pub async fn bill_once(app: &App) -> Result<usize, ApiError> {
-    let now = app.clock.now();
-    let written = app.store.write(move |tx| crate::capacity::billing::emit(tx, now)).await?;
-    if written > 0 {
-        app.events.notify_waiters();
-    }
-    Ok(written)
-}
-
-/// Runs the periodic pass (reaper, reservations, billing, orphaned image imports, profile
-/// auto-deploy) until the process ends.
-pub fn spawn_reaper(app: AppState) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(app.config.reaper_interval);
-        loop {
-            tick.tick().await;
-            if let Err(e) = reap_once(&app).await {
-                warn!(error = %e, "reaper pass failed");
-            }
-            if let Err(e) = crate::capacity::leases::tick(&app).await {
-                warn!(error = %e, "reservation pass failed");
-            }
-            if let Err(e) = crate::capacity::leases::drain_once(&app).await {
-                warn!(error = %e, "capacity work pass failed");
-            }
-            if let Err(e) = bill_once(&app).await {
-                warn!(error = %e, "billing pass failed");
-            }
-            if let Err(e) = crate::metal::images::import::resume_orphans(&app).await {
-                warn!(error = %e, "image import pass failed");
-            }
-            if let Err(e) = crate::metal::provision::auto_deploy_once(&app).await {
-                warn!(error = %e, "auto-deploy pass failed");
-            }
-            if let Err(e) = crate::metal::boot::hosts::lapse_once(&app).await {
-                warn!(error = %e, "enrolment lapse pass failed");
-            }
-        }
-    });
 }
