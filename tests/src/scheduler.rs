@@ -145,11 +145,11 @@ impl TestScheduler {
         let admin = std::fs::read_to_string(dir.path().join(app::ADMIN_TOKEN_FILE)).unwrap().trim().to_owned();
         let fingerprint = app.boot.as_ref().unwrap().ca_fingerprint.clone();
         let router = metal_api::router(app.clone());
-        runtime.spawn(metal_machines::http_server::serve(api, router, std::future::pending()));
+        runtime.spawn(metal_api::http_server::serve(api, router, std::future::pending()));
         let boot_app = app.machines.clone();
-        runtime.spawn(async move {
-            metal_machines::metal::boot::tls::serve(boot_app, boot, std::future::pending()).await.unwrap()
-        });
+        runtime.spawn(
+            async move { metal_api::boot_service::serve(boot_app, boot, std::future::pending()).await.unwrap() },
+        );
         runtime.spawn(metal_machines::console_ssh::serve(app.machines.clone(), ssh, std::future::pending()));
         TestScheduler {
             url: format!("http://127.0.0.1:{port}"),

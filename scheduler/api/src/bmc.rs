@@ -5,38 +5,22 @@
 //! platform's BMC session (`metal_machines::lessee`).
 
 use axum::extract::State;
-use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use futures::{SinkExt, StreamExt as _};
+use metal_machines::metal::console::ClientEnd;
 
 use crate::ApiPath;
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::{ApiJson, Caller};
 use crate::AppState;
 use metal_machines::metal::bmcs;
 use metal_types::error::ApiResult;
 use metal_types::model::bmc::{
-    BmcInfo, BmcSpec, BootRequest, ConsoleSession, DiscoverRequest, DiscoverResult, MediaInfo, MediaRequest, Password,
-    PowerRequest, PowerResult,
+    BmcInfo, BmcSpec, BootRequest, ConsoleSession, DiscoverRequest, DiscoverResult, MediaInfo, MediaRequest,
+    PowerRequest, PowerResult, PowerStatus, RotateRequest,
 };
-
-/// A node's power as its BMC reports it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PowerStatus {
-    /// `on` or `off`.
-    pub power: String,
-}
-
-/// A new BMC password.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RotateRequest {
-    /// The new password (write-only).
-    #[schema(value_type = String, write_only)]
-    pub password: Password,
-}
 
 /// Set how to reach a node's BMC.
 #[utoipa::path(put, path = "/v1/nodes/{id}/bmc", params(("id" = String, Path, description = "node id")), request_body = BmcSpec,
@@ -237,8 +221,9 @@ pub async fn console(
     tracing::info!(node = %id, credential = %caller.0.id, %session, lessee = scope.is_some(), "console session opened");
     // A browser offers its token as a subprotocol (auth.rs) and needs one answered back.
     let upgrade = upgrade.protocols([super::auth::CONSOLE_PROTOCOL]);
-    Ok(upgrade
-        .on_upgrade(move |socket| metal_machines::metal::console::bridge(app.machines, socket, child, session, scope)))
+    Ok(upgrade.on_upgrade(move |socket| {
+        metal_machines::metal::console::bridge(app.machines, Browser(socket), child, session, scope)
+    }))
 }
 
 /// The node's console sessions, newest first (audit): who opened each (a credential, or
@@ -257,4 +242,28 @@ pub async fn console_sessions(
         None => None,
     };
     Ok(ApiJson(app.store.read(move |c| metal_store::bmcs::console_sessions(c, &id, since)).await?))
+}
+
+/// A browser's end of a console bridge: its WebSocket.
+struct Browser(WebSocket);
+
+impl ClientEnd for Browser {
+    async fn recv(&mut self) -> Option<Vec<u8>> {
+        loop {
+            return match self.0.next().await {
+                Some(Ok(Message::Text(text))) => Some(text.as_bytes().to_vec()),
+                Some(Ok(Message::Binary(bytes))) => Some(bytes.to_vec()),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                Some(Ok(Message::Close(_)) | Err(_)) | None => None,
+            };
+        }
+    }
+
+    async fn send(&mut self, bytes: Vec<u8>) -> bool {
+        SinkExt::send(&mut self.0, Message::Binary(bytes.into())).await.is_ok()
+    }
+
+    async fn close(mut self) {
+        let _ = SinkExt::send(&mut self.0, Message::Close(None)).await;
+    }
 }

@@ -5,11 +5,15 @@
 mod auth;
 mod bmc;
 mod boot;
+pub mod boot_service;
 mod console;
 pub mod contract;
 mod events;
+mod files;
+mod firmware;
 mod health;
 mod hosts;
+pub mod http_server;
 mod images;
 mod nodes;
 pub use nodes::parse_csv;
@@ -160,8 +164,15 @@ pub fn openapi_json() -> String {
     json
 }
 
+/// The label of an HTTP method: the standard ones by name, anything a client makes up as
+/// `other`, so no client can grow the series without bound.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    const KNOWN: [&str; 9] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "CONNECT", "TRACE"];
+    KNOWN.into_iter().find(|known| *known == method.as_str()).unwrap_or("other")
+}
+
 async fn count_requests(state: axum::extract::State<AppState>, request: Request, next: Next) -> Response {
-    let method = metal_machines::metrics::method_label(request.method());
+    let method = method_label(request.method());
     let route =
         request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
     let response = next.run(request).await;
@@ -190,12 +201,12 @@ pub fn firmware_router(state: AppState) -> Router {
 fn firmware_routes() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(health::healthz))
-        .route("/boot/ipxe", get(metal_machines::metal::boot::ipxe::ipxe_script))
-        .route("/boot/grub", get(metal_machines::metal::boot::ipxe::grub_script))
-        .route("/boot/files/{name}", get(metal_machines::metal::boot::ipxe::file))
-        .route("/boot/media/{claim}/{name}", get(metal_machines::metal::boot::media::iso_file))
-        .route("/boot/installer/{token}/done", post(metal_machines::metal::boot::ipxe::installer_done))
-        .route("/boot/installer/{token}/{name}", get(metal_machines::metal::boot::ipxe::installer_file))
+        .route("/boot/ipxe", get(firmware::ipxe_script))
+        .route("/boot/grub", get(firmware::grub_script))
+        .route("/boot/files/{name}", get(firmware::file))
+        .route("/boot/media/{claim}/{name}", get(firmware::iso_file))
+        .route("/boot/installer/{token}/done", post(firmware::installer_done))
+        .route("/boot/installer/{token}/{name}", get(firmware::installer_file))
 }
 
 fn api_routes() -> Router<AppState> {
@@ -274,7 +285,7 @@ fn finish(routes: Router<AppState>, state: AppState) -> Router {
     routes
         .fallback(|state: axum::extract::State<AppState>, method: axum::http::Method| async move {
             // Unmatched paths count under one label, whatever a client asks for.
-            state.metrics.count_request(metal_machines::metrics::method_label(&method), "unmatched", 404);
+            state.metrics.count_request(method_label(&method), "unmatched", 404);
             ApiError::NotFound("route".into())
         })
         .method_not_allowed_fallback(|method: axum::http::Method| async move {

@@ -9,8 +9,8 @@ use axum::extract::State;
 
 use crate::{ApiPath, ApiQuery};
 use axum::http::{HeaderMap, StatusCode, header};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Deserialize;
+use utoipa::IntoParams;
 
 use super::{ApiJson, Caller};
 use crate::AppState;
@@ -20,6 +20,7 @@ use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::BmcSpec;
 use metal_types::model::lessee::{LeasedNode, NodeView, ReinstallRequest, ReinstallStarted, RescueStarted};
 use metal_types::model::node::{CSV_COLUMNS, Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};
+use metal_types::model::node::{ImportResult, Skipped};
 
 fn validated(create: &NodeCreate, prefix: &str) -> ApiResult<NewNode> {
     let (taints, boot_mac) = create.validate(prefix)?;
@@ -63,26 +64,6 @@ pub async fn create_node(
         })
         .await?;
     Ok((StatusCode::CREATED, ApiJson(created)))
-}
-
-/// Outcome of an import.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ImportResult {
-    /// Ids enrolled.
-    pub created: Vec<String>,
-    /// Entries left alone because the node (or its boot MAC) already exists.
-    pub skipped: Vec<Skipped>,
-}
-
-/// An entry an import left alone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Skipped {
-    /// The node id.
-    pub id: String,
-    /// Why.
-    pub reason: String,
 }
 
 /// A BMC from a CSV row's bmc* cells (`bmcTls` is `insecure` or `fingerprint=HEX`).

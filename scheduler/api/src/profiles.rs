@@ -9,9 +9,9 @@ use axum::http::StatusCode;
 use super::images::owning_tenant;
 use super::{ApiJson, Caller};
 use crate::AppState;
-use metal_machines::metal::provision::ProvisionOutcome;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
+use metal_types::model::profile::ProvisionOutcome;
 use metal_types::model::profile::{Profile, ProfileCreate, ProfileSpec, ProvisionRequest};
 
 /// Create a profile; its body is version 1.

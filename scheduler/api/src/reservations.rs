@@ -220,7 +220,7 @@ async fn change(
             if scope.is_some_and(|own| own != current.tenant_id) {
                 return Err(ApiError::NotFound(what));
             }
-            store::capacity::set_state(tx, &id, &from, to, Some(&reason), now)
+            metal_capacity::leases::set_state(tx, &id, &from, to, Some(&reason), now)
         })
         .await?;
     Ok(ApiJson(updated))

@@ -23,15 +23,13 @@ pub async fn serve(app: AppState, listeners: Listeners) -> std::io::Result<()> {
     let mut tasks = Vec::new();
     if let Some(boot) = listeners.boot {
         let (app, stopped) = (app.clone(), stopped(&stop));
-        tasks.push(tokio::spawn(
-            async move { metal_machines::metal::boot::tls::serve(app.machines, boot, stopped).await },
-        ));
+        tasks.push(tokio::spawn(async move { crate::boot_service::serve(app.machines, boot, stopped).await }));
     }
     if let Some(firmware) = listeners.firmware {
         info!(address = %firmware.local_addr()?, "firmware routes (plain HTTP) up");
         let (router, stopped) = (crate::firmware_router(app.clone()), stopped(&stop));
         tasks.push(tokio::spawn(async move {
-            metal_machines::http_server::serve(firmware, router, stopped).await;
+            crate::http_server::serve(firmware, router, stopped).await;
             Ok(())
         }));
     }
@@ -48,11 +46,11 @@ pub async fn serve(app: AppState, listeners: Listeners) -> std::io::Result<()> {
     match tls {
         Some(config) => {
             info!(%address, scheme = "https", "metal-scheduler listening");
-            metal_machines::http_server::serve_tls(listeners.api, config, shutdown, move |_| router.clone()).await;
+            crate::http_server::serve_tls(listeners.api, config, shutdown, move |_| router.clone()).await;
         }
         None => {
             info!(%address, scheme = "http", "metal-scheduler listening");
-            metal_machines::http_server::serve(listeners.api, router, shutdown).await;
+            crate::http_server::serve(listeners.api, router, shutdown).await;
         }
     }
     stop.send_replace(true);

@@ -77,13 +77,13 @@ pub async fn get_tenant(
 /// Delete a tenant: its live reservations end (node bindings are torn down), the machines of
 /// its own pools are retired, its credentials revoked.
 #[utoipa::path(delete, path = "/v1/tenants/{id}", params(("id" = String, Path, description = "tenant id")),
-    responses((status = 200, body = metal_capacity::tenants::TenantDeleted), (status = 404, body = metal_types::error::ErrorBody),
+    responses((status = 200, body = metal_types::model::tenant::TenantDeleted), (status = 404, body = metal_types::error::ErrorBody),
               (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn delete_tenant(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<metal_capacity::tenants::TenantDeleted>> {
+) -> ApiResult<ApiJson<metal_types::model::tenant::TenantDeleted>> {
     caller.admin(&format!("tenant {id}"))?;
     let now = app.clock.now();
     Ok(ApiJson(app.store.change(move |tx| metal_capacity::tenants::delete(tx, &id, now)).await?))

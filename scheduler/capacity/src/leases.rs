@@ -2,15 +2,16 @@
 //! binding whose start came asks the metal side for its lease (`lease.start`, one per
 //! allocation), and the metal side's notices (`lease.bound`, `lease.refused`,
 //! `lease.failed`) move the reservation on. Ending a node binding asks for its teardown
-//! (`lease.end`, queued by `store::capacity::set_state`). Only work rows cross over.
+//! (`lease.end`, queued by [`set_state`]). Only work rows cross over.
 
 use metal_store::work::{Side, WorkItem};
 use metal_store::{self as store, Conn, Store};
 use metal_types::clock::Clock;
 use metal_types::error::ApiError;
 use metal_types::model::reservation::BIND_LIMIT;
+use metal_types::model::reservation::Reservation;
 use metal_types::model::reservation::ReservationState::{self, Active, Ended, Failed, Pending};
-use metal_types::work::{CapacityNotice, LeaseStart, MetalWork};
+use metal_types::work::{CapacityNotice, LeaseEnd, LeaseStart, MetalWork};
 
 /// Moves reservations along with the clock: pending ones whose start came become active,
 /// except node bindings, which queue their lease start instead (and fail when not bound
@@ -52,7 +53,7 @@ pub async fn tick(store: &Store, clock: &dyn Clock) -> Result<usize, ApiError> {
                 if to == Active && current.request.binding.is_some() {
                     return if current.state == Pending { request_leases(tx, &current, now) } else { Ok(false) };
                 }
-                store::capacity::set_state(tx, &id, &from, to, Some(&reason), now).map(|_| true)
+                set_state(tx, &id, &from, to, Some(&reason), now).map(|_| true)
             })
             .await;
         match moved {
@@ -67,12 +68,30 @@ pub async fn tick(store: &Store, clock: &dyn Clock) -> Result<usize, ApiError> {
     Ok(changed)
 }
 
-/// Queues `lease.start` for each allocation of a node binding (once per allocation).
-fn request_leases(
+/// Moves a reservation from one of `from` to `to` (`store::capacity::set_state`: a
+/// compare-and-set, CONFLICT otherwise); a node binding that leaves the live states asks the
+/// metal side to end the lease of each of its allocations (`lease.end`: the teardown).
+pub fn set_state(
     tx: &mut dyn Conn,
-    reservation: &metal_types::model::reservation::Reservation,
+    id: &str,
+    from: &[ReservationState],
+    to: ReservationState,
+    reason: Option<&str>,
     now: time::OffsetDateTime,
-) -> Result<bool, ApiError> {
+) -> Result<Reservation, ApiError> {
+    let moved = store::capacity::set_state(tx, id, from, to, reason, now)?;
+    if !to.is_live() && moved.request.binding.is_some() {
+        for (allocation, node) in store::capacity::allocations(tx, id)? {
+            let reason = reason.unwrap_or(to.as_str()).to_owned();
+            let end = LeaseEnd { reservation: id.to_owned(), allocation, node, reason };
+            store::work::ask_metal(tx, &MetalWork::LeaseEnd(end), now)?;
+        }
+    }
+    Ok(moved)
+}
+
+/// Queues `lease.start` for each allocation of a node binding (once per allocation).
+fn request_leases(tx: &mut dyn Conn, reservation: &Reservation, now: time::OffsetDateTime) -> Result<bool, ApiError> {
     let node = reservation.request.node.as_ref();
     let mut queued = false;
     for (allocation, node_id) in store::capacity::allocations(tx, &reservation.id)? {
@@ -112,15 +131,15 @@ fn notice(tx: &mut dyn Conn, item: &WorkItem, now: time::OffsetDateTime) -> Resu
                 return Ok(format!("{allocation} waits for the other allocations of {reservation} to bind"));
             }
             let reason = format!("bound: every node deployed its profile (last {})", lease.node);
-            store::capacity::set_state(tx, reservation, &[Pending], Active, Some(&reason), now)
+            set_state(tx, reservation, &[Pending], Active, Some(&reason), now)
         }
         CapacityNotice::LeaseRefused(_) => {
             let reason = format!("lease refused: {reason}");
-            store::capacity::set_state(tx, reservation, &[Pending], Failed, Some(&reason), now)
+            set_state(tx, reservation, &[Pending], Failed, Some(&reason), now)
         }
         CapacityNotice::LeaseFailed(_) => {
             let reason = format!("lease failed: {reason}");
-            store::capacity::set_state(tx, reservation, &[Pending, Active], Failed, Some(&reason), now)
+            set_state(tx, reservation, &[Pending, Active], Failed, Some(&reason), now)
         }
     };
     match moved {

@@ -4,27 +4,14 @@
 //! credentials are revoked and the tenant disappears from the API. The platform machines it
 //! leased are not retired: their teardown returns them to `ready`.
 
-use serde::Serialize;
 use serde_json::json;
 use time::OffsetDateTime;
-use utoipa::ToSchema;
 
 use metal_store::{self as store, Conn};
 use metal_types::error::ApiError;
 use metal_types::model::reservation::ReservationState;
+use metal_types::model::tenant::TenantDeleted;
 use metal_types::work::{MetalWork, PoolRetire};
-
-/// What deleting a tenant did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TenantDeleted {
-    /// The tenant.
-    pub tenant_id: String,
-    /// Reservations ended or cancelled (their node bindings are torn down).
-    pub reservations: Vec<String>,
-    /// Pools of the tenant whose machines are retired.
-    pub pools: Vec<String>,
-}
 
 /// Deletes `id` in one transaction; NOT_FOUND for no such tenant, CONFLICT for `root`.
 pub fn delete(tx: &mut dyn Conn, id: &str, now: OffsetDateTime) -> Result<TenantDeleted, ApiError> {
@@ -42,7 +29,7 @@ pub fn delete(tx: &mut dyn Conn, id: &str, now: OffsetDateTime) -> Result<Tenant
             ReservationState::Active => ReservationState::Ended,
             _ => continue,
         };
-        store::capacity::set_state(tx, &reservation.id, &[reservation.state], to, Some(&reason), now)?;
+        crate::leases::set_state(tx, &reservation.id, &[reservation.state], to, Some(&reason), now)?;
         reservations.push(reservation.id);
     }
     let pools: Vec<String> = store::capacity::pool_ids(tx, None)?

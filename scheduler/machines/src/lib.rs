@@ -8,7 +8,6 @@
 pub mod app;
 pub mod ca_files;
 pub mod console_ssh;
-pub mod http_server;
 pub mod lessee;
 pub mod metal;
 pub mod metrics;

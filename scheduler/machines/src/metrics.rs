@@ -5,13 +5,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 
-/// The label of an HTTP method: the standard ones by name, anything a client makes up as
-/// `other`, so no client can grow the series without bound.
-pub fn method_label(method: &axum::http::Method) -> &'static str {
-    const KNOWN: [&str; 9] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "CONNECT", "TRACE"];
-    KNOWN.into_iter().find(|known| *known == method.as_str()).unwrap_or("other")
-}
-
 /// Counters kept in memory.
 #[derive(Debug, Default)]
 pub struct Metrics {

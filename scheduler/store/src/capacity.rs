@@ -13,7 +13,6 @@ use metal_types::error::ApiError;
 use metal_types::model::node::Candidate;
 use metal_types::model::pool::{Pool, PoolCapacity, PoolCreate, PoolPolicy};
 use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationState};
-use metal_types::work::{LeaseEnd, MetalWork};
 
 // ---- pools ----------------------------------------------------------------------------
 
@@ -328,8 +327,10 @@ pub fn due(conn: &mut dyn Conn, state: ReservationState, column: &str, at: Offse
     .collect()
 }
 
-/// Compare-and-set of a reservation's state. When it leaves the live states its allocations
-/// stop holding their nodes from `now` on. Returns the updated reservation, or CONFLICT.
+/// Compare-and-set of a reservation's state row. When it leaves the live states its
+/// allocations stop holding their nodes from `now` on. Returns the updated reservation, or
+/// CONFLICT. The capacity side's `leases::set_state` wraps it: a node binding that leaves the
+/// live states also asks the metal side for its teardown.
 pub fn set_state(
     conn: &mut dyn Conn,
     id: &str,
@@ -368,18 +369,6 @@ pub fn set_state(
             "UPDATE allocations SET live = 0, end_at = CASE WHEN end_at > $1 THEN $1 ELSE end_at END WHERE reservation_id = $2",
             &[&at.max(to_millis(current.start)), &id],
         )?;
-        // A node binding's nodes are torn down by the metal side.
-        if current.request.binding.is_some() {
-            for (allocation, node) in allocations(conn, id)? {
-                let end = LeaseEnd {
-                    reservation: id.to_owned(),
-                    allocation,
-                    node,
-                    reason: reason.unwrap_or(to.as_str()).to_owned(),
-                };
-                crate::work::ask_metal(conn, &MetalWork::LeaseEnd(end), now)?;
-            }
-        }
     }
     events::append(
         conn,

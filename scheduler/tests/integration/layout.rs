@@ -69,23 +69,40 @@ fn the_crates_depend_one_way() {
     assert!(bad.is_empty(), "{bad:#?}");
 }
 
-#[test]
-fn metalctl_builds_without_the_service_or_its_server_stack() {
-    // `cargo tree -p` resolves features as `cargo build -p metalctl` does (cargo metadata
-    // unifies the workspace's: there metal-types' `axum` feature, which only the service
-    // turns on, would look like metalctl's).
+/// The crates `package` builds with as `cargo build -p PACKAGE` resolves them (normal and
+/// build dependencies, its own features): `cargo metadata` unifies the workspace's features,
+/// where metal-types' `axum` feature, which only metal-api turns on, would look like
+/// everybody's.
+fn closure(package: &str) -> (Vec<String>, String) {
     let platform = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["tree", "-p", "metalctl", "-e", "normal,build", "--prefix", "none", "-f", "{p}"])
+        .args(["tree", "-p", package, "-e", "normal,build", "--prefix", "none", "-f", "{p}"])
         .args(["--locked", "--offline", "--target", &platform])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
     assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let closure: Vec<&str> = text.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (text.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_owned).collect(), text)
+}
+
+#[test]
+fn metalctl_builds_without_the_service_or_its_server_stack() {
+    let (closure, text) = closure("metalctl");
     for server in ["metal-scheduler", "axum", "rusqlite", "postgres", "tokio-tungstenite"] {
-        assert!(!closure.contains(&server), "metalctl depends on {server}:\n{text}");
+        assert!(!closure.iter().any(|c| c == server), "metalctl depends on {server}:\n{text}");
     }
-    assert!(closure.contains(&"metal-types") && closure.contains(&"reqwest"), "{text}");
+    assert!(closure.iter().any(|c| c == "metal-types") && closure.iter().any(|c| c == "reqwest"), "{text}");
+}
+
+#[test]
+fn only_the_api_crate_serves_http() {
+    // Every handler, the boot protocol's included, and the HTTP server live in metal-api; the
+    // two sides and the crates below them build without axum. (tower-http and hyper-util come
+    // with reqwest, the BMC client's HTTP, so they say nothing.)
+    for package in ["metal-types", "metal-store", "metal-capacity", "metal-machines"] {
+        let (closure, text) = closure(package);
+        assert!(!closure.iter().any(|c| c == "axum"), "{package} depends on axum:\n{text}");
+    }
+    assert!(closure("metal-api").0.iter().any(|c| c == "axum"));
 }

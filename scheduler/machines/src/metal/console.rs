@@ -8,8 +8,6 @@
 
 use std::time::Duration;
 
-use axum::extract::ws::{Message, WebSocket};
-use futures::{SinkExt, StreamExt as _};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::Child;
 
@@ -51,27 +49,6 @@ pub trait ClientEnd: Send {
     fn send(&mut self, bytes: Vec<u8>) -> impl Future<Output = bool> + Send;
     /// Closes the client's end.
     fn close(self) -> impl Future<Output = ()> + Send;
-}
-
-impl ClientEnd for WebSocket {
-    async fn recv(&mut self) -> Option<Vec<u8>> {
-        loop {
-            return match self.next().await {
-                Some(Ok(Message::Text(text))) => Some(text.as_bytes().to_vec()),
-                Some(Ok(Message::Binary(bytes))) => Some(bytes.to_vec()),
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                Some(Ok(Message::Close(_)) | Err(_)) | None => None,
-            };
-        }
-    }
-
-    async fn send(&mut self, bytes: Vec<u8>) -> bool {
-        SinkExt::send(self, Message::Binary(bytes.into())).await.is_ok()
-    }
-
-    async fn close(mut self) {
-        let _ = SinkExt::send(&mut self, Message::Close(None)).await;
-    }
 }
 
 /// Bridges the client and the console process until either ends (or, for a lessee's

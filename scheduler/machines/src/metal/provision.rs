@@ -10,44 +10,17 @@
 use metal_protocol::InventoryReport;
 use metal_protocol::cloudinit::disk_bytes_with_seed;
 use metal_protocol::deploy::{DeployPlan, RootDeviceHints};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use serde::Serialize;
 
 use crate::app::AppState;
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::image::ImagePlan;
 use metal_types::model::node::{Node, NodeState, NodeTransition, Trust};
-use metal_types::model::profile::{ProfileVersion, ProvisionRequest};
+use metal_types::model::profile::{BootStart, ProfileVersion, ProvisionOutcome, ProvisionRequest};
 
 /// Who owns nodes while provisioning moves them.
 const OWNER: &str = "provision";
-
-/// How the machine was started after its plan was set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BootStart {
-    /// The node.
-    pub node: String,
-    /// What happened: `network boot + power cycle`, `no BMC: ...`, or the BMC's error.
-    pub outcome: String,
-    /// Whether the BMC did what was asked.
-    pub ok: bool,
-}
-
-/// What `provision` did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ProvisionOutcome {
-    /// The profile.
-    pub profile_id: String,
-    /// Its version.
-    pub profile_version: i64,
-    /// The nodes now deploying, smallest first.
-    pub nodes: Vec<String>,
-    /// How each was started.
-    pub boots: Vec<BootStart>,
-}
 
 /// A ready node's size, from its commissioned inventory.
 #[derive(Debug, Clone)]

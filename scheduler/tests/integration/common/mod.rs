@@ -76,7 +76,7 @@ impl Site {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let router = metal_api::router(app.clone());
-        tokio::spawn(metal_machines::http_server::serve(listener, router, std::future::pending()));
+        tokio::spawn(metal_api::http_server::serve(listener, router, std::future::pending()));
         Site { url, admin, clock, app, http: reqwest::Client::new(), database_url: database, _dir: dir }
     }
 

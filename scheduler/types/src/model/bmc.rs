@@ -373,3 +373,19 @@ pub struct ConsoleSession {
     /// Bytes the machine sent.
     pub bytes_out: i64,
 }
+
+/// A node's power as its BMC reports it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PowerStatus {
+    /// `on` or `off`.
+    pub power: String,
+}
+
+/// A new BMC password.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateRequest {
+    /// The new password (write-only).
+    #[schema(value_type = String, write_only)]
+    pub password: Password,
+}

@@ -498,3 +498,23 @@ mod tests {
         assert!(normalize_mac("52:54:00:ab:cd:zz").is_err());
     }
 }
+
+/// Outcome of an import.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportResult {
+    /// Ids enrolled.
+    pub created: Vec<String>,
+    /// Entries left alone because the node (or its boot MAC) already exists.
+    pub skipped: Vec<Skipped>,
+}
+
+/// An entry an import left alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Skipped {
+    /// The node id.
+    pub id: String,
+    /// Why.
+    pub reason: String,
+}

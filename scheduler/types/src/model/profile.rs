@@ -294,3 +294,29 @@ pub struct ProvisionRequest {
 fn one() -> u32 {
     1
 }
+
+/// How the machine was started after its plan was set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootStart {
+    /// The node.
+    pub node: String,
+    /// What happened: `network boot + power cycle`, `no BMC: ...`, or the BMC's error.
+    pub outcome: String,
+    /// Whether the BMC did what was asked.
+    pub ok: bool,
+}
+
+/// What `provision` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisionOutcome {
+    /// The profile.
+    pub profile_id: String,
+    /// Its version.
+    pub profile_version: i64,
+    /// The nodes now deploying, smallest first.
+    pub nodes: Vec<String>,
+    /// How each was started.
+    pub boots: Vec<BootStart>,
+}

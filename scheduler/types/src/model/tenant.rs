@@ -140,3 +140,15 @@ pub struct Session {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub console_ssh_port: Option<u16>,
 }
+
+/// What deleting a tenant did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantDeleted {
+    /// The tenant.
+    pub tenant_id: String,
+    /// Reservations ended or cancelled (their node bindings are torn down).
+    pub reservations: Vec<String>,
+    /// Pools of the tenant whose machines are retired.
+    pub pools: Vec<String>,
+}

@@ -10,8 +10,6 @@
 
 use std::time::Duration;
 
-use axum::Extension;
-use axum::extract::State;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use metal_protocol::boot::ReportReceipt;
@@ -24,12 +22,11 @@ use sha2::Digest as _;
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
-use crate::app::AppState;
-use crate::metal::boot::ramdisk::{current_node, node_payload, peer_identity};
-use crate::metal::boot::{BootService, Peer, claims};
+use crate::app::App;
+use crate::metal::boot::ramdisk::{current_node, node_payload, ramdisk_peer};
+use crate::metal::boot::{Peer, claims};
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
-use metal_types::extract::ApiJson;
 use metal_types::model::boot::AttestationRecord;
 
 /// How long a challenge may be answered: the ramdisk answers within seconds.
@@ -39,17 +36,9 @@ const CHALLENGE_TTL: Duration = Duration::from_secs(300);
 pub const EK_DIFFERS: &str = "ek-differs";
 
 /// `POST /v1/boot/attest/challenge`.
-pub async fn challenge(
-    State(app): State<AppState>,
-    Extension(peer): Extension<Peer>,
-    ApiJson(request): ApiJson<TpmKeys>,
-) -> ApiResult<ApiJson<Challenge>> {
-    let service = BootService::of(&app)?;
+pub async fn challenge(app: &App, peer: &Peer, request: TpmKeys) -> ApiResult<Challenge> {
     let now = app.clock.now();
-    let (identity, key) = peer_identity(service, &peer, now)?;
-    if identity.role != Role::Ramdisk {
-        return Err(ApiError::Forbidden(format!("a {} certificate cannot ask for a challenge", identity.role)));
-    }
+    let (service, identity, key) = ramdisk_peer(app, peer, now, "ask for a challenge")?;
     let ek = endorsement_key(&request.ek_public)?;
     let ak = attestation_key(&request.ak_public).map_err(|e| ApiError::invalid("akPublic", e.to_string()))?;
     let (mut nonce, mut secret) = ([0u8; 32], [0u8; 32]);
@@ -125,13 +114,13 @@ pub async fn challenge(
         }
     };
     info!(node = %node_id, challenge = %challenge_id, "attestation challenge issued");
-    Ok(ApiJson(Challenge {
+    Ok(Challenge {
         challenge_id,
         nonce: nonce.to_vec(),
         credential_blob: credential.blob,
         encrypted_seed: credential.encrypted_seed,
         expires_at: now + CHALLENGE_TTL,
-    }))
+    })
 }
 
 /// The EK a challenge's credential is made for: an RSA restricted decryption key fixed to

@@ -11,10 +11,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use axum::Extension;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use metal_protocol::cloudinit::FirstBootJoin;
 use metal_protocol::identity::pem_encode;
@@ -28,11 +24,12 @@ use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
-use crate::app::AppState;
-use crate::metal::boot::{BootService, ClientAddr, Peer};
+use std::net::IpAddr;
+
+use crate::app::{App, AppState};
+use crate::metal::boot::{BootService, Peer};
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
-use metal_types::extract::ApiJson;
 use metal_types::model::host::{Host, HostState};
 use metal_types::model::node::{Node, NodeState, Trust};
 
@@ -164,23 +161,22 @@ pub fn issue_join(
 }
 
 /// `GET /v1/hosts/install.sh`: the join script (no secret in it; its digest is in the seed).
-pub async fn install(State(app): State<AppState>, ClientAddr(address): ClientAddr) -> ApiResult<Response> {
-    let service = BootService::of(&app)?;
+pub async fn install(app: &App, address: IpAddr) -> ApiResult<String> {
+    let service = BootService::of(app)?;
     service.limiter.check(address)?;
-    let script = current_script(service).await.map_err(ApiError::InvalidConfig)?;
-    Ok(([(header::CONTENT_TYPE, "text/x-shellscript")], script).into_response())
+    current_script(service).await.map_err(ApiError::InvalidConfig)
 }
 
 /// `GET /v1/hosts/agent`: the `metal-agent` binary (its digest is in the join script).
-pub async fn agent(State(app): State<AppState>, ClientAddr(address): ClientAddr) -> ApiResult<Response> {
-    let service = BootService::of(&app)?;
+pub async fn agent(app: &App, address: IpAddr) -> ApiResult<Vec<u8>> {
+    let service = BootService::of(app)?;
     service.limiter.check(address)?;
     let path = service.files_dir.join(AGENT_FILE);
     let bytes = tokio::fs::read(&path)
         .await
         .map_err(|e| ApiError::InvalidConfig(format!("{AGENT_FILE} cannot be read from {}: {e}", path.display())))?;
     info!(client = %address, bytes = bytes.len(), "served metal-agent");
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+    Ok(bytes)
 }
 
 /// The role a node's OS gets: `node-tenant` while its trust is tenant-controlled.
@@ -209,12 +205,8 @@ fn refuse<T>(
 
 /// `POST /v1/hosts/join`: a live enrolment token of the node's current identity generation
 /// and a public key give a `node` (or `node-tenant`) certificate and the host record.
-pub async fn join(
-    State(app): State<AppState>,
-    ClientAddr(address): ClientAddr,
-    ApiJson(request): ApiJson<HostJoinRequest>,
-) -> ApiResult<ApiJson<HostJoinResponse>> {
-    let service = BootService::of(&app)?;
+pub async fn join(app: &App, address: IpAddr, request: HostJoinRequest) -> ApiResult<HostJoinResponse> {
+    let service = BootService::of(app)?;
     service.limiter.check(address)?;
     let key = super::ramdisk::parse_key(&request.public_key)?;
     metal_protocol::identity::validate_name("hostname", &request.hostname)
@@ -315,7 +307,7 @@ pub async fn join(
     let (host, certificate) = outcome?;
     info!(node = %host.node_id, role = %certificate.role, generation = certificate.generation, client = %address,
           "host joined");
-    Ok(ApiJson(HostJoinResponse { certificate, site: host.site, rack: host.rack, tags: host.tags, setup: host.setup }))
+    Ok(HostJoinResponse { certificate, site: host.site, rack: host.rack, tags: host.tags, setup: host.setup })
 }
 
 fn issue(
@@ -342,12 +334,8 @@ fn issue(
 /// `POST /v1/hosts/join-failed`: the bootstrap's word that a join stopped before the agent
 /// ran (the script's digest did not match, it could not be fetched, it failed). Logged under
 /// the token's node and raised as `host.join.failed`; the token is used up.
-pub async fn join_failed(
-    State(app): State<AppState>,
-    ClientAddr(address): ClientAddr,
-    ApiJson(report): ApiJson<JoinFailure>,
-) -> ApiResult<axum::http::StatusCode> {
-    let service = BootService::of(&app)?;
+pub async fn join_failed(app: &App, address: IpAddr, report: JoinFailure) -> ApiResult<()> {
+    let service = BootService::of(app)?;
     service.limiter.check(address)?;
     let clip = |text: &str, n: usize| text.chars().take(n).filter(|c| !c.is_control()).collect::<String>();
     let (stage, reason) = (clip(&report.stage, 32), clip(&report.reason, 500));
@@ -386,7 +374,7 @@ pub async fn join_failed(
         })
         .await?;
     warn!(client = %address, "a first boot reported a failed join");
-    Ok(axum::http::StatusCode::NO_CONTENT)
+    Ok(())
 }
 
 /// The connection's host: a `node` or `node-tenant` certificate of the node's current
@@ -434,14 +422,10 @@ pub(super) fn joined_host(tx: &mut dyn Conn, identity: &Identity, key: &Verifyin
 
 /// `POST /v1/hosts/renew`: a new certificate (for the key in the body) over mutual TLS with
 /// the current one; refused once the node's identity generation moved on.
-pub async fn renew(
-    State(app): State<AppState>,
-    Extension(peer): Extension<Peer>,
-    ApiJson(request): ApiJson<HostRenewRequest>,
-) -> ApiResult<ApiJson<HostCertificate>> {
-    let service = BootService::of(&app)?;
+pub async fn renew(app: &App, peer: &Peer, request: HostRenewRequest) -> ApiResult<HostCertificate> {
+    let service = BootService::of(app)?;
     let now = app.clock.now();
-    let (identity, current) = super::ramdisk::peer_identity(service, &peer, now)?;
+    let (identity, current) = super::ramdisk::peer_identity(service, peer, now)?;
     let key = super::ramdisk::parse_key(&request.public_key)?;
     let validity = app.config.boot.host_certificate_validity;
     let who = identity.to_uri();
@@ -479,7 +463,7 @@ pub async fn renew(
         .await?;
     let certificate = outcome?;
     info!(host = %who, "host certificate renewed");
-    Ok(ApiJson(certificate))
+    Ok(certificate)
 }
 
 /// A host's signed setup report: each outcome into the join log; all applied makes the host

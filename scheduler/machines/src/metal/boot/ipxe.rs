@@ -9,19 +9,16 @@
 //! file URLs), chosen by the CPU its boot loader names (`&arch=` on the script request) or
 //! else by the node's commissioned architecture.
 
-use axum::extract::State;
+use std::net::IpAddr;
 
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
-use metal_types::extract::{ApiPath, ApiQuery};
 use serde::Deserialize;
 use serde_json::json;
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
-use crate::app::AppState;
+use crate::app::App;
+use crate::metal::boot::BootService;
 use crate::metal::boot::claims::{self, Claim};
-use crate::metal::boot::{BootService, ClientAddr};
 use metal_store::{self as store, Conn};
 use metal_types::config::BootConfig;
 use metal_types::error::{ApiError, ApiResult};
@@ -393,45 +390,11 @@ pub struct ScriptQuery {
     pub arch: Option<String>,
 }
 
-/// `GET /boot/ipxe?mac=` (or `?claim=&mac=` from a per-boot ISO): the iPXE script for the
-/// node's next step.
-pub async fn ipxe_script(
-    state: State<AppState>,
-    client: ClientAddr,
-    headers: axum::http::HeaderMap,
-    query: ApiQuery<ScriptQuery>,
-) -> ApiResult<Response> {
-    script(state, client, headers, query, Dialect::Ipxe).await
-}
-
-/// `GET /boot/grub?mac=` (or `?claim=&mac=`): the same in GRUB's language.
-pub async fn grub_script(
-    state: State<AppState>,
-    client: ClientAddr,
-    headers: axum::http::HeaderMap,
-    query: ApiQuery<ScriptQuery>,
-) -> ApiResult<Response> {
-    script(state, client, headers, query, Dialect::Grub).await
-}
-
-/// The URL a client reached this service at (`http://` + its Host header), what an
-/// installer fetches its configuration from.
-pub fn base_url(headers: &axum::http::HeaderMap, fallback: std::net::SocketAddr) -> String {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)));
-    format!("http://{}", host.map_or_else(|| fallback.to_string(), str::to_owned))
-}
-
-async fn script(
-    State(app): State<AppState>,
-    ClientAddr(address): ClientAddr,
-    headers: axum::http::HeaderMap,
-    ApiQuery(query): ApiQuery<ScriptQuery>,
-    dialect: Dialect,
-) -> ApiResult<Response> {
-    let service = BootService::of(&app)?;
+/// `GET /boot/ipxe?mac=` (or `?claim=&mac=` from a per-boot ISO; `/boot/grub` for GRUB):
+/// the script for the node's next step in `dialect`; `base` is the URL the client reached
+/// this service at, what an installer fetches its configuration from.
+pub async fn script(app: &App, address: IpAddr, base: &str, query: ScriptQuery, dialect: Dialect) -> ApiResult<String> {
+    let service = BootService::of(app)?;
     service.limiter.check(address)?;
     let mac = query.mac.as_deref().map(normalize_mac).transpose().map_err(|m| ApiError::invalid("mac", m))?;
     let by_claim = query.claim.is_some();
@@ -445,7 +408,7 @@ async fn script(
         // asking forever; whoever guesses at claims learns nothing from the answer.
         Err(ApiError::NotFound(_)) if by_claim => {
             warn!(client = %address, "a script request with a claim no open boot carries");
-            return Ok(plain(render_over(dialect)));
+            return Ok(render_over(dialect));
         }
         Err(e) => return Err(e),
     };
@@ -457,15 +420,9 @@ async fn script(
         BootStep::Installer => info!(node = %decision.node_id, client = %address, "installer boot"),
         BootStep::LocalDisk => info!(node = %decision.node_id, state = %decision.state, "boot the next device"),
     }
-    let base = base_url(&headers, app.config.listen);
     let boot = &app.config.boot;
     let kernel_args = if decision.arch == AARCH64 { &boot.kernel_args_aarch64 } else { &boot.kernel_args };
-    Ok(plain(render(&decision, service, kernel_args, dialect, &base)))
-}
-
-/// A script or configuration answer: plain text, never cached.
-fn plain(body: String) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], body).into_response()
+    Ok(render(&decision, service, kernel_args, dialect, base))
 }
 
 /// The script for a claim whose boot is over (or never was): boot the next device.
@@ -480,7 +437,7 @@ fn render_over(dialect: Dialect) -> String {
 /// The install token's node and its installer plan, when the token is live and the node is
 /// still deploying that plan.
 async fn installer_of(
-    app: &AppState,
+    app: &App,
     token: String,
 ) -> ApiResult<(metal_store::boot::BootToken, metal_types::model::profile::InstallerPlan)> {
     let now = app.clock.now();
@@ -505,40 +462,31 @@ async fn installer_of(
 }
 
 /// `GET /boot/installer/{token}/{user-data|meta-data|vendor-data|ks.cfg}`: the installer's
-/// rendered configuration, for the holder of the node's live install token.
-pub async fn installer_file(
-    State(app): State<AppState>,
-    ClientAddr(address): ClientAddr,
-    headers: axum::http::HeaderMap,
-    ApiPath((token, name)): ApiPath<(String, String)>,
-) -> ApiResult<Response> {
-    let service = BootService::of(&app)?;
+/// rendered configuration, for the holder of the node's live install token (`base`: the
+/// URL the client reached this service at).
+pub async fn installer_file(app: &App, address: IpAddr, base: &str, token: String, name: String) -> ApiResult<String> {
+    let service = BootService::of(app)?;
     service.limiter.check(address)?;
-    let (found, plan) = installer_of(&app, token.clone()).await?;
-    let base = base_url(&headers, app.config.listen);
+    let (found, plan) = installer_of(app, token.clone()).await?;
     use metal_types::model::profile::InstallerKind::{Autoinstall, Kickstart};
     let body = match (name.as_str(), plan.installer.kind) {
         ("user-data", Autoinstall) | ("ks.cfg", Kickstart) => {
-            crate::metal::installer::served_config(&plan, &base, &token)
+            crate::metal::installer::served_config(&plan, base, &token)
         }
         ("meta-data", Autoinstall) => plan.meta_data.clone(),
         ("vendor-data", Autoinstall) => String::new(),
         _ => return Err(ApiError::NotFound(format!("installer file {name:?}"))),
     };
     info!(node = %found.node_id, file = %name, client = %address, "installer file served");
-    Ok(plain(body))
+    Ok(body)
 }
 
 /// `POST /boot/installer/{token}/done`: the installed system reports the install finished;
 /// the deploy ends (deployed, with the profile's role) and the token is used up.
-pub async fn installer_done(
-    State(app): State<AppState>,
-    ClientAddr(address): ClientAddr,
-    ApiPath(token): ApiPath<String>,
-) -> ApiResult<axum::http::StatusCode> {
-    let service = BootService::of(&app)?;
+pub async fn installer_done(app: &App, address: IpAddr, token: String) -> ApiResult<()> {
+    let service = BootService::of(app)?;
     service.limiter.check(address)?;
-    installer_of(&app, token.clone()).await?;
+    installer_of(app, token.clone()).await?;
     let (deadlines, now) = (app.config.deadlines, app.clock.now());
     let node = app
         .store
@@ -556,7 +504,7 @@ pub async fn installer_done(
         })
         .await?;
     info!(node = %node.id, client = %address, "installer reported the install done");
-    Ok(axum::http::StatusCode::NO_CONTENT)
+    Ok(())
 }
 
 /// Query of `/boot/files/NAME`.
@@ -570,13 +518,8 @@ pub struct FileQuery {
 
 /// `GET /boot/files/{vmlinuz|initrd}?token=[&arch=aarch64]`: the ramdisk, for holders of a
 /// live token.
-pub async fn file(
-    State(app): State<AppState>,
-    ClientAddr(address): ClientAddr,
-    ApiPath(name): ApiPath<String>,
-    ApiQuery(query): ApiQuery<FileQuery>,
-) -> ApiResult<Response> {
-    let service = BootService::of(&app)?;
+pub async fn file(app: &App, address: IpAddr, name: String, query: FileQuery) -> ApiResult<Vec<u8>> {
+    let service = BootService::of(app)?;
     service.limiter.check(address)?;
     if !FILES.contains(&name.as_str()) && !RESCUE_FILES.contains(&name.as_str()) {
         return Err(ApiError::NotFound(format!("boot file {name:?}")));
@@ -596,9 +539,9 @@ pub async fn file(
         )));
     }
     if name == "rescue-keys" {
-        let keys = rescue_keys(&app, query.token, address.to_string(), now).await?;
+        let keys = rescue_keys(app, query.token, address.to_string(), now).await?;
         info!(node = %token.node_id, file = %name, keys = keys.1, "served: the rescue's token is spent");
-        return Ok(([(header::CONTENT_TYPE, "application/octet-stream")], keys.0).into_response());
+        return Ok(keys.0);
     }
     let (path, built_by) = match query.arch.as_deref() {
         None => (service.files_dir.join(&name), "scripts/build-ramdisk"),
@@ -619,7 +562,7 @@ pub async fn file(
     })?;
     let arch = query.arch.as_deref().unwrap_or("x86_64");
     info!(node = %token.node_id, task = %token.task, file = %name, arch, bytes = bytes.len(), "served");
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+    Ok(bytes)
 }
 
 /// The rescue's last file: the lease's SSH keys (the deployed profile version's and those
@@ -627,12 +570,7 @@ pub async fn file(
 /// number of keys. Spends the token and records the fetch on its boot (what the rescue's
 /// `await-rescue` step waits for), in one transaction; the node must still be in a rescue
 /// of the token's identity generation.
-async fn rescue_keys(
-    app: &AppState,
-    token: String,
-    client: String,
-    now: OffsetDateTime,
-) -> ApiResult<(Vec<u8>, usize)> {
+async fn rescue_keys(app: &App, token: String, client: String, now: OffsetDateTime) -> ApiResult<(Vec<u8>, usize)> {
     let keys = app
         .store
         .change(move |tx| {

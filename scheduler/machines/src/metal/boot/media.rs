@@ -13,14 +13,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
-use metal_types::extract::ApiPath;
 use tracing::{info, warn};
 
-use crate::app::AppState;
-use crate::metal::boot::{BootService, ClientAddr};
+use std::net::IpAddr;
+
+use crate::app::App;
+use crate::metal::boot::BootService;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 
@@ -124,31 +122,25 @@ pub fn redact(url: String) -> String {
     }
 }
 
-/// `GET /boot/media/{claim}/metal.iso`: the per-boot ISO, while the boot its claim was made
-/// for is open (Range requests served, as BMCs read ISOs in pieces). Rate-limited per
-/// address like the other unauthenticated routes; the claim is never logged.
-pub async fn iso_file(
-    State(app): State<AppState>,
-    ClientAddr(address): ClientAddr,
-    headers: HeaderMap,
-    ApiPath((claim, name)): ApiPath<(String, String)>,
-) -> ApiResult<Response> {
-    let service = BootService::of(&app)?;
+/// `GET /boot/media/{claim}/metal.iso`: the template of the per-boot ISO (its bytes are
+/// `template.part(claim, ..)`), while the boot its claim was made for is open. Rate-limited
+/// per address like the other unauthenticated routes; the claim is never logged.
+pub async fn iso_file<'a>(app: &'a App, address: IpAddr, claim: &str, name: &str) -> ApiResult<&'a MediaTemplate> {
+    let service = BootService::of(app)?;
     service.limiter.check(address)?;
     let template = service
         .media
         .as_ref()
         .ok_or_else(|| ApiError::NotFound("virtual-media boots (boot-media-url is not set)".into()))?;
     let now = app.clock.now();
-    let hash = store::auth::hash(&claim);
+    let hash = store::auth::hash(claim);
     let boot = app.store.read(move |tx| store::boots::open_by_claim(tx, &hash, now)).await?;
     let (Some(boot), true) = (boot, name == ISO_NAME) else {
         warn!(client = %address, "an ISO asked for with a claim no open boot carries");
         return Err(ApiError::NotFound("an open boot with this claim".into()));
     };
     info!(node = %boot.node_id, boot = %boot.id, client = %address, "per-boot ISO served");
-    let part = |start, end| template.part(&claim, start, end);
-    crate::metal::images::serve::bytes_response(template.size(), part, &headers, "application/x-iso9660-image")
+    Ok(template)
 }
 
 #[cfg(test)]

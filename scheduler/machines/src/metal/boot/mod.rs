@@ -14,12 +14,10 @@ pub mod media;
 pub mod ramdisk;
 pub mod tls;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, FromRequestParts};
-use axum::http::request::Parts;
 use metal_protocol::SiteCa;
 use tracing::info;
 
@@ -138,16 +136,3 @@ impl BootService {
 /// The client certificate a TLS connection presented, if any.
 #[derive(Debug, Clone)]
 pub struct Peer(pub Option<Vec<u8>>);
-
-/// The client's address (from the connection; unspecified when the server did not record it).
-#[derive(Debug, Clone, Copy)]
-pub struct ClientAddr(pub IpAddr);
-
-impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let address = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-        Ok(ClientAddr(address.unwrap_or(IpAddr::from([0, 0, 0, 0]))))
-    }
-}

@@ -8,8 +8,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use axum::Extension;
-use axum::extract::State;
 use base64::Engine as _;
 use metal_protocol::boot::{JoinRequest, JoinResponse, ReportReceipt, TaskReport};
 use metal_protocol::identity::{pem_encode, read_unverified};
@@ -22,11 +20,13 @@ use serde_json::json;
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
-use crate::app::AppState;
-use crate::metal::boot::{BootService, ClientAddr, Peer, claims};
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use crate::app::App;
+use crate::metal::boot::{BootService, Peer, claims};
 use metal_store::{self as store, Conn};
 use metal_types::error::{ApiError, ApiResult};
-use metal_types::extract::ApiJson;
 use metal_types::model::boot::{BootStep, BootTask, WipeReportRecord, boot_step};
 use metal_types::model::node::{Deadlines, Node, NodeState, NodeTransition, Trust};
 
@@ -54,12 +54,8 @@ pub(super) fn parse_key(text: &str) -> ApiResult<VerifyingKey> {
 
 /// `POST /v1/boot/join`: the one-time token (single use, bound to node, task and identity
 /// generation, short-lived) and a public key give a `ramdisk` certificate.
-pub async fn join(
-    State(app): State<AppState>,
-    ClientAddr(address): ClientAddr,
-    ApiJson(request): ApiJson<JoinRequest>,
-) -> ApiResult<ApiJson<JoinResponse>> {
-    let service = BootService::of(&app)?;
+pub async fn join(app: &App, address: IpAddr, request: JoinRequest) -> ApiResult<JoinResponse> {
+    let service = BootService::of(app)?;
     service.limiter.check(address)?;
     let key = parse_key(&request.public_key)?;
     let now = app.clock.now();
@@ -123,12 +119,12 @@ pub async fn join(
         .issue(&key, &node.id, generation, Role::Ramdisk, SystemTime::from(now) - BACKDATE, validity + BACKDATE)
         .map_err(|e| ApiError::Internal(format!("issuing the ramdisk certificate: {e}")))?;
     info!(node = %node.id, generation, client = %address, "ramdisk joined");
-    Ok(ApiJson(JoinResponse {
+    Ok(JoinResponse {
         node_id: node.id,
         generation,
         certificate_chain: pem_encode("CERTIFICATE", &der) + &service.ca.certificate().pem(),
         expires_at: now + validity,
-    }))
+    })
 }
 
 /// The connection's client certificate, checked against the site CA now.
@@ -146,6 +142,22 @@ pub(super) fn peer_identity(
         .verify(der, SystemTime::from(now))
         .map_err(|e| ApiError::Unauthenticated(format!("client certificate refused: {e}")))?;
     Ok((verified.identity, verified.public_key))
+}
+
+/// The boot service and the connection's `ramdisk` certificate, checked now; FORBIDDEN for a
+/// certificate of any other role, which cannot `what`.
+pub(super) fn ramdisk_peer<'a>(
+    app: &'a App,
+    peer: &Peer,
+    now: OffsetDateTime,
+    what: &str,
+) -> ApiResult<(&'a BootService, Identity, VerifyingKey)> {
+    let service = BootService::of(app)?;
+    let (identity, key) = peer_identity(service, peer, now)?;
+    if identity.role != Role::Ramdisk {
+        return Err(ApiError::Forbidden(format!("a {} certificate cannot {what}", identity.role)));
+    }
+    Ok((service, identity, key))
 }
 
 /// A ramdisk's own report: signed by the connection's `ramdisk` certificate of the node's
@@ -494,14 +506,10 @@ fn task_report(
 }
 
 /// `POST /v1/boot/reports`: a DSSE-signed report over mutual TLS.
-pub async fn reports(
-    State(app): State<AppState>,
-    Extension(peer): Extension<Peer>,
-    ApiJson(envelope): ApiJson<Envelope>,
-) -> ApiResult<ApiJson<ReportReceipt>> {
-    let service = BootService::of(&app)?;
+pub async fn reports(app: &App, peer: &Peer, envelope: Envelope) -> ApiResult<ReportReceipt> {
+    let service = BootService::of(app)?;
     let now = app.clock.now();
-    let (identity, key) = peer_identity(service, &peer, now)?;
+    let (identity, key) = peer_identity(service, peer, now)?;
     let (deadlines, token_ttl) = (app.config.deadlines, app.config.boot.token_ttl);
     let payload_type = envelope.payload_type.clone();
     let who = identity.to_uri();
@@ -527,23 +535,14 @@ pub async fn reports(
         None => info!(from = %who, %payload_type, "report accepted"),
         Some(reason) => warn!(from = %who, %payload_type, %reason, "report refused"),
     }
-    Ok(ApiJson(receipt))
+    Ok(receipt)
 }
 
-/// `GET /v1/boot/images/{id}`: the served form of an image, with Range, only to a ramdisk
-/// of the node's current identity generation whose node is deploying a plan of that image.
-pub async fn image(
-    State(app): State<AppState>,
-    Extension(peer): Extension<Peer>,
-    metal_types::extract::ApiPath(id): metal_types::extract::ApiPath<String>,
-    headers: axum::http::HeaderMap,
-) -> ApiResult<axum::response::Response> {
-    let service = BootService::of(&app)?;
+/// `GET /v1/boot/images/{id}`: the file of an image's served form, only to a ramdisk of the
+/// node's current identity generation whose node is deploying a plan of that image.
+pub async fn image(app: &App, peer: &Peer, id: String) -> ApiResult<PathBuf> {
     let now = app.clock.now();
-    let (identity, key) = peer_identity(service, &peer, now)?;
-    if identity.role != Role::Ramdisk {
-        return Err(ApiError::Forbidden(format!("a {} certificate cannot fetch images", identity.role)));
-    }
+    let (_, identity, key) = ramdisk_peer(app, peer, now, "fetch images")?;
     let (node_id, image_id) = (identity.node.clone(), id.clone());
     app.store
         .read(move |tx| {
@@ -572,21 +571,14 @@ pub async fn image(
     if !path.exists() {
         return Err(ApiError::NotFound(format!("image {id}'s file")));
     }
-    crate::metal::images::serve::file_response(&path, &headers, "application/zstd").await
+    Ok(path)
 }
 
 /// `GET /v1/boot/plan`: the deploy plan of the connection's node, while it is deploying.
 /// Its seed gains the first-boot join (`hosts::issue_join`: a fresh enrolment token), so the
 /// stored plan never holds a token; without an agent in the boot files it has none.
-pub async fn plan(
-    State(app): State<AppState>,
-    Extension(peer): Extension<Peer>,
-) -> ApiResult<ApiJson<serde_json::Value>> {
-    let service = BootService::of(&app)?;
-    let (identity, key) = peer_identity(service, &peer, app.clock.now())?;
-    if identity.role != Role::Ramdisk {
-        return Err(ApiError::Forbidden(format!("a {} certificate cannot fetch a deploy plan", identity.role)));
-    }
+pub async fn plan(app: &App, peer: &Peer) -> ApiResult<serde_json::Value> {
+    let (service, identity, key) = ramdisk_peer(app, peer, app.clock.now(), "fetch a deploy plan")?;
     let join = super::hosts::join_template(service).await;
     let node_id = identity.node.clone();
     let (now, ttl) = (app.clock.now(), app.config.boot.host_token_ttl);
@@ -617,5 +609,5 @@ pub async fn plan(
             serde_json::to_value(&plan).map(Some).map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await?;
-    plan.map(ApiJson).ok_or_else(|| ApiError::NotFound(format!("deploy plan of node {}", identity.node)))
+    plan.ok_or_else(|| ApiError::NotFound(format!("deploy plan of node {}", identity.node)))
 }

@@ -1,13 +1,11 @@
-//! The image store: where imported images live on disk, the site catalog, the background
-//! import (`import`) and the ranged file server the boot listener hands images out with
-//! (`serve`).
+//! The image store: where imported images live on disk, the site catalog and the background
+//! import (`import`). `metal-api`'s `files` serves them, ranged, to deploying ramdisks.
 //!
 //! Files in the image directory: `ID.part` while downloading (resumed from its length),
 //! `ID.raw` while a qcow2 is converted, `ID.zst.tmp` while the served form is written, and
 //! `ID.zst`, the served form, only once everything checked out (renamed into place).
 
 pub mod import;
-pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
