@@ -9,6 +9,7 @@
 //! says which networks and pools were applied. Every step, refusals included, goes into
 //! the node's join log, and each outcome is an event.
 
+use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
@@ -23,8 +24,6 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 use tracing::{info, warn};
-
-use std::net::IpAddr;
 
 use crate::app::{App, AppState};
 use crate::metal::boot::{BootService, Peer};

@@ -10,12 +10,11 @@
 //! claim wherever it occurs (ISO 9660 stores file contents as they are): no ISO is built
 //! per boot. The template is read once, at start.
 
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use tracing::{info, warn};
-
-use std::net::IpAddr;
 
 use crate::app::App;
 use crate::metal::boot::BootService;

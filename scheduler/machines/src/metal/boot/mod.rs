@@ -3,6 +3,8 @@
 //! issues: the ramdisk protocol (`ramdisk`), where the ramdisk pins the CA by the
 //! fingerprint on its kernel command line and authenticates with the certificate it joined
 //! for; and the join service (`hosts`), where a deployed OS becomes a host. Unauthenticated requests are rate-limited per client address (`crate::ratelimit`).
+//! The work is here, as functions of the request's values; the HTTP shells (routes,
+//! extractors, the TLS listener) are metal-api's `boot_service` and `firmware`.
 
 pub mod attest;
 pub mod claims;

@@ -6,6 +6,8 @@
 //! and raised as an event; task reports end deploys and erases); `plan` hands a deploying
 //! ramdisk its plan.
 
+use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
@@ -19,9 +21,6 @@ use metal_protocol::{
 use serde_json::json;
 use time::OffsetDateTime;
 use tracing::{info, warn};
-
-use std::net::IpAddr;
-use std::path::PathBuf;
 
 use crate::app::App;
 use crate::metal::boot::{BootService, Peer, claims};
