@@ -64,6 +64,28 @@ export async function must<T>(call: Promise<{ data?: T; error?: unknown; respons
   return data;
 }
 
+/** Every item of a paged list: the first answer's, then each page its `Link: <...>; rel="next"` names. */
+export async function everyPage<T>(call: Promise<{ data?: T[]; error?: unknown; response: Response }>): Promise<T[]> {
+  const { data, error, response } = await call;
+  if (!response.ok || data === undefined) throw new ApiFailure(response.status, messageOf(response.status, error));
+  const items = [...data];
+  let next = nextPage(response);
+  while (next) {
+    const page = await fetch(next, { headers: authorization() });
+    const body: unknown = await page.json().catch(() => undefined);
+    if (!page.ok || !Array.isArray(body)) throw new ApiFailure(page.status, messageOf(page.status, body));
+    items.push(...(body as T[]));
+    next = nextPage(page);
+  }
+  return items;
+}
+
+/** The URL of an answer's `Link: <...>; rel="next"`, when it has one. */
+function nextPage(response: Response): string | null {
+  const match = /<([^>]*)>\s*;\s*rel="?next"?/.exec(response.headers.get("Link") ?? "");
+  return match ? new URL(match[1], location.origin).toString() : null;
+}
+
 /** How far the scheduler's clock is ahead of this browser's (set at sign-in). */
 let offset = 0;
 

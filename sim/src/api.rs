@@ -81,6 +81,23 @@ impl Api {
     /// Calls `method path` with `body` (JSON, when not null); the answer's JSON (null when
     /// empty).
     pub async fn call(&self, method: &str, path: &str, body: &Value) -> Result<Value, ApiError> {
+        self.send(method, path, body).await.map(|(json, _)| json)
+    }
+
+    /// Every item of the paged list at `path`, following each page's `Link: <...>; rel="next"`.
+    pub async fn list(&self, path: &str) -> Result<Vec<Value>, ApiError> {
+        let mut items = Vec::new();
+        let mut page_path = path.to_owned();
+        loop {
+            let (page, link) = self.send("GET", &page_path, &Value::Null).await?;
+            items.extend(page.as_array().into_iter().flatten().cloned());
+            let Some(cursor) = link.as_deref().and_then(metal_types::page::next_cursor) else { return Ok(items) };
+            page_path = format!("{path}{}cursor={cursor}", if path.contains('?') { '&' } else { '?' });
+        }
+    }
+
+    /// Calls `method path`; the answer's JSON and its `Link` header.
+    async fn send(&self, method: &str, path: &str, body: &Value) -> Result<(Value, Option<String>), ApiError> {
         let verb = match method {
             "GET" => reqwest::Method::GET,
             "POST" => reqwest::Method::POST,
@@ -99,7 +116,7 @@ impl Api {
         let _writing = if verb == reqwest::Method::GET { None } else { Some(self.writes.read().await) };
         let transport = |source| ApiError::Transport { method: method.to_owned(), path: path.to_owned(), source };
         let started = std::time::Instant::now();
-        let (status, text) = loop {
+        let (status, link, text) = loop {
             let mut request = self.http.request(verb.clone(), format!("{}{path}", self.base)).bearer_auth(&self.token);
             if !body.is_null() {
                 request = request.json(body);
@@ -107,7 +124,8 @@ impl Api {
             let answered = async {
                 let answer = request.send().await?;
                 let status = answer.status();
-                Ok::<_, reqwest::Error>((status, answer.text().await?))
+                let link = answer.headers().get("link").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                Ok::<_, reqwest::Error>((status, link, answer.text().await?))
             };
             match answered.await {
                 Ok(answer) => break answer,
@@ -121,7 +139,7 @@ impl Api {
         let json: Value =
             if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
         if status.is_success() {
-            Ok(json)
+            Ok((json, link))
         } else {
             let message = json["error"]["message"].as_str().map_or_else(|| json.to_string(), str::to_owned);
             Err(ApiError::Refused {

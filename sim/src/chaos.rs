@@ -272,7 +272,7 @@ pub async fn check(site: &Site) -> anyhow::Result<usize> {
     // No node ready after a lease without a teardown since, which succeeded with a done record
     // of every step and a wipe report accepted since it began; every run with a deadline for
     // the step it is on.
-    let nodes = site.admin.get("/v1/nodes").await?;
+    let nodes = Value::Array(site.admin.list("/v1/nodes").await?);
     for node in nodes.as_array().into_iter().flatten() {
         let id = node["id"].as_str().unwrap_or("?");
         let runs = site.admin.get(&format!("/v1/nodes/{id}/teardowns")).await?;

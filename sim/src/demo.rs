@@ -52,7 +52,7 @@ pub async fn run(site: &Site) -> anyhow::Result<Outcome> {
 
     say(&mut text, "== two dedicated-root leases of 7 days".into());
     let mut before = std::collections::BTreeMap::new();
-    for n in admin.get("/v1/nodes").await?.as_array().into_iter().flatten() {
+    for n in admin.list("/v1/nodes").await? {
         before.insert(n["id"].as_str().unwrap_or_default().to_owned(), n["identityGeneration"].as_i64().unwrap_or(0));
     }
     let nodes: Vec<String> = lease(site, 2, "7d").await?.into_iter().map(|(_, node)| node).collect();

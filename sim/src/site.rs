@@ -384,11 +384,11 @@ impl Site {
         &self,
         ids: &std::collections::BTreeSet<String>,
     ) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
-        let nodes = self.admin.get("/v1/nodes").await?;
-        Ok(nodes
-            .as_array()
-            .into_iter()
-            .flatten()
+        Ok(self
+            .admin
+            .list("/v1/nodes")
+            .await?
+            .iter()
             .filter_map(|n| Some((n["id"].as_str()?.to_owned(), n["state"].as_str()?.to_owned())))
             .filter(|(id, _)| ids.contains(id))
             .collect())

@@ -1,7 +1,7 @@
 // Leases: a Gantt per node of reservations, teardowns and maintenance, the reservations
 // list, and one reservation with its events and meter records. A tenant member sees only
 // its own reservations (the API shows it nothing else).
-import { type Node, type Reservation, type Schemas, type Session, api, must, serverNow } from "../api";
+import { type Node, type Reservation, type Schemas, type Session, api, everyPage, must, serverNow } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, Section, Show, when, Head, EventList } from "../ui";
@@ -86,7 +86,7 @@ export function Leases({ session }: { session: Session }) {
   const loaded = useLoad(
     async () => {
       const reservations = await must(api.GET("/v1/reservations"));
-      const nodes = admin ? await must(api.GET("/v1/nodes", {})) : [];
+      const nodes = admin ? await everyPage(api.GET("/v1/nodes", {})) : [];
       const teardowns = new Map<string, Schemas["WorkflowRun"][]>();
       if (admin)
         for (const id of new Set(reservations.flatMap((r) => r.nodes)))

@@ -1,7 +1,7 @@
 // Every node in a table filtered by text, state and pool, a page of rows at a time (a fleet of
 // thousands stays quick to render); rows move as the live stream says.
 import { useEffect, useState } from "preact/hooks";
-import { type Node, api, must } from "../api";
+import { type Node, api, everyPage } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, Show, Head } from "../ui";
@@ -24,7 +24,7 @@ export function Nodes() {
   // A new filter shows its first page.
   useEffect(() => setPage(0), [text, state, pool]);
   const loaded = useLoad(
-    () => must(api.GET("/v1/nodes", {})),
+    () => everyPage(api.GET("/v1/nodes", {})),
     [],
     (e) => e.subject.startsWith("node/"),
   );

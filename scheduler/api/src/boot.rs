@@ -2,6 +2,11 @@
 //! reports and attestations) and the deploy plan a deploying ramdisk will fetch.
 
 use axum::extract::State;
+use axum::response::Response;
+use metal_store::page::NodeRows;
+use metal_types::page::PageQuery;
+
+use crate::paging::Paging;
 
 use crate::ApiPath;
 use metal_protocol::DeployPlan;
@@ -31,27 +36,29 @@ pub async fn get_inventory(
 }
 
 /// Every wipe report received for the node, accepted or refused with its reason.
-#[utoipa::path(get, path = "/v1/nodes/{id}/wipe-reports", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(get, path = "/v1/nodes/{id}/wipe-reports", params(("id" = String, Path, description = "node id"), PageQuery),
     responses((status = 200, body = Vec<WipeReportRecord>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn list_wipe_reports(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<Vec<WipeReportRecord>>> {
-    Ok(ApiJson(node_rows(&app, &caller, id, store::boot::wipe_reports).await?))
+    paging: Paging,
+) -> ApiResult<Response> {
+    node_rows(&app, &caller, id, &store::boot::WIPE_REPORTS, paging).await
 }
 
 /// Every attestation received for the node (measured boot): a TPM quote of its boot PCRs
 /// verified against its one-time challenge and the node's pinned EK, with the quoted PCRs,
 /// or refused with the rule it broke (`ek-differs`, `wrong-challenge`, `log-does-not-replay`).
-#[utoipa::path(get, path = "/v1/nodes/{id}/attestations", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(get, path = "/v1/nodes/{id}/attestations", params(("id" = String, Path, description = "node id"), PageQuery),
     responses((status = 200, body = Vec<AttestationRecord>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn list_attestations(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<Vec<AttestationRecord>>> {
-    Ok(ApiJson(node_rows(&app, &caller, id, store::attestations::list).await?))
+    paging: Paging,
+) -> ApiResult<Response> {
+    node_rows(&app, &caller, id, &store::attestations::ATTESTATIONS, paging).await
 }
 
 /// The node's measured-boot baselines, newest first: its own and its hardware profile's at
@@ -170,14 +177,15 @@ async fn end_baseline(
 /// The boots the scheduler started for the node, newest first: who started each, which
 /// task its one token went to and to which client, where the ramdisk joined from, and why
 /// it ended (its task over, superseded, the node moved, contested by a second host).
-#[utoipa::path(get, path = "/v1/nodes/{id}/boots", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(get, path = "/v1/nodes/{id}/boots", params(("id" = String, Path, description = "node id"), PageQuery),
     responses((status = 200, body = Vec<NodeBoot>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn list_boots(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<Vec<NodeBoot>>> {
-    Ok(ApiJson(node_rows(&app, &caller, id, store::boots::list).await?))
+    paging: Paging,
+) -> ApiResult<Response> {
+    node_rows(&app, &caller, id, &store::boots::BOOTS, paging).await
 }
 
 /// Starts a boot by hand, for a machine powered on by hand (no BMC): its next network boot
@@ -204,21 +212,25 @@ pub async fn arm_boot(
     Ok((axum::http::StatusCode::CREATED, ApiJson(boot)))
 }
 
-/// An admin read of one node's rows: NOT_FOUND for a tenant member and for an unknown node.
-async fn node_rows<T: Send + 'static>(
+/// An admin read of a page of one node's rows: NOT_FOUND for a tenant member and for an
+/// unknown node.
+async fn node_rows<T: serde::Serialize + Send + 'static>(
     app: &AppState,
     caller: &Caller,
     id: String,
-    rows: fn(&mut dyn store::Conn, &str) -> store::DbResult<Vec<T>>,
-) -> ApiResult<Vec<T>> {
+    rows: &'static NodeRows<T>,
+    paging: Paging,
+) -> ApiResult<Response> {
     caller.admin(&format!("node {id}"))?;
-    let what = format!("node {id}");
-    app.store
+    let (what, page) = (format!("node {id}"), paging.page.clone());
+    let rows = app
+        .store
         .read(move |tx| {
             store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
-            Ok::<_, ApiError>(rows(tx, &id)?)
+            rows.page(tx, &id, &page)
         })
-        .await
+        .await?;
+    Ok(paging.answer(rows))
 }
 
 /// Sets the plan the node's ramdisk fetches when it next deploys (a `DeployPlan`, checked).
@@ -247,14 +259,15 @@ pub async fn put_deploy_plan(
 
 /// Every in-band firmware check of the node against its pool's baseline (the teardown's
 /// firmware step), compliant or with its drift.
-#[utoipa::path(get, path = "/v1/nodes/{id}/firmware-checks", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(get, path = "/v1/nodes/{id}/firmware-checks", params(("id" = String, Path, description = "node id"), PageQuery),
     responses((status = 200, body = Vec<FirmwareCheckRecord>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn list_firmware_checks(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<Vec<FirmwareCheckRecord>>> {
-    Ok(ApiJson(node_rows(&app, &caller, id, store::boot::firmware_checks).await?))
+    paging: Paging,
+) -> ApiResult<Response> {
+    node_rows(&app, &caller, id, &store::boot::FIRMWARE_CHECKS, paging).await
 }
 
 /// One wipe report: the server's verdict on receipt, the signed payload it judged and the
@@ -373,7 +386,7 @@ async fn wipe_report_and_envelope(
     let what = format!("wipe report {report} of node {node}");
     app.store
         .read(move |tx| {
-            let record = store::boot::wipe_reports(tx, &node)?.into_iter().find(|r| r.id == report);
+            let record = store::boot::WIPE_REPORTS.all(tx, &node)?.into_iter().find(|r| r.id == report);
             let envelope = store::boot::wipe_envelope(tx, &node, &report)?;
             match (record, envelope) {
                 (Some(record), Some(envelope)) => Ok((record, envelope)),

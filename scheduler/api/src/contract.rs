@@ -3,7 +3,7 @@
 //! every operation that takes a body or query parameters, or drives a BMC (which may not
 //! offer what is asked), 422, each with the one error body; ids and the names the server
 //! checks with `validate_name` carry its pattern, and the strings it refuses empty a
-//! minimum length;
+//! minimum length; every paged list (one taking `cursor`) documents its `Link` header;
 //! and `allOf` schemas whose parts are closed objects (`additionalProperties: false`, which
 //! `#[serde(flatten)]` with `deny_unknown_fields` produces, and which no body can satisfy)
 //! are merged into the one closed object the server actually accepts.
@@ -51,6 +51,7 @@ pub fn complete(document: &mut Value) {
             for operation in operations.values_mut() {
                 document_errors(path, operation);
                 pattern_ids(operation);
+                link_pages(operation);
             }
         }
     }
@@ -63,6 +64,19 @@ pub fn complete(document: &mut Value) {
             }
         }
         constrain(schemas);
+    }
+}
+
+/// A paged list (one taking `cursor`) answers the next page's link in a `Link` header.
+fn link_pages(operation: &mut Value) {
+    let paged = operation["parameters"]
+        .as_array()
+        .is_some_and(|parameters| parameters.iter().any(|p| p["name"] == "cursor" && p["in"] == "query"));
+    if let Some(ok) = operation.pointer_mut("/responses/200").filter(|_| paged).and_then(Value::as_object_mut) {
+        ok.insert(
+            "headers".into(),
+            json!({"Link": {"description": crate::paging::LINK_HEADER, "schema": {"type": "string"}}}),
+        );
     }
 }
 

@@ -2,6 +2,10 @@
 //! node's join log, refusals included; and enrolments of machines that already run an OS.
 
 use axum::extract::State;
+use axum::response::Response;
+use metal_types::page::PageQuery;
+
+use crate::paging::Paging;
 
 use crate::AppState;
 use crate::{ApiJson, ApiPath, Caller};
@@ -12,11 +16,12 @@ use metal_types::model::host::{Enrolment, EnrolmentCreate, Host, JoinInfo, JoinL
 use metal_types::model::node::NodeState;
 use serde_json::json;
 
-/// Every host, by node id.
-#[utoipa::path(get, path = "/v1/hosts", responses((status = 200, body = Vec<Host>)))]
-pub async fn list_hosts(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<Host>>> {
+/// The hosts, by node id, a page at a time.
+#[utoipa::path(get, path = "/v1/hosts", params(PageQuery), responses((status = 200, body = Vec<Host>)))]
+pub async fn list_hosts(State(app): State<AppState>, caller: Caller, paging: Paging) -> ApiResult<Response> {
     caller.admin("hosts")?;
-    Ok(ApiJson(app.store.read(|tx| store::hosts::list(tx)).await?))
+    let page = paging.page.clone();
+    Ok(paging.answer(app.store.read(move |tx| store::hosts::page(tx, &page)).await?))
 }
 
 /// The host of a node.
@@ -35,23 +40,24 @@ pub async fn get_host(
 
 /// Every step of every join of a node, oldest first: tokens issued, certificates, each
 /// network and pool applied or refused, first boots that stopped, renewals.
-#[utoipa::path(get, path = "/v1/hosts/{id}/join-log", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(get, path = "/v1/hosts/{id}/join-log", params(("id" = String, Path, description = "node id"), PageQuery),
     responses((status = 200, body = Vec<JoinLogEntry>), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn join_log(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<Vec<JoinLogEntry>>> {
+    paging: Paging,
+) -> ApiResult<Response> {
     caller.admin(&format!("node {id}"))?;
-    let what = format!("node {id}");
+    let (what, page) = (format!("node {id}"), paging.page.clone());
     let log = app
         .store
         .read(move |tx| {
             store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
-            Ok::<_, ApiError>(store::hosts::join_log(tx, &id)?)
+            store::hosts::join_log(tx, &id, &page)
         })
         .await?;
-    Ok(ApiJson(log))
+    Ok(paging.answer(log))
 }
 
 /// Enrols a machine that already runs an OS: a single-use enrolment token for the node (its

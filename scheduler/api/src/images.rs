@@ -2,6 +2,10 @@
 //! (platform only) and delete (refused while a profile version names the image).
 
 use axum::extract::State;
+use axum::response::Response;
+use metal_types::page::PageQuery;
+
+use crate::paging::Paging;
 
 use crate::ApiPath;
 use axum::http::StatusCode;
@@ -68,11 +72,11 @@ async fn visible(app: &AppState, caller: &Caller, id: String) -> ApiResult<Image
     }
 }
 
-/// Images: a tenant's own and the public ones; every image for admins.
-#[utoipa::path(get, path = "/v1/images", responses((status = 200, body = Vec<Image>)))]
-pub async fn list_images(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<Image>>> {
-    let scope = caller.tenant_scope().map(str::to_owned);
-    Ok(ApiJson(app.store.read(move |tx| store::images::list(tx, scope.as_deref())).await?))
+/// Images, a page at a time: a tenant's own and the public ones; every image for admins.
+#[utoipa::path(get, path = "/v1/images", params(PageQuery), responses((status = 200, body = Vec<Image>)))]
+pub async fn list_images(State(app): State<AppState>, caller: Caller, paging: Paging) -> ApiResult<Response> {
+    let (scope, page) = (caller.tenant_scope().map(str::to_owned), paging.page.clone());
+    Ok(paging.answer(app.store.read(move |tx| store::images::page(tx, scope.as_deref(), &page)).await?))
 }
 
 /// One image, with its import's progress.

@@ -16,6 +16,7 @@ mod hosts;
 pub mod http_server;
 mod images;
 mod nodes;
+mod paging;
 pub use nodes::parse_csv;
 mod passes;
 mod pools;

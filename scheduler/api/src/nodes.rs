@@ -9,18 +9,19 @@ use axum::extract::State;
 
 use crate::{ApiPath, ApiQuery};
 use axum::http::{HeaderMap, StatusCode, header};
-use serde::Deserialize;
-use utoipa::IntoParams;
+use axum::response::Response;
 
 use super::{ApiJson, Caller};
 use crate::AppState;
+use crate::paging::Paging;
 use metal_machines::metal::rescue::Ask;
 use metal_store::{self as store, Conn, nodes::NewNode};
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::BmcSpec;
 use metal_types::model::lessee::{LeasedNode, NodeView, ReinstallRequest, ReinstallStarted, RescueStarted};
-use metal_types::model::node::{CSV_COLUMNS, Device, Node, NodeCreate, NodePatch, NodeState, NodeTransition};
+use metal_types::model::node::{CSV_COLUMNS, Device, Node, NodeCreate, NodeFilter, NodePatch, NodeTransition};
 use metal_types::model::node::{ImportResult, Skipped};
+use metal_types::page::PageQuery;
 
 fn validated(create: &NodeCreate, prefix: &str) -> ApiResult<NewNode> {
     let (taints, boot_mac) = create.validate(prefix)?;
@@ -319,23 +320,19 @@ pub async fn import_nodes(
     Ok(ApiJson(result))
 }
 
-/// Filter for listing nodes.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct NodeFilter {
-    /// Only nodes in this state.
-    pub state: Option<NodeState>,
-}
-
-/// List nodes.
-#[utoipa::path(get, path = "/v1/nodes", params(NodeFilter), responses((status = 200, body = Vec<Node>)))]
+/// List nodes, a page at a time (by id), keeping those the filter names.
+#[utoipa::path(get, path = "/v1/nodes", params(NodeFilter, PageQuery),
+    responses((status = 200, body = Vec<Node>)))]
 pub async fn list_nodes(
     State(app): State<AppState>,
     caller: Caller,
     ApiQuery(filter): ApiQuery<NodeFilter>,
-) -> ApiResult<ApiJson<Vec<Node>>> {
+    paging: Paging,
+) -> ApiResult<Response> {
     caller.admin("nodes")?;
-    Ok(ApiJson(app.store.read(move |conn| store::nodes::list(conn, filter.state)).await?))
+    let page = paging.page.clone();
+    let nodes = app.store.read(move |conn| store::nodes::page(conn, &filter, &page)).await?;
+    Ok(paging.answer(nodes))
 }
 
 /// One node: the whole record for a platform admin; for a member of the tenant leasing it

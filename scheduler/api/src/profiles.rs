@@ -2,6 +2,10 @@
 //! allocates and deploys machines by profile version (platform only).
 
 use axum::extract::State;
+use axum::response::Response;
+use metal_types::page::PageQuery;
+
+use crate::paging::Paging;
 
 use crate::ApiPath;
 use axum::http::StatusCode;
@@ -71,22 +75,12 @@ pub async fn add_version(
     Ok((StatusCode::CREATED, ApiJson(profile)))
 }
 
-/// Profiles: a tenant's own and the public ones; every profile for admins.
-#[utoipa::path(get, path = "/v1/profiles", responses((status = 200, body = Vec<Profile>)))]
-pub async fn list_profiles(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<Profile>>> {
-    let scope = caller.tenant_scope().map(str::to_owned);
-    let profiles = app
-        .store
-        .read(move |tx| {
-            let ids = store::profiles::ids(tx, scope.as_deref())?;
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                out.extend(store::profiles::get(tx, &id)?);
-            }
-            Ok::<_, ApiError>(out)
-        })
-        .await?;
-    Ok(ApiJson(profiles))
+/// Profiles, a page at a time: a tenant's own and the public ones; every profile for
+/// admins.
+#[utoipa::path(get, path = "/v1/profiles", params(PageQuery), responses((status = 200, body = Vec<Profile>)))]
+pub async fn list_profiles(State(app): State<AppState>, caller: Caller, paging: Paging) -> ApiResult<Response> {
+    let (scope, page) = (caller.tenant_scope().map(str::to_owned), paging.page.clone());
+    Ok(paging.answer(app.store.read(move |tx| store::profiles::page(tx, scope.as_deref(), &page)).await?))
 }
 
 /// One profile with every version.

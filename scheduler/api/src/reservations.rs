@@ -7,7 +7,8 @@
 
 use axum::extract::State;
 
-use crate::ApiPath;
+use crate::paging::Paging;
+use crate::{ApiPath, ApiQuery};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest as _, Sha256};
@@ -16,7 +17,8 @@ use super::{ApiJson, Caller};
 use crate::AppState;
 use metal_store::{self as store, capacity::StoredResponse};
 use metal_types::error::{ApiError, ApiResult};
-use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationState, Window};
+use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationFilter, ReservationState, Window};
+use metal_types::page::PageQuery;
 
 fn visible(caller: &Caller, tenant: &str, what: &str) -> ApiResult<()> {
     match caller.tenant_scope() {
@@ -175,11 +177,20 @@ fn replay(stored: &StoredResponse) -> Response {
     response
 }
 
-/// Reservations: a tenant's own, or all for admins.
-#[utoipa::path(get, path = "/v1/reservations", responses((status = 200, body = Vec<Reservation>)))]
-pub async fn list_reservations(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<Reservation>>> {
+/// Reservations, newest first, a page at a time: a tenant's own, or all for admins.
+#[utoipa::path(get, path = "/v1/reservations", params(ReservationFilter, PageQuery),
+    responses((status = 200, body = Vec<Reservation>)))]
+pub async fn list_reservations(
+    State(app): State<AppState>,
+    caller: Caller,
+    ApiQuery(filter): ApiQuery<ReservationFilter>,
+    paging: Paging,
+) -> ApiResult<Response> {
     let scope = caller.tenant_scope().map(str::to_owned);
-    Ok(ApiJson(app.store.read(move |conn| store::capacity::list_reservations(conn, scope.as_deref())).await?))
+    let page = paging.page.clone();
+    let reservations =
+        app.store.read(move |conn| store::capacity::page_reservations(conn, scope.as_deref(), &filter, &page)).await?;
+    Ok(paging.answer(reservations))
 }
 
 /// One reservation.

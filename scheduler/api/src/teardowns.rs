@@ -3,6 +3,10 @@
 //! tenant-root node again from the start.
 
 use axum::extract::State;
+use axum::response::Response;
+use metal_types::page::PageQuery;
+
+use crate::paging::Paging;
 
 use crate::AppState;
 use crate::{ApiJson, ApiPath, Caller};
@@ -13,22 +17,24 @@ use metal_types::model::workflow::WorkflowRun;
 
 /// The node's teardowns, oldest first, each with its evidence record (every step's
 /// result, raw outcome and times).
-#[utoipa::path(get, path = "/v1/nodes/{id}/teardowns", params(("id" = String, Path, description = "node id")),
+#[utoipa::path(get, path = "/v1/nodes/{id}/teardowns", params(("id" = String, Path, description = "node id"), PageQuery),
     responses((status = 200, body = [WorkflowRun]), (status = 404, body = metal_types::error::ErrorBody)))]
 pub async fn list_teardowns(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<Vec<WorkflowRun>>> {
+    paging: Paging,
+) -> ApiResult<Response> {
     caller.admin(&format!("node {id}"))?;
+    let page = paging.page.clone();
     let runs = app
         .store
         .read(move |tx| {
             store::nodes::get(tx, &id)?.ok_or_else(|| ApiError::NotFound(format!("node {id}")))?;
-            Ok::<_, ApiError>(store::workflows::for_node(tx, &id, metal_machines::metal::teardown::PREFIX)?)
+            store::workflows::page_for_node(tx, &id, metal_machines::metal::teardown::PREFIX, &page)
         })
         .await?;
-    Ok(ApiJson(runs))
+    Ok(paging.answer(runs))
 }
 
 /// Recover a quarantined tenant-root node (`metal.recover`): back to releasing, and the

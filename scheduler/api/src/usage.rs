@@ -1,13 +1,17 @@
 //! Usage: a tenant's meter records over a time range, with totals.
 
 use axum::extract::State;
+use axum::response::Response;
+use metal_types::page::PageQuery;
+
+use crate::paging::Paging;
 
 use crate::ApiQuery;
 use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
-use super::{ApiJson, Caller};
+use super::Caller;
 use crate::AppState;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
@@ -36,12 +40,15 @@ fn time_param(field: &str, value: Option<&str>, default: OffsetDateTime) -> ApiR
 }
 
 /// Usage by tenant and time range.
-#[utoipa::path(get, path = "/v1/usage", params(UsageQuery), responses((status = 200, body = Usage)))]
+/// The records page (`limit`, `cursor`; the next page in the `Link` header); the totals are
+/// over the whole range on every page.
+#[utoipa::path(get, path = "/v1/usage", params(UsageQuery, PageQuery), responses((status = 200, body = Usage)))]
 pub async fn get_usage(
     State(app): State<AppState>,
     caller: Caller,
     ApiQuery(query): ApiQuery<UsageQuery>,
-) -> ApiResult<ApiJson<Usage>> {
+    paging: Paging,
+) -> ApiResult<Response> {
     let tenant = match (caller.tenant_scope(), query.tenant_id) {
         (Some(own), None) => own.to_owned(),
         (Some(own), Some(asked)) if asked != own => return Err(ApiError::NotFound(format!("tenant {asked}"))),
@@ -53,13 +60,17 @@ pub async fn get_usage(
     if from > to {
         return Err(ApiError::invalid("from", "is after to"));
     }
-    let records = {
+    let (page, range) = (paging.page.clone(), (from, to));
+    let (records, totals) = {
         let tenant = tenant.clone();
-        app.store.read(move |conn| store::billing::usage(conn, &tenant, from, to)).await?
+        app.store
+            .read(move |conn| {
+                let records = store::billing::usage(conn, &tenant, range, &page)?;
+                Ok::<_, ApiError>((records, store::billing::usage_totals(conn, &tenant, range)?))
+            })
+            .await?
     };
-    let mut totals = std::collections::BTreeMap::new();
-    for r in &records {
-        *totals.entry(r.meter.clone()).or_insert(0.0) += r.quantity;
-    }
-    Ok(ApiJson(Usage { tenant_id: tenant, records, totals }))
+    let link = records.next.clone();
+    let usage = Usage { tenant_id: tenant, records: records.items, totals };
+    Ok(paging.answer_object(usage, link))
 }

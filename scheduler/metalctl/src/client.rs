@@ -147,7 +147,51 @@ impl Client {
     pub fn request(&self, method: &str, path: &str, body: Option<RequestBody>) -> Result<Value, ClientError> {
         let method: reqwest::Method =
             method.parse().map_err(|_| ClientError::Config(format!("bad method {method}")))?;
+        self.send(method, path, &[], body).map(|(value, _)| value)
+    }
+
+    /// Every item of a paged list (`GET path?query`), following each page's
+    /// `Link: <...>; rel="next"`; at most `limit` items when given.
+    pub fn list(&self, path: &str, query: &[(&str, String)], limit: Option<u32>) -> Result<Value, ClientError> {
+        let mut query = query.to_vec();
+        if let Some(limit) = limit {
+            query.push(("limit", limit.min(metal_types::page::MAX_LIMIT).to_string()));
+        }
+        let wanted = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        let mut items = Vec::new();
+        loop {
+            let (page, link) = self.send(reqwest::Method::GET, path, &query, None)?;
+            match page {
+                Value::Array(page) => items.extend(page),
+                other => {
+                    return Err(ClientError::Transport(format!("GET {path} answered {other} where a list was due")));
+                }
+            }
+            let next = link.as_deref().and_then(metal_types::page::next_cursor);
+            match next {
+                Some(cursor) if items.len() < wanted => {
+                    query.retain(|(name, _)| *name != "cursor");
+                    query.push(("cursor", cursor));
+                }
+                _ => break,
+            }
+        }
+        items.truncate(wanted);
+        Ok(Value::Array(items))
+    }
+
+    /// Sends a request; the JSON answer and its `Link` header, or the API's error.
+    fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<RequestBody>,
+    ) -> Result<(Value, Option<String>), ClientError> {
         let mut request = self.http.request(method, format!("{}{path}", self.url)).bearer_auth(&self.token);
+        if !query.is_empty() {
+            request = request.query(query);
+        }
         request = match body {
             Some(RequestBody::Json(v)) => request.json(&v),
             Some(RequestBody::Csv(text)) => request.header("content-type", "text/csv").body(text),
@@ -164,10 +208,11 @@ impl Client {
             ClientError::Transport(message)
         })?;
         let status = response.status().as_u16();
+        let link = response.headers().get("link").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let text = response.text().map_err(|e| ClientError::Transport(e.to_string()))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if (200..300).contains(&status) {
-            return Ok(value);
+            return Ok((value, link));
         }
         let error = &value["error"];
         Err(ClientError::Api {

@@ -117,11 +117,23 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum NodeCommand {
-    /// List nodes.
+    /// List nodes (every page, unless --limit).
     List {
         /// Only nodes in this state.
         #[arg(long)]
         state: Option<String>,
+        /// Only nodes of this pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Only nodes held by this tenant's reservations.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only nodes with these labels: key=value, comma-separated (rack=r1,gpu=h200).
+        #[arg(long)]
+        label: Option<String>,
+        /// At most this many nodes.
+        #[arg(long)]
+        limit: Option<u32>,
     },
     /// Show one node.
     Show { id: String },
@@ -487,9 +499,11 @@ fn run(cli: Cli) -> Result<(), ClientError> {
     let client = connect(&cli)?;
     let out = cli.output;
     match cli.command {
-        Command::Node(NodeCommand::List { state }) => {
-            let path = state.map(|s| format!("/v1/nodes?state={s}")).unwrap_or_else(|| "/v1/nodes".into());
-            print_nodes(out, &client.request("GET", &path, None)?);
+        Command::Node(NodeCommand::List { state, pool, tenant, label, limit }) => {
+            let filters = [("state", state), ("pool", pool), ("tenant", tenant), ("label", label)];
+            let query: Vec<(&str, String)> =
+                filters.into_iter().filter_map(|(name, value)| value.map(|v| (name, v))).collect();
+            print_nodes(out, &client.list("/v1/nodes", &query, limit)?);
         }
         Command::Node(NodeCommand::Show { id }) => {
             let node = client.request("GET", &format!("/v1/nodes/{id}"), None)?;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use crate::page::{NodeRows, Order};
 use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
@@ -162,16 +163,13 @@ fn record_from_row(row: &Row) -> DbResult<AttestationRecord> {
 
 const RECORD_COLUMNS: &str = "id, node_id, identity_generation, challenge_id, verified, code, reason, pcrs, log_sha256, ramdisk_key, received_at";
 
-/// The node's attestations, oldest first.
-pub fn list(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<AttestationRecord>> {
-    conn.query(
-        &format!("SELECT {RECORD_COLUMNS} FROM attestations WHERE node_id = $1 ORDER BY received_at, id"),
-        &[&node_id],
-    )?
-    .iter()
-    .map(record_from_row)
-    .collect()
-}
+/// A node's attestations, oldest first.
+pub const ATTESTATIONS: NodeRows<AttestationRecord> = NodeRows {
+    table: "attestations",
+    columns: RECORD_COLUMNS,
+    key: &[("received_at", Order::Asc), ("id", Order::Asc)],
+    decode: record_from_row,
+};
 
 /// The node's attestations sent by the ramdisk of `ramdisk_key` (one boot), oldest first.
 pub fn by_ramdisk(conn: &mut dyn Conn, node_id: &str, ramdisk_key: &str) -> DbResult<Vec<AttestationRecord>> {

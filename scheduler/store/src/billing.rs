@@ -5,14 +5,19 @@
 //! never bills twice; each reservation also keeps a `billed_until` watermark so a pass only
 //! looks at new windows.
 
+use std::collections::BTreeMap;
+
 use serde_json::json;
 use time::OffsetDateTime;
 
+use crate::page::{Keyset, Order};
 use crate::{Conn, DbResult, events};
 use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
 use metal_types::model::node::Device;
 use metal_types::model::reservation::ReservationCreate;
 use metal_types::model::usage::UsageRecord;
+use metal_types::page::{Page, Paged};
 
 /// Records the node's platform-trusted healthy GPU count as of `at`.
 pub fn record_health(
@@ -120,20 +125,20 @@ pub fn insert_meter(
     Ok(1)
 }
 
-/// Meter records of a tenant whose window starts in `[from, to)`.
+/// A page of the tenant's meter records whose window starts in `[from, to)`, oldest
+/// window first.
 pub fn usage(
     conn: &mut dyn Conn,
     tenant: &str,
-    from: OffsetDateTime,
-    to: OffsetDateTime,
-) -> DbResult<Vec<UsageRecord>> {
-    conn.query(
-        "SELECT id, reservation_id, meter, window_start, window_end, quantity FROM meters \
-         WHERE tenant_id = $1 AND window_start >= $2 AND window_start < $3 ORDER BY window_start, id",
-        &[&tenant, &to_millis(from), &to_millis(to)],
-    )?
-    .iter()
-    .map(|r| {
+    (from, to): (OffsetDateTime, OffsetDateTime),
+    page: &Page,
+) -> Result<Paged<UsageRecord>, ApiError> {
+    let mut select = Keyset::new("SELECT id, reservation_id, meter, window_start, window_end, quantity FROM meters");
+    select
+        .and("tenant_id = {}", &tenant)
+        .and("window_start >= {}", &to_millis(from))
+        .and("window_start < {}", &to_millis(to));
+    select.read(conn, &[("window_start", Order::Asc), ("id", Order::Asc)], page, |_, r| {
         Ok(UsageRecord {
             id: r.get("id")?,
             reservation_id: r.get("reservation_id")?,
@@ -143,5 +148,20 @@ pub fn usage(
             quantity: r.get("quantity")?,
         })
     })
+}
+
+/// The sum per meter of the tenant's records whose window starts in `[from, to)`.
+pub fn usage_totals(
+    conn: &mut dyn Conn,
+    tenant: &str,
+    (from, to): (OffsetDateTime, OffsetDateTime),
+) -> DbResult<BTreeMap<String, f64>> {
+    conn.query(
+        "SELECT meter, SUM(quantity) AS total FROM meters \
+         WHERE tenant_id = $1 AND window_start >= $2 AND window_start < $3 GROUP BY meter",
+        &[&tenant, &to_millis(from), &to_millis(to)],
+    )?
+    .iter()
+    .map(|r| Ok((r.get("meter")?, r.get("total")?)))
     .collect()
 }

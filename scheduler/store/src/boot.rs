@@ -7,6 +7,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::auth::{hash, new_secret};
+use crate::page::{NodeRows, Order};
 use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
@@ -159,15 +160,12 @@ pub fn record_wipe(
     Ok(())
 }
 
-/// The node's wipe reports, oldest first.
-pub fn wipe_reports(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<WipeReportRecord>> {
-    conn.query(
-        "SELECT id, node_id, accepted, code, reason, signer, signer_key, received_at FROM wipe_reports \
-         WHERE node_id = $1 ORDER BY received_at, id",
-        &[&node_id],
-    )?
-    .iter()
-    .map(|row| {
+/// A node's wipe reports, oldest first.
+pub const WIPE_REPORTS: NodeRows<WipeReportRecord> = NodeRows {
+    table: "wipe_reports",
+    columns: "id, node_id, accepted, code, reason, signer, signer_key, received_at",
+    key: &[("received_at", Order::Asc), ("id", Order::Asc)],
+    decode: |row| {
         Ok(WipeReportRecord {
             id: row.get("id")?,
             node_id: row.get("node_id")?,
@@ -178,9 +176,8 @@ pub fn wipe_reports(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<WipeRepo
             signer_key: row.get("signer_key")?,
             received_at: from_millis(row.get("received_at")?),
         })
-    })
-    .collect()
-}
+    },
+};
 
 /// The DSSE envelope of wipe report `id` of `node_id`, as it was posted.
 pub fn wipe_envelope(conn: &mut dyn Conn, node_id: &str, id: &str) -> DbResult<Option<String>> {
@@ -208,15 +205,12 @@ pub fn record_firmware_check(
     Ok(id)
 }
 
-/// Every firmware check of the node, oldest first.
-pub fn firmware_checks(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<FirmwareCheckRecord>> {
-    conn.query(
-        "SELECT id, node_id, node_generation, compliant, report, received_at FROM firmware_checks \
-         WHERE node_id = $1 ORDER BY received_at, id",
-        &[&node_id],
-    )?
-    .iter()
-    .map(|row| {
+/// A node's firmware checks, oldest first.
+pub const FIRMWARE_CHECKS: NodeRows<FirmwareCheckRecord> = NodeRows {
+    table: "firmware_checks",
+    columns: "id, node_id, node_generation, compliant, report, received_at",
+    key: &[("received_at", Order::Asc), ("id", Order::Asc)],
+    decode: |row| {
         Ok(FirmwareCheckRecord {
             id: row.get("id")?,
             node_id: row.get("node_id")?,
@@ -225,9 +219,8 @@ pub fn firmware_checks(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<Firmw
             received_at: from_millis(row.get("received_at")?),
             report: row.json("report")?,
         })
-    })
-    .collect()
-}
+    },
+};
 
 /// What a releasing node still needs from a ramdisk: its firmware checked, its disks erased
 /// (nothing, for a node in any other state). Both are counted at the node's current (row)

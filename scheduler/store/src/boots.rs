@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use crate::page::{NodeRows, Order};
 use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::model::boot::{BootTask, NodeBoot};
@@ -119,13 +120,9 @@ pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<NodeBoot>> {
     row.as_ref().map(from_row).transpose()
 }
 
-/// The node's boots, newest first.
-pub fn list(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<NodeBoot>> {
-    conn.query(&format!("SELECT {COLUMNS} FROM node_boots WHERE node_id = $1 ORDER BY seq DESC"), &[&node_id])?
-        .iter()
-        .map(from_row)
-        .collect()
-}
+/// A node's boots, newest first.
+pub const BOOTS: NodeRows<NodeBoot> =
+    NodeRows { table: "node_boots", columns: COLUMNS, key: &[("seq", Order::Desc)], decode: from_row };
 
 /// The boot a token was handed for.
 pub fn of_token(conn: &mut dyn Conn, token_hash: &str) -> DbResult<Option<NodeBoot>> {

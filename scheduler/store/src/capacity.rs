@@ -7,12 +7,14 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::db::to_json;
+use crate::page::{Keyset, Order};
 use crate::{Conn, DbError, DbResult, Row, events};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::node::Candidate;
 use metal_types::model::pool::{Pool, PoolCapacity, PoolCreate, PoolPolicy};
-use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationState};
+use metal_types::model::reservation::{Reservation, ReservationCreate, ReservationFilter, ReservationState};
+use metal_types::page::{Page, Paged};
 
 // ---- pools ----------------------------------------------------------------------------
 
@@ -310,6 +312,23 @@ pub fn list_reservations(conn: &mut dyn Conn, tenant: Option<&str>) -> DbResult<
         }
     };
     rows.iter().map(|row| reservation_from_row(conn, row)).collect()
+}
+
+/// A page of reservations, newest first: of `tenant` when given, and only those `filter`
+/// keeps.
+pub fn page_reservations(
+    conn: &mut dyn Conn,
+    tenant: Option<&str>,
+    filter: &ReservationFilter,
+    page: &Page,
+) -> Result<Paged<Reservation>, ApiError> {
+    let mut select = Keyset::new(format!("SELECT {RESERVATION_COLUMNS} FROM reservations"));
+    select
+        .and_some("tenant_id = {}", tenant)
+        .and_some("tenant_id = {}", filter.tenant.as_deref())
+        .and_some("pool_id = {}", filter.pool.as_deref())
+        .and_some("state = {}", filter.state.map(ReservationState::as_str));
+    select.read(conn, &[("created_at", Order::Desc), ("id", Order::Asc)], page, reservation_from_row)
 }
 
 /// Reservation ids in `state` whose `column` time is at or before `at`.

@@ -184,6 +184,12 @@ impl FromValue for String {
     }
 }
 
+impl FromValue for Value {
+    fn from_value(value: &Value) -> Result<Self, String> {
+        Ok(value.clone())
+    }
+}
+
 impl<T: FromValue> FromValue for Option<T> {
     fn from_value(value: &Value) -> Result<Self, String> {
         match value {

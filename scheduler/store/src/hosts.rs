@@ -7,9 +7,12 @@ use metal_protocol::join::HostSetup;
 use time::OffsetDateTime;
 
 use crate::auth::{hash, new_secret};
+use crate::page::{Keyset, Order};
 use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
+use metal_types::error::ApiError;
 use metal_types::model::host::{Host, HostState, JoinLogEntry};
+use metal_types::page::{Page, Paged};
 
 /// Who an enrolment token was issued to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,10 +297,10 @@ pub fn get(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<Host>> {
     row.as_ref().map(host_from_row).transpose()
 }
 
-/// Every host, by node id.
-pub fn list(conn: &mut dyn Conn) -> DbResult<Vec<Host>> {
-    let rows = conn.query(&format!("SELECT {HOST_COLUMNS} FROM hosts ORDER BY node_id"), &[])?;
-    rows.iter().map(host_from_row).collect()
+/// A page of the hosts, by node id.
+pub fn page(conn: &mut dyn Conn, page: &Page) -> Result<Paged<Host>, ApiError> {
+    Keyset::new(format!("SELECT {HOST_COLUMNS} FROM hosts"))
+        .read(conn, &[("node_id", Order::Asc)], page, |_, row| host_from_row(row))
 }
 
 /// Moves a host to `state` (compare-and-set on its row generation); false when it changed.
@@ -348,24 +351,20 @@ pub fn log(
     Ok(())
 }
 
-/// The node's join log, oldest first.
-pub fn join_log(conn: &mut dyn Conn, node_id: &str) -> DbResult<Vec<JoinLogEntry>> {
-    let rows = conn.query(
-        "SELECT seq, identity_generation, at, step, ok, detail FROM host_join_log WHERE node_id = $1 ORDER BY seq",
-        &[&node_id],
-    )?;
-    rows.iter()
-        .map(|row| {
-            Ok(JoinLogEntry {
-                seq: row.get("seq")?,
-                identity_generation: row.get("identity_generation")?,
-                at: from_millis(row.get("at")?),
-                step: row.get("step")?,
-                ok: row.flag("ok")?,
-                detail: row.get("detail")?,
-            })
+/// A page of the node's join log, oldest first.
+pub fn join_log(conn: &mut dyn Conn, node_id: &str, page: &Page) -> Result<Paged<JoinLogEntry>, ApiError> {
+    let mut select = Keyset::new("SELECT seq, identity_generation, at, step, ok, detail FROM host_join_log");
+    select.and("node_id = {}", &node_id);
+    select.read(conn, &[("seq", Order::Asc)], page, |_, row| {
+        Ok(JoinLogEntry {
+            seq: row.get("seq")?,
+            identity_generation: row.get("identity_generation")?,
+            at: from_millis(row.get("at")?),
+            step: row.get("step")?,
+            ok: row.flag("ok")?,
+            detail: row.get("detail")?,
         })
-        .collect()
+    })
 }
 
 /// A teardown's clean-up: the node's host and its enrolment tokens go (the log stays).

@@ -9,10 +9,12 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::db::to_json;
+use crate::page::{Keyset, Order};
 use crate::{Conn, DbResult, Row, events};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::image::{Image, ImageOrigin, ImagePlan, ImageProgress, ImageState};
+use metal_types::page::{Page, Paged};
 
 const COLUMNS: &str = "id, generation, tenant_id, name, public, state, source, bytes_done, bytes_total, rate_bps, \
                        attempts, error, source_format, plan, created_at, updated_at";
@@ -123,16 +125,13 @@ pub fn find(conn: &mut dyn Conn, tenant: &str, id_or_name: &str) -> DbResult<Opt
     .transpose()
 }
 
-/// Images a tenant may see (its own and public ones), or all of them for `None`.
-pub fn list(conn: &mut dyn Conn, scope: Option<&str>) -> DbResult<Vec<Image>> {
-    let rows = match scope {
-        None => conn.query(&format!("SELECT {COLUMNS} FROM images ORDER BY tenant_id, name"), &[])?,
-        Some(tenant) => conn.query(
-            &format!("SELECT {COLUMNS} FROM images WHERE tenant_id = $1 OR public = 1 ORDER BY tenant_id, name"),
-            &[&tenant],
-        )?,
-    };
-    rows.iter().map(from_row).collect()
+/// A page of the images a tenant may see (its own and public ones), or of all of them for
+/// `None`, by tenant and name.
+pub fn page(conn: &mut dyn Conn, scope: Option<&str>, page: &Page) -> Result<Paged<Image>, ApiError> {
+    let mut select = Keyset::new(format!("SELECT {COLUMNS} FROM images"));
+    select.and_some("(tenant_id = {} OR public = 1)", scope);
+    let key = [("tenant_id", Order::Asc), ("name", Order::Asc), ("id", Order::Asc)];
+    select.read(conn, &key, page, |_, row| from_row(row))
 }
 
 /// The stored plan of a ready image.

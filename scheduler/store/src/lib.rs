@@ -28,6 +28,7 @@ pub mod images;
 pub mod lessee;
 mod migrate;
 pub mod nodes;
+pub mod page;
 mod postgres;
 pub mod profiles;
 mod sqlite;

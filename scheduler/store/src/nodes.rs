@@ -8,10 +8,12 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::db::to_json;
+use crate::page::{Keyset, Order};
 use crate::{Backend, Conn, DbResult, Row, events};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
-use metal_types::model::node::{Deadlines, Device, Node, NodeState, NodeTransition, Taint};
+use metal_types::model::node::{Deadlines, Device, Node, NodeFilter, NodeState, NodeTransition, Taint};
+use metal_types::page::{Page, Paged};
 
 const COLUMNS: &str = "id, generation, state, failed_from, state_reason, owner, deadline, power, maintenance, cordoned, \
     tenant_root, trust, identity_generation, lease_id, release_wipe, boot_mac, pool_id, labels, taints, devices, architecture, created_at, updated_at, \
@@ -121,6 +123,32 @@ pub fn list(conn: &mut dyn Conn, state: Option<NodeState>) -> DbResult<Vec<Node>
         None => conn.query(&format!("SELECT {COLUMNS} FROM nodes ORDER BY id"), &[])?,
     };
     rows.iter().map(node_from_row).collect()
+}
+
+/// A page of the nodes `filter` keeps, by id.
+pub fn page(conn: &mut dyn Conn, filter: &NodeFilter, page: &Page) -> Result<Paged<Node>, ApiError> {
+    let labels = filter.labels()?;
+    let mut select = Keyset::new(format!("SELECT {COLUMNS} FROM nodes"));
+    select
+        .and_some("state = {}", filter.state.map(NodeState::as_str))
+        .and_some("pool_id = {}", filter.pool.as_deref())
+        .and_some(
+            "EXISTS (SELECT 1 FROM allocations a JOIN reservations r ON r.id = a.reservation_id \
+             WHERE a.node_id = nodes.id AND r.tenant_id = {} AND (a.id = nodes.lease_id OR (a.live = 1 AND r.state IN ('pending', 'active'))))",
+            filter.tenant.as_deref(),
+        );
+    // Labels are stored as compact JSON with sorted keys, so a pair is in the map exactly
+    // when its JSON text (`"key":"value"`) is in the column's text: keys hold no quote, and
+    // a quote inside a value is escaped, so the text cannot match across a boundary.
+    let contains = match conn.backend() {
+        Backend::Sqlite => "instr(labels, {}) > 0",
+        Backend::Postgres => "strpos(labels, {}) > 0",
+    };
+    for (key, value) in &labels {
+        let pair = format!("{}:{}", to_json(key)?, to_json(value)?);
+        select.and(contains, &pair);
+    }
+    select.read(conn, &[("id", Order::Asc)], page, |_, row| node_from_row(row))
 }
 
 /// Moves a node along its lifecycle, compare-and-set on the expected state (and the

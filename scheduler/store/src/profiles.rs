@@ -6,11 +6,13 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::db::to_json;
-use crate::{Conn, DbResult, events, images};
+use crate::page::{Keyset, Order};
+use crate::{Conn, DbError, DbResult, events, images};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::image::ImageState;
 use metal_types::model::profile::{Profile, ProfileSpec, ProfileVersion};
+use metal_types::page::{Page, Paged};
 
 /// Resolves `spec.image` for a profile of `tenant`: the image id (none for an installer
 /// deploy).
@@ -156,13 +158,16 @@ pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Profile>> {
     }))
 }
 
-/// Profile ids a tenant may see (its own and public ones), or every one for `None`.
-pub fn ids(conn: &mut dyn Conn, scope: Option<&str>) -> DbResult<Vec<String>> {
-    let rows = match scope {
-        None => conn.query("SELECT id FROM profiles ORDER BY id", &[])?,
-        Some(t) => conn.query("SELECT id FROM profiles WHERE tenant_id = $1 OR public = 1 ORDER BY id", &[&t])?,
-    };
-    rows.iter().map(|r| r.get("id")).collect()
+/// A page of the profiles a tenant may see (its own and public ones), or of every one for
+/// `None`, by id, each with every version.
+pub fn page(conn: &mut dyn Conn, scope: Option<&str>, page: &Page) -> Result<Paged<Profile>, ApiError> {
+    let mut select = Keyset::new("SELECT id FROM profiles");
+    select.and_some("(tenant_id = {} OR public = 1)", scope);
+    select.read(conn, &[("id", Order::Asc)], page, |conn, row| {
+        let id: String = row.get("id")?;
+        get(conn, &id)?
+            .ok_or_else(|| DbError::Decode { column: "id".into(), message: format!("profile {id} vanished") })
+    })
 }
 
 /// One version of a profile.

@@ -11,10 +11,12 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::db::to_json;
+use crate::page::{Keyset, Order};
 use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::workflow::{StepRecord, StepSpec, WorkflowRun};
+use metal_types::page::{Page, Paged};
 
 const COLUMNS: &str = "id, node_id, definition, steps, step_index, attempt, status, context, owner, lease_until, \
                        fence, not_before, step_started, step_deadline, last_error, created_at, updated_at, finished_at";
@@ -103,17 +105,31 @@ pub fn wake(conn: &mut dyn Conn, node: &str, now: OffsetDateTime) -> DbResult<bo
 
 /// A node's runs of definitions starting with `prefix`, oldest first, each with its history.
 pub fn for_node(conn: &mut dyn Conn, node: &str, prefix: &str) -> DbResult<Vec<WorkflowRun>> {
-    let rows = conn.query(
-        &format!(
-            "SELECT {COLUMNS} FROM workflow_runs WHERE node_id = $1 AND definition LIKE $2 ORDER BY created_at, id"
-        ),
-        &[&node, &format!("{prefix}%")],
-    )?;
-    let mut runs = rows.iter().map(from_row).collect::<DbResult<Vec<_>>>()?;
-    for run in &mut runs {
-        run.history = history(conn, &run.id)?;
-    }
-    Ok(runs)
+    runs_of(node, prefix).all(conn, RUN_KEY, run_with_history)
+}
+
+/// A page of [`for_node`].
+pub fn page_for_node(
+    conn: &mut dyn Conn,
+    node: &str,
+    prefix: &str,
+    page: &Page,
+) -> Result<Paged<WorkflowRun>, ApiError> {
+    runs_of(node, prefix).read(conn, RUN_KEY, page, run_with_history)
+}
+
+const RUN_KEY: &[(&str, Order)] = &[("created_at", Order::Asc), ("id", Order::Asc)];
+
+fn runs_of(node: &str, prefix: &str) -> Keyset {
+    let mut select = Keyset::new(format!("SELECT {COLUMNS} FROM workflow_runs"));
+    select.and("node_id = {}", &node).and("definition LIKE {}", &format!("{prefix}%"));
+    select
+}
+
+fn run_with_history(conn: &mut dyn Conn, row: &Row) -> DbResult<WorkflowRun> {
+    let mut run = from_row(row)?;
+    run.history = history(conn, &run.id)?;
+    Ok(run)
 }
 
 /// Every recorded attempt of a run, in order.

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 /// A site with tenant acme, pool p1 (tenant-root) offered to it, and `racks` x `per_rack`
 /// ready nodes with 8 GPUs each. Returns the site and acme's token.
-async fn site_with_nodes(racks: usize, per_rack: usize) -> (Site, String) {
+pub(crate) async fn site_with_nodes(racks: usize, per_rack: usize) -> (Site, String) {
     let site = Site::start().await;
     let acme = site.tenant("acme").await;
     site.profile("root", "acme-root-os").await;
@@ -51,11 +51,11 @@ async fn site_with_nodes(racks: usize, per_rack: usize) -> (Site, String) {
     (site, acme)
 }
 
-async fn reserve(site: &Site, token: &str, body: Value) -> (u16, Value) {
+pub(crate) async fn reserve(site: &Site, token: &str, body: Value) -> (u16, Value) {
     site.call(Some(token), "POST", "/v1/reservations", Some(body)).await
 }
 
-fn lease(extra: Value) -> Value {
+pub(crate) fn lease(extra: Value) -> Value {
     let mut body = json!({"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 8}], "duration": "7d",
                           "binding": "node", "node": {"profileId": "acme-root-os", "profileVersion": 1}});
     for (k, v) in extra.as_object().unwrap() {

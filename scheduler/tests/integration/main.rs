@@ -11,6 +11,7 @@ mod api_bmc;
 mod api_console;
 mod api_errors;
 mod api_nodes;
+mod api_paging;
 mod api_reservations;
 mod ca_cli;
 mod crash;

@@ -9,5 +9,6 @@ pub mod error;
 #[cfg(feature = "axum")]
 pub mod extract;
 pub mod model;
+pub mod page;
 pub mod secrets;
 pub mod work;

@@ -38,9 +38,9 @@ fn leases_with_random_faults_keep_every_invariant() {
         assert!(counts.faults > 0 && counts.quarantined == counts.faults, "{counts}");
         assert!(counts.invariants_checked > 50, "{counts}");
 
-        let ready = site.admin.get("/v1/nodes?state=ready").await.unwrap();
+        let ready = site.admin.list("/v1/nodes?state=ready").await.unwrap();
         let mut leased = None;
-        for id in ready.as_array().unwrap().iter().filter_map(|n| n["id"].as_str()) {
+        for id in ready.iter().filter_map(|n| n["id"].as_str()) {
             let runs = site.admin.get(&format!("/v1/nodes/{id}/teardowns")).await.unwrap();
             if !runs.as_array().unwrap().is_empty() {
                 leased = Some(id.to_owned());

@@ -155,7 +155,7 @@ pub fn begin(
 /// the ramdisk runs, and the ports may leave the network it booted from.
 async fn await_rescue(app: &AppState, run: &WorkflowRun) -> Outcome {
     let id = run.node_id.clone();
-    let boots = match app.store.read(move |tx| store::boots::list(tx, &id)).await {
+    let boots = match app.store.read(move |tx| store::boots::BOOTS.all(tx, &id)).await {
         Ok(boots) => boots,
         Err(e) => return Outcome::Retry(e.to_string(), Value::Null),
     };

@@ -466,7 +466,10 @@ impl Steps<'_> {
         };
         let id = self.node.id.clone();
         let read = self.app.store.read(move |tx| {
-            Ok::<_, store::DbError>((store::boot::wipe_reports(tx, &id)?, store::boot::firmware_checks(tx, &id)?))
+            Ok::<_, store::DbError>((
+                store::boot::WIPE_REPORTS.all(tx, &id)?,
+                store::boot::FIRMWARE_CHECKS.all(tx, &id)?,
+            ))
         });
         let (reports, checks) = match read.await {
             Ok(read) => read,
@@ -548,7 +551,7 @@ impl Steps<'_> {
             let history = store::workflows::history(tx, &run)?;
             let erased = history.iter().rev().find(|h| h.step == ERASE.name && h.result == "done");
             let wipe = erased.and_then(|h| h.detail.get("wipeReport")).and_then(Value::as_str).unwrap_or_default();
-            let reports = store::boot::wipe_reports(tx, &node.id)?;
+            let reports = store::boot::WIPE_REPORTS.all(tx, &node.id)?;
             let Some(key) = reports.into_iter().find(|r| r.id == wipe).and_then(|r| r.signer_key) else {
                 return Ok(Verdict::Refused(format!(
                     "measured-boot: the erase step accepted no wipe report ({wipe:?})"

@@ -345,6 +345,40 @@ pub fn validate_label_part(what: &str, s: &str) -> Result<(), String> {
     if ok { Ok(()) } else { Err(format!("{what} {s:?} must be 1 to 63 of A-Z a-z 0-9 . _ - /")) }
 }
 
+/// What a node list keeps (`GET /v1/nodes`); the store applies it, so a page is a page of
+/// matching nodes.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct NodeFilter {
+    /// Only nodes in this state.
+    pub state: Option<NodeState>,
+    /// Only nodes of this pool.
+    pub pool: Option<String>,
+    /// Only nodes booked by this tenant's reservations (pending or active), or under its
+    /// tenant-root lease until the lease's teardown ends.
+    pub tenant: Option<String>,
+    /// Only nodes with every one of these labels: `key=value`, comma-separated
+    /// (`rack=r1,gpu=h200`).
+    pub label: Option<String>,
+}
+
+impl NodeFilter {
+    /// The label selector as (key, value) pairs; a malformed one is INVALID_INPUT `label`.
+    pub fn labels(&self) -> Result<Vec<(String, String)>, ApiError> {
+        let Some(selector) = &self.label else { return Ok(Vec::new()) };
+        selector
+            .split(',')
+            .map(|term| {
+                let (key, value) = term.split_once('=').ok_or_else(|| {
+                    ApiError::invalid("label", format!("{term:?} is not key=value (several: rack=r1,gpu=h200)"))
+                })?;
+                validate_label_part("label key", key).map_err(|e| ApiError::invalid("label", e))?;
+                Ok((key.to_owned(), value.to_owned()))
+            })
+            .collect()
+    }
+}
+
 /// Validates and normalises a MAC address to lower-case colon form.
 pub fn normalize_mac(mac: &str) -> Result<String, String> {
     let parts: Vec<&str> = mac.split([':', '-']).collect();

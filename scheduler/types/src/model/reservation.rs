@@ -190,6 +190,19 @@ impl ReservationCreate {
     }
 }
 
+/// What a reservation list keeps (`GET /v1/reservations`), applied in the store. A
+/// tenant's member sees only its own tenant's whatever `tenant` says.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReservationFilter {
+    /// Only reservations in this state.
+    pub state: Option<ReservationState>,
+    /// Only reservations of this pool.
+    pub pool: Option<String>,
+    /// Only this tenant's reservations.
+    pub tenant: Option<String>,
+}
+
 /// Where a reservation is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]
