@@ -1,10 +1,13 @@
 //! Reading the outbox: `GET /v1/events?after=SEQ&wait=SECONDS` (long-poll) and
-//! `GET /v1/events/stream?after=SEQ` (Server-Sent Events). Tenants see only their own.
+//! `GET /v1/events/stream?after=SEQ` (Server-Sent Events; a reconnecting client's
+//! `Last-Event-ID` says where it was). Tenants see only their own. Events older than
+//! `event-retention` are pruned; resuming from before them is 410 GONE, never a silent gap.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 
 use crate::ApiQuery;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -42,25 +45,54 @@ pub struct EventQuery {
     pub tail: bool,
 }
 
+/// The page of events after `after`, in the transaction that checks they are all kept.
 async fn page_after(
     app: &AppState,
     after: i64,
     scope: Option<String>,
     subject: Option<String>,
 ) -> ApiResult<Vec<metal_types::model::event::Event>> {
-    Ok(app
-        .store
-        .read(move |conn| store::events::after(conn, after, PAGE, scope.as_deref(), subject.as_deref()))
-        .await?)
+    app.store
+        .read(move |conn| {
+            kept_after(conn, after)?;
+            Ok(store::events::after(conn, after, PAGE, scope.as_deref(), subject.as_deref())?)
+        })
+        .await
 }
 
-/// Where a read starts: `after`, or the newest event now when the caller asks for the tail.
-async fn start(app: &AppState, query: &EventQuery) -> ApiResult<i64> {
-    if query.tail { Ok(app.store.read(store::events::last_seq).await?) } else { Ok(query.after) }
+/// GONE when events after `after` were pruned (a reader at 0 starts from the oldest kept).
+fn kept_after(conn: &mut dyn store::Conn, after: i64) -> ApiResult<()> {
+    let pruned = store::events::pruned_through(conn)?;
+    if after > 0 && after < pruned {
+        let newest = store::events::last_seq(conn)?;
+        return Err(ApiError::Gone(format!(
+            "the events after {after} up to {pruned} are past retention (event-retention) and were pruned: \
+             list what you follow again, then resume from now (tail=true, or after={newest})"
+        )));
+    }
+    Ok(())
+}
+
+/// Where a read starts: `after` (or the stream's `Last-Event-ID`, which a reconnecting
+/// client sends and which wins), or the newest event now when the caller asks for the tail.
+async fn start(app: &AppState, query: &EventQuery, last_event_id: Option<i64>) -> ApiResult<i64> {
+    if query.tail {
+        Ok(app.store.read(store::events::last_seq).await?)
+    } else {
+        Ok(last_event_id.unwrap_or(query.after))
+    }
+}
+
+/// The `Last-Event-ID` header of a reconnecting stream: a sequence number this service sent.
+fn last_event_id(headers: &HeaderMap) -> ApiResult<Option<i64>> {
+    let Some(value) = headers.get("last-event-id") else { return Ok(None) };
+    let id = value.to_str().ok().and_then(|v| v.trim().parse::<i64>().ok()).filter(|id| *id >= 0);
+    id.map(Some).ok_or_else(|| ApiError::invalid("Last-Event-ID", "must be the id of an event this stream sent"))
 }
 
 /// Events after a sequence number, waiting up to `wait` seconds for the first one.
-#[utoipa::path(get, path = "/v1/events", params(EventQuery), responses((status = 200, body = EventPage)))]
+#[utoipa::path(get, path = "/v1/events", params(EventQuery),
+    responses((status = 200, body = EventPage), (status = 410, body = metal_types::error::ErrorBody)))]
 pub async fn list_events(
     State(app): State<AppState>,
     caller: Caller,
@@ -69,7 +101,7 @@ pub async fn list_events(
     if query.wait > MAX_WAIT_SECS {
         return Err(ApiError::invalid("wait", format!("at most {MAX_WAIT_SECS} seconds")));
     }
-    let after = start(&app, &query).await?;
+    let after = start(&app, &query, None).await?;
     if query.tail {
         return Ok(ApiJson(EventPage { events: Vec::new(), next: after }));
     }
@@ -89,14 +121,19 @@ pub async fn list_events(
     }
 }
 
-/// A Server-Sent Events stream of events after `after`, each with its sequence number as id.
+/// A Server-Sent Events stream of events after `after` (or after `Last-Event-ID` when a
+/// client reconnects), each with its sequence number as id. A start before what retention
+/// kept is 410 before the stream opens.
 pub async fn stream_events(
     State(app): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     ApiQuery(query): ApiQuery<EventQuery>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let scope = caller.tenant_scope().map(str::to_owned);
-    let after = start(&app, &query).await?;
+    let after = start(&app, &query, last_event_id(&headers)?).await?;
+    // Checked here so the refusal is an answer, not a stream that ends at once.
+    app.store.read(move |conn| kept_after(conn, after)).await?;
     let subject = query.subject;
     let stream = futures::stream::unfold((app, after, Vec::new()), move |(app, mut after, mut pending)| {
         let (scope, subject) = (scope.clone(), subject.clone());

@@ -18,7 +18,7 @@ mod images;
 mod nodes;
 mod paging;
 pub use nodes::parse_csv;
-mod passes;
+pub mod passes;
 mod pools;
 mod profiles;
 mod reservations;

@@ -1,5 +1,6 @@
 //! The outbox: `append` inside the writing transaction, `after` to read in order,
-//! `newest_of` for a lessee's view of its node.
+//! `newest_of` for a lessee's view of its node, `prune` for retention (with the mark a
+//! resuming reader is checked against, `pruned_through`).
 
 use time::OffsetDateTime;
 
@@ -82,4 +83,28 @@ fn event_from_row(row: &crate::Row) -> DbResult<Event> {
 /// The newest sequence number.
 pub fn last_seq(conn: &mut dyn Conn) -> DbResult<i64> {
     conn.query_one("SELECT value FROM counters WHERE name = 'events'", &[])?.get("value")
+}
+
+/// The sequence number of the last event pruned (0: none yet). A reader resuming after an
+/// older one has missed events.
+pub fn pruned_through(conn: &mut dyn Conn) -> DbResult<i64> {
+    conn.query_one("SELECT value FROM counters WHERE name = 'events_pruned'", &[])?.get("value")
+}
+
+/// Deletes up to `batch` of the oldest events that happened before `before`, in sequence
+/// order, and moves the pruned mark past them. Returns how many went.
+pub fn prune(conn: &mut dyn Conn, before: OffsetDateTime, batch: i64) -> DbResult<u64> {
+    let oldest = conn.query("SELECT seq, at FROM events ORDER BY seq LIMIT $1", &[&batch])?;
+    let cutoff = to_millis(before);
+    let mut through = None;
+    for row in &oldest {
+        if row.get::<i64>("at")? >= cutoff {
+            break;
+        }
+        through = Some(row.get::<i64>("seq")?);
+    }
+    let Some(through) = through else { return Ok(0) };
+    let pruned = conn.execute("DELETE FROM events WHERE seq <= $1", &[&through])?;
+    conn.execute("UPDATE counters SET value = $1 WHERE name = 'events_pruned' AND value < $1", &[&through])?;
+    Ok(pruned)
 }

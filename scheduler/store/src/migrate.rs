@@ -30,6 +30,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (20, "measured-boot", include_str!("../migrations/0020_measured_boot.sql")),
     (21, "boot-baselines", include_str!("../migrations/0021_boot_baselines.sql")),
     (22, "baseline-ends", include_str!("../migrations/0022_baseline_ends.sql")),
+    (23, "event-retention", include_str!("../migrations/0023_event_retention.sql")),
 ];
 
 /// Brings the schema up to date.

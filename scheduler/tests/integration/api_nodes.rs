@@ -265,6 +265,62 @@ async fn first_sse_event(response: &mut reqwest::Response) -> String {
     text
 }
 
+/// Opens the admin's event stream at `path` with `headers`.
+async fn stream(site: &Site, path: &str, last_event_id: Option<&str>) -> reqwest::Response {
+    let mut request = site.http.get(format!("{}{path}", site.url)).bearer_auth(&site.admin);
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id);
+    }
+    request.send().await.unwrap()
+}
+
+/// The `id:` of an SSE event's text.
+fn sse_id(text: &str) -> i64 {
+    text.lines().find_map(|l| l.strip_prefix("id: ")).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_stream_resumes_from_last_event_id_and_a_resume_past_retention_is_gone() {
+    let site = Site::start_with(|c| c.event_retention = Duration::from_secs(3600)).await;
+    for i in 0..3 {
+        site.admin("POST", "/v1/nodes", Some(json!({"id": format!("n{i}")}))).await;
+    }
+    let (_, all) = site.admin("GET", "/v1/events?after=0", None).await;
+    let seqs: Vec<i64> = all["events"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert!(seqs.len() >= 3, "{all}");
+
+    // A client that saw the first event reconnects with its id: the next one comes first,
+    // whatever `after` says (the browser keeps the URL it first opened).
+    let mut response = stream(&site, "/v1/events/stream?after=0", Some(&seqs[0].to_string())).await;
+    assert_eq!(sse_id(&first_sse_event(&mut response).await), seqs[1]);
+    let response = stream(&site, "/v1/events/stream", Some("yesterday")).await;
+    assert_eq!(response.status(), 422);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "Last-Event-ID", "{body}");
+
+    // Two hours on, the periodic pass prunes what is past the hour of retention. A reader
+    // at the first event has missed the others: 410, saying how to start over; a reader at
+    // the newest (or at 0: from the oldest kept) goes on.
+    site.clock.advance(Duration::from_secs(7200));
+    site.admin("POST", "/v1/nodes", Some(json!({"id": "after-pruning"}))).await;
+    let resume = format!("/v1/events?after={}", seqs[0]);
+    assert_eq!(site.admin("GET", &resume, None).await.0, 200, "nothing pruned before the pass");
+    metal_api::passes::once(&site.app).await;
+    let (status, gone) = site.admin("GET", &resume, None).await;
+    assert_eq!(status, 410, "{gone}");
+    let message = error(&gone, "GONE");
+    assert!(message.contains("past retention") && message.contains("tail=true"), "{message}");
+    let response = stream(&site, "/v1/events/stream", Some(&seqs[1].to_string())).await;
+    assert_eq!(response.status(), 410);
+    let (status, kept) = site.admin("GET", "/v1/events?after=0", None).await;
+    assert_eq!(status, 200);
+    let kinds: Vec<&str> = kept["events"].as_array().unwrap().iter().map(|e| e["subject"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["node/after-pruning"], "only the event inside retention is kept: {kept}");
+    let newest = kept["events"][0]["seq"].as_i64().unwrap();
+    let (status, _) = site.admin("GET", &format!("/v1/events?after={newest}"), None).await;
+    assert_eq!(status, 200);
+}
+
 #[tokio::test]
 async fn events_long_poll_wakes_on_a_new_event_and_sse_streams_them() {
     let site = std::sync::Arc::new(Site::start().await);

@@ -25,6 +25,9 @@ pub struct Config {
     pub reaper_interval: Duration,
     /// How often the workflow engine looks for due steps and queued work.
     pub workflow_interval: Duration,
+    /// How long events are kept: older ones are pruned, and a client resuming from before
+    /// them is told (410) to list the current state and resume from now.
+    pub event_retention: Duration,
     /// How long a workflow claim lasts unless renewed (renewed every third of it): how soon
     /// another replica takes over the runs of one that died.
     pub workflow_claim: Duration,
@@ -224,6 +227,7 @@ impl Default for Config {
             database_url: None,
             deadlines: Deadlines::default(),
             reaper_interval: Duration::from_secs(30),
+            event_retention: Duration::from_secs(30 * 24 * 3600),
             workflow_interval: Duration::from_secs(2),
             workflow_claim: Duration::from_secs(60),
             workflow_renew: None,
@@ -258,6 +262,8 @@ pub struct ConfigLayer {
     pub reaper_interval: Option<String>,
     /// `workflow-interval = "2s"`.
     pub workflow_interval: Option<String>,
+    /// `event-retention = "30d"`.
+    pub event_retention: Option<String>,
     /// `workflow-claim = "60s"`.
     pub workflow_claim: Option<String>,
     /// `METAL_TEST_CRASH_AT`; never read from a file.
@@ -381,6 +387,7 @@ impl ConfigLayer {
             releasing_deadline: get("METAL_RELEASING_DEADLINE"),
             reaper_interval: get("METAL_REAPER_INTERVAL"),
             workflow_interval: get("METAL_WORKFLOW_INTERVAL"),
+            event_retention: get("METAL_EVENT_RETENTION"),
             workflow_claim: get("METAL_WORKFLOW_CLAIM"),
             test_crash_at: get("METAL_TEST_CRASH_AT"),
             master_key: get("METAL_MASTER_KEY"),
@@ -442,6 +449,12 @@ impl ConfigLayer {
         }
         if let Some(v) = self.workflow_interval {
             config.workflow_interval = duration("workflow-interval", &v)?;
+        }
+        if let Some(v) = self.event_retention {
+            config.event_retention = duration("event-retention", &v)?;
+            if config.event_retention < Duration::from_secs(3600) {
+                return Err(config_error("event-retention", "must be at least 1h (clients resume from it)"));
+            }
         }
         if let Some(v) = self.workflow_claim {
             config.workflow_claim = duration("workflow-claim", &v)?;
@@ -582,6 +595,12 @@ mod tests {
         assert!(toml::from_str::<ConfigLayer>("master-key = \"x\"").is_err(), "the key is never read from a file");
         let bad: ConfigLayer = toml::from_str("reaper-interval = \"soon\"").unwrap();
         assert!(bad.apply(&mut config).unwrap_err().to_string().contains("reaper-interval"));
+        assert_eq!(config.event_retention, Duration::from_secs(30 * 86400), "a month by default");
+        let week = ConfigLayer::from_env(|k| (k == "METAL_EVENT_RETENTION").then(|| "7d".to_owned())).unwrap();
+        week.apply(&mut config).unwrap();
+        assert_eq!(config.event_retention, Duration::from_secs(7 * 86400));
+        let short: ConfigLayer = toml::from_str("event-retention = \"10m\"").unwrap();
+        assert!(short.apply(&mut config).unwrap_err().to_string().contains("event-retention"));
     }
 
     fn transport(file: &str) -> Result<ApiTransport, ConfigError> {

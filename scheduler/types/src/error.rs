@@ -30,6 +30,9 @@ pub enum ErrorCode {
     RateLimited,
     /// The route does not take this HTTP method (405).
     MethodNotAllowed,
+    /// What the request resumes from is no longer kept (410): start over from the current
+    /// state.
+    Gone,
     /// Something failed on the server.
     Internal,
 }
@@ -98,6 +101,9 @@ pub enum ApiError {
     /// The route exists but not with this method (405).
     #[error("{0}")]
     MethodNotAllowed(String),
+    /// What the request resumes from is past retention (410, code GONE).
+    #[error("{0}")]
+    Gone(String),
     /// Server-side failure (detail is logged, not returned).
     #[error("internal error: {0}")]
     Internal(String),
@@ -116,6 +122,7 @@ impl ApiError {
             ApiError::InvalidConfig(_) => ErrorCode::InvalidConfig,
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
+            ApiError::Gone(_) => ErrorCode::Gone,
             ApiError::Conflict(_) | ApiError::Busy(_) => ErrorCode::Conflict,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::Unauthenticated(_) => ErrorCode::Unauthenticated,
@@ -139,6 +146,7 @@ impl ApiError {
             ErrorCode::BmcError => StatusCode::BAD_GATEWAY,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::Gone => StatusCode::GONE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
