@@ -86,12 +86,18 @@ impl Api {
 
     /// Every item of the paged list at `path`, following each page's `Link: <...>; rel="next"`.
     pub async fn list(&self, path: &str) -> Result<Vec<Value>, ApiError> {
-        let mut items = Vec::new();
+        Ok(self.pages(path).await?.into_iter().flat_map(|page| page.as_array().cloned().unwrap_or_default()).collect())
+    }
+
+    /// Every page of `GET path` (a list, or an object holding one, as usage holds its
+    /// records), following each page's `Link: <...>; rel="next"`.
+    pub async fn pages(&self, path: &str) -> Result<Vec<Value>, ApiError> {
+        let mut pages = Vec::new();
         let mut page_path = path.to_owned();
         loop {
             let (page, link) = self.send("GET", &page_path, &Value::Null).await?;
-            items.extend(page.as_array().into_iter().flatten().cloned());
-            let Some(cursor) = link.as_deref().and_then(metal_types::page::next_cursor) else { return Ok(items) };
+            pages.push(page);
+            let Some(cursor) = link.as_deref().and_then(metal_types::page::next_cursor) else { return Ok(pages) };
             page_path = format!("{path}{}cursor={cursor}", if path.contains('?') { '&' } else { '?' });
         }
     }

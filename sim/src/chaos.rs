@@ -221,9 +221,9 @@ pub async fn check(site: &Site) -> anyhow::Result<usize> {
     // No meter window missing or doubled: per lease (reservation and node) and meter, the
     // hourly windows run from the hour of the bind to the lease's end, one after another;
     // per node and meter, no two leases bill the same time.
-    let usage = site.admin.get(&format!("/v1/usage?tenantId={}", crate::lease::TENANT)).await?;
+    let usage = site.admin.pages(&format!("/v1/usage?tenantId={}", crate::lease::TENANT)).await?;
     let mut series: BTreeMap<(String, String, String), Vec<(OffsetDateTime, OffsetDateTime)>> = BTreeMap::new();
-    for record in usage["records"].as_array().into_iter().flatten() {
+    for record in usage.iter().flat_map(|page| page["records"].as_array().into_iter().flatten()) {
         let id = record["id"].as_str().context("a meter record without an id")?;
         let node = id.split('/').nth(1).unwrap_or_default().to_owned();
         let reservation = record["reservationId"].as_str().unwrap_or("?").to_owned();

@@ -54,7 +54,7 @@ export function Fleet() {
     async () => ({
       nodes: await everyPage(api.GET("/v1/nodes", {})),
       pools: await must(api.GET("/v1/pools")),
-      reservations: await must(api.GET("/v1/reservations")),
+      reservations: await everyPage(api.GET("/v1/reservations")),
     }),
     [],
     (e) => e.subject.startsWith("node/") || e.subject.startsWith("reservation/") || e.subject.startsWith("pool/"),

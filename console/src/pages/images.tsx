@@ -1,7 +1,7 @@
 // Images and profiles: each image's import progress and what it serves, each profile's
 // versions and the image they deploy, and where each is deployed now (the nodes of the
 // active reservations that asked for it).
-import { type Reservation, api, must } from "../api";
+import { type Reservation, api, everyPage } from "../api";
 import { useLoad } from "../hooks";
 import { Badge, Section, Show, when, Head } from "../ui";
 
@@ -23,9 +23,9 @@ export function deployedWhere(reservations: Reservation[], profile: string): Map
 export function Images() {
   const loaded = useLoad(
     async () => ({
-      images: await must(api.GET("/v1/images")),
-      profiles: await must(api.GET("/v1/profiles")),
-      reservations: await must(api.GET("/v1/reservations")),
+      images: await everyPage(api.GET("/v1/images")),
+      profiles: await everyPage(api.GET("/v1/profiles")),
+      reservations: await everyPage(api.GET("/v1/reservations")),
     }),
     [],
     (e) => e.subject.startsWith("image/") || e.subject.startsWith("profile/") || e.subject.startsWith("reservation/"),

@@ -85,7 +85,7 @@ export function Leases({ session }: { session: Session }) {
   const admin = session.role === "platform-admin";
   const loaded = useLoad(
     async () => {
-      const reservations = await must(api.GET("/v1/reservations"));
+      const reservations = await everyPage(api.GET("/v1/reservations"));
       const nodes = admin ? await everyPage(api.GET("/v1/nodes", {})) : [];
       const teardowns = new Map<string, Schemas["WorkflowRun"][]>();
       if (admin)

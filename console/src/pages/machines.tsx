@@ -3,7 +3,7 @@
 // serial console in a terminal, the SSH line of the console gateway, and its own events. Nothing here reaches
 // the BMC: the scheduler acts through its own session and records who asked.
 import { useState } from "preact/hooks";
-import { type LeasedNode, type Node, type Profile, type Session, api, must } from "../api";
+import { type LeasedNode, type Node, type Profile, type Session, api, everyPage, must } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, EventList, Head, Section, Show, when } from "../ui";
@@ -103,7 +103,7 @@ function rescueAction(machine: LeasedNode): Action {
 
 /** Power, a rescue (or leaving one) and, once a profile version is chosen, a reinstall. */
 function MachineActions({ machine, done }: { machine: LeasedNode; done: () => void }) {
-  const profiles = useLoad(() => must(api.GET("/v1/profiles")), []);
+  const profiles = useLoad(() => everyPage(api.GET("/v1/profiles")), []);
   const current = machine.profileId ? `${machine.profileId}:${machine.profileVersion ?? ""}` : "";
   const [choice, setChoice] = useState(current);
   const choices = profiles.data ? versionsOf(profiles.data) : current ? [current] : [];

@@ -1,6 +1,6 @@
 // Usage per tenant as a chart: the meter's quantity per day, and the totals.
 import { useState } from "preact/hooks";
-import { type Schemas, type Session, api, must } from "../api";
+import { type Schemas, type Session, api, everyPage, must } from "../api";
 import { useLoad } from "../hooks";
 import { Section, Show } from "../ui";
 
@@ -51,7 +51,7 @@ function Chart({ usage }: { usage: Schemas["Usage"] }) {
 
 export function Usage({ session }: { session: Session }) {
   const admin = session.role === "platform-admin";
-  const tenants = useLoad(() => (admin ? must(api.GET("/v1/tenants")) : Promise.resolve([])), [admin]);
+  const tenants = useLoad(() => (admin ? everyPage(api.GET("/v1/tenants")) : Promise.resolve([])), [admin]);
   const [chosen, setChosen] = useState<string>("");
   const tenant = admin ? chosen || tenants.data?.[0]?.id || "" : (session.tenantId ?? "");
   const usage = useLoad(

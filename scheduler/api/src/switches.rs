@@ -3,6 +3,10 @@
 //! on them.
 
 use axum::extract::State;
+use axum::response::Response;
+use metal_types::page::PageQuery;
+
+use crate::paging::Paging;
 use axum::http::StatusCode;
 
 use super::{ApiJson, ApiPath, Caller};
@@ -33,11 +37,12 @@ pub async fn create_switch(
     Ok((StatusCode::CREATED, ApiJson(info)))
 }
 
-/// Every switch of the site.
-#[utoipa::path(get, path = "/v1/switches", responses((status = 200, body = Vec<SwitchInfo>)))]
-pub async fn list_switches(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<SwitchInfo>>> {
+/// The switches of the site, by id, a page at a time.
+#[utoipa::path(get, path = "/v1/switches", params(PageQuery), responses((status = 200, body = Vec<SwitchInfo>)))]
+pub async fn list_switches(State(app): State<AppState>, caller: Caller, paging: Paging) -> ApiResult<Response> {
     caller.admin("switches")?;
-    Ok(ApiJson(app.store.read(|tx| store::switches::list(tx)).await?))
+    let page = paging.page.clone();
+    Ok(paging.answer(app.store.read(move |tx| store::switches::page(tx, &page)).await?))
 }
 
 /// One switch.

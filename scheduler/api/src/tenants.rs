@@ -2,6 +2,10 @@
 //! tenant and manage its console SSH keys).
 
 use axum::extract::State;
+use axum::response::Response;
+use metal_types::page::PageQuery;
+
+use crate::paging::Paging;
 
 use crate::ApiPath;
 use axum::http::StatusCode;
@@ -53,11 +57,12 @@ pub async fn create_tenant(
     Ok((StatusCode::CREATED, ApiJson(tenant)))
 }
 
-/// List tenants.
-#[utoipa::path(get, path = "/v1/tenants", responses((status = 200, body = Vec<Tenant>)))]
-pub async fn list_tenants(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<Tenant>>> {
+/// The tenants, by id, a page at a time.
+#[utoipa::path(get, path = "/v1/tenants", params(PageQuery), responses((status = 200, body = Vec<Tenant>)))]
+pub async fn list_tenants(State(app): State<AppState>, caller: Caller, paging: Paging) -> ApiResult<Response> {
     caller.admin("tenants")?;
-    Ok(ApiJson(app.store.read(store::auth::list_tenants).await?))
+    let page = paging.page.clone();
+    Ok(paging.answer(app.store.read(move |tx| store::auth::list_tenants(tx, &page)).await?))
 }
 
 /// One tenant (a tenant member sees only its own).
@@ -138,11 +143,12 @@ pub async fn create_credential(
     ))
 }
 
-/// List credentials (never their tokens).
-#[utoipa::path(get, path = "/v1/credentials", responses((status = 200, body = Vec<CredentialInfo>)))]
-pub async fn list_credentials(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<CredentialInfo>>> {
+/// The credentials, by id, a page at a time (never their tokens).
+#[utoipa::path(get, path = "/v1/credentials", params(PageQuery), responses((status = 200, body = Vec<CredentialInfo>)))]
+pub async fn list_credentials(State(app): State<AppState>, caller: Caller, paging: Paging) -> ApiResult<Response> {
     caller.admin("credentials")?;
-    Ok(ApiJson(app.store.read(store::auth::list_credentials).await?))
+    let page = paging.page.clone();
+    Ok(paging.answer(app.store.read(move |tx| store::auth::list_credentials(tx, &page)).await?))
 }
 
 /// Revoke a credential: its token stops authenticating at once.

@@ -83,7 +83,7 @@ const BASELINE_COLUMNS: [(&str, &str); 7] = [
 pub fn run(client: &Client, out: Output, command: AttestCommand) -> Result<(), ClientError> {
     match command {
         AttestCommand::List { node } => {
-            print(out, &client.request("GET", &format!("/v1/nodes/{node}/attestations"), None)?, &ATTESTATION_COLUMNS)
+            print(out, &client.list(&format!("/v1/nodes/{node}/attestations"), &[], None)?, &ATTESTATION_COLUMNS)
         }
         AttestCommand::Show { node, attestation, envelope } => {
             let path = format!("/v1/nodes/{node}/attestations/{attestation}");

@@ -159,25 +159,37 @@ impl Client {
         }
         let wanted = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         let mut items = Vec::new();
+        self.pages(path, &query, |page| match page {
+            Value::Array(page) => {
+                items.extend(page);
+                Ok(items.len() < wanted)
+            }
+            other => Err(ClientError::Transport(format!("GET {path} answered {other} where a list was due"))),
+        })?;
+        items.truncate(wanted);
+        Ok(Value::Array(items))
+    }
+
+    /// Hands each page of `GET path?query` to `each`, following `Link: <...>; rel="next"`
+    /// while there is one and `each` says to go on.
+    pub fn pages(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        mut each: impl FnMut(Value) -> Result<bool, ClientError>,
+    ) -> Result<(), ClientError> {
+        let mut query = query.to_vec();
         loop {
             let (page, link) = self.send(reqwest::Method::GET, path, &query, None)?;
-            match page {
-                Value::Array(page) => items.extend(page),
-                other => {
-                    return Err(ClientError::Transport(format!("GET {path} answered {other} where a list was due")));
-                }
-            }
-            let next = link.as_deref().and_then(metal_types::page::next_cursor);
-            match next {
-                Some(cursor) if items.len() < wanted => {
+            let go_on = each(page)?;
+            match link.as_deref().and_then(metal_types::page::next_cursor) {
+                Some(cursor) if go_on => {
                     query.retain(|(name, _)| *name != "cursor");
                     query.push(("cursor", cursor));
                 }
-                _ => break,
+                _ => return Ok(()),
             }
         }
-        items.truncate(wanted);
-        Ok(Value::Array(items))
     }
 
     /// Sends a request; the JSON answer and its `Link` header, or the API's error.

@@ -104,7 +104,7 @@ fn setup_of(file: Option<&PathBuf>) -> Result<Value, ClientError> {
 /// Runs a `metalctl host` command.
 pub fn run_host(client: &Client, out: Output, command: HostCommand) -> Result<(), ClientError> {
     match command {
-        HostCommand::List => print(out, &client.request("GET", "/v1/hosts", None)?, &HOST_COLUMNS),
+        HostCommand::List => print(out, &client.list("/v1/hosts", &[], None)?, &HOST_COLUMNS),
         HostCommand::Show { id } => {
             let host = client.request("GET", &format!("/v1/hosts/{id}"), None)?;
             match out {
@@ -119,7 +119,7 @@ pub fn run_host(client: &Client, out: Output, command: HostCommand) -> Result<()
             }
         }
         HostCommand::Log { id } => {
-            print(out, &client.request("GET", &format!("/v1/hosts/{id}/join-log"), None)?, &LOG_COLUMNS)
+            print(out, &client.list(&format!("/v1/hosts/{id}/join-log"), &[], None)?, &LOG_COLUMNS)
         }
         HostCommand::Add { target, node, file, parallel, ssh_key, ssh_options, setup, boot_url } => {
             let targets = match (&target, &file) {

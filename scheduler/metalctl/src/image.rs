@@ -149,7 +149,7 @@ pub fn run_image(client: &Client, out: Output, command: ImageCommand) -> Result<
                 )));
             }
         }
-        ImageCommand::List => print(out, &client.request("GET", "/v1/images", None)?, &IMAGE_COLUMNS),
+        ImageCommand::List => print(out, &client.list("/v1/images", &[], None)?, &IMAGE_COLUMNS),
         ImageCommand::Show { id } => {
             let image = client.request("GET", &image_path(&id), None)?;
             match out {
@@ -196,7 +196,7 @@ pub fn run_profile(client: &Client, out: Output, command: ProfileCommand) -> Res
             let path = format!("/v1/profiles/{id}/versions");
             print(out, &client.request("POST", &path, Some(RequestBody::Json(body)))?, &PROFILE_COLUMNS);
         }
-        ProfileCommand::List => print(out, &client.request("GET", "/v1/profiles", None)?, &PROFILE_COLUMNS),
+        ProfileCommand::List => print(out, &client.list("/v1/profiles", &[], None)?, &PROFILE_COLUMNS),
         ProfileCommand::Show { id } => {
             let profile = client.request("GET", &format!("/v1/profiles/{id}"), None)?;
             match out {

@@ -555,7 +555,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             print_nodes(out, &client.request("POST", &format!("/v1/nodes/{id}/recover"), None)?);
         }
         Command::Node(NodeCommand::Teardowns { id }) => {
-            let runs = client.request("GET", &format!("/v1/nodes/{id}/teardowns"), None)?;
+            let runs = client.list(&format!("/v1/nodes/{id}/teardowns"), &[], None)?;
             match out {
                 Output::Json => print(out, &runs, &[]),
                 Output::Table => {
@@ -613,7 +613,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             }
         }
         Command::Node(NodeCommand::WipeReports { id }) => {
-            let reports = client.request("GET", &format!("/v1/nodes/{id}/wipe-reports"), None)?;
+            let reports = client.list(&format!("/v1/nodes/{id}/wipe-reports"), &[], None)?;
             print(out, &reports, &WIPE_COLUMNS);
         }
         Command::Node(NodeCommand::DeployPlan { id, file }) => {
@@ -632,7 +632,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         Command::Profile(command) => image::run_profile(&client, out, command)?,
         Command::Provision { profile, count } => image::run_provision(&client, out, &profile, count)?,
         Command::Tenant(TenantCommand::List) => {
-            print(out, &client.request("GET", "/v1/tenants", None)?, &[("ID", "id"), ("NAME", "name")])
+            print(out, &client.list("/v1/tenants", &[], None)?, &[("ID", "id"), ("NAME", "name")])
         }
         Command::Tenant(TenantCommand::Delete { id }) => {
             print(out, &client.request("DELETE", &format!("/v1/tenants/{id}"), None)?, &TENANT_DELETED_COLUMNS);
@@ -674,7 +674,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
         }
         Command::Credential(CredentialCommand::List) => print(
             out,
-            &client.request("GET", "/v1/credentials", None)?,
+            &client.list("/v1/credentials", &[], None)?,
             &[("ID", "id"), ("ROLE", "role"), ("TENANT", "tenantId"), ("NAME", "name"), ("REVOKED", "revoked")],
         ),
         Command::Credential(CredentialCommand::Revoke { id }) => {
@@ -696,7 +696,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             );
         }
         Command::Reservation(ReservationCommand::List) => {
-            print(out, &client.request("GET", "/v1/reservations", None)?, &RESERVATION_COLUMNS)
+            print(out, &client.list("/v1/reservations", &[], None)?, &RESERVATION_COLUMNS)
         }
         Command::Reservation(ReservationCommand::Show { id }) => {
             print(out, &client.request("GET", &format!("/v1/reservations/{id}"), None)?, &RESERVATION_COLUMNS)
@@ -754,13 +754,18 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             print(out, &client.request("POST", &format!("/v1/reservations/{id}/release"), None)?, &RESERVATION_COLUMNS)
         }
         Command::Usage { tenant, from, to } => {
-            let mut params = Vec::new();
-            for (name, value) in [("tenantId", tenant), ("from", from), ("to", to)] {
-                if let Some(v) = value {
-                    params.push(format!("{name}={}", v.replace('+', "%2B")));
+            let filters = [("tenantId", tenant), ("from", from), ("to", to)];
+            let query: Vec<(&str, String)> =
+                filters.into_iter().filter_map(|(name, value)| value.map(|v| (name, v))).collect();
+            // Every page's records under the first page's totals (each page carries them all).
+            let mut usage = Value::Null;
+            client.pages("/v1/usage", &query, |page| {
+                match usage["records"].as_array_mut() {
+                    Some(records) => records.extend(page["records"].as_array().cloned().unwrap_or_default()),
+                    None => usage = page,
                 }
-            }
-            let usage = client.request("GET", &format!("/v1/usage?{}", params.join("&")), None)?;
+                Ok(true)
+            })?;
             match out {
                 Output::Json => print(out, &usage, &[]),
                 Output::Table => {

@@ -91,7 +91,7 @@ pub fn run(client: &Client, out: Output, command: SwitchCommand) -> Result<(), C
             }
             print(out, &client.request("POST", "/v1/switches", body(spec))?, &SWITCH_COLUMNS);
         }
-        SwitchCommand::List => print(out, &client.request("GET", "/v1/switches", None)?, &SWITCH_COLUMNS),
+        SwitchCommand::List => print(out, &client.list("/v1/switches", &[], None)?, &SWITCH_COLUMNS),
         SwitchCommand::Show { id } => {
             print(out, &client.request("GET", &format!("/v1/switches/{id}"), None)?, &SWITCH_COLUMNS)
         }

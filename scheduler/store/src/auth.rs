@@ -5,9 +5,12 @@ use rand::RngCore as _;
 use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 
+use crate::page::{Keyset, Order};
 use crate::{Conn, DbResult, Row};
 use metal_types::clock::to_millis;
+use metal_types::error::ApiError;
 use metal_types::model::tenant::{CredentialInfo, CredentialRole, Tenant};
+use metal_types::page::{Page, Paged};
 
 /// Prefix of every token, so leaked tokens are recognisable by scanners.
 pub const TOKEN_PREFIX: &str = "mtl_";
@@ -127,12 +130,11 @@ pub fn set_tenant_ssh_keys(conn: &mut dyn Conn, id: &str, keys: &[String], now: 
     Ok(true)
 }
 
-/// Every tenant, by id.
-pub fn list_tenants(conn: &mut dyn Conn) -> DbResult<Vec<Tenant>> {
-    conn.query("SELECT id, name FROM tenants WHERE deleted_at IS NULL ORDER BY id", &[])?
-        .iter()
-        .map(tenant_from_row)
-        .collect()
+/// A page of the tenants, by id.
+pub fn list_tenants(conn: &mut dyn Conn, page: &Page) -> Result<Paged<Tenant>, ApiError> {
+    let mut select = Keyset::new("SELECT id, name FROM tenants");
+    select.and_sql("deleted_at IS NULL");
+    select.read(conn, &[("id", Order::Asc)], page, |_, row| tenant_from_row(row))
 }
 
 /// Marks a tenant deleted: hidden from the API, every credential of it revoked, offers to
@@ -147,22 +149,20 @@ pub fn delete_tenant(conn: &mut dyn Conn, id: &str, now: OffsetDateTime) -> DbRe
     Ok(true)
 }
 
-/// Every credential (without token hashes), by id.
-pub fn list_credentials(conn: &mut dyn Conn) -> DbResult<Vec<CredentialInfo>> {
-    conn.query("SELECT id, role, tenant_id, name, revoked_at FROM credentials ORDER BY id", &[])?
-        .iter()
-        .map(|r| {
-            let role: String = r.get("role")?;
-            let revoked: Option<i64> = r.get("revoked_at")?;
-            Ok(CredentialInfo {
-                id: r.get("id")?,
-                role: parse_role(&role),
-                tenant_id: r.get("tenant_id")?,
-                name: r.get("name")?,
-                revoked: revoked.is_some(),
-            })
+/// A page of the credentials (without token hashes), by id.
+pub fn list_credentials(conn: &mut dyn Conn, page: &Page) -> Result<Paged<CredentialInfo>, ApiError> {
+    let select = Keyset::new("SELECT id, role, tenant_id, name, revoked_at FROM credentials");
+    select.read(conn, &[("id", Order::Asc)], page, |_, r| {
+        let role: String = r.get("role")?;
+        let revoked: Option<i64> = r.get("revoked_at")?;
+        Ok(CredentialInfo {
+            id: r.get("id")?,
+            role: parse_role(&role),
+            tenant_id: r.get("tenant_id")?,
+            name: r.get("name")?,
+            revoked: revoked.is_some(),
         })
-        .collect()
+    })
 }
 
 /// Revokes a credential; false when there is no such live credential.

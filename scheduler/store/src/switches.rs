@@ -5,11 +5,13 @@
 
 use time::OffsetDateTime;
 
+use crate::page::{Keyset, Order};
 use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::pool::VlanRange;
 use metal_types::model::switch::{NodePort, NodePortSpec, PortSource, SwitchCreate, SwitchInfo};
+use metal_types::page::{Page, Paged};
 
 /// A switch as stored: what the API shows and the sealed key.
 #[derive(Debug, Clone)]
@@ -75,10 +77,18 @@ pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<StoredSwitch>> {
 
 /// Every switch, by id.
 pub fn list(conn: &mut dyn Conn) -> DbResult<Vec<SwitchInfo>> {
-    conn.query(&format!("SELECT {SWITCH_COLUMNS} FROM switches ORDER BY id"), &[])?
-        .iter()
-        .map(|row| switch_from_row(row).map(|s| s.info))
-        .collect()
+    Keyset::new(format!("SELECT {SWITCH_COLUMNS} FROM switches")).all(conn, SWITCH_KEY, info_from_row)
+}
+
+/// A page of the switches, by id.
+pub fn page(conn: &mut dyn Conn, page: &Page) -> Result<Paged<SwitchInfo>, ApiError> {
+    Keyset::new(format!("SELECT {SWITCH_COLUMNS} FROM switches")).read(conn, SWITCH_KEY, page, info_from_row)
+}
+
+const SWITCH_KEY: &[(&str, Order)] = &[("id", Order::Asc)];
+
+fn info_from_row(_: &mut dyn Conn, row: &Row) -> DbResult<SwitchInfo> {
+    switch_from_row(row).map(|s| s.info)
 }
 
 /// Removes a switch no node port is on; false when there was none.
