@@ -442,7 +442,7 @@ test("keyboard alone reaches every page, and the pages fit a narrow screen", asy
   expect(problems).toEqual([]);
 });
 
-test("a fleet of hundreds shows a page of nodes at a time, and a filter starts at its first page", async ({ page }) => {
+test("a fleet of hundreds shows a page of nodes at a time from the API, and a filter starts at its first page", async ({ page }) => {
   const problems = watch(page);
   const ids = Array.from({ length: 230 }, (_, i) => `page-${String(i).padStart(3, "0")}`);
   await api("/v1/nodes/import", admin, { method: "POST", body: JSON.stringify(ids.map((id) => ({ id }))) });
@@ -454,25 +454,28 @@ test("a fleet of hundreds shows a page of nodes at a time, and a filter starts a
   const rows = page.locator("table.nodes tbody tr");
   const pager = page.getByRole("navigation", { name: "Pages of nodes" });
   await expect(rows).toHaveCount(100);
-  await expect(pager).toContainText(`Rows 1–100 of ${all.length}`);
+  await expect(pager).toContainText("Rows 1–100");
   await expect(pager.getByRole("button", { name: "Previous page" })).toBeDisabled();
   await expect(rows.first()).toHaveAttribute("data-node", all[0]!.id);
   await pager.getByRole("button", { name: "Next page" }).click();
-  await expect(pager).toContainText(`Rows 101–200 of ${all.length}`);
+  await expect(pager).toContainText("Rows 101–200");
   await expect(rows.first()).toHaveAttribute("data-node", all[100]!.id);
   await accessible(page, "a page of the nodes table");
   const last = Math.floor((all.length - 1) / 100);
-  for (let p = 2; p <= last; p++) await pager.getByRole("button", { name: "Next page" }).click();
+  for (let p = 2; p <= last; p++) {
+    await pager.getByRole("button", { name: "Next page" }).click();
+    await expect(pager).toContainText(`Rows ${p * 100 + 1}–`);
+  }
   await expect(rows).toHaveCount(all.length - last * 100);
   await expect(pager.getByRole("button", { name: "Next page" })).toBeDisabled();
 
-  // Ten nodes match: one page, no pager, and the rows are the first ones again.
+  // Ten nodes start with the prefix: one page, no pager, and the rows are the first ones again.
   await page.getByLabel("Search").fill("page-22");
-  await expect(page.locator("form.filters output")).toHaveText(`10 of ${all.length}`);
+  await expect(page.locator("form.filters output")).toHaveText("10 on this page");
   await expect(rows).toHaveCount(10);
   await expect(pager).toHaveCount(0);
   await expect(rows.first()).toHaveAttribute("data-node", "page-220");
   await page.getByLabel("Search").fill("");
-  await expect(pager).toContainText(`Rows 1–100 of ${all.length}`);
+  await expect(pager).toContainText("Rows 1–100");
   expect(problems).toEqual([]);
 });

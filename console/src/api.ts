@@ -80,6 +80,16 @@ export async function everyPage<T>(call: Promise<{ data?: T[]; error?: unknown; 
   return items;
 }
 
+/** One page of a paged list and the cursor of the next, when there is one. */
+export async function onePage<T>(
+  call: Promise<{ data?: T[]; error?: unknown; response: Response }>,
+): Promise<{ items: T[]; next: string | null }> {
+  const { response } = await call;
+  const items = await must(call);
+  const link = nextPage(response);
+  return { items, next: link ? new URL(link).searchParams.get("cursor") : null };
+}
+
 /** The URL of an answer's `Link: <...>; rel="next"`, when it has one. */
 function nextPage(response: Response): string | null {
   const match = /<([^>]*)>\s*;\s*rel="?next"?/.exec(response.headers.get("Link") ?? "");

@@ -1,10 +1,13 @@
-// Every node in a table filtered by text, state and pool, a page of rows at a time (a fleet of
-// thousands stays quick to render); rows move as the live stream says.
-import { useEffect, useState } from "preact/hooks";
-import { type Node, api, everyPage } from "../api";
+// The nodes, a page of rows at a time straight from the API (a fleet of ten thousand is never
+// loaded whole): state and pool filter in the database, the search box takes an id prefix or
+// a label selector (rack=r1,gpu=h200). The live stream refreshes a row it names by fetching
+// that one node, never the list.
+import { useEffect, useRef, useState } from "preact/hooks";
+import { type Node, api, everyPage, must, onePage } from "../api";
 import { useLoad } from "../hooks";
+import { onEvent } from "../live";
 import { linkProps } from "../router";
-import { Badge, Show, Head } from "../ui";
+import { Badge, Head, Show } from "../ui";
 
 function health(n: Node): string {
   if (n.state === "failed") return "failed";
@@ -16,68 +19,127 @@ function health(n: Node): string {
 /** Rows on one page of the table. */
 const PAGE = 100;
 
+const STATES: Node["state"][] = [
+  "new",
+  "commissioning",
+  "ready",
+  "allocated",
+  "deploying",
+  "deployed",
+  "rescue",
+  "releasing",
+  "failed",
+  "retired",
+];
+
+interface Filter {
+  text: string;
+  state: string;
+  pool: string;
+  cursor: string | undefined;
+}
+
+function nodePage({ text, state, pool, cursor }: Filter) {
+  const search = text.trim();
+  const query = {
+    limit: PAGE,
+    state: (state || undefined) as Node["state"] | undefined,
+    pool: pool || undefined,
+    label: search.includes("=") ? search : undefined,
+    prefix: search && !search.includes("=") ? search : undefined,
+    cursor,
+  };
+  return onePage(api.GET("/v1/nodes", { params: { query } }));
+}
+
+/** The shown rows' newer records, fetched one node at a time as events name them. */
+function useFreshRows(shown: Node[] | undefined): Map<string, Node> {
+  const [fresh, setFresh] = useState(new Map<string, Node>());
+  const ids = useRef(new Set<string>());
+  useEffect(() => {
+    ids.current = new Set(shown?.map((n) => n.id));
+    setFresh(new Map());
+  }, [shown]);
+  useEffect(() => {
+    const due = new Set<string>();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const fetchDue = () => {
+      timer = undefined;
+      for (const id of due) {
+        due.delete(id);
+        must(api.GET("/v1/nodes/{id}", { params: { path: { id } } })).then(
+          (view) => {
+            if ("generation" in view && ids.current.has(id)) setFresh((m) => new Map(m).set(id, view));
+          },
+          (e: unknown) => console.warn(`node ${id}:`, e),
+        );
+      }
+    };
+    const off = onEvent((e) => {
+      const id = e.subject.startsWith("node/") ? e.subject.slice(5) : undefined;
+      if (!id || !ids.current.has(id)) return;
+      due.add(id);
+      timer ??= setTimeout(fetchDue, 250);
+    });
+    return () => {
+      off();
+      if (timer) clearTimeout(timer);
+    };
+  }, []);
+  return fresh;
+}
+
 export function Nodes() {
   const [text, setText] = useState("");
   const [state, setState] = useState("");
   const [pool, setPool] = useState("");
-  const [page, setPage] = useState(0);
+  // The cursor of each page up to the one shown (the first page's is none).
+  const [cursors, setCursors] = useState<(string | undefined)[]>([undefined]);
   // A new filter shows its first page.
-  useEffect(() => setPage(0), [text, state, pool]);
-  const loaded = useLoad(
-    () => everyPage(api.GET("/v1/nodes", {})),
-    [],
-    (e) => e.subject.startsWith("node/"),
-  );
+  useEffect(() => setCursors([undefined]), [text, state, pool]);
+  const cursor = cursors[cursors.length - 1];
+  const pools = useLoad(() => everyPage(api.GET("/v1/pools")), []);
+  const loaded = useLoad(() => nodePage({ text, state, pool, cursor }), [text, state, pool, cursor]);
+  const fresh = useFreshRows(loaded.data?.items);
+  const first = (cursors.length - 1) * PAGE;
   return (
     <main id="main">
       <h1>Nodes</h1>
+      <form class="filters" role="search" onSubmit={(e) => e.preventDefault()}>
+        <label>
+          Search
+          <input
+            type="search"
+            value={text}
+            placeholder="id prefix, or rack=r1,gpu=h200"
+            onInput={(e) => setText((e.target as HTMLInputElement).value)}
+          />
+        </label>
+        <label>
+          State
+          <select value={state} onChange={(e) => setState((e.target as HTMLSelectElement).value)}>
+            <option value="">any</option>
+            {STATES.map((s) => (
+              <option key={s}>{s}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Pool
+          <select value={pool} onChange={(e) => setPool((e.target as HTMLSelectElement).value)}>
+            <option value="">any</option>
+            {(pools.data ?? []).map((p) => (
+              <option key={p.id}>{p.id}</option>
+            ))}
+          </select>
+        </label>
+        <output aria-live="polite">{loaded.data ? `${loaded.data.items.length} on this page` : ""}</output>
+      </form>
       <Show loaded={loaded}>
-        {(nodes) => {
-          const states = [...new Set(nodes.map((n) => n.state))].sort();
-          const pools = [...new Set(nodes.map((n) => n.poolId ?? ""))].filter(Boolean).sort();
-          const needle = text.toLowerCase();
-          const shown = nodes.filter(
-            (n) =>
-              (!state || n.state === state) &&
-              (!pool || n.poolId === pool) &&
-              (!needle ||
-                [n.id, n.owner ?? "", ...Object.entries(n.labels).map(([k, v]) => `${k}=${v}`)].some((s) =>
-                  s.toLowerCase().includes(needle),
-                )),
-          );
-          const pages = Math.max(1, Math.ceil(shown.length / PAGE));
-          // The list may have shrunk under the page shown (a filter, or nodes gone).
-          const current = Math.min(page, pages - 1);
-          const rows = shown.slice(current * PAGE, (current + 1) * PAGE);
+        {({ items, next }) => {
+          const rows = items.map((n) => fresh.get(n.id) ?? n);
           return (
             <>
-              <form class="filters" role="search" onSubmit={(e) => e.preventDefault()}>
-                <label>
-                  Search
-                  <input type="search" value={text} onInput={(e) => setText((e.target as HTMLInputElement).value)} />
-                </label>
-                <label>
-                  State
-                  <select value={state} onChange={(e) => setState((e.target as HTMLSelectElement).value)}>
-                    <option value="">any</option>
-                    {states.map((s) => (
-                      <option key={s}>{s}</option>
-                    ))}
-                  </select>
-                </label>
-                <label>
-                  Pool
-                  <select value={pool} onChange={(e) => setPool((e.target as HTMLSelectElement).value)}>
-                    <option value="">any</option>
-                    {pools.map((p) => (
-                      <option key={p}>{p}</option>
-                    ))}
-                  </select>
-                </label>
-                <output aria-live="polite">
-                  {shown.length} of {nodes.length}
-                </output>
-              </form>
               <div class="scroll">
                 <table class="nodes">
                   <caption class="sr-only">Nodes</caption>
@@ -99,7 +161,7 @@ export function Nodes() {
                         </td>
                         <td>{n.poolId ?? "—"}</td>
                         <td>{n.labels.rack ?? "—"}</td>
-                        <td class="labels">
+                        <td class="labels" data-field="labels">
                           {Object.entries(n.labels)
                             .filter(([k]) => k !== "rack")
                             .map(([k, v]) => `${k}=${v}`)
@@ -110,15 +172,15 @@ export function Nodes() {
                   </tbody>
                 </table>
               </div>
-              {pages > 1 && (
+              {(cursors.length > 1 || next) && (
                 <nav class="pager" aria-label="Pages of nodes">
-                  <button type="button" disabled={current === 0} onClick={() => setPage(current - 1)}>
+                  <button type="button" disabled={cursors.length === 1} onClick={() => setCursors(cursors.slice(0, -1))}>
                     Previous page
                   </button>
                   <span>
-                    Rows {current * PAGE + 1}–{current * PAGE + rows.length} of {shown.length}
+                    Rows {first + 1}–{first + rows.length}
                   </span>
-                  <button type="button" disabled={current === pages - 1} onClick={() => setPage(current + 1)}>
+                  <button type="button" disabled={!next} onClick={() => next && setCursors([...cursors, next])}>
                     Next page
                   </button>
                 </nav>

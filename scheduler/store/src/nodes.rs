@@ -137,6 +137,10 @@ pub fn page(conn: &mut dyn Conn, filter: &NodeFilter, page: &Page) -> Result<Pag
              WHERE a.node_id = nodes.id AND r.tenant_id = {} AND (a.id = nodes.lease_id OR (a.live = 1 AND r.state IN ('pending', 'active'))))",
             filter.tenant.as_deref(),
         );
+    if let Some(prefix) = &filter.prefix {
+        let text = select.bind(&prefix.as_str());
+        select.and_sql(&format!("substr(id, 1, length(CAST({text} AS TEXT))) = CAST({text} AS TEXT)"));
+    }
     // Labels are stored as compact JSON with sorted keys, so a pair is in the map exactly
     // when its JSON text (`"key":"value"`) is in the column's text: keys hold no quote, and
     // a quote inside a value is escaped, so the text cannot match across a boundary.

@@ -84,6 +84,10 @@ async fn node_pages_follow_their_links_through_inserts_and_filters_run_in_the_st
     assert_eq!(ids(&body), ["x1", "x3", "x5"]);
     let (_, body, _) = page(&site, &format!("/v1/nodes?label={}", urlencode("note=say"))).await;
     assert_eq!(ids(&body), Vec::<String>::new(), "no prefix or case-insensitive match");
+    let (_, body, _) = page(&site, "/v1/nodes?prefix=r1n&limit=3").await;
+    assert_eq!(ids(&body), ["r1n0", "r1n1", "r1n2"], "an id prefix, in the store");
+    let (_, body, _) = page(&site, "/v1/nodes?prefix=R1").await;
+    assert_eq!(body, json!([]), "prefixes match case and all");
     let (_, body, _) = page(&site, "/v1/nodes?pool=p1&state=new").await;
     assert_eq!(ids(&body), Vec::<String>::new());
     let (_, body, _) = page(&site, "/v1/nodes?state=new").await;

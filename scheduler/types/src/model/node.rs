@@ -354,6 +354,8 @@ pub struct NodeFilter {
     pub state: Option<NodeState>,
     /// Only nodes of this pool.
     pub pool: Option<String>,
+    /// Only nodes whose id starts with this.
+    pub prefix: Option<String>,
     /// Only nodes booked by this tenant's reservations (pending or active), or under its
     /// tenant-root lease until the lease's teardown ends.
     pub tenant: Option<String>,
