@@ -396,10 +396,20 @@ pub async fn eject_boot_media(app: &App, node: &str) -> ApiResult<bool> {
 /// Everything the BMC reports; power and health are recorded on the node (a health other
 /// than OK raises an event).
 pub async fn read_model(app: &App, node: &str) -> ApiResult<serde_json::Value> {
+    let started = std::time::Instant::now();
     let model = on_bmc(app, node, |bmc| bmc.read_model()).await?;
+    let read = started.elapsed();
     record_reading(app, node, model.power.present().copied(), Some(model.health.present().cloned())).await?;
+    let total = started.elapsed();
+    if total > SLOW_READING {
+        let (bmc_ms, record_ms) = (read.as_millis(), (total - read).as_millis());
+        tracing::warn!(node, bmc_ms, record_ms, "a BMC reading took {} ms", total.as_millis());
+    }
     serde_json::to_value(&model).map_err(|e| ApiError::Internal(e.to_string()))
 }
+
+/// A reading slower than this is logged with where its time went (the BMC, or recording).
+const SLOW_READING: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long an operator's rotation holds the pending slot: longer than any BMC call it makes
 /// (a Redfish session and a password change, each bounded by its timeouts). A slot held
