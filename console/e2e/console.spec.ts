@@ -2,12 +2,8 @@
 import AxeBuilder from "@axe-core/playwright";
 import { readFile } from "node:fs/promises";
 import { type Page, expect, test } from "@playwright/test";
+import { api, base, env } from "./site";
 
-function env(name: string): string {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run this through sim/tests/console.rs`);
-  return value;
-}
 
 const admin = env("METAL_ADMIN_TOKEN");
 const tenantToken = env("METAL_TENANT_TOKEN");
@@ -20,7 +16,6 @@ const powerNode = env("METAL_POWER_NODE");
 const solNode = env("METAL_SOL_NODE");
 const activeNode = env("METAL_ACTIVE_NODE");
 const simUrl = env("METAL_SIM_URL");
-const base = env("METAL_URL");
 const origin = new URL(base).origin;
 const base64url = (t: string) => Buffer.from(t).toString("base64url");
 const secrets = [admin, tenantToken, otherToken, ...[admin, tenantToken, otherToken].map(base64url)];
@@ -72,15 +67,6 @@ async function shot(page: Page, name: string) {
   if (screenshots) await page.screenshot({ path: `${screenshots}/${name}.png`, fullPage: true });
 }
 
-async function api(path: string, token: string, init: RequestInit = {}) {
-  const response = await fetch(base + path, {
-    ...init,
-    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json", ...(init.headers ?? {}) },
-  });
-  if (!response.ok) throw new Error(`${init.method ?? "GET"} ${path}: ${response.status} ${await response.text()}`);
-  const text = await response.text();
-  return text ? JSON.parse(text) : null;
-}
 
 test("sign-in takes a token, refuses a wrong one, and keeps it out of URLs and storage other than the tab's", async ({ page }) => {
   const problems = watch(page);

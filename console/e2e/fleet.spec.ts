@@ -1,28 +1,12 @@
 // The nodes page over a fleet of ten thousand, against the site
 // sim/tests/console.rs (the_nodes_page_stays_fast_over_ten_thousand_nodes) starts.
 import { expect, test } from "@playwright/test";
-
-function env(name: string): string {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run this through sim/tests/console.rs`);
-  return value;
-}
+import { api, env } from "./site";
 
 const admin = env("METAL_ADMIN_TOKEN");
-const base = env("METAL_URL");
-
-async function api(path: string, init: RequestInit = {}) {
-  const response = await fetch(base + path, {
-    ...init,
-    headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
-  });
-  if (!response.ok) throw new Error(`${init.method ?? "GET"} ${path}: ${response.status} ${await response.text()}`);
-  const text = await response.text();
-  return text ? JSON.parse(text) : null;
-}
 
 test("over 10,000 nodes the page is interactive within 2 s, and 100 node events fetch only the nodes shown", async ({ page }) => {
-  const nodes: { id: string }[] = await api("/v1/nodes?limit=10000");
+  const nodes: { id: string }[] = await api("/v1/nodes?limit=10000", admin);
   expect(nodes.length).toBe(10_000);
   const lists: string[] = [];
   const single: string[] = [];
@@ -62,7 +46,7 @@ test("over 10,000 nodes the page is interactive within 2 s, and 100 node events 
   // A hundred node events: half about rows on the page, half about nodes far off it.
   const touched = [...shown.slice(0, 50), ...nodes.slice(5_000, 5_050).map((n) => n.id)];
   for (const id of touched) {
-    await api(`/v1/nodes/${encodeURIComponent(id)}`, { method: "PATCH", body: JSON.stringify({ labels: { wave: "one" } }) });
+    await api(`/v1/nodes/${encodeURIComponent(id)}`, admin, { method: "PATCH", body: JSON.stringify({ labels: { wave: "one" } }) });
   }
   for (const id of shown.slice(0, 50)) {
     await expect(page.locator(`[data-node="${id}"] [data-field="labels"]`)).toContainText("wave=one");
