@@ -1,6 +1,6 @@
 // The fleet at a glance: nodes by state, by pool and by rack, and per pool how many nodes
 // are booked on each of the next seven days.
-import { type Node, type Reservation, type Schemas, api, everyPage, must, serverNow } from "../api";
+import { type Node, type Reservation, type Schemas, api, everyPage, serverNow } from "../api";
 import { useLoad } from "../hooks";
 import { linkProps } from "../router";
 import { Badge, Section, Show, Head } from "../ui";
@@ -53,7 +53,7 @@ export function Fleet() {
   const loaded = useLoad<FleetData>(
     async () => ({
       nodes: await everyPage(api.GET("/v1/nodes", {})),
-      pools: await must(api.GET("/v1/pools")),
+      pools: await everyPage(api.GET("/v1/pools")),
       reservations: await everyPage(api.GET("/v1/reservations")),
     }),
     [],

@@ -2,6 +2,11 @@
 //! rollups (admins; tenants see the pools offered to them, without rollups).
 
 use axum::extract::State;
+use axum::response::Response;
+use metal_types::page::{PageQuery, Paged};
+use time::OffsetDateTime;
+
+use crate::paging::Paging;
 
 use crate::ApiPath;
 use axum::http::StatusCode;
@@ -56,37 +61,34 @@ pub async fn offer_pool(
     Ok(ApiJson(pool))
 }
 
-/// The pools with these ids as the caller may see them: a tenant only those offered to it
-/// (without the other tenants' names), an admin with their capacity rollups.
-async fn visible_pools(app: &AppState, caller: &Caller, ids: Option<Vec<String>>) -> ApiResult<Vec<Pool>> {
-    let scope = caller.tenant_scope().map(str::to_owned);
-    let now = app.clock.now();
-    app.store
-        .read(move |conn| {
-            let ids = match ids {
-                Some(ids) => ids,
-                None => store::capacity::pool_ids(conn, scope.as_deref())?,
-            };
-            let mut pools = Vec::with_capacity(ids.len());
-            for id in &ids {
-                let not_found = || ApiError::NotFound(format!("pool {id}"));
-                let mut pool = store::capacity::get_pool(conn, id)?.ok_or_else(not_found)?;
-                match scope.as_deref() {
-                    Some(tenant) if !pool.offered_to.iter().any(|t| t == tenant) => return Err(not_found()),
-                    Some(_) => pool.offered_to.clear(), // other tenants' names are not its business
-                    None => pool.capacity = Some(store::capacity::capacity(conn, id, now)?),
-                }
-                pools.push(pool);
-            }
-            Ok(pools)
-        })
-        .await
+/// A pool as the caller may see it: a tenant only one offered to it (without the other
+/// tenants' names), an admin with its capacity rollup.
+fn visible_pool(conn: &mut dyn store::Conn, id: &str, scope: Option<&str>, now: OffsetDateTime) -> ApiResult<Pool> {
+    let not_found = || ApiError::NotFound(format!("pool {id}"));
+    let mut pool = store::capacity::get_pool(conn, id)?.ok_or_else(not_found)?;
+    match scope {
+        Some(tenant) if !pool.offered_to.iter().any(|t| t == tenant) => return Err(not_found()),
+        Some(_) => pool.offered_to.clear(), // other tenants' names are not its business
+        None => pool.capacity = Some(store::capacity::capacity(conn, id, now)?),
+    }
+    Ok(pool)
 }
 
-/// Pools: all with capacity for admins, the offered ones for tenants.
-#[utoipa::path(get, path = "/v1/pools", responses((status = 200, body = Vec<Pool>)))]
-pub async fn list_pools(State(app): State<AppState>, caller: Caller) -> ApiResult<ApiJson<Vec<Pool>>> {
-    Ok(ApiJson(visible_pools(&app, &caller, None).await?))
+/// Pools, by id, a page at a time: all with capacity for admins, the offered ones for
+/// tenants.
+#[utoipa::path(get, path = "/v1/pools", params(PageQuery), responses((status = 200, body = Vec<Pool>)))]
+pub async fn list_pools(State(app): State<AppState>, caller: Caller, paging: Paging) -> ApiResult<Response> {
+    let (scope, page, now) = (caller.tenant_scope().map(str::to_owned), paging.page.clone(), app.clock.now());
+    let pools = app
+        .store
+        .read(move |conn| {
+            let ids = store::capacity::page_pool_ids(conn, scope.as_deref(), &page)?;
+            let pools =
+                ids.items.iter().map(|id| visible_pool(conn, id, scope.as_deref(), now)).collect::<ApiResult<_>>()?;
+            Ok::<_, ApiError>(Paged { items: pools, next: ids.next })
+        })
+        .await?;
+    Ok(paging.answer(pools))
 }
 
 /// One pool.
@@ -97,6 +99,6 @@ pub async fn get_pool(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<ApiJson<Pool>> {
-    let mut pools = visible_pools(&app, &caller, Some(vec![id])).await?;
-    Ok(ApiJson(pools.remove(0)))
+    let (scope, now) = (caller.tenant_scope().map(str::to_owned), app.clock.now());
+    Ok(ApiJson(app.store.read(move |conn| visible_pool(conn, &id, scope.as_deref(), now)).await?))
 }

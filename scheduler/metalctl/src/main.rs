@@ -681,7 +681,7 @@ fn run(cli: Cli) -> Result<(), ClientError> {
             client.request("DELETE", &format!("/v1/credentials/{id}"), None)?;
             println!("revoked {id}");
         }
-        Command::Pool(PoolCommand::List) => print(out, &client.request("GET", "/v1/pools", None)?, &POOL_COLUMNS),
+        Command::Pool(PoolCommand::List) => print(out, &client.list("/v1/pools", &[], None)?, &POOL_COLUMNS),
         Command::Pool(PoolCommand::Create { file }) => {
             let body: Value = serde_json::from_str(&read_input(&file)?)
                 .map_err(|e| ClientError::Config(format!("{}: not JSON: {e}", file.display())))?;

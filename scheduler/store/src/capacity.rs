@@ -79,6 +79,18 @@ pub fn pool_ids(conn: &mut dyn Conn, tenant: Option<&str>) -> DbResult<Vec<Strin
     rows.iter().map(|r| r.get("id")).collect()
 }
 
+/// A page of [`pool_ids`], by id.
+pub fn page_pool_ids(conn: &mut dyn Conn, tenant: Option<&str>, page: &Page) -> Result<Paged<String>, ApiError> {
+    match tenant {
+        Some(t) => {
+            let mut offers = Keyset::new("SELECT pool_id FROM pool_offers");
+            offers.and("tenant_id = {}", &t);
+            offers.read(conn, &[("pool_id", Order::Asc)], page, |_, row| row.get("pool_id"))
+        }
+        None => Keyset::new("SELECT id FROM pools").read(conn, &[("id", Order::Asc)], page, |_, row| row.get("id")),
+    }
+}
+
 /// Offers a pool to a tenant (idempotent).
 pub fn offer(conn: &mut dyn Conn, pool: &str, tenant: &str, now: OffsetDateTime) -> DbResult<()> {
     let exists =
