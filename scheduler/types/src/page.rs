@@ -77,13 +77,6 @@ pub struct Paged<T> {
     pub next: Option<String>,
 }
 
-impl<T> Paged<T> {
-    /// The same page with each item mapped.
-    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Paged<U> {
-        Paged { items: self.items.into_iter().map(f).collect(), next: self.next }
-    }
-}
-
 /// The opaque cursor of a key.
 pub fn encode_cursor(key: &str) -> String {
     URL_SAFE_NO_PAD.encode(format!("{CURSOR_TAG}{key}"))
