@@ -148,6 +148,27 @@ async function simPower(node: string): Promise<string> {
   return machines.find((m) => m.id === node)?.power ?? "missing";
 }
 
+test("a stream the API refuses as past the event retention (410) reloads the console, which goes live again", async ({ page }) => {
+  const problems = watch(page);
+  let refused = 0;
+  await page.route("**/v1/events/stream*", async (route) => {
+    if (refused > 0) return route.continue();
+    refused += 1;
+    await route.fulfill({
+      status: 410,
+      contentType: "application/json",
+      body: JSON.stringify({ error: { code: "GONE", message: "the events after 1 up to 9 are past retention" } }),
+    });
+  });
+  let loads = 0;
+  page.on("load", () => (loads += 1));
+  await signIn(page, admin);
+  expect(refused).toBe(1);
+  expect(loads, "the first page, then the reload").toBeGreaterThanOrEqual(2);
+  await expect(page.getByRole("button", { name: "Sign out" })).toBeVisible();
+  expect(problems).toEqual(["410 from /v1/events/stream"]);
+});
+
 test("a power action asks for a confirmation that names the node, and reaches the BMC", async ({ page }) => {
   const problems = watch(page);
   await signIn(page, admin);

@@ -1,7 +1,8 @@
 // The live event stream: GET /v1/events/stream (Server-Sent Events) read through fetch, so
 // the token travels in the Authorization header as for every other call (EventSource
 // cannot send one). Reconnects after a drop from the last event seen; a token the API no
-// longer accepts ends the stream and the session.
+// longer accepts ends the stream and the session; a resume from before the event retention
+// (410) reloads the console.
 import { ApiFailure, type MetalEvent, api, authorization, must } from "./api";
 
 type Listener = (event: MetalEvent) => void;
@@ -109,6 +110,12 @@ async function run(signal: AbortSignal) {
       if (e instanceof ApiFailure && e.status === 401) {
         announce("signed out");
         stop();
+        return;
+      }
+      if (e instanceof ApiFailure && e.status === 410) {
+        // Away longer than the event retention: what was missed is gone, so the pages load
+        // again from the API and the stream starts from now.
+        location.reload();
         return;
       }
       console.warn("event stream:", e instanceof Error ? e.message : e);
