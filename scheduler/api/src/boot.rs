@@ -3,10 +3,9 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use metal_store::page::NodeRows;
 use metal_types::page::PageQuery;
 
-use crate::paging::Paging;
+use crate::paging::{Paging, node_rows};
 
 use crate::ApiPath;
 use metal_protocol::DeployPlan;
@@ -210,27 +209,6 @@ pub async fn arm_boot(
         })
         .await?;
     Ok((axum::http::StatusCode::CREATED, ApiJson(boot)))
-}
-
-/// An admin read of a page of one node's rows: NOT_FOUND for a tenant member and for an
-/// unknown node.
-async fn node_rows<T: serde::Serialize + Send + 'static>(
-    app: &AppState,
-    caller: &Caller,
-    id: String,
-    rows: &'static NodeRows<T>,
-    paging: Paging,
-) -> ApiResult<Response> {
-    caller.admin(&format!("node {id}"))?;
-    let (what, page) = (format!("node {id}"), paging.page.clone());
-    let rows = app
-        .store
-        .read(move |tx| {
-            store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
-            rows.page(tx, &id, &page)
-        })
-        .await?;
-    Ok(paging.answer(rows))
 }
 
 /// Sets the plan the node's ramdisk fetches when it next deploys (a `DeployPlan`, checked).

@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::response::Response;
 use metal_types::page::PageQuery;
 
-use crate::paging::Paging;
+use crate::paging::{Paging, node_rows};
 
 use crate::AppState;
 use crate::{ApiJson, ApiPath, Caller};
@@ -48,16 +48,7 @@ pub async fn join_log(
     ApiPath(id): ApiPath<String>,
     paging: Paging,
 ) -> ApiResult<Response> {
-    caller.admin(&format!("node {id}"))?;
-    let (what, page) = (format!("node {id}"), paging.page.clone());
-    let log = app
-        .store
-        .read(move |tx| {
-            store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
-            store::hosts::join_log(tx, &id, &page)
-        })
-        .await?;
-    Ok(paging.answer(log))
+    node_rows(&app, &caller, id, &store::hosts::JOIN_LOG, paging).await
 }
 
 /// Enrols a machine that already runs an OS: a single-use enrolment token for the node (its

@@ -1,7 +1,8 @@
 //! Paging over HTTP (`metal_types::page`): a list route takes `?limit=&cursor=` through
 //! the `Paging` extractor and answers the page as a JSON array with, when more follow,
 //! `Link: <the same request with the next cursor>; rel="next"` (RFC 8288, as GitHub's API
-//! pages), so a client follows links and never builds a cursor itself.
+//! pages), so a client follows links and never builds a cursor itself. `node_rows` is the
+//! admin read of a page of one node's rows (wipe reports, boots, join log, ...).
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -9,7 +10,9 @@ use axum::http::{HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use metal_types::error::ApiError;
+use crate::{AppState, Caller};
+use metal_store::page::NodeRows;
+use metal_types::error::{ApiError, ApiResult};
 use metal_types::extract::ApiQuery;
 use metal_types::page::{Page, PageQuery, Paged};
 
@@ -58,6 +61,27 @@ impl Paging {
         pairs.push(&cursor);
         format!("<{}?{}>; rel=\"next\"", self.uri.path(), pairs.join("&"))
     }
+}
+
+/// An admin read of a page of one node's rows: NOT_FOUND for a tenant member and for an
+/// unknown node.
+pub async fn node_rows<T: Serialize + Send + 'static>(
+    app: &AppState,
+    caller: &Caller,
+    id: String,
+    rows: &'static NodeRows<T>,
+    paging: Paging,
+) -> ApiResult<Response> {
+    caller.admin(&format!("node {id}"))?;
+    let (what, page) = (format!("node {id}"), paging.page.clone());
+    let rows = app
+        .store
+        .read(move |tx| {
+            metal_store::nodes::get(tx, &id)?.ok_or(ApiError::NotFound(what))?;
+            rows.page(tx, &id, &page)
+        })
+        .await?;
+    Ok(paging.answer(rows))
 }
 
 #[cfg(test)]

@@ -132,7 +132,7 @@ pub fn set_tenant_ssh_keys(conn: &mut dyn Conn, id: &str, keys: &[String], now: 
 
 /// A page of the tenants, by id.
 pub fn list_tenants(conn: &mut dyn Conn, page: &Page) -> Result<Paged<Tenant>, ApiError> {
-    let mut select = Keyset::new("SELECT id, name FROM tenants");
+    let mut select = Keyset::new("id, name", "tenants");
     select.and_sql("deleted_at IS NULL");
     select.read(conn, &[("id", Order::Asc)], page, |_, row| tenant_from_row(row))
 }
@@ -151,7 +151,7 @@ pub fn delete_tenant(conn: &mut dyn Conn, id: &str, now: OffsetDateTime) -> DbRe
 
 /// A page of the credentials (without token hashes), by id.
 pub fn list_credentials(conn: &mut dyn Conn, page: &Page) -> Result<Paged<CredentialInfo>, ApiError> {
-    let select = Keyset::new("SELECT id, role, tenant_id, name, revoked_at FROM credentials");
+    let select = Keyset::new("id, role, tenant_id, name, revoked_at", "credentials");
     select.read(conn, &[("id", Order::Asc)], page, |_, r| {
         let role: String = r.get("role")?;
         let revoked: Option<i64> = r.get("revoked_at")?;

@@ -133,7 +133,7 @@ pub fn usage(
     (from, to): (OffsetDateTime, OffsetDateTime),
     page: &Page,
 ) -> Result<Paged<UsageRecord>, ApiError> {
-    let mut select = Keyset::new("SELECT id, reservation_id, meter, window_start, window_end, quantity FROM meters");
+    let mut select = Keyset::new("id, reservation_id, meter, window_start, window_end, quantity", "meters");
     select
         .and("tenant_id = {}", &tenant)
         .and("window_start >= {}", &to_millis(from))

@@ -83,11 +83,11 @@ pub fn pool_ids(conn: &mut dyn Conn, tenant: Option<&str>) -> DbResult<Vec<Strin
 pub fn page_pool_ids(conn: &mut dyn Conn, tenant: Option<&str>, page: &Page) -> Result<Paged<String>, ApiError> {
     match tenant {
         Some(t) => {
-            let mut offers = Keyset::new("SELECT pool_id FROM pool_offers");
+            let mut offers = Keyset::new("pool_id", "pool_offers");
             offers.and("tenant_id = {}", &t);
             offers.read(conn, &[("pool_id", Order::Asc)], page, |_, row| row.get("pool_id"))
         }
-        None => Keyset::new("SELECT id FROM pools").read(conn, &[("id", Order::Asc)], page, |_, row| row.get("id")),
+        None => Keyset::new("id", "pools").read(conn, &[("id", Order::Asc)], page, |_, row| row.get("id")),
     }
 }
 
@@ -334,7 +334,7 @@ pub fn page_reservations(
     filter: &ReservationFilter,
     page: &Page,
 ) -> Result<Paged<Reservation>, ApiError> {
-    let mut select = Keyset::new(format!("SELECT {RESERVATION_COLUMNS} FROM reservations"));
+    let mut select = Keyset::new(RESERVATION_COLUMNS, "reservations");
     select
         .and_some("tenant_id = {}", tenant)
         .and_some("tenant_id = {}", filter.tenant.as_deref())

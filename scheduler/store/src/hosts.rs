@@ -7,7 +7,7 @@ use metal_protocol::join::HostSetup;
 use time::OffsetDateTime;
 
 use crate::auth::{hash, new_secret};
-use crate::page::{Keyset, Order};
+use crate::page::{Keyset, NodeRows, Order};
 use crate::{Conn, DbResult, Row};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
@@ -299,8 +299,7 @@ pub fn get(conn: &mut dyn Conn, node_id: &str) -> DbResult<Option<Host>> {
 
 /// A page of the hosts, by node id.
 pub fn page(conn: &mut dyn Conn, page: &Page) -> Result<Paged<Host>, ApiError> {
-    Keyset::new(format!("SELECT {HOST_COLUMNS} FROM hosts"))
-        .read(conn, &[("node_id", Order::Asc)], page, |_, row| host_from_row(row))
+    Keyset::new(HOST_COLUMNS, "hosts").read(conn, &[("node_id", Order::Asc)], page, |_, row| host_from_row(row))
 }
 
 /// Moves a host to `state` (compare-and-set on its row generation); false when it changed.
@@ -351,11 +350,12 @@ pub fn log(
     Ok(())
 }
 
-/// A page of the node's join log, oldest first.
-pub fn join_log(conn: &mut dyn Conn, node_id: &str, page: &Page) -> Result<Paged<JoinLogEntry>, ApiError> {
-    let mut select = Keyset::new("SELECT seq, identity_generation, at, step, ok, detail FROM host_join_log");
-    select.and("node_id = {}", &node_id);
-    select.read(conn, &[("seq", Order::Asc)], page, |_, row| {
+/// A node's join log, oldest first.
+pub const JOIN_LOG: NodeRows<JoinLogEntry> = NodeRows {
+    table: "host_join_log",
+    columns: "seq, identity_generation, at, step, ok, detail",
+    key: &[("seq", Order::Asc)],
+    decode: |row| {
         Ok(JoinLogEntry {
             seq: row.get("seq")?,
             identity_generation: row.get("identity_generation")?,
@@ -364,8 +364,8 @@ pub fn join_log(conn: &mut dyn Conn, node_id: &str, page: &Page) -> Result<Paged
             ok: row.flag("ok")?,
             detail: row.get("detail")?,
         })
-    })
-}
+    },
+};
 
 /// A teardown's clean-up: the node's host and its enrolment tokens go (the log stays).
 /// Returns how many host rows and tokens were removed.

@@ -128,7 +128,7 @@ pub fn find(conn: &mut dyn Conn, tenant: &str, id_or_name: &str) -> DbResult<Opt
 /// A page of the images a tenant may see (its own and public ones), or of all of them for
 /// `None`, by tenant and name.
 pub fn page(conn: &mut dyn Conn, scope: Option<&str>, page: &Page) -> Result<Paged<Image>, ApiError> {
-    let mut select = Keyset::new(format!("SELECT {COLUMNS} FROM images"));
+    let mut select = Keyset::new(COLUMNS, "images");
     select.and_some("(tenant_id = {} OR public = 1)", scope);
     let key = [("tenant_id", Order::Asc), ("name", Order::Asc), ("id", Order::Asc)];
     select.read(conn, &key, page, |_, row| from_row(row))

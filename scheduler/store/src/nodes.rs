@@ -128,19 +128,16 @@ pub fn list(conn: &mut dyn Conn, state: Option<NodeState>) -> DbResult<Vec<Node>
 /// A page of the nodes `filter` keeps, by id.
 pub fn page(conn: &mut dyn Conn, filter: &NodeFilter, page: &Page) -> Result<Paged<Node>, ApiError> {
     let labels = filter.labels()?;
-    let mut select = Keyset::new(format!("SELECT {COLUMNS} FROM nodes"));
+    let mut select = Keyset::new(COLUMNS, "nodes");
     select
         .and_some("state = {}", filter.state.map(NodeState::as_str))
         .and_some("pool_id = {}", filter.pool.as_deref())
+        .and_some("substr(id, 1, length(CAST({} AS TEXT))) = CAST({} AS TEXT)", filter.prefix.as_deref())
         .and_some(
             "EXISTS (SELECT 1 FROM allocations a JOIN reservations r ON r.id = a.reservation_id \
              WHERE a.node_id = nodes.id AND r.tenant_id = {} AND (a.id = nodes.lease_id OR (a.live = 1 AND r.state IN ('pending', 'active'))))",
             filter.tenant.as_deref(),
         );
-    if let Some(prefix) = &filter.prefix {
-        let text = select.bind(&prefix.as_str());
-        select.and_sql(&format!("substr(id, 1, length(CAST({text} AS TEXT))) = CAST({text} AS TEXT)"));
-    }
     // Labels are stored as compact JSON with sorted keys, so a pair is in the map exactly
     // when its JSON text (`"key":"value"`) is in the column's text: keys hold no quote, and
     // a quote inside a value is escaped, so the text cannot match across a boundary.

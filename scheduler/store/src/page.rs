@@ -21,7 +21,8 @@ pub enum Order {
 /// A SELECT being filtered, then read as a page.
 #[derive(Debug)]
 pub struct Keyset {
-    sql: String,
+    columns: String,
+    table: &'static str,
     conditions: Vec<String>,
     params: Vec<Value>,
 }
@@ -33,18 +34,19 @@ impl ToValue for Value {
 }
 
 impl Keyset {
-    /// `select` is `SELECT ... FROM ...` with no WHERE clause.
-    pub fn new(select: impl Into<String>) -> Self {
-        Keyset { sql: select.into(), conditions: Vec::new(), params: Vec::new() }
+    /// `SELECT columns FROM table`, to be filtered. The key columns are read besides
+    /// `columns` whatever they are: the next cursor is made of them.
+    pub fn new(columns: impl Into<String>, table: &'static str) -> Self {
+        Keyset { columns: columns.into(), table, conditions: Vec::new(), params: Vec::new() }
     }
 
     /// The next parameter's placeholder, once `value` is bound.
-    pub fn bind(&mut self, value: &dyn ToValue) -> String {
+    fn bind(&mut self, value: &dyn ToValue) -> String {
         self.params.push(value.to_value());
         format!("${}", self.params.len())
     }
 
-    /// Adds a condition; `{}` in it stands for `value`'s placeholder.
+    /// Adds a condition; each `{}` in it stands for `value`'s placeholder.
     pub fn and(&mut self, condition: &str, value: &dyn ToValue) -> &mut Self {
         let placeholder = self.bind(value);
         self.conditions.push(condition.replace("{}", &placeholder));
@@ -117,7 +119,8 @@ impl Keyset {
             }
             self.conditions.push(format!("({})", alternatives.join(" OR ")));
         }
-        let mut sql = std::mem::take(&mut self.sql);
+        let key_columns: Vec<&str> = key.iter().map(|(column, _)| *column).collect();
+        let mut sql = format!("SELECT {}, {} FROM {}", self.columns, key_columns.join(", "), self.table);
         if !self.conditions.is_empty() {
             sql.push_str(" WHERE ");
             sql.push_str(&self.conditions.join(" AND "));
@@ -180,10 +183,7 @@ pub struct NodeRows<T> {
 
 impl<T> NodeRows<T> {
     fn of(&self, node_id: &str) -> Keyset {
-        // The key columns are read too, whether or not the value needs them: the next
-        // cursor is made of them.
-        let key: Vec<&str> = self.key.iter().map(|(column, _)| *column).collect();
-        let mut select = Keyset::new(format!("SELECT {}, {} FROM {}", self.columns, key.join(", "), self.table));
+        let mut select = Keyset::new(self.columns, self.table);
         select.and("node_id = {}", &node_id);
         select
     }

@@ -161,7 +161,7 @@ pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<Profile>> {
 /// A page of the profiles a tenant may see (its own and public ones), or of every one for
 /// `None`, by id, each with every version.
 pub fn page(conn: &mut dyn Conn, scope: Option<&str>, page: &Page) -> Result<Paged<Profile>, ApiError> {
-    let mut select = Keyset::new("SELECT id FROM profiles");
+    let mut select = Keyset::new("id", "profiles");
     select.and_some("(tenant_id = {} OR public = 1)", scope);
     select.read(conn, &[("id", Order::Asc)], page, |conn, row| {
         let id: String = row.get("id")?;

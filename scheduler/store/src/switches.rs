@@ -77,12 +77,12 @@ pub fn get(conn: &mut dyn Conn, id: &str) -> DbResult<Option<StoredSwitch>> {
 
 /// Every switch, by id.
 pub fn list(conn: &mut dyn Conn) -> DbResult<Vec<SwitchInfo>> {
-    Keyset::new(format!("SELECT {SWITCH_COLUMNS} FROM switches")).all(conn, SWITCH_KEY, info_from_row)
+    Keyset::new(SWITCH_COLUMNS, "switches").all(conn, SWITCH_KEY, info_from_row)
 }
 
 /// A page of the switches, by id.
 pub fn page(conn: &mut dyn Conn, page: &Page) -> Result<Paged<SwitchInfo>, ApiError> {
-    Keyset::new(format!("SELECT {SWITCH_COLUMNS} FROM switches")).read(conn, SWITCH_KEY, page, info_from_row)
+    Keyset::new(SWITCH_COLUMNS, "switches").read(conn, SWITCH_KEY, page, info_from_row)
 }
 
 const SWITCH_KEY: &[(&str, Order)] = &[("id", Order::Asc)];

@@ -121,7 +121,7 @@ pub fn page_for_node(
 const RUN_KEY: &[(&str, Order)] = &[("created_at", Order::Asc), ("id", Order::Asc)];
 
 fn runs_of(node: &str, prefix: &str) -> Keyset {
-    let mut select = Keyset::new(format!("SELECT {COLUMNS} FROM workflow_runs"));
+    let mut select = Keyset::new(COLUMNS, "workflow_runs");
     select.and("node_id = {}", &node).and("definition LIKE {}", &format!("{prefix}%"));
     select
 }
