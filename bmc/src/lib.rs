@@ -103,4 +103,8 @@ pub trait Bmc: Send + Sync {
 
     /// Writes a firmware image through the BMC's update service and follows it to its end.
     async fn update_firmware(&self, update: &FirmwareUpdate) -> BmcResult<UpdateOutcome>;
+
+    /// Gives back what this connection holds at the BMC (a Redfish session: BMCs have few
+    /// session slots). Nothing to give back by default.
+    async fn close(&self) {}
 }

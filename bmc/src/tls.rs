@@ -158,6 +158,11 @@ pub fn http_client_with_identity(
     let builder = reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout.min(std::time::Duration::from_secs(10)))
+        // One idle connection kept per BMC, for a few seconds: a client kept for each of
+        // thousands of BMCs must not hold thousands of sockets (the session it keeps is what
+        // is worth keeping).
+        .pool_max_idle_per_host(1)
+        .pool_idle_timeout(std::time::Duration::from_secs(10))
         .redirect(reqwest::redirect::Policy::limited(3));
     let builder = match (trust, identity) {
         (TlsTrust::Ca(pem), None) => {

@@ -21,7 +21,10 @@ use serde_json::{Value, json};
 #[derive(Default)]
 struct Double {
     passwords: HashMap<String, String>,
+    /// Open sessions: token -> user.
     tokens: HashMap<String, String>,
+    /// Sessions opened so far.
+    opened: usize,
     power: &'static str,
     boot: String,
     etag: u32,
@@ -68,13 +71,18 @@ async fn login(State(s): State<Shared>, body: axum::Json<Value>) -> Response {
     if d.passwords.get(&user).map(String::as_str) != body["Password"].as_str() {
         return error(StatusCode::UNAUTHORIZED, "bad credentials");
     }
-    let token = format!("tok-{}", d.tokens.len());
+    let token = format!("tok-{}", d.opened);
+    d.opened += 1;
     d.tokens.insert(token.clone(), user);
     (
         StatusCode::CREATED,
         [("x-auth-token", token.clone()), ("location", format!("/redfish/v1/SessionService/Sessions/{token}"))],
     )
         .into_response()
+}
+
+async fn logout(State(s): State<Shared>, Path(id): Path<String>) -> StatusCode {
+    if s.lock().unwrap().tokens.remove(&id).is_some() { StatusCode::NO_CONTENT } else { StatusCode::NOT_FOUND }
 }
 
 async fn auth(State(s): State<Shared>, request: Request, next: axum::middleware::Next) -> Response {
@@ -236,7 +244,7 @@ async fn start() -> (String, Shared) {
     let router = Router::new()
         .route("/redfish/v1/", get(root))
         .route("/redfish/v1/SessionService/Sessions", post(login))
-        .route("/redfish/v1/SessionService/Sessions/{id}", axum::routing::delete(|| async { StatusCode::NO_CONTENT }))
+        .route("/redfish/v1/SessionService/Sessions/{id}", axum::routing::delete(logout))
         .merge(protected)
         .with_state(state.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -276,6 +284,24 @@ async fn sessions_retries_action_info_task_monitors_and_etags() {
     // Sessions: every call went with a token; a wrong password is Unauthorized.
     let e = RedfishBmc::connect(config(&url, "admin", "nope")).await.unwrap_err();
     assert!(matches!(e, BmcError::Unauthorized { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn calls_at_once_share_one_session_and_closing_logs_it_out() {
+    let (url, state) = start().await;
+    let bmc = RedfishBmc::connect(config(&url, "admin", "password")).await.unwrap();
+    let reads = tokio::join!(bmc.power_state(), bmc.power_state(), bmc.power_state(), bmc.power_state());
+    for read in [reads.0, reads.1, reads.2, reads.3] {
+        read.unwrap();
+    }
+    bmc.read_model().await.unwrap();
+    assert_eq!(state.lock().unwrap().opened, 1, "one session for every call");
+    // The BMC forgets it (a restart): the next call logs in again, once.
+    state.lock().unwrap().tokens.clear();
+    bmc.power_state().await.unwrap();
+    assert_eq!(state.lock().unwrap().opened, 2);
+    bmc.close().await;
+    assert!(state.lock().unwrap().tokens.is_empty(), "closing logged the session out");
 }
 
 #[tokio::test]

@@ -218,8 +218,10 @@ pub struct Fingerprints {
     samples: Vec<(u64, u64, Option<u64>)>,
 }
 
+/// Every byte the same: each equals the next (one `memcmp` of the slice against itself
+/// shifted by a byte, several times faster than comparing byte by byte).
 fn uniform(data: &[u8]) -> bool {
-    data.first().is_none_or(|first| data.iter().all(|b| b == first))
+    data.len() < 2 || data[1..] == data[..data.len() - 1]
 }
 
 fn fingerprint(data: &[u8]) -> u64 {
@@ -267,6 +269,16 @@ impl Fingerprints {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uniform_means_every_byte_the_same() {
+        assert!(uniform(&[]) && uniform(&[7]) && uniform(&[0; 4096]) && uniform(&[0xff; 4097]));
+        for at in [0, 1, 2048, 4095] {
+            let mut data = vec![0xa5u8; 4096];
+            data[at] = 0xa4;
+            assert!(!uniform(&data), "a byte differing at {at}");
+        }
+    }
 
     #[test]
     fn samples_cover_every_region_and_respect_coverage() {

@@ -182,7 +182,9 @@ async fn read_sources(sources: &Sources) -> Result<Vec<FirmwareVersion>, Outcome
     let mut versions = if sources.in_band { inband::read(&inband::SystemPaths::default()) } else { Vec::new() };
     if sources.bmc.given() {
         let connected = sources.bmc.connect().await.map_err(bmc_failure)?;
-        versions.extend(inventory::out_of_band(connected.as_ref()).await.map_err(bmc_failure)?.versions);
+        let read = inventory::out_of_band(connected.as_ref()).await;
+        connected.close().await;
+        versions.extend(read.map_err(bmc_failure)?.versions);
     }
     versions.sort_by(|a, b| a.component.cmp(&b.component));
     Ok(versions)
@@ -249,7 +251,9 @@ async fn reflash(
     }
     let fetch = image::FetchOptions { allow_http, ca_pem, ..Default::default() };
     let connected = bmc.connect().await.map_err(bmc_failure)?;
-    match reflash::remediate(connected.as_ref(), node, &policy, &fetch).await {
+    let remediated = reflash::remediate(connected.as_ref(), node, &policy, &fetch).await;
+    connected.close().await;
+    match remediated {
         Ok(outcome) => {
             print_json(&outcome);
             if let Some(reason) = &outcome.reason {
@@ -275,8 +279,23 @@ async fn bios(bmc: &BmcArgs, baseline_file: &Path, write: bool) -> Result<Outcom
         return Err(fail(Outcome::Invalid, format!("{}: {field}: {message}", baseline_file.display())));
     }
     let connected = bmc.connect().await.map_err(bmc_failure)?;
-    let drifted = if write {
-        let reset = bios::reset(connected.as_ref(), &baseline).await.map_err(|e| match e {
+    let drifted = bios_on(connected.as_ref(), &baseline, write).await;
+    connected.close().await;
+    let drifted = drifted?;
+    for drift in &drifted {
+        eprintln!("BIOS_DRIFT {drift}");
+    }
+    Ok(if drifted.is_empty() { Outcome::Ok } else { Outcome::Drift })
+}
+
+/// Resets (`write`) or checks the BIOS against `baseline`; answers what still drifts.
+async fn bios_on(
+    connected: &dyn metal_bmc::Bmc,
+    baseline: &bios::BiosBaseline,
+    write: bool,
+) -> Result<Vec<bios::AttributeDrift>, Outcome> {
+    Ok(if write {
+        let reset = bios::reset(connected, baseline).await.map_err(|e| match e {
             bios::BiosError::Unknown { .. } => fail(Outcome::Invalid, e),
             bios::BiosError::Bmc(e) => bmc_failure(e),
         })?;
@@ -287,12 +306,8 @@ async fn bios(bmc: &BmcArgs, baseline_file: &Path, write: bool) -> Result<Outcom
         // Written back is done: the next boot applies it.
         Vec::new()
     } else {
-        let check = bios::verify(connected.as_ref(), &baseline).await.map_err(bmc_failure)?;
+        let check = bios::verify(connected, baseline).await.map_err(bmc_failure)?;
         print_json(&check);
         check.drifted
-    };
-    for drift in &drifted {
-        eprintln!("BIOS_DRIFT {drift}");
-    }
-    Ok(if drifted.is_empty() { Outcome::Ok } else { Outcome::Drift })
+    })
 }

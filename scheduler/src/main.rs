@@ -117,6 +117,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ConfigLayer::from_env(|k| std::env::var(k).ok())?.apply(&mut config)?;
     ConfigLayer { listen: args.listen, data_dir: args.data_dir, ..ConfigLayer::default() }.apply(&mut config)?;
     init_logging();
+    raise_open_files_limit();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let bind = |address: std::net::SocketAddr, setting: &'static str| async move {
@@ -141,6 +142,24 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         metal_api::serve(app, metal_api::Listeners { api, boot, firmware, console_ssh }).await?;
         anyhow::Ok(())
     })
+}
+
+/// Raises the soft limit on open files to the hard one (systemd's soft default is 1,024):
+/// a kept connection to each of 10,000 BMCs is a socket each.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit through a pointer to a live, aligned value.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 || limit.rlim_cur >= limit.rlim_max {
+        return;
+    }
+    let soft = limit.rlim_cur;
+    limit.rlim_cur = limit.rlim_max;
+    // SAFETY: setrlimit reads one rlimit through a pointer to a live, aligned value.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0 {
+        tracing::info!(from = soft, to = limit.rlim_max, "raised the open files limit");
+    } else {
+        tracing::warn!(soft, "cannot raise the open files limit: {}", std::io::Error::last_os_error());
+    }
 }
 
 /// Logs to stderr: human-readable on a terminal, JSON lines otherwise.

@@ -125,6 +125,10 @@ pub struct State {
     pub secure_boot: bool,
     /// Whether the last boot verified what it booted.
     pub secure_boot_booted: bool,
+    /// The BMC's open Redfish sessions (their tokens).
+    pub sessions: std::collections::BTreeSet<String>,
+    /// Sessions opened since the BMC started.
+    pub sessions_opened: u64,
 }
 
 impl std::fmt::Debug for State {
@@ -143,6 +147,8 @@ impl std::fmt::Debug for State {
             .field("bios_pending", &self.bios_pending)
             .field("secure_boot", &self.secure_boot)
             .field("secure_boot_booted", &self.secure_boot_booted)
+            .field("sessions", &self.sessions.len())
+            .field("sessions_opened", &self.sessions_opened)
             .finish()
     }
 }
@@ -255,6 +261,8 @@ impl Machine {
                 bios_pending: BTreeMap::new(),
                 secure_boot: true,
                 secure_boot_booted: true,
+                sessions: Default::default(),
+                sessions_opened: 0,
             }),
             console: Mutex::new(VecDeque::new()),
         }

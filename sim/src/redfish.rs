@@ -5,7 +5,9 @@
 //! Power readings, an UpdateService with a FirmwareInventory and SimpleUpdate (the BMC
 //! fetches the image URI; a metal-sim firmware image says which component and version it
 //! carries, and `Targets` must name that component), and an AccountService whose password can be changed. Basic authentication on
-//! everything but the root, as sushy-tools does. Faults change what it answers.
+//! everything but the root, as sushy-tools does, and a SessionService with as few session
+//! slots as a small BMC has ([`SESSION_SLOTS`]): a client that never logs out runs out of
+//! them. Faults change what it answers.
 //!
 //! A BMC of the `sushy-tools` flavor has the quirks sushy-tools 2.2.0 showed on these
 //! machines (the emulator notes): no `PowerCycle` among its reset types, a boot override
@@ -27,6 +29,10 @@ use crate::machine::{BootSource, Flavor, Machine, SUSHY_POWER_LAG};
 
 /// The BMC's one account.
 pub const USER: &str = "admin";
+/// Sessions a BMC keeps open at once (iDRAC and iLO keep a handful); one more is refused.
+pub const SESSION_SLOTS: usize = 8;
+/// The session collection.
+const SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
 /// The first line of a simulated firmware image: `metal-sim-firmware COMPONENT VERSION`.
 pub const FIRMWARE_MAGIC: &str = "metal-sim-firmware";
 
@@ -66,6 +72,9 @@ fn error(status: StatusCode, message: &str) -> Response {
 }
 
 fn authorized(machine: &Machine, headers: &HeaderMap) -> bool {
+    if let Some(token) = headers.get("x-auth-token").and_then(|v| v.to_str().ok()) {
+        return machine.state().sessions.contains(token);
+    }
     let Some(basic) = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Basic "))
     else {
         return false;
@@ -90,7 +99,10 @@ async fn handle(
     }
     let path = uri.path().trim_end_matches('/');
     if path == "/redfish/v1" && method == Method::GET {
-        return axum::Json(root()).into_response();
+        return axum::Json(root(machine.flavor)).into_response();
+    }
+    if path == SESSIONS && method == Method::POST && machine.flavor == Flavor::Standard {
+        return log_in(&machine, &body);
     }
     if !authorized(&machine, &headers) {
         return error(StatusCode::UNAUTHORIZED, "authentication required");
@@ -103,6 +115,14 @@ async fn handle(
             Err(e) => return error(StatusCode::BAD_REQUEST, &format!("the body is not JSON: {e}")),
         }
     };
+    if let Some(token) = path.strip_prefix(SESSIONS).and_then(|rest| rest.strip_prefix('/'))
+        && method == Method::DELETE
+    {
+        return match machine.state().sessions.remove(token) {
+            true => StatusCode::NO_CONTENT.into_response(),
+            false => error(StatusCode::NOT_FOUND, "no such session"),
+        };
+    }
     if let Some(rest) = path.strip_prefix(machine.flavor.media_collection()) {
         return virtual_media(&machine, &method, rest, &body);
     }
@@ -177,15 +197,46 @@ fn virtual_media(machine: &Machine, method: &Method, rest: &str, body: &Value) -
     }
 }
 
-fn root() -> Value {
-    json!({
+fn root(flavor: Flavor) -> Value {
+    let mut root = json!({
         "@odata.id": "/redfish/v1", "Id": "RootService", "Name": "metal-sim BMC", "RedfishVersion": "1.15.0",
         "Systems": {"@odata.id": "/redfish/v1/Systems"},
         "Managers": {"@odata.id": "/redfish/v1/Managers"},
         "Chassis": {"@odata.id": "/redfish/v1/Chassis"},
         "UpdateService": {"@odata.id": "/redfish/v1/UpdateService"},
         "AccountService": {"@odata.id": "/redfish/v1/AccountService"}
-    })
+    });
+    // sushy-tools has no SessionService.
+    if flavor == Flavor::Standard {
+        root["SessionService"] = json!({"@odata.id": "/redfish/v1/SessionService"});
+        root["Links"] = json!({"Sessions": {"@odata.id": SESSIONS}});
+    }
+    root
+}
+
+/// Opens a session for the account's user and password, while a slot is free.
+fn log_in(machine: &Machine, body: &[u8]) -> Response {
+    let login: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let mut state = machine.state();
+    if login["UserName"].as_str() != Some(USER) || login["Password"].as_str() != Some(state.bmc_password.as_str()) {
+        return error(StatusCode::UNAUTHORIZED, "wrong user name or password");
+    }
+    if state.sessions.len() >= SESSION_SLOTS {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "every session slot is taken: log out of one first");
+    }
+    let token = hex::encode(rand::random::<[u8; 16]>());
+    state.sessions.insert(token.clone());
+    state.sessions_opened += 1;
+    let location = format!("{SESSIONS}/{token}");
+    let mut answer =
+        (StatusCode::CREATED, axum::Json(json!({"@odata.id": location, "UserName": USER}))).into_response();
+    let headers = answer.headers_mut();
+    for (name, value) in [("x-auth-token", &token), ("location", &location)] {
+        if let Ok(value) = axum::http::HeaderValue::from_str(value) {
+            headers.insert(name, value);
+        }
+    }
+    answer
 }
 
 fn collection(at: &str, ids: &[&str]) -> Response {

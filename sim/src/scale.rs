@@ -19,6 +19,9 @@ use crate::clock::at;
 use crate::lease::{bound, prepare_with, reserve};
 use crate::site::Site;
 
+/// The period of the timer that tells a stalled runtime.
+const TICK: Duration = Duration::from_millis(10);
+
 /// What the benchmark does.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
@@ -104,6 +107,9 @@ pub struct Report {
     pub steps: BTreeMap<String, Latencies>,
     /// How long each run waited from its lease's end to its first step.
     pub queued: Latencies,
+    /// While the teardowns ran: how late a 10 ms timer on the runtime woke, each time (a
+    /// stalled runtime delays every answer at once).
+    pub timer_lateness: Latencies,
 }
 
 impl std::fmt::Display for Report {
@@ -125,6 +131,7 @@ impl std::fmt::Display for Report {
             if self.failed.is_empty() { String::new() } else { format!(" (failed: {})", self.failed.join(", ")) }
         )?;
         writeln!(f, "readings meanwhile: {} full sweeps ({})", self.sweeps_under_load, self.reads_under_load)?;
+        writeln!(f, "a 10 ms timer on the runtime meanwhile, late by: {}", self.timer_lateness)?;
         for failure in &self.failures {
             writeln!(f, "  failed: {failure}")?;
         }
@@ -229,7 +236,23 @@ pub async fn run(site: &Site, plan: &Plan, say: &dyn Fn(String)) -> anyhow::Resu
             }
         }
     };
+    // On the runtime's workers, where the scheduler's tasks run.
+    let ticking = std::sync::Arc::new(AtomicBool::new(true));
+    let ticks = tokio::spawn({
+        let ticking = ticking.clone();
+        async move {
+            let mut late = Vec::new();
+            while ticking.load(Ordering::SeqCst) {
+                let started = Instant::now();
+                tokio::time::sleep(TICK).await;
+                late.push(started.elapsed().saturating_sub(TICK));
+            }
+            Latencies(late)
+        }
+    });
     let (returned, polled) = tokio::join!(back, poll(site, &all, plan.pollers, Some(&stop)));
+    ticking.store(false, Ordering::SeqCst);
+    report.timer_lateness = ticks.await?;
     (report.first_back, report.all_back, report.failed) = returned?;
     (report.reads_under_load, report.sweeps_under_load) = polled;
 

@@ -133,10 +133,10 @@ impl Transport {
         other
     }
 
-    /// Replaces the credential (after a verified rotation) and drops the session.
+    /// Replaces the credential (after a verified rotation) and logs the old one's session out.
     pub async fn set_credential(&self, credential: Credential) {
+        self.logout().await;
         *self.credential.lock().await = credential;
-        *self.session.lock().await = None;
     }
 
     fn url(&self, path: &str) -> BmcResult<reqwest::Url> {
@@ -164,7 +164,10 @@ impl Transport {
 
     async fn login(&self) -> BmcResult<Option<Secret>> {
         let Some(path) = self.sessions_path.lock().await.clone() else { return Ok(None) };
-        if let Some(s) = self.session.lock().await.as_ref() {
+        // Held while logging in: calls sharing this transport wait for the one session
+        // instead of each opening their own.
+        let mut session = self.session.lock().await;
+        if let Some(s) = session.as_ref() {
             return Ok(Some(s.token.clone()));
         }
         let credential = self.credential.lock().await.clone();
@@ -183,7 +186,7 @@ impl Transport {
             .map(Secret::new)
             .ok_or_else(|| self.protocol("creating a session", "no X-Auth-Token in the answer"))?;
         let location = response.headers().get(header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        *self.session.lock().await = Some(Session { token: token.clone(), location });
+        *session = Some(Session { token: token.clone(), location });
         Ok(Some(token))
     }
 

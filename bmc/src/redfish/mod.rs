@@ -165,9 +165,14 @@ impl RedfishBmc {
         Err(self.transport.unsupported("virtual media", "no virtual CD or DVD in any VirtualMedia collection"))
     }
 
-    async fn temperatures(&self) -> BmcResult<Section<Vec<Temperature>>> {
-        let Some(chassis) = &self.layout.chassis else { return Ok(Section::Absent("no chassis".into())) };
-        let chassis = self.transport.get(chassis).await?.body;
+    /// A resource the layout names, when it names one and the BMC has it.
+    async fn optional(&self, path: Option<&str>) -> BmcResult<Option<Value>> {
+        let Some(path) = path else { return Ok(None) };
+        Ok(self.transport.get_optional(path).await?.map(|a| a.body))
+    }
+
+    async fn temperatures(&self, chassis: Option<&Value>) -> BmcResult<Section<Vec<Temperature>>> {
+        let Some(chassis) = chassis else { return Ok(Section::Absent("no chassis".into())) };
         let Some(thermal) = odata_id(&chassis["Thermal"]) else {
             return Ok(Section::Absent("the chassis has no Thermal resource".into()));
         };
@@ -177,9 +182,8 @@ impl RedfishBmc {
         Ok(Section::Present(parse::temperatures(&thermal.body)))
     }
 
-    async fn power_watts(&self) -> BmcResult<Section<f64>> {
-        let Some(chassis) = &self.layout.chassis else { return Ok(Section::Absent("no chassis".into())) };
-        let chassis = self.transport.get(chassis).await?.body;
+    async fn power_watts(&self, chassis: Option<&Value>) -> BmcResult<Section<f64>> {
+        let Some(chassis) = chassis else { return Ok(Section::Absent("no chassis".into())) };
         let Some(power) = odata_id(&chassis["Power"]) else {
             return Ok(Section::Absent("the chassis has no Power resource".into()));
         };
@@ -211,14 +215,10 @@ impl RedfishBmc {
         Ok(Section::Present(components))
     }
 
-    async fn logs(&self) -> BmcResult<Section<Vec<LogEntry>>> {
+    async fn logs(&self, system: &Value, manager: Option<&Value>) -> BmcResult<Section<Vec<LogEntry>>> {
         const NEWEST: usize = 20;
-        let mut services = Vec::new();
-        for owner in std::iter::once(&self.layout.system).chain(self.layout.manager.as_ref()) {
-            if let Some(s) = odata_id(&self.transport.get(owner).await?.body["LogServices"]) {
-                services.push(s);
-            }
-        }
+        let services: Vec<String> =
+            std::iter::once(system).chain(manager).filter_map(|owner| odata_id(&owner["LogServices"])).collect();
         for collection in services {
             let Some(answer) = self.transport.get_optional(&collection).await? else { continue };
             for service in members(&answer.body) {
@@ -407,25 +407,29 @@ impl crate::Bmc for RedfishBmc {
         Ok(parse::media_status(&media))
     }
 
+    /// The system, manager and chassis are each read once, and what hangs below them is read
+    /// from those answers. One request at a time: a BMC serves few at once.
     async fn read_model(&self) -> BmcResult<ReadModel> {
         let system = self.system().await?;
-        let manager = match &self.layout.manager {
-            Some(m) => self.transport.get_optional(m).await?.map(|a| a.body),
-            None => None,
-        };
+        let manager = self.optional(self.layout.manager.as_deref()).await?;
+        let chassis = self.optional(self.layout.chassis.as_deref()).await?;
         let health = parse::health(&system);
         Ok(ReadModel {
             identity: Section::Present(parse::identity(&system, manager.as_ref())),
             health: health.map_or_else(|| Section::Absent("no Status.Health".into()), Section::Present),
-            power: match self.power_state().await {
+            power: match parse::power_state(&system) {
                 Ok(p) => Section::Present(p),
-                Err(e) => Section::Absent(e.to_string()),
+                Err(e) => Section::Absent(self.transport.protocol("power status", e).to_string()),
             },
-            temperatures: self.temperatures().await?,
-            power_watts: self.power_watts().await?,
+            temperatures: self.temperatures(chassis.as_ref()).await?,
+            power_watts: self.power_watts(chassis.as_ref()).await?,
             firmware: self.firmware().await?,
-            logs: self.logs().await?,
+            logs: self.logs(&system, manager.as_ref()).await?,
         })
+    }
+
+    async fn close(&self) {
+        self.transport.logout().await;
     }
 
     async fn update_firmware(&self, update: &FirmwareUpdate) -> BmcResult<UpdateOutcome> {

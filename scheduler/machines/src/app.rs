@@ -36,6 +36,8 @@ pub struct App {
     pub api_tls: Option<Arc<rustls::ServerConfig>>,
     /// What lessees do to their machines, per lease.
     pub lessee_limiter: crate::ratelimit::RateLimiter<String>,
+    /// Connections to nodes' BMCs, kept between calls.
+    pub bmc_connections: crate::metal::connections::Connections,
 }
 
 /// Shared handle to the service state.
@@ -145,6 +147,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<AppState, St
         worker,
         api_tls,
         lessee_limiter,
+        bmc_connections: Default::default(),
     }))
 }
 

@@ -6,6 +6,7 @@
 //! The simulation installs the process clock once per process, so these tests need nextest,
 //! which runs each test in a process of its own (`scripts/test` does).
 
+mod bmc_sessions;
 mod chaos;
 mod chaos_kill;
 mod console;

@@ -7,7 +7,10 @@ use metal_bmc::ipmi::{IpmiBmc, IpmiConfig};
 use metal_bmc::redfish::{RedfishBmc, RedfishConfig, Timing};
 use metal_bmc::{Bmc, BmcError, BmcResult, Credential, Secret};
 
+use std::sync::Arc;
+
 use crate::app::App;
+use crate::metal::connections::Connection;
 use metal_store as store;
 use metal_types::error::{ApiError, ApiResult};
 use metal_types::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BootRequest, MediaInfo, PowerResult};
@@ -58,15 +61,28 @@ async fn stored(app: &App, node: &str) -> ApiResult<(BmcInfo, Secret)> {
     Ok((stored.info, password))
 }
 
-/// A client for a node's BMC.
-pub async fn client(app: &App, node: &str) -> ApiResult<Box<dyn Bmc>> {
+/// The connection to a node's BMC, kept between calls ([`Connections`]).
+pub async fn client(app: &App, node: &str) -> ApiResult<Arc<Connection>> {
     let (info, password) = stored(app, node).await?;
-    connect(&info, password).await
+    Ok(kept(app, node, &info, password).await??)
 }
 
-/// Connects to a BMC described by `info` with `password`.
-pub async fn connect(info: &BmcInfo, password: Secret) -> ApiResult<Box<dyn Bmc>> {
-    Ok(open(info, password).await??)
+/// The kept connection to `node`'s BMC as `info` and `password` describe it, opened when
+/// there is none: the outer error is the row's, the inner one the BMC's.
+async fn kept(app: &App, node: &str, info: &BmcInfo, password: Secret) -> ApiResult<BmcResult<Arc<Connection>>> {
+    if let Some(connection) = app.bmc_connections.get(node, info, &password) {
+        return Ok(Ok(connection));
+    }
+    Ok(match open(info, password.clone()).await? {
+        Ok(bmc) => Ok(app.bmc_connections.keep(node, info, &password, Connection::new(bmc))),
+        Err(e) => Err(e),
+    })
+}
+
+/// A connection of its own to a BMC described by `info` with `password` (for proving a
+/// credential: never a kept one); it logs out when dropped.
+pub async fn connect(info: &BmcInfo, password: Secret) -> ApiResult<Connection> {
+    Ok(Connection::new(open(info, password).await??))
 }
 
 /// Connects to a BMC: the outer error is the row's (a TLS pin or an address that cannot be
@@ -92,9 +108,10 @@ async fn open(info: &BmcInfo, password: Secret) -> ApiResult<BmcResult<Box<dyn B
     })
 }
 
-/// Runs `op` on the node's BMC. When the BMC refuses the stored credential because a rotation
-/// changed it meanwhile (the new secret is pending, or already current), `op` runs once more
-/// with the new one: a call that meets a rotation half way is not failed by it.
+/// Runs `op` on the node's BMC, over its kept connection. When the BMC refuses the stored
+/// credential because a rotation changed it meanwhile (the new secret is pending, or already
+/// current), `op` runs once more with the new one: a call that meets a rotation half way is
+/// not failed by it.
 async fn on_bmc<T>(
     app: &App,
     node: &str,
@@ -110,10 +127,15 @@ async fn try_on_bmc<T>(
     op: impl for<'b> Fn(&'b dyn Bmc) -> BoxFuture<'b, BmcResult<T>>,
 ) -> ApiResult<BmcResult<T>> {
     let attempt = async |info: &BmcInfo, password: Secret| -> ApiResult<BmcResult<T>> {
-        Ok(match open(info, password).await? {
-            Ok(bmc) => op(bmc.as_ref()).await,
-            Err(e) => Err(e),
-        })
+        let connection = match kept(app, node, info, password).await? {
+            Ok(connection) => connection,
+            Err(e) => return Ok(Err(e)),
+        };
+        let result = op(&**connection).await;
+        if result.is_err() {
+            app.bmc_connections.forget(node, &connection);
+        }
+        Ok(result)
     };
     let (info, password) = stored(app, node).await?;
     let refused = match attempt(&info, password.clone()).await? {

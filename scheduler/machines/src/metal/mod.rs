@@ -5,6 +5,7 @@
 
 pub mod bmcs;
 pub mod boot;
+pub mod connections;
 pub mod console;
 pub mod discovery;
 pub mod fencing;

@@ -227,7 +227,7 @@ pub(super) async fn power_off(app: &AppState, node: &str) -> Outcome {
 }
 
 impl Steps<'_> {
-    async fn bmc(&self) -> Result<Box<dyn metal_bmc::Bmc>, Outcome> {
+    async fn bmc(&self) -> Result<std::sync::Arc<crate::metal::connections::Connection>, Outcome> {
         crate::metal::bmcs::client(self.app, &self.node.id).await.map_err(|e| bmc_retry("connecting to the BMC", e))
     }
 
@@ -430,7 +430,7 @@ impl Steps<'_> {
             Err(outcome) => return outcome,
         };
         let fetch = metal_firmware::image::FetchOptions::default();
-        match metal_firmware::reflash::remediate(bmc.as_ref(), &self.node.id, &policy, &fetch).await {
+        match metal_firmware::reflash::remediate(&**bmc, &self.node.id, &policy, &fetch).await {
             Ok(outcome) => {
                 let detail = serde_json::to_value(&outcome).unwrap_or(Value::Null);
                 if outcome.code.passed() {
@@ -584,7 +584,8 @@ impl Steps<'_> {
     /// The pool's BIOS baseline and the node's BMC (a pool without one: the step is done).
     async fn bios_baseline(
         &self,
-    ) -> Result<(&metal_types::model::pool::BiosBaseline, Box<dyn metal_bmc::Bmc>), Outcome> {
+    ) -> Result<(&metal_types::model::pool::BiosBaseline, std::sync::Arc<crate::metal::connections::Connection>), Outcome>
+    {
         let Some(baseline) = self.pool.and_then(|p| p.policy.bios_baseline.as_ref()) else {
             return Err(Outcome::done(json!({"biosBaseline": "none"})));
         };
@@ -600,7 +601,7 @@ impl Steps<'_> {
             Ok(found) => found,
             Err(outcome) => return outcome,
         };
-        match metal_firmware::bios::reset(bmc.as_ref(), baseline).await {
+        match metal_firmware::bios::reset(&**bmc, baseline).await {
             Ok(reset) => Outcome::done(serde_json::to_value(&reset).unwrap_or(Value::Null)),
             Err(e @ metal_firmware::bios::BiosError::Unknown { .. }) => {
                 Outcome::Failed(format!("INVALID_CONFIG: {e}"), Value::Null)
@@ -616,7 +617,7 @@ impl Steps<'_> {
             Ok(found) => found,
             Err(outcome) => return outcome,
         };
-        match metal_firmware::bios::verify(bmc.as_ref(), baseline).await {
+        match metal_firmware::bios::verify(&**bmc, baseline).await {
             Ok(check) if check.drifted.is_empty() => Outcome::done(serde_json::to_value(&check).unwrap_or(Value::Null)),
             Ok(check) => {
                 let drift: Vec<String> = check.drifted.iter().map(ToString::to_string).collect();
