@@ -15,12 +15,14 @@ use axum::response::Response;
 
 use super::{ApiJson, Caller};
 use crate::AppState;
+use crate::paging::Paging;
 use metal_machines::metal::bmcs;
 use metal_types::error::ApiResult;
 use metal_types::model::bmc::{
     BmcInfo, BmcSpec, BootRequest, ConsoleSession, DiscoverRequest, DiscoverResult, MediaInfo, MediaRequest,
     PowerRequest, PowerResult, PowerStatus, RotateRequest,
 };
+use metal_types::page::PageQuery;
 
 /// Set how to reach a node's BMC.
 #[utoipa::path(put, path = "/v1/nodes/{id}/bmc", params(("id" = String, Path, description = "node id")), request_body = BmcSpec,
@@ -226,22 +228,25 @@ pub async fn console(
     }))
 }
 
-/// The node's console sessions, newest first (audit): who opened each (a credential, or
-/// `ssh-key SHA256:...` for the SSH gateway), when, until when, bytes each way. A lessee sees
-/// those of its node since its lease started.
-#[utoipa::path(get, path = "/v1/nodes/{id}/console/sessions", params(("id" = String, Path, description = "node id")),
+/// The node's console sessions, newest first, a page at a time (audit): who opened each (a
+/// credential, or `ssh-key SHA256:...` for the SSH gateway), when, until when, bytes each
+/// way. A lessee sees those of its node since its lease started.
+#[utoipa::path(get, path = "/v1/nodes/{id}/console/sessions", params(("id" = String, Path, description = "node id"), PageQuery),
     responses((status = 200, body = Vec<ConsoleSession>), (status = 404, body = metal_types::error::ErrorBody),
         (status = 409, body = metal_types::error::ErrorBody)))]
 pub async fn console_sessions(
     State(app): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<ApiJson<Vec<ConsoleSession>>> {
+    paging: Paging,
+) -> ApiResult<Response> {
     let since = match caller.lessee() {
         Some(lessee) => Some(lessee.leased(&app, &id, metal_types::model::lessee::LesseeAction::Read).await?.1.start),
         None => None,
     };
-    Ok(ApiJson(app.store.read(move |c| metal_store::bmcs::console_sessions(c, &id, since)).await?))
+    let page = paging.page.clone();
+    let sessions = app.store.read(move |c| metal_store::bmcs::console_sessions(c, &id, since, &page)).await?;
+    Ok(paging.answer(sessions))
 }
 
 /// A browser's end of a console bridge: its WebSocket.

@@ -4,10 +4,12 @@
 use serde_json::json;
 use time::OffsetDateTime;
 
+use crate::page::{Keyset, Order};
 use crate::{Conn, DbError, DbResult, Row, events};
 use metal_types::clock::{from_millis, to_millis};
 use metal_types::error::ApiError;
 use metal_types::model::bmc::{BmcInfo, BmcProtocol, BmcSpec, BmcTls, ConsoleSession, IpmiPrivilege};
+use metal_types::page::{Page, Paged};
 
 /// A BMC row with its stored secret.
 #[derive(Debug, Clone)]
@@ -295,20 +297,17 @@ pub fn close_console(conn: &mut dyn Conn, id: &str, bytes: (i64, i64), now: Offs
     Ok(())
 }
 
-/// A node's console sessions (those started at or after `since`), newest first.
+/// A page of a node's console sessions (those started at or after `since`), newest first.
 pub fn console_sessions(
     conn: &mut dyn Conn,
     node: &str,
     since: Option<OffsetDateTime>,
-) -> DbResult<Vec<ConsoleSession>> {
+    page: &Page,
+) -> Result<Paged<ConsoleSession>, ApiError> {
     let since = since.map_or(i64::MIN, to_millis);
-    conn.query(
-        "SELECT id, credential_id, started_at, ended_at, bytes_in, bytes_out FROM console_sessions \
-         WHERE node_id = $1 AND started_at >= $2 ORDER BY started_at DESC, id",
-        &[&node, &since],
-    )?
-    .iter()
-    .map(|r| {
+    let mut select = Keyset::new("id, credential_id, started_at, ended_at, bytes_in, bytes_out", "console_sessions");
+    select.and("node_id = {}", &node).and("started_at >= {}", &since);
+    select.read(conn, &[("started_at", Order::Desc), ("id", Order::Asc)], page, |_, r| {
         Ok(ConsoleSession {
             id: r.get("id")?,
             credential_id: r.get("credential_id")?,
@@ -318,5 +317,4 @@ pub fn console_sessions(
             bytes_out: r.get("bytes_out")?,
         })
     })
-    .collect()
 }

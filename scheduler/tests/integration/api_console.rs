@@ -94,4 +94,20 @@ async fn the_console_bridges_both_ways_for_admins_and_every_session_is_recorded(
     let (_, events) = site.admin("GET", "/v1/events?after=0", None).await;
     let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
     assert!(kinds.contains(&"node.console.opened") && kinds.contains(&"node.console.closed"), "{kinds:?}");
+
+    // A second session: the sessions page one a page, each once.
+    let (socket, _) = tokio_tungstenite::connect_async(offer(&site.admin)).await.unwrap();
+    drop(socket);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, sessions) = site.admin("GET", "/v1/nodes/n1/console/sessions", None).await;
+        if sessions.as_array().unwrap().iter().filter(|s| !s["endedAt"].is_null()).count() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the second session never ended: {sessions}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (ids, pages) = crate::api_paging::follow(&site, "/v1/nodes/n1/console/sessions?limit=1").await;
+    assert_eq!((ids.len(), pages), (2, 2), "{ids:?}");
+    assert!(ids[0] != ids[1] && ids.iter().any(|id| id == session["id"].as_str().unwrap()), "{ids:?}");
 }

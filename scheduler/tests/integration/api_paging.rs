@@ -23,7 +23,7 @@ fn ids(body: &Value) -> Vec<String> {
 }
 
 /// Every id of the list at `path`, following links, and the number of pages.
-async fn follow(site: &Site, path: &str) -> (Vec<String>, usize) {
+pub(crate) async fn follow(site: &Site, path: &str) -> (Vec<String>, usize) {
     let (mut all, mut pages, mut next) = (Vec::new(), 0, Some(path.to_owned()));
     while let Some(path) = next.take() {
         let (status, body, link) = page(site, &path).await;
