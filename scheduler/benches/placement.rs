@@ -23,6 +23,10 @@ use tower::ServiceExt as _;
 
 const KUBE_BASELINE_PODS_PER_SEC: f64 = 810.0;
 
+/// The scheduler's allocator (`main.rs`), so the benchmark measures what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Bench {
     app: metal_api::AppState,
     admin: String,
