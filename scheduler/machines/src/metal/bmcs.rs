@@ -61,7 +61,7 @@ async fn stored(app: &App, node: &str) -> ApiResult<(BmcInfo, Secret)> {
     Ok((stored.info, password))
 }
 
-/// The connection to a node's BMC, kept between calls ([`Connections`]).
+/// The connection to a node's BMC, kept between calls ([`crate::metal::connections::Connections`]).
 pub async fn client(app: &App, node: &str) -> ApiResult<Arc<Connection>> {
     let (info, password) = stored(app, node).await?;
     Ok(kept(app, node, &info, password).await??)
