@@ -78,6 +78,15 @@ impl BmcArgs {
         self.bmc_address.is_some()
     }
 
+    /// Connects, runs `op` on the BMC and gives the connection's session back, whatever `op`
+    /// answered (a one-shot tool must not leave a session slot taken).
+    pub async fn session<T>(&self, op: impl AsyncFnOnce(&dyn Bmc) -> T) -> BmcResult<T> {
+        let connected = self.connect().await?;
+        let out = op(connected.as_ref()).await;
+        connected.close().await;
+        Ok(out)
+    }
+
     /// Connects.
     pub async fn connect(&self) -> BmcResult<Box<dyn Bmc>> {
         let (Some(address), Some(user)) = (&self.bmc_address, &self.bmc_user) else {

@@ -181,10 +181,8 @@ async fn read_sources(sources: &Sources) -> Result<Vec<FirmwareVersion>, Outcome
     }
     let mut versions = if sources.in_band { inband::read(&inband::SystemPaths::default()) } else { Vec::new() };
     if sources.bmc.given() {
-        let connected = sources.bmc.connect().await.map_err(bmc_failure)?;
-        let read = inventory::out_of_band(connected.as_ref()).await;
-        connected.close().await;
-        versions.extend(read.map_err(bmc_failure)?.versions);
+        let read = sources.bmc.session(async |bmc| inventory::out_of_band(bmc).await).await;
+        versions.extend(read.map_err(bmc_failure)?.map_err(bmc_failure)?.versions);
     }
     versions.sort_by(|a, b| a.component.cmp(&b.component));
     Ok(versions)
@@ -250,10 +248,8 @@ async fn reflash(
             .map_err(|e| fail(Outcome::Invalid, e))?;
     }
     let fetch = image::FetchOptions { allow_http, ca_pem, ..Default::default() };
-    let connected = bmc.connect().await.map_err(bmc_failure)?;
-    let remediated = reflash::remediate(connected.as_ref(), node, &policy, &fetch).await;
-    connected.close().await;
-    match remediated {
+    let remediated = bmc.session(async |bmc| reflash::remediate(bmc, node, &policy, &fetch).await).await;
+    match remediated.map_err(bmc_failure)? {
         Ok(outcome) => {
             print_json(&outcome);
             if let Some(reason) = &outcome.reason {
@@ -278,10 +274,7 @@ async fn bios(bmc: &BmcArgs, baseline_file: &Path, write: bool) -> Result<Outcom
     if let Some((field, message)) = baseline.problem() {
         return Err(fail(Outcome::Invalid, format!("{}: {field}: {message}", baseline_file.display())));
     }
-    let connected = bmc.connect().await.map_err(bmc_failure)?;
-    let drifted = bios_on(connected.as_ref(), &baseline, write).await;
-    connected.close().await;
-    let drifted = drifted?;
+    let drifted = bmc.session(async |bmc| bios_on(bmc, &baseline, write).await).await.map_err(bmc_failure)??;
     for drift in &drifted {
         eprintln!("BIOS_DRIFT {drift}");
     }

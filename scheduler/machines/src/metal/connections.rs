@@ -1,8 +1,9 @@
 //! BMC connections kept between calls, one per node. A Redfish BMC's discovered layout, its
 //! HTTP connections and its session serve every call on the node until the node's BMC row or
 //! password changes, a call on it fails (its session, layout or address may be what
-//! failed), or it sits unused for [`IDLE`]. A connection gives its session back to the BMC (which has few session
-//! slots) when the last call holding it ends, whether it was kept here or opened for one proof.
+//! failed), or it sits unused for [`IDLE`]. A connection gives its session back to the BMC
+//! (which has few session slots) when the last call holding it ends, whether it was kept
+//! here or opened for one proof.
 
 use std::collections::HashMap;
 use std::ops::Deref;
@@ -62,6 +63,18 @@ struct Opened {
     used: Instant,
 }
 
+impl Opened {
+    /// The connection, marked used now, when it was opened with `row` and `password` and
+    /// used within [`IDLE`].
+    fn reuse(&mut self, row: &str, password: &Secret) -> Option<Arc<Connection>> {
+        if self.row != row || self.password != *password || self.used.elapsed() >= IDLE {
+            return None;
+        }
+        self.used = Instant::now();
+        Some(self.connection.clone())
+    }
+}
+
 /// The kept connections, by node.
 #[derive(Default)]
 pub struct Connections {
@@ -89,14 +102,7 @@ impl Connections {
     /// The kept connection to `node`'s BMC as `info` and `password` describe it, if there
     /// is one that was used within [`IDLE`].
     pub fn get(&self, node: &str, info: &BmcInfo, password: &Secret) -> Option<Arc<Connection>> {
-        let row = row_key(info);
-        let mut kept = self.kept();
-        let opened = kept.get_mut(node).filter(|o| o.row == row && o.password == *password)?;
-        if opened.used.elapsed() >= IDLE {
-            return None;
-        }
-        opened.used = Instant::now();
-        Some(opened.connection.clone())
+        self.kept().get_mut(node)?.reuse(&row_key(info), password)
     }
 
     /// Keeps `connection` as `node`'s, in place of any other; answers the one to use (one
@@ -106,13 +112,8 @@ impl Connections {
         self.sweep();
         let row = row_key(info);
         let mut kept = self.kept();
-        if let Some(opened) = kept.get_mut(node)
-            && opened.row == row
-            && opened.password == *password
-            && opened.used.elapsed() < IDLE
-        {
-            opened.used = Instant::now();
-            return opened.connection.clone();
+        if let Some(connection) = kept.get_mut(node).and_then(|opened| opened.reuse(&row, password)) {
+            return connection;
         }
         let connection = Arc::new(connection);
         let opened = Opened { row, password: password.clone(), connection: connection.clone(), used: Instant::now() };
